@@ -10,6 +10,7 @@ import pytest
 from ipukit.grading import make_exercises
 from ipukit.grading.make_exercises import (
     cells_hash,
+    edited_exercise,
     exercise_notebook,
     recorded_hash,
     sync_report,
@@ -114,3 +115,17 @@ def test_a_notebook_without_a_recorded_hash_that_differs_is_kept(kit):
     mine = learner_edits(ex / NAME)
     rc, out = main("--solutions", sol, "--exercises", ex, "--no-execute")
     assert rc == 1 and (ex / NAME).read_bytes() == mine and "NOT overwritten" in out
+
+
+def test_make_test_leaves_a_learners_edited_exercise_alone(kit):
+    """`make test` (nbval over exercises/) skips an edited exercise notebook and says so."""
+    import conftest
+
+    sol, ex = kit
+    assert not edited_exercise(ex / NAME)
+    assert conftest.pytest_ignore_collect(ex / NAME, None) is None  # nbval runs it
+    learner_edits(ex / NAME)
+    assert edited_exercise(ex / NAME) and conftest.pytest_ignore_collect(ex / NAME, None)
+    assert str(ex / NAME) in conftest._EDITED
+    conftest._EDITED.remove(str(ex / NAME))
+    assert conftest.pytest_ignore_collect(sol / NAME, None) is None  # solutions: always run

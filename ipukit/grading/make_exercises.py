@@ -67,6 +67,13 @@ def edited(nb) -> bool:
     return recorded_hash(nb) != cells_hash(nb)
 
 
+def edited_exercise(path: str | Path) -> bool:
+    """Whether the exercise notebook at ``path`` is a learner's edited copy: it records a
+    generated hash that its cells no longer match."""
+    nb = nbformat.read(path, as_version=4)
+    return recorded_hash(nb) is not None and edited(nb)
+
+
 def backup_path(path: Path) -> Path:
     """Where ``--force`` saves an edited exercise notebook, next to it (a fresh name)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
