@@ -118,31 +118,34 @@ def kit_checks(lesson: str) -> list[tuple[str, str | None]]:
 # keeps the Result; REPORT (which runs none of the learner's code) signs it with the key.
 _CHECK = '''\
 def _ipukit_check():
-    import importlib, importlib.util, os, sys
+    import builtins, importlib, importlib.util, os, sys
+    from IPython import get_ipython
     for name in [m for m in sys.modules if m.split(".")[:2] == ["ipukit", "grading"]]:
         del sys.modules[name]
     import ipukit.grading as grading
     from ipukit.grading import feedback
     where = os.path.realpath(os.path.dirname(grading.__file__))
     if where != {kit!r}:
-        raise ImportError("the kernel imports ipukit.grading from " + where +
-                          ", not from the kit ({kit})")
+        raise builtins.ImportError("the kernel imports ipukit.grading from " + where +
+                                   ", not from the kit ({kit})")
     feedback.set_mode("feedback")
     feedback.reset()
-    ns = dict(get_ipython().user_ns, grading=grading)
+    ns = builtins.dict(get_ipython().user_ns, grading=grading)
     if importlib.util.find_spec("ipukit.grading.lesson{lesson}"):
         ns["lesson{lesson}"] = importlib.import_module("ipukit.grading.lesson{lesson}")
-    exec(compile({source!r}, "<the kit's check of exercise {id}>", "exec"), ns)
+    code = builtins.compile({source!r}, "<the kit's check of exercise {id}>", "exec")
+    builtins.exec(code, ns)
     return feedback, feedback.results().get({id!r})
 {var} = _ipukit_check()
 del _ipukit_check'''
 
 _REPORT = '''\
 def _ipukit_report(feedback, r):
-    import hashlib, hmac, json
+    import builtins, hashlib, hmac, json
     from IPython.display import publish_display_data
-    ok = (type(r) is feedback.Result and r.id == {id!r} and type(r.status) is str
-          and type(r.message) is str)
+    ok = (builtins.type(r) is feedback.Result and r.id == {id!r}
+          and builtins.type(r.status) is builtins.str
+          and builtins.type(r.message) is builtins.str)
     payload = json.dumps({{"id": {id!r}, "status": r.status if ok else "",
                           "message": r.message[:4000] if ok else ""}})
     mac = hmac.new({key!r}, payload.encode(), hashlib.sha256).hexdigest()

@@ -139,7 +139,10 @@ def test_patched_check_and_recording_functions_score_nothing(tmp_path):
         "real_run = feedback.run\n"
         "feedback.run = lambda id, body, show=True: real_run(id, lambda: None, show)\n"
         "checks.run = feedback.run\n"
-        "grading.check_superstep_cycles = lambda f: real_run('01.3', lambda: None)",
+        "grading.check_superstep_cycles = lambda f: real_run('01.3', lambda: None)\n"
+        # builtins shadowed in the learner's namespace
+        "def compile(*args):\n    return __builtins__.compile("
+        "'import ipukit.grading.feedback as f\\nf.run(\"01.3\", lambda: None)', 'x', 'exec')",
         "grading.check_superstep_cycles(superstep_cycles)",
         # replayed 'passed' output from a look-alike of the check cell
         f"class Fake:\n    def check_superstep_cycles(self, f):\n"
