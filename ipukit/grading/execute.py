@@ -110,14 +110,17 @@ def _client_class():
                 return None  # already over: dropped
             size = _size(content)
             self.output_sizes[cell_index] = used + size
-            if used + size > self.max_output_bytes:
-                note = nbformat.v4.new_output(
-                    "stream", name="stderr",
-                    text=f"\n[output truncated: this cell's output passed "
-                         f"{self.max_output_bytes:,} characters; the rest was dropped]\n")
-                outs.append(note)
-                return note
-            return super().output(outs, msg, display_id, cell_index)
+            if used + size <= self.max_output_bytes:
+                return super().output(outs, msg, display_id, cell_index)
+            if msg["msg_type"] == "stream":  # keep the text up to the limit
+                content["text"] = content["text"][:self.max_output_bytes - used]
+                super().output(outs, msg, display_id, cell_index)
+            note = nbformat.v4.new_output(
+                "stream", name="stderr",
+                text=f"\n[output truncated: this cell's output passed "
+                     f"{self.max_output_bytes:,} characters; the rest was dropped]\n")
+            outs.append(note)
+            return note
 
     return CappedClient
 
