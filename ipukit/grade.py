@@ -62,9 +62,15 @@ SOLUTION_DIR = EXERCISE_DIR.parent / "solutions"
 KIT_GRADING = Path(__file__).resolve().parent / "grading"
 #: MIME type of a signed result, displayed by the grader's report cells only.
 SIGNED_MIME = "application/vnd.ipukit.signed-result+json"
-#: Folders not copied into the scratch folder.
-_NOT_COPIED = shutil.ignore_patterns(".git", ".venv", ".ipynb_checkpoints", "__pycache__",
-                                     "node_modules")
+_SKIPPED = shutil.ignore_patterns(".git", ".venv", ".ipynb_checkpoints", "__pycache__",
+                                  "node_modules")
+
+
+def _NOT_COPIED(folder, names):  # noqa: N802 - a copytree ignore function
+    """Not copied into the scratch folder: caches, and the kit's own package (a notebook
+    graded next to it must import the kit itself, not a copy)."""
+    return set(_SKIPPED(folder, names)) | {
+        n for n in names if (Path(folder) / n).resolve() == KIT_GRADING.parent}
 
 
 class GradingError(IpuError):
