@@ -168,8 +168,8 @@ def calc_loss(graph, model_outputs: Tensor, expected: Tensor, loss: Tensor, delt
     (batch,) UNSIGNED_INT or INT labels; a label equal to ``MASKED_LABEL_CODE`` (-1 as INT)
     is skipped: no loss, a zero delta, not counted (``Loss.hpp``). Writes ``loss``
     (batch,) and ``delta`` (batch, classes) = probabilities - one-hot, and adds the number
-    of correct predictions to the one-element ``num_correct`` (zero it before a loop, as the MNIST demo does). Like
-    Poplar's, it returns a Program for the caller to add.
+    of correct predictions to the one-element ``num_correct`` (zero it before a loop, as
+    the MNIST demo does). Like Poplar's, it returns a Program for the caller to add.
     """
     name = debug_name or "calcLoss"
     lt = str(loss_type).upper().removeprefix("LOSSTYPE.")
