@@ -138,6 +138,7 @@ class IfNode:
 class PrintNode:
     title: str
     access: Access
+    fmt: object = None  # a PrintTensorFmt
 
 
 @dataclass(frozen=True, eq=False)
@@ -203,7 +204,7 @@ class _Compiler:
             return IfNode(self._access(p.predicate, "If"), self.node(p.then),
                           self.node(p.else_))
         if isinstance(p, PrintTensor):
-            return PrintNode(p.title, self._access(p.tensor, "PrintTensor"))
+            return PrintNode(p.title, self._access(p.tensor, "PrintTensor"), p.fmt)
         raise ProgramError(f"cannot compile program {p!r}")
 
     def _access(self, t: Tensor, what: str) -> Access:

@@ -9,7 +9,7 @@ So a learner sees the compute sets, the exchange of the operands and of the part
 and the memory of the partials in the profile. ``mat_mul_grouped``
 (``poplin::matMulGrouped``) does G such products, ``C[g] = A[g] @ B[g]``, in one compute set.
 
->>> import numpy as np, ipukit as ipu
+>>> import sys, numpy as np, ipukit as ipu
 >>> from ipukit.poplibs import poplin, poputil
 >>> dev = ipu.IPUModel(tiles_per_ipu=4).create_device()
 >>> g = ipu.Graph(dev.target)
@@ -19,10 +19,11 @@ and the memory of the partials in the profile. ``mat_mul_grouped``
 >>> prog = ipu.Sequence()
 >>> c = poplin.mat_mul(g, a, b, prog, "c")
 >>> _ = prog.add(ipu.PrintTensor("c", c))
->>> eng = ipu.Engine(g, prog); eng.load(dev); eng.run()
+>>> eng = ipu.Engine(g, prog); eng.load(dev); eng.set_print_tensor_stream(sys.stdout)
+>>> eng.run()
 c: [
-  [3.0000000 3.0000000]
-  [12.0000000 12.0000000]
+  [ 3.000000  3.000000]
+  [12.000000 12.000000]
 ]
 """
 

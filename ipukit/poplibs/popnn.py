@@ -14,7 +14,7 @@ demo: from probabilities and labels it writes the per-sample loss and the gradie
 ``num_correct``; a label equal to ``MASKED_LABEL_CODE`` (0xFFFFFFFF; -1 for INT labels)
 gives no loss, a zero delta and is not counted, as in PopLibs.
 
->>> import numpy as np, ipukit as ipu
+>>> import sys, numpy as np, ipukit as ipu
 >>> from ipukit.poplibs import popnn, poputil
 >>> dev = ipu.IPUModel(tiles_per_ipu=2).create_device()
 >>> g = ipu.Graph(dev.target)
@@ -23,7 +23,8 @@ gives no loss, a zero delta and is not counted, as in PopLibs.
 >>> prog = ipu.Sequence()
 >>> p = popnn.non_linearity(g, popnn.NonLinearityType.SOFTMAX, x, prog)
 >>> _ = prog.add(ipu.PrintTensor("p", p))
->>> eng = ipu.Engine(g, prog); eng.load(dev); eng.run()
+>>> eng = ipu.Engine(g, prog); eng.load(dev); eng.set_print_tensor_stream(sys.stdout)
+>>> eng.run()
 p: [
   [0.0900306 0.2447285 0.6652409]
 ]

@@ -16,7 +16,7 @@ its cost and memory show up in the profile like anything else.
   tile first reduces what it holds (partials), then a second compute set combines the
   partials on the output's tile, so the exchange of partials is visible.
 
->>> import numpy as np, ipukit as ipu
+>>> import sys, numpy as np, ipukit as ipu
 >>> from ipukit.poplibs import popops, poputil
 >>> from ipukit.poplibs.expr import _1, Exp
 >>> dev = ipu.IPUModel(tiles_per_ipu=4).create_device()
@@ -27,8 +27,9 @@ its cost and memory show up in the profile like anything else.
 >>> b = popops.map(g, Exp(_1 * 0) * _1 * 2, [a], prog)
 >>> s = popops.reduce(g, b, [1], popops.Operation.ADD, prog)
 >>> _ = prog.add(ipu.PrintTensor("s", s))
->>> eng = ipu.Engine(g, prog); eng.load(dev); eng.run()
-s: [6.0000000 24.0000000]
+>>> eng = ipu.Engine(g, prog); eng.load(dev); eng.set_print_tensor_stream(sys.stdout)
+>>> eng.run()
+s: [ 6.000000 24.000000]
 """
 
 from __future__ import annotations
