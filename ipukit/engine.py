@@ -48,6 +48,9 @@ from .trace import Trace
 
 #: Engine options accepted for Poplar compatibility; profiling is always on here.
 PROFILING_OPTIONS = ("autoReport.", "debug.instrument", "debug.retainDebugInformation")
+#: Engine options ipukit acts on: ``debug.perVertex`` (run vertices one at a time) and
+#: ``debug.allowOutOfMemory`` ("true" by default; "false" stops an over-full graph).
+KNOWN_OPTIONS = ("debug.perVertex", "debug.allowOutOfMemory")
 
 
 class Engine:
@@ -56,15 +59,17 @@ class Engine:
     def __init__(self, graph: Graph | Executable, programs=None, options: dict | None = None,
                  *, per_vertex: bool = False, max_loop_iterations: int = 1_000_000):
         for key in options or {}:
-            if key != "debug.perVertex" and not key.startswith(PROFILING_OPTIONS):
+            if key not in KNOWN_OPTIONS and not key.startswith(PROFILING_OPTIONS):
                 raise IpuError(f"unknown engine option '{key}'; ipukit knows "
-                               "'debug.perVertex' and ignores Poplar's profiling options")
+                               f"{', '.join(repr(k) for k in KNOWN_OPTIONS)} and ignores "
+                               "Poplar's profiling options")
         if str((options or {}).get("debug.perVertex", "false")).lower() == "true":
             per_vertex = True
         if isinstance(graph, Executable):
             self.executable = graph
         else:
-            self.executable = compile_graph(graph, [] if programs is None else programs)
+            self.executable = compile_graph(graph, [] if programs is None else programs,
+                                            options)
         self.target = self.executable.target
         self.per_vertex, self.max_loop_iterations = per_vertex, max_loop_iterations
         self.trace = Trace(self.target, self.executable.steps, self.executable.memory)

@@ -72,6 +72,14 @@ class TileMemory:
     def total(self) -> np.ndarray:
         return sum(self.categories.values())
 
+    def over_full(self) -> list[tuple[int, int]]:
+        """Tiles holding more than ``bytes_per_tile`` as (tile, bytes), fullest first: an
+        out-of-memory graph the IPUModel runs anyway (``debug.allowOutOfMemory``)."""
+        total = self.total
+        over = np.flatnonzero(total > self.bytes_per_tile)
+        order = over[np.argsort(-total[over], kind="stable")]
+        return [(int(t), int(total[t])) for t in order]
+
     def worst(self, k: int = 5) -> list[tuple[int, int]]:
         """The ``k`` fullest tiles as (tile, bytes), fullest first."""
         total = self.total
@@ -157,6 +165,7 @@ class Trace:
             "memory_max": int(total_mem.max()),
             "memory_mean": float(total_mem.mean()),
             "memory_worst": self.memory.worst(),
+            "memory_over_full": self.memory.over_full(),
             "memory_by_category": {k: int(v.sum()) for k, v in self.memory.categories.items()},
         }
 
@@ -195,6 +204,11 @@ class Trace:
           f"({100 * s['memory_max'] / t.bytes_per_tile:.1f}% of {t.bytes_per_tile:,} B)")
         w("Per tile, mean:", f"{s['memory_mean']:,.1f} B")
         w("Worst tiles:", ", ".join(f"tile {i}: {b:,} B" for i, b in s["memory_worst"]))
+        if s["memory_over_full"]:
+            over = s["memory_over_full"]
+            w("Out of memory (the IPUModel runs on):",
+              f"{len(over):,} tiles over {t.bytes_per_tile:,} B, "
+              + ", ".join(f"tile {i}: {b:,} B" for i, b in over[:5]))
         print("\nExecution:", file=out)
         w("Engine.run calls:", self.num_runs)
         w("Total cycles:", f"{s['total_cycles']:,} (approx {s['total_us']:,.1f} microseconds)")

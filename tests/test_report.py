@@ -98,3 +98,17 @@ def test_compare_two_runs(traces, tmp_path):
     worse = sum(cycles_b[n] > cycles[n] for n in cycles)
     assert fig.axes[1].get_title().endswith(f"/ {worse}")
     save(fig, tmp_path, "compare")
+
+
+def test_memory_map_marks_the_tiles_of_an_out_of_memory_graph():
+    t = ipu.IPUModel("ipu1", tiles_per_ipu=4).create_device().target
+    g = ipu.Graph(t)
+    v = g.add_variable(ipu.FLOAT, [70_000], "embedding")  # 280,000 B on a 262,144 B tile
+    g.set_tile_mapping(v, 3)
+    with pytest.warns(ipu.OutOfMemoryWarning):
+        eng = ipu.Engine(g, ipu.Sequence())
+    ax = report.tile_memory_map(eng.trace)
+    assert ax.get_title().endswith("on tile 3; 1 tiles out of memory)")
+    (marks,) = ax.collections  # the red crosses (the image is in ax.images)
+    assert marks.get_offsets().tolist() == [[1.0, 1.0]]  # tile 3 of a 2 x 2 grid
+    plt.close(ax.figure)
