@@ -1,12 +1,14 @@
 """IPU targets: ``poplar::IPUModel``, ``poplar::Target`` and ``poplar::Device``.
 
 The presets carry the constants of Graphcore's IPUModel as far as public material shows
-them (see the docs' table): Mk1 ``ipu1``, Mk2 ``ipu2`` (the default) and ``bow``.
+them (see the docs' table): Mk1 ``ipu1``, Mk2 ``ipu2`` (the default) and ``bow``. The
+host link of ``ipu1``/``ipu2`` is calibrated to the IPUModel's tut6 profile (6 B/cycle);
+``bow`` keeps the datasheet's PCIe Gen4 x16 (32 GB/s each way).
 
 >>> import ipukit as ipu
 >>> t = ipu.IPUModel("ipu2").create_device().target
->>> t.num_tiles, t.num_worker_contexts, t.exchange_bytes_per_cycle
-(1472, 6, 4)
+>>> t.num_tiles, t.num_worker_contexts, t.exchange_bytes_per_cycle, t.host_link_bytes_per_cycle
+(1472, 6, 4, 6.0)
 >>> ipu.IPUModel(num_ipus=2, tiles_per_ipu=4).create_device().target.num_tiles
 8
 """
@@ -32,8 +34,17 @@ PRESETS = {
 SYNC_CYCLES = 20
 #: One IPU-Link: 128 Gbit/s at 85 % efficiency (poplibs' test model of link bandwidth).
 IPU_LINK_BYTES_PER_SECOND = 128e9 / 8 * 0.85
-#: Host link: PCIe Gen4 x16, 64 GB/s bidirectional (Bow datasheet), i.e. 32 GB/s each way.
+#: Host link of the ``bow`` preset (and of ``host.DatasetBenchmark``'s hardware figure):
+#: PCIe Gen4 x16, 64 GB/s bidirectional (Bow datasheet), i.e. 32 GB/s each way.
 HOST_LINK_BYTES_PER_SECOND = 32e9
+#: Host link of the ``ipu1`` and ``ipu2`` presets, in bytes per tile-clock cycle, calibrated
+#: to Graphcore's IPUModel: its Poplar tutorial 6 profile (10000x1000 on model-ipu2, tut6
+#: README) moves 40,044,000 B in 6,663,550.8 host exchange cycles (99.7 % of 6,681,766),
+#: about 6 B/cycle (8 GB/s at 1.33 GHz). Kit convention: ipu1 uses the same per-cycle rate.
+IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE = 6.0
+#: Host link per preset in bytes per cycle; None means ``HOST_LINK_BYTES_PER_SECOND``.
+HOST_LINK_BYTES_PER_CYCLE = {"ipu1": IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE,
+                             "ipu2": IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE, "bow": None}
 #: Fixed cost of one host synchronisation (one ``Engine.run`` call), about 10 µs; approximate.
 HOST_SYNC_SECONDS = 10e-6
 #: fp32 multiply-accumulates per tile per cycle (AMP unit: 16 MACs = 32 FLOPs); approximate.
@@ -52,6 +63,8 @@ class Target:
     num_worker_contexts: int = 6
     exchange_bytes_per_cycle: int = 4
     sync_cycles: int = SYNC_CYCLES
+    #: Host link bytes per cycle (the preset's); None: ``HOST_LINK_BYTES_PER_SECOND``.
+    host_link: float | None = None
 
     @property
     def num_tiles(self) -> int:
@@ -73,6 +86,10 @@ class Target:
 
     @property
     def host_link_bytes_per_cycle(self) -> float:
+        """Host link (PCIe) bytes per cycle, one way: the IPUModel-calibrated 6 B/cycle on
+        ``ipu1``/``ipu2``, the datasheet's 32 GB/s on ``bow``."""
+        if self.host_link is not None:
+            return self.host_link
         return HOST_LINK_BYTES_PER_SECOND / self.clock_hz
 
     @property
@@ -139,5 +156,6 @@ class IPUModel:
                 tiles_per_ipu=self.tiles_per_ipu,
                 bytes_per_tile=self.bytes_per_tile,
                 clock_hz=self.clock_hz,
+                host_link=HOST_LINK_BYTES_PER_CYCLE[self.version],
             )
         )
