@@ -457,7 +457,8 @@ class _Compiler:
         raise ComputeSetRaceError(
             f"race in compute set '{cs.name}': {who(writer)} writes "
             f"{self.g.pools[dtype].describe(addr)}, which {other_text} {verb}. Vertices of "
-            "one compute set run in parallel, so the result would depend on timing. Fix: "
+            "one compute set run in parallel in no order the programming model promises, "
+            "so Poplar too refuses a compute set with a data race. Fix: "
             "write to separate tensors, or put the two vertices in different compute sets "
             "executed one after the other (an InOut field reads and writes in place)."
         )

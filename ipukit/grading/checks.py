@@ -490,8 +490,8 @@ def check_smoothing(build_smoothing):
             try:
                 eng = ipu.Engine(g, prog)
             except ipu.ComputeSetRaceError as exc:
-                raise Wrong("your graph has a race, so ipukit refuses it (on an IPU the "
-                            f"result would depend on timing): {exc}") from None
+                raise Wrong("your graph has a data race, so ipukit refuses it, as Poplar "
+                            f"verifies a compute set is free of races: {exc}") from None
             except ipu.IpuError as exc:
                 raise Wrong(_no_compile("your graph", exc)) from None
             data = np.array([0, 9, 0, 3, 6, 0, 12, 3][:n], np.float32)
