@@ -21,7 +21,7 @@ from .pipelining import (
     training_model,
 )
 from .replication import DataLoader, OutputMode, call_cost, combined_batch_size
-from .schedule import KINDS, Op, Schedule, schedule
+from .schedule import KINDS, Op, RecomputationMode, Schedule, schedule
 
 __all__ = [
     "KINDS",
@@ -33,6 +33,7 @@ __all__ = [
     "OutputMode",
     "Pipeline",
     "PipelinedExecution",
+    "RecomputationMode",
     "RunResult",
     "Schedule",
     "ShardedExecution",
