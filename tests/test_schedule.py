@@ -97,12 +97,21 @@ def test_counts_accepted_as_in_tensorflow_tests():
 
 
 def test_poptorch_needs_count_of_at_least_2n_minus_1():
-    with pytest.raises(PipelineConfigError, match=r"at least the number of pipeline stages \(7\)"):
+    # graphcore/poptorch popart_compiler/source/Compiler.cpp (the message, word for word)
+    with pytest.raises(PipelineConfigError, match=re.escape(
+            "poptorch.Options().Training.gradientAccumulation must be greater than or equal "
+            "to the number of pipeline stages (7) when using poptorch.PipelinedExecution. "
+            "Please note that a model with 4 pipeline stages in PopTorch will have an "
+            "additional 3 stages when training.")):
         schedule("poptorch", 4, 6)
     assert schedule("poptorch", 4, 7).num_steps == 7 + 7 - 1
     assert schedule("poptorch", 3, 5).num_steps == 9  # PopART's pipelining.md example
-    with pytest.raises(PipelineConfigError, match="deviceIterations"):
+    # inference: deviceIterations >= the number of stages (same file)
+    with pytest.raises(PipelineConfigError, match=re.escape(
+            "poptorch.Options().deviceIterations must be greater than or equal to the "
+            "number of pipeline stages (4) when using PopTorch.PipelinedExecution.")):
         schedule("poptorch", 4, 3, training=False)
+    assert schedule("poptorch", 4, 4, training=False).num_steps == 4 + 4 - 1
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, "4"])

@@ -8,6 +8,7 @@ over IPUs with real arithmetic; ``nn`` and ``optim`` are the layers and optimise
 
 from . import concurrent, nn, optim, replication
 from .pipelining import (
+    _ALL_DEVICES,
     Block,
     CostModel,
     MemoryRecord,
@@ -18,6 +19,7 @@ from .pipelining import (
     ShardedExecution,
     Stage,
     TimelineRecord,
+    inference_model,
     pipeline,
     training_model,
 )
@@ -43,7 +45,9 @@ __all__ = [
     "TimelineRecord",
     "call_cost",
     "combined_batch_size",
+    "_ALL_DEVICES",
     "concurrent",
+    "inference_model",
     "nn",
     "optim",
     "pipeline",

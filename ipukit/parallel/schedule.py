@@ -369,14 +369,21 @@ def _check_count(kind, n, g, training):
                 "The number of iterations of the pipeline must be a multiple of "
                 f"{overlap}, but gradient_accumulation_count is {g} {where}. Use {use}."
             )
-    elif kind == "poptorch":
-        p = 2 * n - 1 if training else n
-        if g < p:
-            what = "depth (gradient accumulation factor)" if training else "deviceIterations"
-            raise PipelineConfigError(
-                f"For pipelining, {what} must equal at least the number of pipeline "
-                f"stages ({p}), but it is {g} {where}. Set it to at least {p}."
-            )
+    elif kind == "poptorch" and training and g < 2 * n - 1:
+        # PopTorch's Compiler.cpp (its check before PopART's accumulationFactor check)
+        raise PipelineConfigError(
+            "poptorch.Options().Training.gradientAccumulation must be greater than or equal "
+            f"to the number of pipeline stages ({2 * n - 1}) when using "
+            f"poptorch.PipelinedExecution. Please note that a model with {n} pipeline "
+            f"stages in PopTorch will have an additional {n - 1} stages when training. "
+            f"It is {g} {where}: set it to at least {2 * n - 1}."
+        )
+    elif kind == "poptorch" and g < n:
+        raise PipelineConfigError(
+            "poptorch.Options().deviceIterations must be greater than or equal to the number "
+            f"of pipeline stages ({n}) when using PopTorch.PipelinedExecution. It is {g} "
+            f"{where}: set it to at least {n}."
+        )
 
 
 def _grid(n, g):
