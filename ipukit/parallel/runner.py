@@ -28,14 +28,16 @@ The result has the per-micro-batch losses and two plain records:
   gradient sent over IPU-Links after the op, ``bytes`` ÷ link bandwidth), ``"sync"`` (the
   end of a lock-step step), ``"allreduce"`` (gradients reduced across replicas, ring
   all-reduce; with RTS ``"reducescatter"`` and ``"allgather"``), ``"optimizer"`` (the
-  weight update, plus streaming offloaded state over the host link). ``stage`` and
+  weight update, plus streaming offloaded state in and out of Streaming Memory, timed at
+  the host link's bandwidth: a kit convention). ``stage`` and
   ``microbatch`` are -1 where they do not apply. Replicas run the same timeline on their
   own IPUs; the records are replica 0's. Other code (widgets, sharded collectives) may
   read and append such records.
 * ``memory``: a tuple of :class:`MemoryRecord` ``(time, ipu, weights, stash, gradients,
-  optimizer)`` in bytes, one after every op on that IPU. Offloaded optimiser state is in
-  ``host_bytes``. A peak over the IPU's memory raises :class:`OutOfMemoryError` naming the
-  IPU and what filled it, before the weights are updated.
+  optimizer)`` in bytes, one after every op on that IPU. Offloaded optimiser state (in
+  Streaming Memory) is in ``host_bytes``. A peak over the IPU's memory raises
+  :class:`OutOfMemoryError` naming the IPU and what filled it, before the weights are
+  updated.
 
 >>> import numpy as np
 >>> from ipukit.parallel import nn, optim, pipeline
