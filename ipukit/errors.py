@@ -43,3 +43,7 @@ class ProgramError(IpuError):
 
 class PipelineConfigError(IpuError):
     """A pipeline setting is invalid (gradient accumulation count, stages, device mapping)."""
+
+
+class PipelineTypeError(PipelineConfigError, TypeError):
+    """A pipeline argument of the wrong type, where TensorFlow raises ``TypeError``."""
