@@ -380,3 +380,21 @@ def test_docstring_examples_run():
         module = importlib.import_module(f"ipukit.parallel.{name}")
         result = doctest.testmod(module)
         assert result.failed == 0 and result.attempted > 0, name
+
+
+def test_front_ends_build_one_frozen_options_object():
+    import dataclasses
+
+    from ipukit.parallel import PipelineOptions
+
+    tf = pipeline(make_stages(2), None, gradient_accumulation_count=4,
+                  pipeline_schedule="Sequential", reduction_method="mean", device_iterations=2,
+                  optimizer=optim.SGD(0.1), loss=nn.SoftmaxCrossEntropy())
+    pt = training_model([Block("A", *make_stages(2)[0]), Block("B", *make_stages(2)[1])],
+                        nn.SoftmaxCrossEntropy(), optim.SGD(0.1), ShardedExecution("A", "B"),
+                        gradient_accumulation=4, device_iterations=2, output_mode="all")
+    assert tf.options == pt.options == PipelineOptions(4, "sequential", "MEAN",
+                                                       repeat_count=2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        tf.options.repeat_count = 3
+    assert (tf.repeat_count, tf.reduction, tf.schedule.kind) == (2, "MEAN", "sequential")
