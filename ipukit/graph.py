@@ -365,6 +365,11 @@ class Graph:
     def num_vertices(self) -> int:
         return len(self.v_cs)
 
+    def vertex_fields(self, tile: int) -> list[dict[str, int]]:
+        """Per vertex on ``tile`` (in the order added): elements connected to each field."""
+        return [{f: int(idx.size) for f, idx in self.v_conn[v].items()}
+                for v in range(self.num_vertices) if self.v_tile[v] == tile]
+
 
 def _values(values, dtype, shape, what: str) -> np.ndarray:
     """``values`` as an array of ``dtype`` (broadcast to ``shape``), or IpuError."""

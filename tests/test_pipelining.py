@@ -546,3 +546,23 @@ def test_poptorch_inference_model():
     with pytest.raises(PipelineConfigError, match=r"deviceIterations must be greater than or "
                        r"equal to the number of pipeline stages \(3\)"):
         inference_model(blocks, PipelinedExecution("B0", "B1", "B2"), device_iterations=2)
+
+
+def test_front_ends_build_one_frozen_options_object():
+    import dataclasses
+
+    from ipukit.parallel import PipelineOptions
+
+    tf = pipeline(make_stages(2), None, gradient_accumulation_count=4,
+                  pipeline_schedule="Sequential", reduction_method="mean", device_iterations=2,
+                  optimizer=optim.SGD(0.1), loss=nn.SoftmaxCrossEntropy())
+    pt = training_model([Block("A", *make_stages(2)[0]), Block("B", *make_stages(2)[1])],
+                        nn.SoftmaxCrossEntropy(), optim.SGD(0.1), ShardedExecution("A", "B"),
+                        gradient_accumulation=4, device_iterations=2, output_mode="all")
+    # TF offloads optimiser state by default, PopTorch keeps it on chip; the rest agrees
+    assert tf.options.offload_optimizer_state and not pt.options.offload_optimizer_state
+    tf_on_chip = dataclasses.replace(tf.options, offload_optimizer_state=False)
+    assert tf_on_chip == pt.options == PipelineOptions(4, "sequential", "MEAN", repeat_count=2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        tf.options.repeat_count = 3
+    assert (tf.repeat_count, tf.reduction, tf.schedule.kind) == (2, "MEAN", "sequential")

@@ -317,7 +317,7 @@ def test_memory_map_of_a_graph_lists_the_fullest_tiles():
         if c:
             g.set_tile_mapping(v[start:start + c], tile)
         start += c
-    m = MemoryMap(g)
+    m = MemoryMap(ipu.compile_graph(g, []))
     order = sorted(range(6), key=lambda t: (-counts[t], t))
     assert m.worst(3) == [(t, 4 * counts[t]) for t in order[:3]]
     assert "<td>2</td>" in m.text.value
@@ -337,8 +337,10 @@ def test_memory_map_of_a_trace_steps_through_categories(trace):
     assert m.image.value != before
     m.play.value = 1
     assert m.buttons.value == "variables"
-    with pytest.raises(TypeError, match="Trace, Executable or Graph"):
+    with pytest.raises(TypeError, match="Trace or an Executable"):
         MemoryMap(42)
+    with pytest.raises(TypeError, match="compile_graph"):  # a Graph is not compiled for you
+        MemoryMap(ipu.Graph(trace.target))
 
 
 def test_widgets_and_report_share_one_phase_palette(view, trace):

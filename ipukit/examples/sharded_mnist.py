@@ -66,18 +66,27 @@ def model(hidden_sizes, seed: int = 0):
     return mlp, dense(widths[-1], CLASSES, np.random.default_rng(101))
 
 
-def build(mode: str, args):
-    """The pipeline of ``mode`` with the command line's settings."""
-    mlp, classifier = model(args.hidden_sizes, args.seed)
+#: The model's settings and their defaults (the command line's too).
+DEFAULTS = {"hidden_sizes": [256, 128], "seed": 0, "shards": 2,
+            "gradient_accumulation_count": 12, "pipeline_schedule": "Grouped",
+            "repeat_count": 10, "learning_rate": 0.01}
+
+
+def build(mode: str, args=None, **settings):
+    """The pipeline of ``mode`` with the command line's settings ``args``, or with keyword
+    ``settings`` (:data:`DEFAULTS` for the rest), e.g. ``build("basic", seed=1)``."""
+    s = {k: getattr(args, k, v) for k, v in DEFAULTS.items()} | settings
+    mlp, classifier = model(s["hidden_sizes"], s["seed"])
     if mode == "basic":
         stages, mapping, loss = [mlp, [classifier], []], [0, 1, 2], nn.SoftmaxCrossEntropy()
     else:
-        shards = list(range(1, args.shards + 1))
-        stages, mapping = [mlp, split_dense(classifier, args.shards)], [0, shards]
+        shards = list(range(1, s["shards"] + 1))
+        stages, mapping = [mlp, split_dense(classifier, s["shards"])], [0, shards]
         loss = ShardedSoftmaxCrossEntropy()
-    return pipeline(stages, mapping, args.gradient_accumulation_count,
-                    args.pipeline_schedule.lower(), repeat_count=args.repeat_count,
-                    optimizer=optim.SGD(args.learning_rate), loss=loss)
+    return pipeline(stages, mapping, gradient_accumulation_count=s["gradient_accumulation_count"],
+                    pipeline_schedule=s["pipeline_schedule"].lower(),
+                    repeat_count=s["repeat_count"], optimizer=optim.SGD(s["learning_rate"]),
+                    loss=loss)
 
 
 def train(mode: str, args, images, labels, out=None):
@@ -140,17 +149,19 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--pipeline-mode", choices=MODES, required=True)
     ap.add_argument("--epochs", type=positive_float, default=1.0, help="(the original: 30)")
     ap.add_argument("--batch-size", type=positive_int, default=8, help="micro-batch size")
-    ap.add_argument("--gradient-accumulation-count", type=positive_int, default=12,
+    d = DEFAULTS
+    ap.add_argument("--gradient-accumulation-count", type=positive_int,
+                    default=d["gradient_accumulation_count"],
                     help="micro-batches per weight update (the original: 84)")
-    ap.add_argument("--repeat-count", type=positive_int, default=10,
+    ap.add_argument("--repeat-count", type=positive_int, default=d["repeat_count"],
                     help="weight updates per step (the original: 100)")
-    ap.add_argument("--learning-rate", type=float, default=0.01)
-    ap.add_argument("--pipeline-schedule", choices=SCHEDULES, default="Grouped")
-    ap.add_argument("--hidden-sizes", type=positive_int, nargs="+", default=[256, 128],
+    ap.add_argument("--learning-rate", type=float, default=d["learning_rate"])
+    ap.add_argument("--pipeline-schedule", choices=SCHEDULES, default=d["pipeline_schedule"])
+    ap.add_argument("--hidden-sizes", type=positive_int, nargs="+", default=d["hidden_sizes"],
                     help="the MLP's layers (the original: 2560 1280)")
-    ap.add_argument("--shards", type=positive_int, default=2,
+    ap.add_argument("--shards", type=positive_int, default=d["shards"],
                     help="IPUs the concurrent stage splits the 10 classes over")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=d["seed"])
     return ap
 
 

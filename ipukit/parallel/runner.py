@@ -346,7 +346,7 @@ class Pipeline:
             return self._infer(x, labels)
         if labels is None:
             raise PipelineConfigError("a training pipeline's run(x, labels) needs labels")
-        mb = replication.check_samples(self, len(x), len(labels))
+        mb = replication.check_samples(self.options, len(x), len(labels))
         self._shapes((mb,) + tuple(np.shape(x)[1:]))  # a mismatch raises before arithmetic
         shape = (self.repeat_count, self.replication_factor, self.gradient_accumulation, mb)
         xs = np.asarray(x).reshape(shape + tuple(np.shape(x)[1:]))
@@ -364,7 +364,7 @@ class Pipeline:
             _, end, finish = self._op_times(xs.shape[4:], mb, dtype, now, timeline)
             self._record_memory(end, stash, now, memory)
             self._check_memory(memory)
-            replication.apply_update(self, grads)
+            replication.apply_update(self.stages, grads, self.optimizer, self.options)
             now = self._update_times(finish, timeline)
         host = self._optimizer_bytes() if self.offload else 0
         outputs = replication.select_outputs(losses, self.output_mode, self.output_return_period)
@@ -374,7 +374,7 @@ class Pipeline:
     def _infer(self, x, labels) -> RunResult:
         """Forward stages only, in the schedule's order (TF's inference pipeline, PopTorch's
         ``inferenceModel``): no stash, no gradients, no weight update."""
-        mb = replication.check_samples(self, len(x), len(x if labels is None else labels))
+        mb = replication.check_samples(self.options, len(x), len(x if labels is None else labels))
         self._shapes((mb,) + tuple(np.shape(x)[1:]))
         shape = (self.repeat_count, self.replication_factor, self.gradient_accumulation, mb)
         xs = np.asarray(x).reshape(shape + tuple(np.shape(x)[1:]))
@@ -560,7 +560,28 @@ class Pipeline:
 
     def _static_bytes(self, ipu):
         """(weights, gradient accumulators, optimiser state) bytes on ``ipu``."""
-        return replication.static_bytes(self, [s.on(ipu) for s in self.stages if ipu in s.ipus])
+        return self.static_bytes([s.on(ipu) for s in self.stages if ipu in s.ipus])
+
+    def static_bytes(self, stages) -> tuple[int, int, int]:
+        """(weights, gradient accumulators, optimiser state) bytes of ``stages`` (or the
+        parts of stages) on one IPU; offloaded optimiser state is not on the IPU."""
+        state = 0 if self.offload else self._optimizer_share(stages)[0]
+        return replication.static_bytes(stages, self.accumulation_dtypes, state)
+
+    def weight_update_steps(self, stages) -> list[tuple[str, float, int]]:
+        """``(kind, cycles, bytes)`` of the weight update of ``stages`` on one IPU
+        (:func:`replication.weight_update_steps`)."""
+        o = self.options
+        w, g, _ = self.static_bytes(stages)
+        state, flops = self._optimizer_share(stages)
+        return replication.weight_update_steps(
+            w, g, flops, state if o.offload_optimizer_state else 0, o.replication_factor,
+            o.replicated_optimizer_state_sharding, self.cost)
+
+    def _optimizer_share(self, stages):
+        o = self.options
+        shards = o.replication_factor if o.replicated_optimizer_state_sharding else 1
+        return replication.optimizer_share(stages, self.optimizer, shards)
 
     def _optimizer_bytes(self) -> int:
         return sum(self.optimizer.state_bytes(s.params) for s in self.stages)
@@ -584,7 +605,7 @@ class Pipeline:
         for q in self.ipus:
             t = now
             on = [s.on(q) for s in self.stages if q in s.ipus]
-            for kind, cycles, nbytes in replication.weight_update_steps(self, on):
+            for kind, cycles, nbytes in self.weight_update_steps(on):
                 timeline.append(Span(q, kind, t, cycles, bytes=nbytes))
                 t += cycles
             done = max(done, t)

@@ -7,15 +7,15 @@ PopVision's memory report as a widget: the heat map of :func:`ipukit.report.tile
 tiles as stacked bars against the tile's memory. Play (or the category buttons) steps
 through the categories.
 
-It reads a Trace (``engine.trace``), an Executable (``ipu.compile_graph``) or a Graph
-(compiled without programs: variables and constants only).
+It reads a Trace (``engine.trace``) or an Executable (``ipu.compile_graph``); it never
+compiles (compile a Graph with ``ipu.compile_graph(graph, [])`` to see its variables).
 
 >>> import ipukit as ipu
 >>> from ipukit.widgets import MemoryMap
 >>> g = ipu.Graph(ipu.IPUModel(tiles_per_ipu=4).create_device().target)
 >>> v = g.add_variable(ipu.FLOAT, [6], "v")
 >>> g.set_tile_mapping(v[:4], 0); g.set_tile_mapping(v[4:], 3)
->>> m = MemoryMap(g)
+>>> m = MemoryMap(ipu.compile_graph(g, []))
 >>> m.worst(2)
 [(0, 16), (3, 8)]
 """
@@ -27,8 +27,7 @@ import numpy as np
 from matplotlib.patches import Rectangle
 
 from .. import report
-from ..compile import Executable, compile_graph
-from ..graph import Graph
+from ..compile import Executable
 from ..trace import Trace
 from ._player import Player, esc, new_figure
 
@@ -39,12 +38,11 @@ MARK = "#00B4F0"  # outline of the fullest tiles: visible on light and dark cell
 
 
 def _compiled(source) -> Trace | Executable:
-    """Something with ``.memory`` and ``.target``: a Trace, Executable or compiled Graph."""
+    """Something with ``.memory`` and ``.target``: a Trace or an Executable."""
     if isinstance(source, Trace | Executable):
         return source
-    if isinstance(source, Graph):
-        return compile_graph(source, [])
-    raise TypeError(f"MemoryMap needs a Trace, Executable or Graph, got {source!r}")
+    raise TypeError(f"MemoryMap needs a Trace or an Executable (ipu.compile_graph(graph, "
+                    f"programs)), got {source!r}")
 
 
 class MemoryMap(Player):
@@ -71,9 +69,9 @@ class MemoryMap(Player):
 
     def worst(self, n: int = WORST, k: int | None = None) -> list[tuple[int, int]]:
         """The ``n`` fullest tiles in category ``k`` as (tile, bytes), fullest first."""
-        b = self.bytes(k)
-        order = np.argsort(-b, kind="stable")[:n]
-        return [(int(t), int(b[t])) for t in order if b[t] > 0]
+        name = self.names[self.value if k is None else k]
+        worst = self.memory.worst(n, None if name == "total" else name)
+        return [(t, b) for t, b in worst if b > 0]
 
     # -- drawing -----------------------------------------------------------------------------
     def draw(self, k: int) -> None:
