@@ -290,11 +290,47 @@ def test_saved_pages_play_offline(tmp_path):
                 assert after > before, (kind, before, after)
                 hover(page, w, kind)
                 page.screenshot(path=str(SHOTS / f"saved_{kind}.png"), full_page=True)
+                if kind == "timeline":
+                    timeline_controls(page, w)
                 assert errors == [], (kind, errors)
                 page.close()
             assert ctx.refused == []  # nothing was even asked for
         finally:
             ctx.close()
+
+
+def settle(w, k, timeout=3.0):
+    """Wait until the widget shows frame ``k`` (it draws on the next animation frame)."""
+    deadline = time.time() + timeout
+    while frame(w) != k:
+        assert time.time() < deadline, f"frame {frame(w)}, expected {k}"
+        time.sleep(0.05)
+
+
+def timeline_controls(page, w):
+    """Scrub, speed (the whole run in about 10 s at 1x), zoom with the wheel, reset."""
+    w.locator('[aria-label="Frame"]').fill("200")
+    settle(w, 200)
+    w.locator('[aria-label="Frame"]').fill("0")
+    settle(w, 0)
+    before, after = plays(w, 1.0)  # 401 frames in 10 s: about 40 a second
+    assert 20 <= after - before <= 60, (before, after)
+    w.locator('[aria-label="Speed"]').select_option("4")
+    w.locator('[aria-label="Frame"]').fill("0")
+    settle(w, 0)
+    before, after = plays(w, 1.0)
+    assert after - before >= 100, (before, after)  # 4x: about 160 a second
+    assert w.get_attribute("data-ipukit-window") == "0.000,22.000"
+    box = w.locator("canvas").bounding_box()
+    page.mouse.move(box["x"] + 200, box["y"] + 60)
+    for _ in range(6):
+        page.mouse.wheel(0, -100)
+    time.sleep(0.3)
+    a, b = map(float, w.get_attribute("data-ipukit-window").split(","))
+    assert 0 <= a < b <= 22 and b - a < 22 / 3, (a, b)  # zoomed in: labels fit
+    w.screenshot(path=str(SHOTS / "saved_timeline_zoomed.png"))
+    w.locator("canvas").dblclick()
+    assert w.get_attribute("data-ipukit-window") == "0.000,22.000"
 
 
 def test_frame_rate_at_scale(tmp_path):

@@ -507,3 +507,22 @@ def test_timeline_payload_spans(trace):
     assert kinds == [o.phase for o in s.ops]
     assert unpack(arrays["microbatch"])[:n].tolist() == [o.microbatch for o in s.ops]
     assert meta["panels"][0]["measures"]["total"] == pytest.approx(s.bubble(1, 1)["total"])
+
+
+def test_emulated_run_timeline_links_to_its_bsp_view(trace):
+    # The one record of time: PipelineTimeline(trace.timeline()); clicking a compute
+    # span moves a linked BSPView to that superstep's compute phase.
+    tl = trace.timeline()
+    view = PipelineTimeline(tl)
+    bsp = BSPView(trace)
+    view.link(bsp)
+    panel = view.timelines[0]
+    i = next(i for i, b in enumerate(panel.boxes) if b.kind == "compute")
+    span = panel.boxes[i]
+    view.selected = {"kind": "span", "panel": 0, "index": i}
+    event = max(e for e, ev in enumerate(trace.events) if ev.start <= span.start)
+    assert bsp.frame == bsp.frame_index(event, "compute")
+    assert bsp.frame_at().step.name == span.label
+    assert panel.measures()["utilisation"] == pytest.approx(
+        sum(b.duration for b in panel.compute) / (len(panel.ipus) * (
+            max(b.end for b in panel.compute) - min(b.start for b in panel.compute))))

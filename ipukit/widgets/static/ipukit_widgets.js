@@ -303,6 +303,8 @@ function player(model, el, view) {
   model.on("change:speed", onSpeed);
   onSpeed();
   const api = { redraw() { dirty = true; }, root };
+  view.root = root;
+  if (view.showWindow) view.showWindow();
   view.redraw = api.redraw;
   raf = requestAnimationFrame(tick);
   if (model.get("playing")) setPlaying(true);
@@ -664,7 +666,13 @@ function timelineView(meta, A) {
   let W = 900;
   let drag = null;
   let dragged = false;
-  const compute = new Set(["F", "B", "R"]);
+  const compute = new Set(["F", "B", "R", "W", "compute"]);
+  const PHASE = { compute: "#009E73", exchange: "#E69F00", sync: "#8E6BBE", host: "#7f7f7f" };
+  const opName = (p, i) => {
+    const k = p.kinds[p.kind[i]];
+    if (compute.has(k) && p.mb[i] >= 0) return `${k}${p.mb[i]}`;
+    return (p.labels && p.labels[i]) || k;
+  };
   const timeAt = (k) => (makespan * k) / (N - 1);
   const LEFT = 62;
 
@@ -685,6 +693,7 @@ function timelineView(meta, A) {
 
   function colourOf(p, i) {
     const k = p.kinds[p.kind[i]];
+    if (p.mb[i] < 0 && PHASE[k]) return PHASE[k];
     if (k === "F") return mix(MB[p.mb[i] % MB.length], 0.45);
     if (k === "B") return MB[p.mb[i] % MB.length];
     if (k === "R") return mix(MB[p.mb[i] % MB.length], 0.7);
@@ -728,8 +737,11 @@ function timelineView(meta, A) {
           g.strokeRect(x + 0.5, y + 0.5, w - 1, hh - 1);
         }
         if (w >= LABEL_PX && compute.has(p.kinds[p.kind[i]]) && hh >= 9) {
-          g.fillStyle = p.kinds[p.kind[i]] === "B" ? "white" : "#1a1a1a";
-          g.fillText(`${p.kinds[p.kind[i]]}${p.mb[i]}`, x + w / 2, y + hh / 2);
+          const text = opName(p, i);
+          if (g.measureText(text).width <= w - 4) {
+            g.fillStyle = p.kinds[p.kind[i]] === "B" || p.mb[i] < 0 ? "white" : "#1a1a1a";
+            g.fillText(text, x + w / 2, y + hh / 2);
+          }
         }
       }
       g.restore();
@@ -867,9 +879,9 @@ function timelineView(meta, A) {
       const i = item.span;
       const k = p.kinds[p.kind[i]];
       const u = meta.time_unit;
-      const what = compute.has(k) ? `${k}${p.mb[i]}` : k;
+      const what = compute.has(k) && p.mb[i] >= 0 ? `${k}${p.mb[i]}` : k;
       return `<b>${esc(what)}</b> on IPU ${p.ipu[i]}` +
-        (p.labels && p.labels[i] ? ` — ${esc(p.labels[i])}` : "") + "<br>" +
+        (p.labels && p.labels[i] && p.labels[i] !== what ? ` — ${esc(p.labels[i])}` : "") + "<br>" +
         `stage ${p.stage[i] >= 0 ? p.stage[i] : "–"} · micro-batch ${p.mb[i] >= 0 ? p.mb[i] : "–"}<br>` +
         `start ${fmtTime(p.start[i])} ${u} · duration ${fmtTime(p.dur[i])} ${u}<br>` +
         `${fmt(p.bytes[i])} bytes`;
@@ -885,6 +897,9 @@ function timelineView(meta, A) {
         stage: p.stage[i], microbatch: p.mb[i], start: p.start[i], duration: p.dur[i],
         bytes: p.bytes[i] };
     },
+    showWindow() {
+      if (view.root) view.root.dataset.ipukitWindow = `${x0.toFixed(3)},${x1.toFixed(3)}`;
+    },
     zoom(x, factor) {
       const t = T_(x);
       const w = Math.max((x1 - x0) / factor, makespan / 5000);
@@ -893,9 +908,9 @@ function timelineView(meta, A) {
       x1 = Math.min(makespan, x0 + w);
       x0 = Math.max(0, x1 - w);
       cache = null;
+      this.showWindow();
     },
-    zoomReset() { x0 = 0; x1 = makespan; cache = null; },
-    zoomTo(a, b) { x0 = Math.max(0, a); x1 = Math.min(makespan, b); cache = null; },
+    zoomReset() { x0 = 0; x1 = makespan; cache = null; this.showWindow(); },
     dragStart(x) { drag = { x, x0, x1 }; dragged = false; },
     drag(x) {
       if (!drag) return false;
@@ -906,6 +921,7 @@ function timelineView(meta, A) {
       x0 = Math.max(0, Math.min(makespan - w, drag.x0 + dt));
       x1 = x0 + w;
       cache = null;
+      view.showWindow();
       return true;
     },
     dragEnd() { drag = null; },
@@ -918,7 +934,7 @@ function timelineView(meta, A) {
         const running = [];
         for (let i = 0; i < p.num_spans; i++) {
           const kk = p.kinds[p.kind[i]];
-          if (compute.has(kk) && p.start[i] <= t && t < p.start[i] + p.dur[i]) running.push([p.ipu[i], `IPU ${p.ipu[i]}: ${kk}${p.mb[i]}`]);
+          if (compute.has(kk) && p.start[i] <= t && t < p.start[i] + p.dur[i]) running.push([p.ipu[i], `IPU ${p.ipu[i]}: ${opName(p, i)}`]);
         }
         running.sort((a, b) => a[0] - b[0]);
         const stash = p.memT.map((ts, j) => `IPU ${p.memory[j].ipu}: ${fmt(stashAt(ts, p.memV[j], t))}`).join(", ");
