@@ -230,6 +230,7 @@ def test_widgets_play_in_jupyterlab(lab, tmp_path):
             out = page.locator(".jp-OutputArea-output", has_text="python sees: True")
             out.wait_for(timeout=30_000)
             assert out.inner_text().strip() == f"python sees: True tile {clicked}"
+            settle(widgets.nth(1), 123)  # Python set the timeline's frame
             page.screenshot(path=str(SHOTS / "lab_page.png"), full_page=True)
         finally:
             ctx.close()

@@ -1182,8 +1182,15 @@ function build(model, el) {
   const dispose = player(model, el, view);
   if (meta.kind === "memory") {
     const box = view.extraControls;
-    meta.names.forEach((name, k) => box.append(h("button", { type: "button", "data-frame": String(k),
-      onclick: () => { model.set("frame", k); model.save_changes(); } }, name)));
+    const buttons = meta.names.map((name, k) => h("button", { type: "button",
+      "data-frame": String(k), "aria-pressed": "false",
+      onclick: () => { model.set("frame", k); model.save_changes(); } }, name));
+    box.append(...buttons);
+    const mark = () => buttons.forEach((b, k) => b.setAttribute("aria-pressed",
+      String(k === Number(view.root.dataset.ipukitFrame))));
+    new MutationObserver(mark).observe(view.root, { attributes: true,
+      attributeFilter: ["data-ipukit-frame"] });
+    mark();
   }
   return dispose;
 }
