@@ -526,3 +526,30 @@ def test_emulated_run_timeline_links_to_its_bsp_view(trace):
     assert panel.measures()["utilisation"] == pytest.approx(
         sum(b.duration for b in panel.compute) / (len(panel.ipus) * (
             max(b.end for b in panel.compute) - min(b.start for b in panel.compute))))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-2**40, 2**40), min_size=1, max_size=30))
+def test_pack_round_trips_in_the_smallest_type(values):
+    from ipukit.widgets._player import pack, unpack
+
+    a = pack(np.array(values, np.int64))
+    assert unpack(a).tolist() == values
+    lo, hi = min(values), max(values)
+    fits = [c for c, lo_c, hi_c in [("u1", 0, 255), ("u2", 0, 65535), ("u4", 0, 2**32 - 1),
+                                    ("i1", -128, 127), ("i2", -2**15, 2**15 - 1),
+                                    ("i4", -2**31, 2**31 - 1)] if lo_c <= lo and hi <= hi_c]
+    assert a["dtype"] == (fits[0] if fits else "f8")
+
+
+def test_front_end_ships_in_the_package():
+    import tomllib
+    from pathlib import Path
+
+    from ipukit.widgets import _player
+
+    root = Path(__file__).resolve().parents[1]
+    data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert {"widgets/static/*.js", "widgets/static/*.css"} <= set(data["package-data"]["ipukit"])
+    assert _player.JS.exists() and _player.JS.parent.name == "static"
+    assert str(BSPView._esm).strip().endswith("export default { render };")
