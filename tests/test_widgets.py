@@ -553,3 +553,14 @@ def test_front_end_ships_in_the_package():
     assert {"widgets/static/*.js", "widgets/static/*.css"} <= set(data["package-data"]["ipukit"])
     assert _player.JS.exists() and _player.JS.parent.name == "static"
     assert str(BSPView._esm).strip().endswith("export default { render };")
+
+
+def test_bsp_payload_has_each_tiles_vertices(view, trace):
+    from ipukit.widgets._player import unpack
+
+    used = sorted({e.step for e in trace.events})
+    i = next(i for i, s in enumerate(used) if trace.steps[s].name == "sum rows")
+    per_tile = unpack(view._payload["arrays"]["vertices"]).reshape(len(used), N)[i]
+    expected = np.bincount([vertex_tile(k) for k in range(N)], minlength=N)
+    assert per_tile.tolist() == expected.tolist()
+    assert per_tile.sum() == view._payload["meta"]["steps"][i]["vertices"] == N

@@ -320,6 +320,8 @@ class BSPView(Widget):
             "bytes_in": pack([s.tile_bytes_in for s in steps]),
             "bytes_out": pack([s.tile_bytes_out for s in steps]),
             "memory": pack([v for v in self.trace.memory.categories.values()]),
+            "vertices": pack([np.zeros(t.num_tiles, np.int64) if s.tile_vertices is None
+                              else s.tile_vertices for s in steps]),
         }
         if t.num_tiles <= SMALL:  # arrows: the biggest transfers of each step
             rows = [s.transfers[np.argsort(-s.transfers[:, 2], kind="stable")[:MAX_ARROWS]]

@@ -585,14 +585,14 @@ function bspView(meta, A) {
       const o = row("bytes_out", f.si)[t];
       const c = row("compute", f.si)[t];
       const x = row("exchange", f.si)[t];
-      const v = f.s.vertices;
+      const v = row("vertices", f.si)[t];
       const mem = meta.categories.map((name, j) =>
         `<tr><td>${esc(name)}</td><td>${fmt(A.memory[j * T + t])} B</td></tr>`).join("");
       const who = f.slowest === t ? " — the slowest tile: everyone waits for it" : "";
       return `<b>tile ${t}</b> (IPU ${Math.floor(t / meta.layout.tiles_per_ipu)})${who}<br>` +
         `superstep ${f.e + 1}: ${esc(f.s.name)}, ${f.phase} phase<br>` +
         `bytes in ${fmt(i)} · bytes out ${fmt(o)} · exchange ${fmt(x)} cycles<br>` +
-        `compute ${fmt(c)} cycles · ${fmt(v)} vertices in this superstep (all tiles)<br>` +
+        `compute ${fmt(c)} cycles · ${fmt(v)} vertices (of ${fmt(f.s.vertices)} in this superstep)<br>` +
         `<table class="ipukit-mem"><tr><th colspan="2">memory by category</th></tr>${mem}</table>`;
     },
     select(item, k) {
@@ -605,7 +605,7 @@ function bspView(meta, A) {
       return { kind: "tile", tile: t, ipu: Math.floor(t / meta.layout.tiles_per_ipu),
         event: f.e, step: f.si, phase: f.phase, bytes_in: row("bytes_in", f.si)[t],
         bytes_out: row("bytes_out", f.si)[t], compute_cycles: row("compute", f.si)[t],
-        exchange_cycles: row("exchange", f.si)[t] };
+        exchange_cycles: row("exchange", f.si)[t], vertices: row("vertices", f.si)[t] };
     },
     readout: (k) => `phase ${k + 1} / ${3 * ev.length}`,
     header(k) {
