@@ -217,7 +217,7 @@ def test_widgets_play_in_jupyterlab(lab, tmp_path):
                 w.scroll_into_view_if_needed()
                 assert w.get_attribute("data-ipukit-kind") == kind
                 w.screenshot(path=str(SHOTS / f"lab_{kind}_before.png"))
-                before, after = plays(w, 2.5 if kind == "memory" else 1.5)  # 6 frames in 10 s
+                before, after = plays(w, 1.5 if kind == "timeline" else 2.5)  # few frames
                 assert after > before, (kind, before, after)
                 x, y, text = hover(page, w, kind)
                 w.screenshot(path=str(SHOTS / f"lab_{kind}_hover.png"))
@@ -287,7 +287,7 @@ def test_saved_pages_play_offline(tmp_path):
                 page.goto(path.as_uri())
                 w = page.locator(".ipukit-widget")
                 w.wait_for(timeout=10_000)
-                before, after = plays(w, 2.5 if kind == "memory" else 1.5)  # 6 frames in 10 s
+                before, after = plays(w, 1.5 if kind == "timeline" else 2.5)  # few frames
                 assert after > before, (kind, before, after)
                 hover(page, w, kind)
                 page.screenshot(path=str(SHOTS / f"saved_{kind}.png"), full_page=True)
@@ -315,7 +315,7 @@ def timeline_controls(page, w):
     w.locator('[aria-label="Frame"]').fill("0")
     settle(w, 0)
     before, after = plays(w, 1.0)  # 401 frames in 10 s: about 40 a second
-    assert 20 <= after - before <= 60, (before, after)
+    assert 30 <= after - before <= 90, (before, after)  # clicks take a while under load
     w.locator('[aria-label="Speed"]').select_option("4")
     w.locator('[aria-label="Frame"]').fill("0")
     settle(w, 0)
@@ -382,6 +382,7 @@ def test_nbconvert_export_plays_offline(tmp_path):
             w = page.locator(".ipukit-widget")
             w.wait_for(timeout=20_000)
             w.scroll_into_view_if_needed()
+            w.locator('[aria-label="Speed"]').select_option("4")  # 6 phases, a long first one
             before, after = plays(w)
             assert after > before
             hover(page, w, "bsp")

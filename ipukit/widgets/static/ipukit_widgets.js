@@ -149,7 +149,11 @@ function player(model, el, view) {
   let hover = null;
   let textsDue = true;
   let textsAt = 0;
-  const perSecond = () => view.numFrames / Math.max(model.get("duration") || 10, 0.1);
+  // A frame's share of the play time: 1, or less for a frame with nothing in it (a phase
+  // of 0 cycles); the whole run still takes `duration` seconds.
+  const weights = Array.from({ length: view.numFrames }, (_, k) => (view.weight ? view.weight(k) : 1));
+  const totalWeight = weights.reduce((a, b) => a + b, 0) || 1;
+  const perSecond = () => totalWeight / Math.max(model.get("duration") || 10, 0.1);
 
   function syncFrame(force) {
     const k = Math.floor(pos);
@@ -201,7 +205,15 @@ function player(model, el, view) {
     if (!el.isConnected && shownFrame >= 0) return;
     resize();
     if (playing) {
-      if (last !== null) pos += ((ts - last) / 1000) * perSecond() * (model.get("speed") || 1);
+      if (last !== null) {
+        let budget = ((ts - last) / 1000) * perSecond() * (model.get("speed") || 1);
+        while (budget > 0 && pos < view.numFrames - 1) { // walk frame by frame, by weight
+          const k = Math.floor(pos);
+          const step = Math.min(budget / weights[k], k + 1 - pos);
+          pos += step;
+          budget -= step * weights[k];
+        }
+      }
       last = ts;
       if (pos >= view.numFrames - 1) {
         pos = view.numFrames - 1;
@@ -354,6 +366,7 @@ function bspView(meta, A) {
   const view = {
     kind: "bsp",
     numFrames: 3 * ev.length,
+    weight: (k) => (frame(k).cycles > 0 ? 1 : 0.2), // an empty phase flashes by
     height: (w) => (small ? 430 : 470),
     resized(w, hgt) {
       g = gridGeometry(meta, 10, 8, w * 0.56, hgt - 130);
