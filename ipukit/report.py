@@ -30,9 +30,11 @@ Drawing functions take an ``ax`` (or make one) and return it, so widgets can reu
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
+from .timeline import Timeline
 from .trace import Trace
 
 #: The colours of the three BSP phases everywhere in ipukit (figures, widgets, lessons):
@@ -72,8 +74,13 @@ def tile_memory_map(trace: Trace, ax=None, category: str | None = None, cmap="vi
                       vmin=0, vmax=max(1, float(np.max(values))))
     ax.figure.colorbar(image, ax=ax, label="bytes")
     worst = int(np.argmax(values))
+    over = [t for t, _ in mem.over_full()] if category is None else []
+    if over:  # an out-of-memory graph the IPUModel runs anyway: mark the over-full tiles
+        ax.scatter([t % cols for t in over], [t // cols for t in over], marker="x",
+                   color="red", s=12, label=f"over {mem.bytes_per_tile:,} B")
+        ax.legend(loc="upper right", fontsize=7)
     ax.set_title(f"Tile memory: {category or 'total'} (max {int(values[worst]):,} B on tile "
-                 f"{worst})")
+                 f"{worst}{f'; {len(over)} tiles out of memory' if over else ''})")
     ax.set_xlabel(f"tile % {cols}")
     ax.set_ylabel(f"tile // {cols}")
     return ax
@@ -248,8 +255,6 @@ THIN = ("link", "sync")
 def as_timeline(source, t_F=1.0, t_B=2.0):
     """A :class:`~ipukit.timeline.Timeline` from a Timeline, a Trace, a Schedule (timed
     with ``t_F``/``t_B``) or a run (anything with a ``.timeline``)."""
-    from .timeline import Timeline  # noqa: PLC0415 - keep report's import light
-
     if isinstance(source, Timeline):
         return source
     if isinstance(source, Trace):
@@ -265,15 +270,16 @@ def as_timeline(source, t_F=1.0, t_B=2.0):
 
 def timeline(source, ax=None, title: str | None = None, select=None, rebase: bool = False,
              xmax: float | None = None, t_F=1.0, t_B=2.0, legend: bool = True,
-             measures: bool = True, min_label: float = 0.035):
+             measures: bool = True):
     """The one timeline figure: one row per IPU, one bar per span (a static Gantt chart).
 
     ``source``: a Timeline, Trace, Schedule or run (:func:`as_timeline`). Forward ops are
     light and backward ops dark in their micro-batch's colour (R hatched), labelled
     ``F3``; the emulator's sync, exchange and compute take the BSP colours; IPU-Link
     copies and syncs are thin bars on top of the row. ``select(span)`` keeps some spans
-    (``rebase`` starts the time axis at the first one). The title adds the bubble and
-    utilisation of :meth:`Timeline.measures`. Returns the axes.
+    (``rebase`` starts the time axis at the first one). The title adds the makespan,
+    bubble and utilisation of :meth:`Timeline.measures` of the spans shown. Labels are
+    drawn where they fit. Returns the axes.
     """
     from matplotlib.colors import to_rgb  # noqa: PLC0415
 
@@ -288,6 +294,7 @@ def timeline(source, ax=None, title: str | None = None, select=None, rebase: boo
     row = {q: i for i, q in enumerate(ipus)}
     right = xmax or max(s.end for s in spans) - t0
     palette = _plt().get_cmap("tab10").colors
+    px = ax.get_window_extent().width * 0.85 / right  # pixels per time unit, about
     seen = {}
     for s in spans:
         y, x = row[s.ipu], s.start - t0
@@ -303,11 +310,12 @@ def timeline(source, ax=None, title: str | None = None, select=None, rebase: boo
             ax.broken_barh([(x, s.duration)], (y - 0.48, 0.14) if thin else (y - 0.4, 0.8),
                            color=colour, lw=0)
             seen.setdefault(s.kind, colour)
-        if s.duration >= min_label * right:
-            text = (f"{s.kind}{s.microbatch}" if s.kind in ("F", "B", "R")
-                    else s.label[:18] if s.kind == "compute"
-                    else f"{s.kind}\n{s.label[:18]}" if s.label and s.kind not in THIN
-                    else "" if s.kind in THIN else s.kind)
+        text = (f"{s.kind}{s.microbatch}" if s.kind in ("F", "B", "R")
+                else "" if s.kind in THIN
+                else s.label[:24] if s.kind in ("compute", "exchange") and s.label
+                else f"{s.kind}\n{s.label[:24]}" if s.label else s.kind)
+        chars = max((len(line) for line in text.split("\n")), default=0)
+        if text and s.duration * px >= 5.5 * chars + 4:
             ax.text(x + s.duration / 2, y, text, ha="center", va="center", fontsize=7,
                     color="white" if s.kind == "B" else "k", clip_on=True)
     ax.set_yticks(range(len(ipus)), [f"IPU {q}" for q in ipus])
@@ -315,8 +323,9 @@ def timeline(source, ax=None, title: str | None = None, select=None, rebase: boo
     ax.set_xlim(0, right)
     ax.set_xlabel("cycles" if tl.clock_hz != 1.0 else "time")
     head = title or "Timeline"
-    if measures and any(s.kind in ("F", "B", "R", "compute") for s in tl.spans):
-        m = tl.measures()
+    if measures and any(s.kind in ("F", "B", "R", "compute") for s in spans):
+        shown = [replace(s, start=s.start - t0) for s in spans] if rebase else spans
+        m = Timeline(shown, num_ipus=tl.num_ipus).measures()
         head += (f"\nmakespan {m['makespan']:,.0f} · bubble {m['total']:.1%} of total · "
                  f"utilisation {m['utilisation']:.1%}")
     ax.set_title(head, fontsize=9.5, loc="left")
