@@ -536,9 +536,11 @@ class _Compiler:
                 CODELET_CODE_BYTES
             inst, cyc = kinds.get(gr.cls.__name__, (0, 0))
             kinds[gr.cls.__name__] = (inst + len(gr.vertex_ids), cyc + int(gr.estimates.sum()))
+        per_tile = sum((np.bincount(gr.tiles, minlength=n_tiles) for gr in groups),
+                       np.zeros(n_tiles, np.int64))
         return self._step(cs.name, "compute", sync=cost.sync_cycles(t), compute=compute,
                           transfers=transfers, tile_out=sent, vertex_cycles=int(est.sum()),
-                          vertex_types=kinds, tiles=tiles)
+                          vertex_types=kinds, tiles=tiles, tile_vertices=per_tile)
 
     # -- memory ---------------------------------------------------------------------------
     def _memory(self) -> TileMemory:

@@ -52,6 +52,7 @@ class Step:
     inter_ipu_bytes: int = 0
     host_bytes: int = 0
     ipus: tuple = (0,)  # the IPUs it involves: it waits for, syncs and advances only them
+    tile_vertices: np.ndarray | None = None  # vertices per tile (compute steps), else None
 
     @property
     def cycles(self) -> int:
