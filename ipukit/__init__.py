@@ -17,11 +17,13 @@ v: [1.0000000 1.5000000 2.0000000 2.5000000]
 from .compile import Executable, compile_graph
 from .engine import Engine, format_tensor
 from .errors import (
+    CodeletError,
     ComputeSetRaceError,
     GraphConnectionError,
     IpuError,
     OutOfMemoryError,
     PipelineConfigError,
+    PipelineConfigTypeError,
     ProgramError,
     StreamError,
     TileMappingError,
@@ -46,9 +48,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BOOL", "FLOAT", "HALF", "INT", "UNSIGNED_INT",
-    "ComputeSet", "ComputeSetRaceError", "Copy", "DataStream", "Device", "Engine", "Event",
+    "CodeletError", "ComputeSet", "ComputeSetRaceError", "Copy", "DataStream", "Device",
+    "Engine", "Event",
     "Executable", "Execute", "Graph", "GraphConnectionError", "IPUModel", "If", "InOut",
-    "Input", "IpuError", "OutOfMemoryError", "Output", "PipelineConfigError", "PrintTensor",
+    "Input", "IpuError", "OutOfMemoryError", "Output", "PipelineConfigError",
+    "PipelineConfigTypeError", "PrintTensor",
     "Program", "ProgramError", "Repeat", "RepeatWhileTrue", "Sequence", "State", "Step",
     "StreamError", "Target", "Tensor", "TileMappingError", "TileMemory", "Trace", "Vector",
     "Vertex", "VertexRef", "compile_graph", "concat", "format_tensor",

@@ -39,3 +39,11 @@ class ProgramError(IpuError):
 
 class PipelineConfigError(IpuError):
     """A pipeline setting is invalid (gradient accumulation count, stages, device mapping)."""
+
+
+class PipelineConfigTypeError(PipelineConfigError, TypeError):
+    """A pipeline setting of the wrong type (TensorFlow raises ``TypeError`` for these)."""
+
+
+class CodeletError(IpuError):
+    """A codelet's ``compute`` fails or gives different results batched and one vertex alone."""
