@@ -68,7 +68,7 @@ import numpy as np
 from .. import backend
 from ..errors import IpuError, OutOfMemoryError, PipelineConfigError
 from ..target import IPUModel, Target
-from . import concurrent, nn, replication
+from . import checks, concurrent, nn, replication
 from .schedule import Schedule, is_count, schedule, simulate
 
 REDUCTIONS = ("SUM", "MEAN", "RUNNING_MEAN")
@@ -255,6 +255,7 @@ class Pipeline:
                 "a training pipeline needs an optimizer and a loss (the last stage's "
                 "outputs are its logits): pass optimizer=... and loss=..."
             )
+        checks.optimizer_and_loss(optimizer, loss)
         stage_ipus = _check_mapping(device_mapping, len(stages))  # a tuple of IPUs per stage
         mapping = [max(q) for q in stage_ipus]  # each stage's highest IPU
         if target is None:
@@ -318,6 +319,9 @@ class Pipeline:
 
     def predict(self, x, batch_size: int = 1000) -> np.ndarray:
         """Logits of ``x`` (host arrays in, NumPy out): every stage's forward in turn."""
+        batch_size = checks.batch_size(batch_size)
+        x = checks.samples(x, np.zeros(len(x) if np.ndim(x) else 0, np.int64))[0]
+        self._shapes((min(batch_size, len(x)),) + x.shape[1:])  # a mismatch names the stage
         out = []
         for i in range(0, len(x), batch_size):
             h = backend.asarray(x[i:i + batch_size])
@@ -332,6 +336,7 @@ class Pipeline:
         ``len(x)`` must be a multiple of ``samples_per_run`` (the micro-batch size is what
         is left). Returns the losses and the timeline and memory records.
         """
+        x, labels = checks.samples(x, labels)
         mb = replication.check_samples(self, len(x), len(labels))
         self._shapes((mb,) + tuple(np.shape(x)[1:]))  # a mismatch raises before arithmetic
         shape = (self.repeat_count, self.replication_factor, self.gradient_accumulation, mb)
@@ -546,6 +551,7 @@ class Pipeline:
 
 def _check_mapping(device_mapping, n: int) -> list[tuple[int, ...]]:
     """The IPUs of each stage: ``k`` -> ``(k,)``; a list (a concurrent stage) -> a tuple."""
+    checks.device_mapping_type(device_mapping, ORDER_HINT)
     if device_mapping is None:
         return [(k,) for k in range(n)]
     if isinstance(device_mapping, (str, numbers.Number)) or not hasattr(device_mapping,
@@ -743,7 +749,7 @@ def training_model(blocks, loss, optimizer, strategy: PipelinedExecution | None 
     default, as for PopTorch's training models). ``replicated_tensor_sharding`` plays
     ``TensorLocationSettings().useReplicatedTensorSharding(True)`` for the optimiser state.
     """
-    blocks = list(blocks)
+    blocks = checks.blocks(blocks, Block)
     strategy = strategy or _auto_stages(blocks)
     layers, mapping = strategy.resolve(blocks)
     return Pipeline(layers, mapping, gradient_accumulation, strategy.schedule_kind,

@@ -94,9 +94,12 @@ class Schedule:
         ``t_F``/``t_B``/``t_R`` are one duration or one per stage (``t_R`` defaults to t_F).
         """
         n = self.num_stages
-        table = {"F": _per_stage(t_F, n), "B": _per_stage(t_B, n)}
-        table["R"] = table["F"] if t_R is None else _per_stage(t_R, n)
+        table = {"F": _per_stage(t_F, n, "t_F"), "B": _per_stage(t_B, n, "t_B")}
+        table["R"] = table["F"] if t_R is None else _per_stage(t_R, n, "t_R")
         dur = np.array([table[o.phase][o.stage] for o in self.ops], dtype=np.float64)
+        if not dur.any():
+            raise PipelineConfigError(f"all durations are 0 (t_F={t_F!r}, t_B={t_B!r}): "
+                                      "there is nothing to time; give t_F or t_B > 0")
         return simulate(self, dur)
 
     def makespan(self, t_F=1.0, t_B=2.0, t_R=None) -> float:
@@ -176,12 +179,19 @@ class Schedule:
         return np.fromiter((o.ipu for o in self.ops), dtype=np.int64, count=len(self.ops))
 
 
-def _per_stage(t, n: int) -> np.ndarray:
-    if isinstance(t, numbers.Real):
-        return np.full(n, float(t))
-    arr = np.asarray(t, dtype=np.float64)
-    if arr.shape != (n,):
-        raise PipelineConfigError(f"expected one duration or {n} (one per stage), got {t!r}")
+def _per_stage(t, n: int, what: str = "duration") -> np.ndarray:
+    if isinstance(t, numbers.Real) and not isinstance(t, bool):
+        arr = np.full(n, float(t))
+    else:
+        try:
+            arr = np.asarray(t, dtype=np.float64)
+        except (TypeError, ValueError):
+            arr = None
+        if arr is None or arr.shape != (n,) or isinstance(t, str):
+            raise PipelineConfigError(f"{what}: expected one duration or {n} (one per stage), "
+                                      f"got {t!r}")
+    if not (np.isfinite(arr).all() and (arr >= 0).all()):
+        raise PipelineConfigError(f"{what} = {t!r}: durations must be finite and >= 0")
     return arr
 
 
@@ -261,6 +271,7 @@ def schedule(kind: str, num_stages: int, gradient_accumulation: int, training: b
     ``B_k(m)`` is preceded, on its IPU and step, by ``R_k(m)``, which recomputes the stage's
     forward from its stashed input (TensorFlow's ``RecomputeThenBackpropagate``).
     """
+    kind = kind.lower() if isinstance(kind, str) else kind
     if kind not in KINDS:
         raise PipelineConfigError(
             f"unknown pipeline schedule {kind!r}; use one of {', '.join(KINDS)}"
