@@ -100,7 +100,7 @@ class Tensor:
     def slice(self, begin, end, dim: int = 0) -> Tensor:
         """``Tensor::slice``: half-open ranges; ints slice ``dim``, lists slice every dim."""
         if np.ndim(begin) == 0:
-            if not (isinstance(dim, int) and 0 <= dim < self.rank):
+            if not (isinstance(dim, int | np.integer) and 0 <= dim < self.rank):
                 raise IpuError(f"slice of '{self.name}' (shape {self.shape}) along dimension "
                                f"{dim!r}: it has dimensions 0..{self.rank - 1}")
             key = [slice(None)] * self.rank

@@ -269,3 +269,16 @@ def test_repeat_while_true_guard_counts_emulated_steps_not_iterations(body_steps
         eng.run()
     assert time.perf_counter() - t0 < 10
     assert 20_000 - body_steps <= len(eng.trace) - 1 <= 20_000 + body_steps
+
+
+def test_numpy_ints_are_taken_wherever_a_count_is():
+    from ipukit import host
+    _, g = small()
+    v = g.add_variable(ipu.FLOAT, [4, 4], "v")
+    assert v.slice(1, 3, dim=np.int64(1)).shape == (4, 2)
+    assert ipu.Repeat(np.int32(3), ipu.Sequence()).count == 3
+    q = host.InfeedQueue({"x": np.arange(8.0)}, batch_size=np.int64(2))
+    assert q.batch_size == 2 and type(q.batch_size) is int
+    stats = host.benchmark_dataset(q, number_of_epochs=np.int64(1),
+                                   elements_per_epoch=np.int64(2), print_stats=False)
+    assert len(stats.epochs) == 1 and stats.elements == 2
