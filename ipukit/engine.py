@@ -195,7 +195,9 @@ class Engine:
             raise ProgramError(f"run({program!r}): the engine has {len(programs)} program(s), "
                                f"numbered 0..{len(programs) - 1}")
         self._run_start = len(self.trace)
-        self._check_steps(programs[program], f"program {program}")
+        biggest = max(_repeat_counts(programs[program]), default=0)
+        self._check_steps(programs[program], f"program {program}" + (
+            f" (with Repeat({biggest:,}))" if biggest > 1 else ""))
         self.trace.num_runs += 1
         self.trace.record(0)  # the host synchronisation of this call
         self._run_start += 1  # it is not an emulated step
@@ -426,6 +428,18 @@ def _count_option(options: dict, key: str, default: int) -> int:
         raise IpuError(f"engine option '{key}' must be a positive whole number (e.g. "
                        f"'{default}'), got {value!r}")
     return int(str(value))
+
+
+def _repeat_counts(node):
+    """The counts of every Repeat in a compiled program tree."""
+    kind = type(node)
+    if kind is RepeatNode:
+        yield node.count
+    children = (node.children if kind is SeqNode else (node.body,) if kind is RepeatNode
+                else (node.cond, node.body) if kind is WhileNode
+                else (node.then, node.else_) if kind is IfNode else ())
+    for child in children:
+        yield from _repeat_counts(child)
 
 
 def _callback(fn, buffer, name: str) -> None:
