@@ -2,8 +2,12 @@
 
 Tensor data lives on the backend (NumPy, or CuPy on a GPU): one flat array per element
 type. Each compute set runs as one BSP superstep; all vertices of one class and field
-shape run as ONE array operation (``per_vertex=True`` runs them one at a time, for
-debugging, with identical results). Every executed step is appended to ``engine.trace``.
+shape run as ONE array operation (``per_vertex=True`` or the option ``"debug.perVertex"``
+runs them one at a time, for debugging, with identical results); the first time a group
+runs, its first and last vertex also run alone on copies, and a codelet that mixes
+vertices (``x.sum()`` without ``axis=-1``) raises ``CodeletError``. Every executed step is
+appended to ``engine.trace``. Kit convention: one ``run`` emulates at most
+``"debug.maxEmulatedSteps"`` steps (default 1,000,000), checked up front for ``Repeat``.
 
 >>> import numpy as np, ipukit as ipu
 >>> dev = ipu.IPUModel(tiles_per_ipu=1).create_device()
@@ -146,7 +150,11 @@ class Engine:
         return handles[name]
 
     def connect_stream(self, name: str, array: np.ndarray) -> None:
-        """``Engine::connectStream``: a host buffer used as a circular buffer."""
+        """``Engine::connectStream``: a host buffer used as a circular buffer.
+
+        As in Poplar, a buffer shorter than a copy, or not a multiple of it, wraps round:
+        each copy takes the next ``n`` elements modulo the buffer's length.
+        """
         stream = self._stream_named(name)
         if not isinstance(array, np.ndarray) or array.size == 0:
             raise StreamError(f"connect_stream('{name}') needs a non-empty NumPy array, "
