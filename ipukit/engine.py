@@ -202,14 +202,15 @@ class Engine:
                                              and 0 <= program < len(programs)):
             raise ProgramError(f"run({program!r}): the engine has {len(programs)} program(s), "
                                f"numbered 0..{len(programs) - 1}")
+        node = programs[program]
         self._run_start = len(self.trace)
-        biggest = max(_repeat_counts(programs[program]), default=0)
-        self._check_steps(programs[program], f"program {program}" + (
-            f" (with Repeat({biggest:,}))" if biggest > 1 else ""))
+        need = self._needs.get(id(node))
+        if (self._need(node) if need is None else need) > self.max_steps:
+            self._check_steps(node, program)  # raises, saying how to allow it
         self.trace.num_runs += 1
         self.trace.record(0)  # the host synchronisation of this call
         self._run_start += 1  # it is not an emulated step
-        self._exec(programs[program])
+        self._run_node[type(node)](node)
 
     def print_profile_summary(self, file=None) -> None:
         """``Engine::printProfileSummary``: memory and execution of every run so far."""
@@ -243,9 +244,15 @@ class Engine:
     def _done(self) -> int:
         return len(self.trace) - self._run_start
 
-    def _check_steps(self, node, what: str) -> None:
+    def _check_steps(self, node, program: int | None = None) -> None:
         need = self._done() + self._need(node)
         if need > self.max_steps:
+            if program is None:
+                what = f"Repeat({node.count:,})"
+            else:
+                biggest = max(_repeat_counts(node), default=0)
+                what = f"program {program}" + (f" (with Repeat({biggest:,}))"
+                                               if biggest > 1 else "")
             raise ProgramError(
                 f"{what} would emulate {need:,} steps (compute sets, copies and stream "
                 f"copies) in one run; Poplar runs it, but the emulator stops at "
@@ -255,7 +262,7 @@ class Engine:
 
     def _repeat(self, node: RepeatNode):
         if node.count > 1:
-            self._check_steps(node, f"Repeat({node.count:,})")
+            self._check_steps(node)
         for _ in range(node.count):
             self._exec(node.body)
 
@@ -334,7 +341,7 @@ class Engine:
         ``axis=-1``)."""
         n = len(gr.vertex_ids)
         alone = [(i, self._run_group(gr, slice(i, i + 1), dry=True)) for i in sorted({0, n - 1})]
-        batched = self._run_group(gr, None)
+        batched = self._run_group(gr, None, written=True)
         for i, outs in alone:
             for name, arr in outs.items():
                 a = backend.to_numpy(arr)[0]
@@ -352,9 +359,10 @@ class Engine:
                     )
         self._checked.add(id(gr))
 
-    def _run_group(self, gr: VertexGroup, rows: slice | None, dry: bool = False) -> dict:
-        """Run ``compute`` on the group (or on ``rows`` of it); return the written fields.
-        ``dry`` works on copies and writes nothing back (the axis check)."""
+    def _run_group(self, gr: VertexGroup, rows: slice | None, dry: bool = False,
+                   written: bool = False) -> dict | None:
+        """Run ``compute`` on the group (or on ``rows`` of it); with ``written``, return the
+        written fields. ``dry`` works on copies, writes nothing back and returns them."""
         inst = object.__new__(gr.cls)
         inst.xp = self.xp
         fields, scatter = inst.__dict__, []
@@ -398,7 +406,7 @@ class Engine:
             return {**outputs, **{name: fields[name] for name in state}}
         for _, a, arr in scatter:
             self._write(a, arr)
-        return {**outputs, **state}
+        return {**outputs, **state} if written else None
 
     # -- memory access --------------------------------------------------------------------
     def _device(self, idx: np.ndarray):
