@@ -48,12 +48,17 @@ def optimizer_and_loss(optimizer, loss) -> None:
         )
 
 
-def samples(x, labels) -> tuple[np.ndarray, np.ndarray]:
-    """``x`` an array with a sample axis; ``labels`` one integer class per sample."""
+def features(x) -> np.ndarray:
+    """``x`` as an array with a sample axis and features."""
     if x is None or np.ndim(x) < 2:
         raise IpuError(f"the samples x must be an array of shape (samples, features...), got "
                        f"{x!r}"[:300])
-    x = np.asarray(x)
+    return np.asarray(x)
+
+
+def samples(x, labels) -> tuple[np.ndarray, np.ndarray]:
+    """``x`` an array with a sample axis; ``labels`` one integer class per sample."""
+    x = features(x)
     y = np.asarray(labels) if labels is not None else None
     if y is None or y.ndim != 1 or y.dtype.kind not in "iu":
         shape = None if y is None else y.shape

@@ -320,7 +320,7 @@ class Pipeline:
     def predict(self, x, batch_size: int = 1000) -> np.ndarray:
         """Logits of ``x`` (host arrays in, NumPy out): every stage's forward in turn."""
         batch_size = checks.batch_size(batch_size)
-        x = checks.samples(x, np.zeros(len(x) if np.ndim(x) else 0, np.int64))[0]
+        x = checks.features(x)
         self._shapes((min(batch_size, len(x)),) + x.shape[1:])  # a mismatch names the stage
         out = []
         for i in range(0, len(x), batch_size):
