@@ -273,6 +273,12 @@ class Graph:
               and (field.vector or tensor.idx.size == 1))
         if not ok:
             self._connection_error(vid, name, tensor)
+        if name in self.v_conn[vid]:
+            raise GraphConnectionError(
+                f"field '{name}' of {self.describe_vertex(vid)} is already connected; "
+                "Poplar connects each field once: connect it to one tensor (concat views "
+                "to join several)"
+            )
         self.v_conn[vid][name] = tensor.idx.reshape(-1)
 
     def _connection_error(self, vid, name, tensor):
@@ -322,11 +328,20 @@ class Graph:
 
     def create_host_write(self, name: str, tensor: Tensor) -> None:
         """``Graph::createHostWrite``: lets ``Engine.write_tensor(name, …)`` set the tensor."""
-        self.host_writes[name] = self._own(tensor, "create_host_write")
+        self.host_writes[name] = self._new_handle(name, tensor, self.host_writes, "write")
 
     def create_host_read(self, name: str, tensor: Tensor) -> None:
         """``Graph::createHostRead``: lets ``Engine.read_tensor(name)`` return the tensor."""
-        self.host_reads[name] = self._own(tensor, "create_host_read")
+        self.host_reads[name] = self._new_handle(name, tensor, self.host_reads, "read")
+
+    def _new_handle(self, name, tensor, handles, verb) -> Tensor:
+        tensor = self._own(tensor, f"create_host_{verb}")
+        if name in handles:
+            raise StreamError(
+                f"a host {verb} handle '{name}' already exists (for tensor "
+                f"'{handles[name].name}'); give '{tensor.name}' another handle name"
+            )
+        return tensor
 
     # -- helpers -------------------------------------------------------------------------
     def _own(self, tensor, what) -> Tensor:
@@ -371,8 +386,34 @@ class Graph:
                 for v in range(self.num_vertices) if self.v_tile[v] == tile]
 
 
+def out_of_range(values, dtype) -> str | None:
+    """Why ``values`` do not fit integer ``dtype`` (inf, NaN, too big), or None if they do."""
+    if dtype.kind not in "iu":
+        return None
+    try:
+        raw = np.asarray(values)
+    except (TypeError, ValueError, OverflowError):
+        return None  # the conversion itself will say what is wrong
+    if raw.size == 0 or raw.dtype.kind not in "iufO" or np.can_cast(raw.dtype, dtype):
+        return None
+    try:
+        f = raw.astype(np.float64)
+    except (TypeError, ValueError, OverflowError):
+        return None  # not numbers: the conversion itself will say so
+    info = np.iinfo(dtype)
+    bad = ~np.isfinite(f) | (f < info.min) | (f > info.max)
+    if not bad.any():
+        return None
+    first = raw.reshape(-1)[int(np.flatnonzero(bad.reshape(-1))[0])]
+    return (f"value {first!r} is outside the range of {TYPE_NAMES[dtype]} "
+            f"({info.min:,}..{info.max:,})")
+
+
 def _values(values, dtype, shape, what: str) -> np.ndarray:
     """``values`` as an array of ``dtype`` (broadcast to ``shape``), or IpuError."""
+    why = out_of_range(values, dtype)
+    if why:
+        raise IpuError(f"{what}: {why}; use values that fit the tensor's type")
     try:
         a = np.asarray(values, dtype=dtype)
         return a if shape is None else np.broadcast_to(a, shape)

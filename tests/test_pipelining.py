@@ -5,7 +5,7 @@ import copy
 import numpy as np
 import pytest
 
-from ipukit.errors import IpuError, OutOfMemoryError, PipelineConfigError, PipelineTypeError
+from ipukit.errors import IpuError, OutOfMemoryError, PipelineConfigError, PipelineConfigTypeError
 from ipukit.parallel import (
     Block,
     CostModel,
@@ -314,7 +314,8 @@ def test_tensorflow_defaults_and_loose_types():
     with pytest.raises(PipelineConfigError, match="reduction_method '0' is not one of"):
         pipeline(make_stages(2), None, 4, optimizer=opt, loss=loss, reduction_method=0)
     # NumPy integers are integers; the mapping itself must be a list or a tuple, as in TF
-    with pytest.raises(PipelineTypeError, match="device_mapping argument needs to be a list"):
+    with pytest.raises(PipelineConfigTypeError,
+                       match="device_mapping argument needs to be a list"):
         pipeline(make_stages(2), np.array([1, 0]), 4, optimizer=opt, loss=loss)
     p = pipeline(make_stages(2), list(np.array([1, 0])), np.int64(4), optimizer=opt, loss=loss,
                  replication_factor=np.int64(2), repeat_count=np.int32(3))
@@ -418,8 +419,8 @@ def test_device_mapping_may_be_a_tuple_but_nothing_else():
     assert [s.ipus for s in pipeline(make_stages(2), (1, 0), 4, optimizer=opt,
                                      loss=loss).stages] == [(1,), (0,)]
     for bad in (range(2), "01", {0: 0, 1: 1}):
-        with pytest.raises(PipelineTypeError, match=r"^device_mapping argument needs to be a "
-                           r"list or a tuple\."):
+        with pytest.raises(PipelineConfigTypeError,
+                           match=r"^device_mapping argument needs to be a list or a tuple\."):
             pipeline(make_stages(2), bad, 4, optimizer=opt, loss=loss)
 
 

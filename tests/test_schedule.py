@@ -351,14 +351,14 @@ def test_recomputation_mode_per_schedule_as_tensorflow(kind, mode, supported, re
 
 
 def test_recomputation_mode_must_be_the_enumeration():
-    from ipukit.errors import PipelineTypeError
+    from ipukit.errors import PipelineConfigTypeError
 
     # pipelining_ops.py: TypeError("The given recomputation_mode is not a member of the
     # RecomputationMode enumeration.")
     with pytest.raises(TypeError, match="The given recomputation_mode is not a member of the "
                                         "RecomputationMode enumeration") as info:
         schedule("grouped", 2, 4, recomputation=True, recomputation_mode="fast")
-    assert isinstance(info.value, PipelineTypeError)
+    assert isinstance(info.value, PipelineConfigTypeError)
     assert schedule("grouped", 2, 4).recomputation_mode == ""  # no recomputation, no mode
     # both modes run one R before each B (kit convention)
     a, b = (schedule("grouped", 3, 6, recomputation=True, recomputation_mode=m)

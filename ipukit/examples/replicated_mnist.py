@@ -15,14 +15,13 @@ gradient accumulation makes that all-reduce rarer, RTS cuts the optimiser state 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 from ..data import load_mnist
 from ..parallel import DataLoader, PipelinedExecution, call_cost, nn, optim, training_model
 from ..target import IPUModel
-from ._cli import non_negative_int, positive_int, run
+from ._cli import Parser, non_negative_int, positive_int, run
 from .pipelined_mnist import blocks, prepare
 
 SAMPLE_SHAPE = (1, 28, 28)
@@ -103,8 +102,8 @@ def train(args, out=None):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ipukit.examples.replicated_mnist",
-                                     description=__doc__.split("\n")[0])
+    parser = Parser(prog="python -m ipukit.examples.replicated_mnist",
+                    description=__doc__.split("\n")[0])
     parser.add_argument("--replicas", type=positive_int, default=2)
     parser.add_argument("--device-iterations", type=positive_int, default=10)
     parser.add_argument("--gradient-accumulation", type=positive_int, default=10)

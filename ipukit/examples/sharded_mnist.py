@@ -39,7 +39,8 @@ from .. import backend
 from ..data import load_mnist
 from ..parallel import nn, optim, pipeline
 from ..parallel.concurrent import ShardedSoftmaxCrossEntropy, split_dense
-from ._cli import positive_float, positive_int, run
+from ..target import IPUModel
+from ._cli import Parser, check_fits, positive_float, positive_int, run
 
 MODES = ("basic", "concurrent")
 SCHEDULES = ("Grouped", "Interleaved", "Sequential")
@@ -134,7 +135,19 @@ def report(p, result, out=None) -> None:
           + ", ".join(f"IPU {q}: {peak[q]:,}" for q in sorted(peak)), file=out)
 
 
+def check_sizes(args) -> None:
+    """Say what the MLP stage would need on IPU 0 before allocating it (issue 12)."""
+    widths = [28 * 28, *args.hidden_sizes]
+    params = sum(a * b + b for a, b in zip(widths, widths[1:]))
+    mb = args.batch_size * args.gradient_accumulation_count
+    acts = 2 * mb * sum(args.hidden_sizes)  # stashed activations of the micro-batches
+    check_fits(f"the MLP stage (hidden sizes {args.hidden_sizes}, {params:,} parameters)",
+               IPUModel("ipu2").create_device().target, 4 * (2 * params + acts),
+               4 * (3 * params + acts))
+
+
 def _main(args) -> int:
+    check_sizes(args)
     data = load_mnist()
     print(f"{args.pipeline_mode} pipeline, schedule {args.pipeline_schedule}, "
           f"{len(data.train_images)} {data.source} MNIST images", flush=True)
@@ -144,7 +157,7 @@ def _main(args) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m ipukit.examples.sharded_mnist",
+    ap = Parser(prog="python -m ipukit.examples.sharded_mnist",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--pipeline-mode", choices=MODES, required=True)
     ap.add_argument("--epochs", type=positive_float, default=1.0, help="(the original: 30)")
@@ -156,7 +169,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--repeat-count", type=positive_int, default=d["repeat_count"],
                     help="weight updates per step (the original: 100)")
     ap.add_argument("--learning-rate", type=float, default=d["learning_rate"])
-    ap.add_argument("--pipeline-schedule", choices=SCHEDULES, default=d["pipeline_schedule"])
+    ap.add_argument("--pipeline-schedule", choices=SCHEDULES, default=d["pipeline_schedule"],
+                    type=str.capitalize, help="any case, as pipeline() takes it")
     ap.add_argument("--hidden-sizes", type=positive_int, nargs="+", default=d["hidden_sizes"],
                     help="the MLP's layers (the original: 2560 1280)")
     ap.add_argument("--shards", type=positive_int, default=d["shards"],

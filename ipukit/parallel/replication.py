@@ -251,10 +251,12 @@ def accumulation_dtypes(stages, setting) -> list[dict]:
                 dt = value.dtype
             try:
                 dtypes[name] = np.dtype(dt)
+                if dtypes[name].kind != "f":
+                    raise TypeError
             except TypeError:
                 raise PipelineConfigError(
                     f"gradient_accumulation_dtype gave {dt!r} for {s.index}.{name}; use a "
-                    "NumPy dtype such as 'float32', or None for the variable's dtype"
+                    "floating-point dtype such as 'float32', or None for the variable's dtype"
                 ) from None
         out.append(dtypes)
     return out

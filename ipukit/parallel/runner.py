@@ -66,7 +66,7 @@ from ..cost import CostModel
 from ..errors import IpuError, OutOfMemoryError, PipelineConfigError
 from ..target import IPUModel, Target
 from ..timeline import Span, Timeline
-from . import concurrent, replication
+from . import checks, concurrent, replication
 from .schedule import Schedule, is_count, schedule, simulate
 
 REDUCTIONS = ("SUM", "MEAN", "RUNNING_MEAN")
@@ -252,6 +252,8 @@ class Pipeline:
                 "outputs are its logits): pass optimizer=... and loss=..., or neither for "
                 "an inference pipeline"
             )
+        if options.training:
+            checks.optimizer_and_loss(optimizer, loss)
         self.options = o = options
         stage_ipus = _check_mapping(device_mapping, stages)  # a tuple of IPUs per stage
         mapping = [max(q) for q in stage_ipus]  # each stage's highest IPU
@@ -325,6 +327,9 @@ class Pipeline:
 
     def predict(self, x, batch_size: int = 1000) -> np.ndarray:
         """Logits of ``x`` (host arrays in, NumPy out): every stage's forward in turn."""
+        batch_size = checks.batch_size(batch_size)
+        x = checks.features(x)
+        self._shapes((min(batch_size, len(x)),) + x.shape[1:])  # a mismatch names the stage
         out = []
         for i in range(0, len(x), batch_size):
             h = backend.asarray(x[i:i + batch_size])
@@ -344,8 +349,7 @@ class Pipeline:
         """
         if not self.options.training:
             return self._infer(x, labels)
-        if labels is None:
-            raise PipelineConfigError("a training pipeline's run(x, labels) needs labels")
+        x, labels = checks.samples(x, labels)
         mb = replication.check_samples(self.options, len(x), len(labels))
         self._shapes((mb,) + tuple(np.shape(x)[1:]))  # a mismatch raises before arithmetic
         shape = (self.repeat_count, self.replication_factor, self.gradient_accumulation, mb)
