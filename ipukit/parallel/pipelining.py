@@ -17,6 +17,7 @@
 """
 
 from ..cost import CostModel
+from ..timeline import Span, Timeline
 from .frontend_poptorch import (
     Block,
     PipelinedExecution,
@@ -35,10 +36,9 @@ from .runner import (
     PipelineOptions,
     PipelineStage,
     RunResult,
-    TimelineRecord,
 )
 
 __all__ = ["ORDER_HINT", "REDUCTIONS", "Block", "CostModel", "Fifo", "MemoryRecord",
            "Pipeline", "PipelineOptions", "PipelineStage", "PipelinedExecution", "RunResult",
-           "ShardedExecution", "Stage", "TimelineRecord", "_ALL_DEVICES", "inference_model",
+           "ShardedExecution", "Span", "Stage", "Timeline", "_ALL_DEVICES", "inference_model",
            "pipeline", "training_model"]
