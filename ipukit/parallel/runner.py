@@ -402,7 +402,7 @@ class Pipeline:
                 outputs.append(np.stack(outs))
             *_, now = self._op_times(xs.shape[4:], mb, dtype, now, timeline)
         out = np.stack(outputs).reshape(shape[:3] + outputs[0].shape[1:])
-        spans = Timeline(timeline, [], self.target.clock_hz)
+        spans = Timeline(timeline, (), self.target.clock_hz)
         return RunResult(losses, spans, (), now, 0, self.target.clock_hz, out)
 
     def cycles_per_run(self, sample_shape, micro_batch_size: int, dtype="float32") -> float:
