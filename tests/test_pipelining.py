@@ -474,9 +474,11 @@ def test_all_devices_stages_run_the_concurrent_pipeline_example_as_written():
 
 
 def test_tensorflow_offloads_optimiser_state_by_default_and_poptorch_does_not():
-    # pipelining_ops.py: offload_weight_update_variables=None lets TF place the optimiser's
-    # variables in remote memory (Streaming Memory); PopTorch keeps the optimiser state on
-    # chip unless TensorLocationSettings().useOnChipStorage(False).
+    # graphcore/tensorflow tensorflow/compiler/plugin/poplar/docs/perf_training.rst,
+    # "Optimizer state offloading": "This feature is enabled by default for both pipelining
+    # and when GradientAccumulationOptimizerV2 is used" (remote memory = Streaming Memory);
+    # PopTorch keeps the optimiser state on chip unless
+    # TensorLocationSettings().useOnChipStorage(False) (poptorch docs, options).
     rng = np.random.default_rng(6)
     x, y = rng.normal(size=(4 * MB, D_IN)), rng.integers(0, CLASSES, 4 * MB)
     state = 2 * sum(a.nbytes for s in make_stages(2) for layer in s
@@ -495,7 +497,8 @@ def test_tensorflow_offloads_optimiser_state_by_default_and_poptorch_does_not():
 
 
 def test_replicas_follow_from_the_ipus_and_the_shards():
-    # TF docs (perf_training.rst, "Selecting the number of replicas"): "you must specify a
+    # graphcore/tensorflow tensorflow/compiler/plugin/poplar/docs/perf_training.rst,
+    # "Selecting the number of replicas": "you must specify a
     # multiple of the number of shards used by the graph ... sharded over two IPUs ... eight
     # IPUs, then the graph will be replicated four times."
     opt, loss = optim.SGD(0.1), nn.SoftmaxCrossEntropy()
