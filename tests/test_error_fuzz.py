@@ -179,7 +179,9 @@ def after_build(kind, c, d):
         big = g.add_variable(ipu.FLOAT, [c.dev.target.bytes_per_tile // 4 + 1], "big")
         g.set_tile_mapping(big, 0)
         prog = ipu.Sequence()
-        return lambda: ipu.Engine(g, prog), expect(ipu.OutOfMemoryError, "tile 0", "'big'")
+        strict = {"debug.allowOutOfMemory": "false"}  # the IPUModel runs on by default
+        return lambda: ipu.Engine(g, prog, strict), expect(ipu.OutOfMemoryError, "tile 0",
+                                                           "'big'")
     raise AssertionError(kind)
 
 
