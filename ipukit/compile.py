@@ -155,8 +155,10 @@ class Executable:
 
 
 def compile_graph(graph: Graph, programs) -> Executable:
-    """``poplar::compileGraph``: check the graph and programs and plan their execution."""
-    return _Compiler(graph).run(programs)
+    """``poplar::compileGraph``: check the graph and programs and plan their execution.
+
+    A virtual graph compiles its whole parent (they share every tensor and vertex)."""
+    return _Compiler(getattr(graph, "root", graph)).run(programs)
 
 
 class _Compiler:

@@ -13,6 +13,7 @@ Building a graph records metadata only; nothing is computed until an Engine runs
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from dataclasses import dataclass
 
@@ -117,6 +118,9 @@ class DataStream:
 class Graph:
     """``poplar::Graph(target)``: the program's data and computation, before compilation."""
 
+    def _offset_of(self) -> int:
+        return 0
+
     def __init__(self, target: Target | Device):
         self.target = target.target if isinstance(target, Device) else target
         self.pools: dict[np.dtype, Pool] = {}
@@ -144,7 +148,7 @@ class Graph:
         pool = self._pool(dtype)
         var = pool.alloc(name or f"var{len(pool.variables)}", shape)
         idx = np.arange(var.start, var.start + var.size, dtype=np.int64).reshape(shape)
-        return Tensor(self, pool.dtype, idx, var.name)
+        return Tensor(self.root, pool.dtype, idx, var.name)
 
     def add_constant(self, dtype, shape, values, name: str = "") -> Tensor:
         """``Graph::addConstant``: a tensor with fixed values (map it to a tile too)."""
@@ -161,7 +165,7 @@ class Graph:
         pool = self._pool(dtype)
         var = pool.alloc(name or f"const{len(pool.variables)}", shape, values.reshape(shape))
         idx = np.arange(var.start, var.start + var.size, dtype=np.int64).reshape(shape)
-        return Tensor(self, dtype, idx, var.name)
+        return Tensor(self.root, dtype, idx, var.name)
 
     def set_tile_mapping(self, tensor_or_vertex, tile: int) -> None:
         """``Graph::setTileMapping``: put every element of a tensor (or a vertex) on ``tile``."""
@@ -225,7 +229,7 @@ class Graph:
     def add_vertex(self, cs: ComputeSet, vertex_class, connections: dict | None = None,
                    tile: int | None = None) -> VertexRef:
         """``Graph::addVertex(cs, "Name", {{field, tensor}})``: a vertex in a compute set."""
-        if not (isinstance(cs, ComputeSet) and cs.graph is self):
+        if not (isinstance(cs, ComputeSet) and cs.graph is self.root):
             raise GraphConnectionError(
                 f"add_vertex needs a ComputeSet of this graph (graph.add_compute_set), "
                 f"got {cs!r}"
@@ -258,7 +262,7 @@ class Graph:
     def _connect(self, vid: int, name: str, tensor: Tensor) -> None:
         field = self.v_cls[vid].fields.get(name)
         ok = (field is not None and field.kind != "state" and type(tensor) is Tensor
-              and tensor.graph is self and tensor.dtype == field.dtype
+              and tensor.graph is self.root and tensor.dtype == field.dtype
               and (field.vector or tensor.idx.size == 1))
         if not ok:
             self._connection_error(vid, name, tensor)
@@ -321,7 +325,7 @@ class Graph:
     def _own(self, tensor, what) -> Tensor:
         if not isinstance(tensor, Tensor):
             raise IpuError(f"{what} needs a Tensor, got {tensor!r}")
-        if tensor.graph is not self:
+        if tensor.graph is not self.root:
             raise TileMappingError(f"{what}: tensor '{tensor.name}' belongs to another graph")
         return tensor
 
@@ -330,7 +334,7 @@ class Graph:
         if not isinstance(ref, VertexRef):
             raise GraphConnectionError(f"{what} needs a vertex (from graph.add_vertex), "
                                        f"got {ref!r}")
-        if ref.graph is not self:
+        if ref.graph is not self.root:
             raise GraphConnectionError(f"{what}: the vertex belongs to another graph")
         return ref.id
 
@@ -353,6 +357,106 @@ class Graph:
     @property
     def num_vertices(self) -> int:
         return len(self.v_cs)
+
+    # -- virtual graphs ------------------------------------------------------------------
+    @property
+    def root(self) -> Graph:
+        """The top-level graph that holds every tensor and vertex (``self`` here)."""
+        return self
+
+    def create_virtual_graph(self, lower_tile: int, upper_tile: int) -> VirtualGraph:
+        """``Graph::createVirtualGraph(lowerTile, upperTile)``: this graph's tiles
+        ``[lower_tile, upper_tile)`` seen as a graph of their own, numbered from 0.
+
+        Tensors, compute sets and vertices made on it belong to this (the parent) graph,
+        so programs and Copies mix them freely; only tile numbers are relative. One
+        virtual graph per IPU (``lower = ipu * tiles_per_ipu``) is how TensorFlow's IPU
+        backend builds its shards.
+        """
+        return VirtualGraph(self, lower_tile, upper_tile)
+
+
+class VirtualGraph(Graph):
+    """A :class:`Graph` over a range of its parent's tiles (``Graph::createVirtualGraph``).
+
+    Its ``target`` has ``upper - lower`` tiles (one IPU's worth or whole IPUs); tile ``t``
+    here is tile ``lower + t`` of the parent. Everything else is the parent's.
+    """
+
+    def __init__(self, parent: Graph, lower_tile: int, upper_tile: int):  # noqa: D107
+        base = parent.target
+        ok = all(isinstance(t, numbers.Integral) for t in (lower_tile, upper_tile)) and \
+            0 <= lower_tile < upper_tile <= base.num_tiles
+        if not ok:
+            raise TileMappingError(
+                f"create_virtual_graph({lower_tile!r}, {upper_tile!r}): the tile range must "
+                f"satisfy 0 <= lower < upper <= {base.num_tiles} (the parent's tiles)"
+            )
+        lower, upper = int(lower_tile), int(upper_tile)
+        tpi = base.tiles_per_ipu
+        if base.ipu_of_tile(lower) == base.ipu_of_tile(upper - 1):
+            target = dataclasses.replace(base, num_ipus=1, tiles_per_ipu=upper - lower)
+        elif lower % tpi == 0 and upper % tpi == 0:
+            target = dataclasses.replace(base, num_ipus=(upper - lower) // tpi)
+        else:
+            raise TileMappingError(
+                f"create_virtual_graph({lower}, {upper}) spans part of more than one IPU "
+                f"({tpi} tiles each); give tiles of one IPU or whole IPUs "
+                f"(lower and upper multiples of {tpi})"
+            )
+        self.__dict__["_parent"] = parent.root
+        self.__dict__["_offset"] = parent._offset_of() + lower
+        self.target, self.lower_tile, self.upper_tile = target, lower, upper
+
+    def __getattr__(self, name):  # storage, compute sets, vertices, streams: the parent's
+        return getattr(self.__dict__["_parent"], name)
+
+    @property
+    def root(self) -> Graph:
+        return self.__dict__["_parent"]
+
+    def _offset_of(self) -> int:
+        return self._offset
+
+    def create_virtual_graph(self, lower_tile: int, upper_tile: int) -> VirtualGraph:
+        return VirtualGraph(self, lower_tile, upper_tile)
+
+    def _parent_tile(self, tile, what) -> int:
+        return self._offset + self.target.check_tile(tile, what)
+
+    def add_compute_set(self, name: str = "") -> ComputeSet:
+        return self.root.add_compute_set(name)
+
+    def add_vertex(self, cs, vertex_class, connections=None, tile=None) -> VertexRef:
+        ref = self.root.add_vertex(cs, vertex_class, connections)
+        if tile is not None:
+            self.set_tile_mapping(ref, tile)
+        return ref
+
+    def set_tile_mapping(self, tensor_or_vertex, tile: int) -> None:
+        if isinstance(tensor_or_vertex, VertexRef):
+            vid = self._vertex(tensor_or_vertex, "set_tile_mapping")
+            what = lambda: self.root.describe_vertex(vid)  # noqa: E731
+        else:
+            t = self._own(tensor_or_vertex, "set_tile_mapping")
+            what = lambda: f"tensor '{t.name}' (in a virtual graph)"  # noqa: E731
+        self.root.set_tile_mapping(tensor_or_vertex, self._parent_tile(tile, what))
+
+    def get_tile_mapping(self, tensor: Tensor) -> list[list[tuple[int, int]]]:
+        mapping = self.root.get_tile_mapping(tensor)
+        lo, hi = self._offset, self._offset + self.target.num_tiles
+        outside = [t for t, iv in enumerate(mapping) if iv and not lo <= t < hi]
+        if outside:
+            raise TileMappingError(
+                f"tensor '{tensor.name}' has elements on tile {outside[0]} of the parent "
+                f"graph, outside this virtual graph's tiles {lo}..{hi - 1}; copy it to a "
+                "tensor of this virtual graph first (ipu.Copy)"
+            )
+        return mapping[lo:hi]
+
+    def __repr__(self):
+        return (f"VirtualGraph(tiles {self._offset}..{self._offset + self.target.num_tiles - 1}"
+                f" of the parent)")
 
 
 def _values(values, dtype, shape, what: str) -> np.ndarray:
