@@ -229,8 +229,12 @@ class PipelineStage:
 class Pipeline:
     """Stages, a schedule and an optimiser; ``run`` trains, ``predict`` infers.
 
-    Built by :func:`pipeline` (TensorFlow) or :func:`training_model` (PopTorch).
+    Built by :func:`pipeline` (TensorFlow) or :func:`training_model` (PopTorch). With
+    ``emulate`` True, ``run`` builds and runs the stages as Poplar programs on the
+    emulator (:mod:`.emulated`).
     """
+
+    emulate = False
 
     def __init__(self, stages, device_mapping, gradient_accumulation: int,
                  schedule_kind: str = "grouped", optimizer=None, loss=None,
@@ -332,6 +336,9 @@ class Pipeline:
         ``len(x)`` must be a multiple of ``samples_per_run`` (the micro-batch size is what
         is left). Returns the losses and the timeline and memory records.
         """
+        if self.emulate:
+            from . import emulated
+            return emulated.run(self, x, labels)
         mb = replication.check_samples(self, len(x), len(labels))
         self._shapes((mb,) + tuple(np.shape(x)[1:]))  # a mismatch raises before arithmetic
         shape = (self.repeat_count, self.replication_factor, self.gradient_accumulation, mb)
@@ -597,7 +604,7 @@ def pipeline(computational_stages, device_mapping=None, gradient_accumulation_co
              target: Target | None = None, replica_reduction: str = "MEAN",
              replicated_optimizer_state_sharding: bool = False,
              gradient_accumulation_dtype=None, output_mode=None,
-             output_return_period: int = 1) -> Pipeline:
+             output_return_period: int = 1, emulate: bool = False) -> Pipeline:
     """``tensorflow.python.ipu.pipelining_ops.pipeline`` with layers instead of functions.
 
     Each computational stage is a list of layers; the last stage's output are logits for
@@ -627,16 +634,18 @@ def pipeline(computational_stages, device_mapping=None, gradient_accumulation_co
             )
         repeat_count = device_iterations
     kind = "grouped" if pipeline_schedule is None else str(pipeline_schedule).lower()
-    return Pipeline(stages, device_mapping, gradient_accumulation_count,
-                    schedule_kind=kind, optimizer=optimizer, loss=loss,
-                    reduction=str(reduction_method).upper(), recomputation=recomputation,
-                    offload_optimizer_state=offload_optimizer_state,
-                    replication_factor=replication_factor,
-                    repeat_count=repeat_count, target=target,
-                    replica_reduction=replica_reduction,
-                    replicated_optimizer_state_sharding=replicated_optimizer_state_sharding,
-                    gradient_accumulation_dtype=gradient_accumulation_dtype,
-                    output_mode=output_mode, output_return_period=output_return_period)
+    p = Pipeline(stages, device_mapping, gradient_accumulation_count,
+                 schedule_kind=kind, optimizer=optimizer, loss=loss,
+                 reduction=str(reduction_method).upper(), recomputation=recomputation,
+                 offload_optimizer_state=offload_optimizer_state,
+                 replication_factor=replication_factor,
+                 repeat_count=repeat_count, target=target,
+                 replica_reduction=replica_reduction,
+                 replicated_optimizer_state_sharding=replicated_optimizer_state_sharding,
+                 gradient_accumulation_dtype=gradient_accumulation_dtype,
+                 output_mode=output_mode, output_return_period=output_return_period)
+    p.emulate = bool(emulate)
+    return p
 
 
 # ---------------------------------------------------------------------------------------
@@ -732,7 +741,7 @@ def training_model(blocks, loss, optimizer, strategy: PipelinedExecution | None 
                    recomputation: bool = False, offload_optimizer_state: bool = False,
                    target: Target | None = None,
                    replicated_tensor_sharding: bool = False, output_mode="final",
-                   output_return_period: int = 1) -> Pipeline:
+                   output_return_period: int = 1, emulate: bool = False) -> Pipeline:
     """``poptorch.trainingModel``: ``blocks`` split into stages by ``strategy``.
 
     ``options.Training.gradientAccumulation``, ``options.deviceIterations`` and
@@ -746,11 +755,13 @@ def training_model(blocks, loss, optimizer, strategy: PipelinedExecution | None 
     blocks = list(blocks)
     strategy = strategy or _auto_stages(blocks)
     layers, mapping = strategy.resolve(blocks)
-    return Pipeline(layers, mapping, gradient_accumulation, strategy.schedule_kind,
-                    optimizer=optimizer, loss=loss, reduction=reduction,
-                    recomputation=recomputation,
-                    offload_optimizer_state=offload_optimizer_state,
-                    replication_factor=replication_factor, repeat_count=device_iterations,
-                    target=target, replica_reduction="SUM" if reduction == "SUM" else "MEAN",
-                    replicated_optimizer_state_sharding=replicated_tensor_sharding,
-                    output_mode=output_mode, output_return_period=output_return_period)
+    p = Pipeline(layers, mapping, gradient_accumulation, strategy.schedule_kind,
+                 optimizer=optimizer, loss=loss, reduction=reduction,
+                 recomputation=recomputation,
+                 offload_optimizer_state=offload_optimizer_state,
+                 replication_factor=replication_factor, repeat_count=device_iterations,
+                 target=target, replica_reduction="SUM" if reduction == "SUM" else "MEAN",
+                 replicated_optimizer_state_sharding=replicated_tensor_sharding,
+                 output_mode=output_mode, output_return_period=output_return_period)
+    p.emulate = bool(emulate)
+    return p

@@ -1,0 +1,608 @@
+"""Pipelines on the emulator: ``pipeline(..., emulate=True)``.
+
+Every stage becomes Poplar programs on the tiles of its IPU (a virtual graph,
+``Graph::createVirtualGraph``) built from PopLibs-style ops: Dense is ``poplin.mat_mul``
+plus a bias add, ReLU ``popnn.non_linearity`` (its backward
+``popnn.non_linearity_input_gradient``), Flatten a reshape, the loss a softmax and
+``popnn.calc_loss``. The stash of each stage is a FIFO of tile variables (one slot per
+micro-batch in flight, as TensorFlow's ``PipelineFIFOInserter`` allocates them), so a
+stash that does not fit shows up, by name, in the compiler's out-of-memory report.
+Activations and gradients cross IPUs as ``Copy`` programs; samples and labels come in
+over host streams (infeeds) and the losses go out over one (an outfeed). The ops run in
+the schedule's order: one program per op of the schedule, run in one ``Engine.run`` per
+pipeline run (so the trace shows, for any F, B or R op, the supersteps that made it:
+:meth:`EmulatedRunResult.steps_of`).
+
+Gradients are accumulated on the device (SUM, MEAN, RUNNING_MEAN, in the accumulator
+dtype) and the optimiser (SGD with momentum and weight decay, Adam, AdamW) updates the
+weights on the device once per run. Losses and weights equal the NumPy runner's to float32
+tolerance.
+
+Not emulated (a clear :class:`~ipukit.errors.IpuError` says so): Conv2D and MaxPool2D
+layers, concurrent stages, replication, float64 weights.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import backend
+from ..engine import Engine
+from ..errors import IpuError
+from ..graph import Graph
+from ..poplibs import poplin, popnn, popops, poputil
+from ..poplibs.expr import Expr, Sqrt, _1, _2, _3, _4
+from ..program import Copy, Execute, Program, Sequence
+from ..tensor import FLOAT, UNSIGNED_INT, Tensor
+from ..trace import Step, Trace
+from . import nn, optim, replication
+from .pipelining import MemoryRecord, RunResult, TimelineRecord
+
+# Poplar's programs (Copy, Execute, stream copies) each compile to one step; our op
+# programs hold nothing else, so counting them tells which trace events an op made.
+_LEAVES = (Copy, Execute)
+_5 = Expr("ARG", 5)  # popops' placeholders go on: _5 is the fifth operand
+
+
+def _leaves(prog: Program) -> int:
+    if isinstance(prog, Sequence):
+        return sum(_leaves(p) for p in prog.programs)
+    return 1 if isinstance(prog, _LEAVES) else 0
+
+
+def _layers(net) -> list:
+    return list(net.layers) if isinstance(net, nn.Sequential) else [net]
+
+
+def _param_key(net, i: int, name: str) -> str:
+    return f"{i}.{name}" if isinstance(net, nn.Sequential) else name
+
+
+def _map_like(vg: Graph, dst: Tensor, src: Tensor) -> None:
+    """Map ``dst``'s elements to the tiles of ``src``'s (same number of elements)."""
+    tiles = poputil.tile_of_elements(vg, src)
+    flat = dst.flatten()
+    cuts = np.flatnonzero(np.diff(tiles)) + 1
+    for b, e in zip(np.concatenate([[0], cuts]).tolist(),
+                    np.concatenate([cuts, [tiles.size]]).tolist()):
+        vg.set_tile_mapping(flat[b:e], int(tiles[b]))
+
+
+def _buffer(vg: Graph, like: Tensor, slots: int, name: str) -> Tensor:
+    """``slots`` tile variables shaped and mapped like ``like`` (a FIFO or an inbox)."""
+    t = vg.add_variable(like.dtype, (max(slots, 1),) + tuple(like.shape), name)
+    for j in range(max(slots, 1)):
+        _map_like(vg, t[j], like)
+    return t
+
+
+def _linear(vg: Graph, dtype, shape, name: str) -> Tensor:
+    t = vg.add_variable(dtype, shape, name)
+    poputil.map_tensor_linearly(vg, t)
+    return t
+
+
+class _Slots:
+    """Which slot of a buffer each micro-batch uses: the lowest free one, in op order."""
+
+    def __init__(self):
+        self.held: dict[int, int] = {}
+        self.size = 0
+
+    def put(self, m: int) -> int:
+        free = sorted(set(range(self.size + 1)) - set(self.held.values()))[0]
+        self.held[m] = free
+        self.size = max(self.size, free + 1)
+        return free
+
+    def take(self, m: int) -> int:
+        return self.held.pop(m)
+
+
+class _Stage:
+    """One stage's tensors and programs on its IPU's virtual graph."""
+
+    def __init__(self, emu, stage, in_shape):
+        self.k, self.net, self.emu = stage.index, stage.net, emu
+        (self.ipu,) = stage.ipus
+        g, tpi = emu.graph, emu.target.tiles_per_ipu
+        self.vg = vg = g.create_virtual_graph(self.ipu * tpi, (self.ipu + 1) * tpi)
+        p, k = emu.pipeline, self.k
+        self.last = k == len(p.stages) - 1
+        self.params: dict[str, Tensor] = {}
+        self.accs: dict[str, Tensor] = {}
+        for name, value in stage.params.items():
+            if np.dtype(value.dtype) != np.float32:
+                raise IpuError(
+                    f"stage {k} parameter '{name}' is {value.dtype}: the emulator runs "
+                    "float32 weights (Poplar's FLOAT); build the layers with dtype='float32' "
+                    "or use emulate=False"
+                )
+            self.params[name] = _linear(vg, FLOAT, value.shape, f"stage{k}/{name}")
+            acc_dtype = np.dtype(p.accumulation_dtypes[k][name])
+            if acc_dtype not in (np.float32, np.float16):
+                raise IpuError(
+                    f"gradient_accumulation_dtype {acc_dtype} for {k}.{name}: the emulator "
+                    "accumulates in float32 or float16; use emulate=False for others"
+                )
+            self.accs[name] = _linear(vg, acc_dtype, value.shape, f"stage{k}/{name}/accum")
+            g.create_host_write(f"{k}.{name}", self.params[name])
+            g.create_host_read(f"{k}.{name}", self.params[name])
+        self.count = _linear(vg, FLOAT, [1], f"stage{k}/accumulated")  # RUNNING_MEAN's n
+        self.input = _linear(vg, FLOAT, in_shape, f"stage{k}/input")
+        self.forward = Sequence()
+        self.saved: list[Tensor] = []  # what the backward reads: the stash of one op
+        self.acts = self._build_forward(in_shape)
+        self.output = self.acts[-1]
+        if self.last:
+            self._build_loss()
+        self.backward = Sequence()
+        self.dy = None if self.last else _linear(vg, FLOAT, self.output.shape,
+                                                 f"stage{k}/output grad")
+        self.dx = self._build_backward()
+
+    # -- forward ------------------------------------------------------------------------
+    def _build_forward(self, shape) -> list[Tensor]:
+        vg, prog, k = self.vg, self.forward, self.k
+        acts = [self.input]
+        for i, layer in enumerate(_layers(self.net)):
+            x, name = acts[-1], f"stage{k}/{i}.{type(layer).__name__}"
+            if isinstance(layer, nn.Dense):
+                w = self.params[_param_key(self.net, i, "weight")]
+                b = self.params[_param_key(self.net, i, "bias")]
+                y = poplin.mat_mul(vg, x, w, prog, name)
+                popops.add_in_place(vg, y, b, prog, name + "/bias")
+                self._save(x)
+            elif isinstance(layer, nn.ReLU):
+                y = popnn.non_linearity(vg, popnn.NonLinearityType.RELU, x, prog, name)
+                self._save(y)
+            elif isinstance(layer, nn.Flatten):
+                y = x.reshape([x.shape[0], math.prod(x.shape[1:])])
+            else:
+                raise IpuError(
+                    f"stage {k} layer {i} is {layer!r}: the emulator builds Dense, ReLU and "
+                    "Flatten from PopLibs ops (poplin.mat_mul, popnn); run this model with "
+                    "emulate=False"
+                )
+            acts.append(y)
+        return acts
+
+    def _save(self, t: Tensor) -> None:
+        if not any(t is s for s in self.saved):
+            self.saved.append(t)
+
+    def _build_loss(self):
+        vg, prog, k = self.vg, self.forward, self.k
+        logits = self.output
+        if logits.rank != 2:
+            raise IpuError(f"the last stage's outputs have shape {logits.shape}; the loss "
+                           "takes (micro-batch, classes) logits")
+        mb = logits.shape[0]
+        self.labels = _linear(vg, UNSIGNED_INT, [mb], f"stage{k}/labels")
+        probs = popnn.non_linearity(vg, popnn.NonLinearityType.SOFTMAX, logits, prog,
+                                    f"stage{k}/softmax")
+        per_sample = _linear(vg, FLOAT, [mb], f"stage{k}/loss per sample")
+        delta = vg.add_variable(FLOAT, logits.shape, f"stage{k}/delta")
+        _map_like(vg, delta, logits)
+        correct = _linear(vg, UNSIGNED_INT, [1], f"stage{k}/num correct")
+        prog.add(popnn.calc_loss(vg, probs, self.labels, per_sample, delta, correct,
+                                 popnn.CROSS_ENTROPY_LOSS, f"stage{k}/calcLoss"))
+        total = popops.reduce(vg, per_sample, [0], popops.Operation.ADD, prog,
+                              f"stage{k}/loss sum")
+        self.loss = popops.map(vg, _1 * (1.0 / mb), [total.reshape([1])], prog,
+                               f"stage{k}/mean loss")
+        self.dlogits = popops.map(vg, _1 * (1.0 / mb), [delta], prog, f"stage{k}/dlogits")
+        self._save(self.dlogits)
+
+    # -- backward -----------------------------------------------------------------------
+    def _build_backward(self) -> Tensor | None:
+        vg, prog, k, p = self.vg, self.backward, self.k, self.emu.pipeline
+        dy = self.dlogits if self.last else self.dy
+        grads: dict[str, Tensor] = {}
+        layers = _layers(self.net)
+        for i in reversed(range(len(layers))):
+            layer, x, y = layers[i], self.acts[i], self.acts[i + 1]
+            name = f"stage{k}/{i}.{type(layer).__name__}/grad"
+            first = i == 0 and k == 0  # nothing to send back: skip the input gradient
+            if isinstance(layer, nn.Dense):
+                w = self.params[_param_key(self.net, i, "weight")]
+                grads[_param_key(self.net, i, "weight")] = poplin.mat_mul(
+                    vg, x.transpose(), dy, prog, name + "/weight")
+                grads[_param_key(self.net, i, "bias")] = popops.reduce(
+                    vg, dy, [0], popops.Operation.ADD, prog, name + "/bias")
+                dy = None if first else poplin.mat_mul(vg, dy, w.transpose(), prog,
+                                                       name + "/input")
+            elif isinstance(layer, nn.ReLU):
+                dy = popnn.non_linearity_input_gradient(vg, popnn.NonLinearityType.RELU, y,
+                                                        dy, prog, name)
+            else:  # Flatten
+                dy = dy.reshape(x.shape)
+            if dy is None:
+                break
+        for name, g in grads.items():
+            acc = self.accs[name]
+            if g.dtype != acc.dtype:
+                g = popops.cast(vg, g, acc.dtype, prog, f"stage{k}/{name}/cast")
+            if p.reduction == "RUNNING_MEAN":
+                n = self.count.reshape([1] * acc.rank)
+                if acc.dtype != np.float32:
+                    n = popops.cast(vg, n, acc.dtype, prog, f"stage{k}/{name}/n")
+                popops.map(vg, _1 * (_3 / (_3 + 1.0)) + _2 * (1.0 / (_3 + 1.0)), [acc, g, n],
+                           prog, f"stage{k}/{name}/running mean", inplace=True)
+            else:
+                popops.add_in_place(vg, acc, g, prog, f"stage{k}/{name}/accumulate")
+        if p.reduction == "RUNNING_MEAN":
+            popops.add_in_place(vg, self.count, 1.0, prog, f"stage{k}/count")
+        return dy
+
+    # -- once per run -------------------------------------------------------------------
+    def zero_program(self) -> Sequence:
+        prog = Sequence()
+        for name, acc in self.accs.items():
+            popops.zero(self.vg, acc, prog, f"stage{self.k}/{name}/zero")
+        popops.zero(self.vg, self.count, prog, f"stage{self.k}/zero count")
+        return prog
+
+    def update_program(self, opt) -> Sequence:
+        vg, k, p = self.vg, self.k, self.emu.pipeline
+        prog = Sequence()
+        for name, w in self.params.items():
+            g, key = self.accs[name], f"{k}.{name}"
+            if p.reduction == "MEAN":
+                popops.map(vg, _1 * (1.0 / p.gradient_accumulation), [g], prog,
+                           f"stage{k}/{name}/mean", inplace=True)
+            if g.dtype != w.dtype:
+                g = popops.cast(vg, g, w.dtype, prog, f"stage{k}/{name}/to weight type")
+            opt.build(vg, key, w, g, prog)
+        return prog
+
+
+class _Optimizer:
+    """The weight update on the device, with the optimiser's state in tile variables."""
+
+    def __init__(self, emu, opt):
+        self.opt, self.emu = opt, emu
+        self.state: dict[str, dict[str, Tensor]] = {}
+        self.kind = type(opt)
+        if self.kind not in (optim.SGD, optim.Momentum, optim.Adam, optim.AdamW):
+            raise IpuError(f"the emulator updates weights with SGD, Momentum, Adam or AdamW, "
+                           f"got {opt!r}; use emulate=False")
+
+    def build(self, vg, key, w, g, prog):
+        o, name = self.opt, f"optimizer/{key}"
+        graph = self.emu.graph
+        if issubclass(self.kind, optim.SGD):
+            if o.weight_decay:
+                g = popops.map(vg, _1 + o.weight_decay * _2, [g, w], prog, name + "/decay")
+            if o.momentum:
+                buf = vg.add_variable(FLOAT, w.shape, f"{name}/momentum")
+                _map_like(vg, buf, w)
+                self.state[key] = {"buf": buf}
+                popops.map(vg, o.momentum * _1 + _2, [buf, g], prog, name + "/momentum",
+                           inplace=True)
+                g = buf
+            popops.map(vg, _1 - o.lr * _2, [w, g], prog, name + "/sgd", inplace=True)
+        else:
+            b1, b2 = o.betas
+            if o.weight_decay and o.decoupled:
+                popops.map(vg, _1 * (1 - o.lr * o.weight_decay), [w], prog, name + "/decay",
+                           inplace=True)
+            elif o.weight_decay:
+                g = popops.map(vg, _1 + o.weight_decay * _2, [g, w], prog, name + "/decay")
+            st = {}
+            for s in ("m", "v"):
+                st[s] = vg.add_variable(FLOAT, w.shape, f"{name}/{s}")
+                _map_like(vg, st[s], w)
+            st["corr"] = vg.add_variable(FLOAT, [2], f"{name}/bias correction 1 - beta^t")
+            vg.set_tile_mapping(st["corr"], int(poputil.tile_of_elements(vg, w)[0]))
+            self.state[key] = st
+            popops.map(vg, b1 * _1 + (1 - b1) * _2, [st["m"], g], prog, name + "/m",
+                       inplace=True)
+            popops.map(vg, b2 * _1 + (1 - b2) * _2 * _2, [st["v"], g], prog, name + "/v",
+                       inplace=True)
+            c1 = st["corr"][0].reshape([1] * w.rank)
+            c2 = st["corr"][1].reshape([1] * w.rank)
+            popops.map(vg, _1 - o.lr * (_2 / _4) / (Sqrt(_3 / _5) + o.eps),
+                       [w, st["m"], st["v"], c1, c2], prog, name + "/adam", inplace=True)
+        for s, t in self.state.get(key, {}).items():
+            graph.create_host_write(f"{name}/{s}", t)
+            graph.create_host_read(f"{name}/{s}", t)
+
+    # host <-> device state, so that the optimiser object stays the one truth between calls
+    def write(self, eng, first_call_step: dict):
+        xp_state = self.opt.state
+        for key, st in self.state.items():
+            name = f"optimizer/{key}"
+            if "buf" in st:
+                buf = xp_state.get(key)
+                eng.write_tensor(f"{name}/buf", np.zeros(st["buf"].shape, np.float32)
+                                 if buf is None else backend.to_numpy(buf))
+            else:
+                s = xp_state.get(key)
+                first_call_step[key] = 0 if s is None else s["step"]
+                for m in ("m", "v"):
+                    eng.write_tensor(f"{name}/{m}", np.zeros(st[m].shape, np.float32)
+                                     if s is None else backend.to_numpy(s[m]))
+
+    def before_update(self, eng, steps: dict, r: int):
+        b1, b2 = getattr(self.opt, "betas", (0, 0))
+        for key, st in self.state.items():
+            if "corr" in st:
+                t = steps[key] + r + 1
+                eng.write_tensor(f"optimizer/{key}/corr",
+                                 np.array([1 - b1**t, 1 - b2**t], np.float32))
+
+    def read(self, eng, steps: dict, runs: int):
+        xp = backend.get_xp()
+        for key, st in self.state.items():
+            name = f"optimizer/{key}"
+            if "buf" in st:
+                self.opt.state[key] = xp.asarray(eng.read_tensor(f"{name}/buf"))
+            else:
+                self.opt.state[key] = {"step": steps[key] + runs,
+                                       "m": xp.asarray(eng.read_tensor(f"{name}/m")),
+                                       "v": xp.asarray(eng.read_tensor(f"{name}/v"))}
+
+
+@dataclass(frozen=True)
+class OpSteps:
+    """The trace events (``[first, end)`` in ``trace.events``) one schedule op made."""
+
+    run: int  # the pipeline run (repeat) it belongs to
+    phase: str
+    stage: int
+    microbatch: int
+    ipu: int
+    first: int
+    end: int
+
+
+class Emulation:
+    """A pipeline built once as Poplar programs for one micro-batch shape; ``run`` trains."""
+
+    def __init__(self, pipeline, micro_batch: int, sample_shape: tuple):
+        p = self.pipeline = pipeline
+        if p.replication_factor > 1:
+            raise IpuError("replication_factor > 1 is not emulated yet; run replicated "
+                           "pipelines with emulate=False")
+        if any(len(s.ipus) > 1 for s in p.stages):
+            raise IpuError("concurrent stages are not emulated yet; use emulate=False")
+        self.target = p.target
+        self.device = _Device(p.target)
+        self.graph = g = Graph(p.target)
+        shapes = p._shapes((micro_batch,) + tuple(sample_shape))
+        self.stages = [_Stage(self, s, shape) for s, shape in zip(p.stages, shapes)]
+        self.opt = _Optimizer(self, p.optimizer)
+        first = self.stages[0]
+        n_in = math.prod(first.input.shape)
+        self.x_stream = g.add_host_to_device_fifo("samples", FLOAT, n_in)
+        self.y_stream = g.add_host_to_device_fifo("labels", UNSIGNED_INT, micro_batch)
+        self.loss_stream = g.add_device_to_host_fifo("losses", FLOAT, 1)
+        self.ops, programs = self._unroll()
+        zero = Sequence(*(s.zero_program() for s in self.stages))
+        update = Sequence(*(s.update_program(self.opt) for s in self.stages))
+        self.counts = [_leaves(zero)] + [_leaves(q) for q in programs] + [_leaves(update)]
+        # program 0 zeroes the accumulators, runs every op, and program 1 updates weights
+        self.engine = Engine(g, [Sequence(zero, *programs), update])
+        self.engine.load(self.device)
+
+    def _unroll(self):
+        """One program per schedule op, with its FIFO and inbox slots fixed in advance."""
+        p, st = self.pipeline, self.stages
+        fifo_slots = [_Slots() for _ in st]
+        inbox = [_Slots() for _ in st]  # activations waiting for stage k
+        gradbox = [_Slots() for _ in st]  # gradients waiting for stage k
+        plan = []
+        for op in p.schedule.ops:
+            plan.append((op, self._plan_op(op, fifo_slots[op.stage], inbox, gradbox)))
+        # buffers now that their sizes are known
+        for s in st:
+            stash = [s.input] + ([s.labels] if s.last else []) if p.recomputation else s.saved
+            s.stash = stash
+            cap = fifo_slots[s.k].size
+            s.fifo = [_buffer(s.vg, t, cap, f"stage{s.k}/stash FIFO {t.name}")
+                      for t in stash]
+            s.inbox = _buffer(s.vg, s.input, inbox[s.k].size, f"stage{s.k}/inbox") \
+                if s.k else None
+            s.gradbox = _buffer(s.vg, s.dy, gradbox[s.k].size, f"stage{s.k}/grad inbox") \
+                if not s.last else None
+        ops, programs = [], []
+        for op, slots in plan:
+            ops.append(op)
+            programs.append(self._op_program(op, slots))
+        return ops, programs
+
+    def _plan_op(self, op, fifo, inbox, gradbox) -> dict:
+        k, m, last = op.stage, op.microbatch, len(self.stages) - 1
+        slots = {}
+        if op.phase == "F":
+            if k > 0:
+                slots["in"] = inbox[k].take(m)
+            slots["push"] = fifo.put(m)
+            if k < last:
+                slots["send"] = inbox[k + 1].put(m)
+        elif op.phase == "R":
+            slots["pop"] = fifo.take(m)
+        else:
+            if not self.pipeline.recomputation:
+                slots["pop"] = fifo.take(m)
+            if k < last:
+                slots["dy"] = gradbox[k].take(m)
+            if k > 0:
+                slots["send"] = gradbox[k - 1].put(m)
+        return slots
+
+    def _op_program(self, op, slots) -> Sequence:
+        s = self.stages[op.stage]
+        prog = Sequence()
+        if "pop" in slots:
+            for t, f in zip(s.stash, s.fifo):
+                prog.add(Copy(f[slots["pop"]], t))
+        if op.phase == "F":
+            prog.add(Copy(self.x_stream, s.input) if s.k == 0
+                     else Copy(s.inbox[slots["in"]], s.input))
+            if s.last:
+                prog.add(Copy(self.y_stream, s.labels))
+        if op.phase in ("F", "R"):
+            prog.add(s.forward)
+            if s.last and op.phase == "F":
+                prog.add(Copy(s.loss, self.loss_stream))
+        if "push" in slots:
+            for t, f in zip(s.stash, s.fifo):
+                prog.add(Copy(t, f[slots["push"]]))
+        if op.phase == "F" and "send" in slots:
+            prog.add(Copy(s.output, self.stages[s.k + 1].inbox[slots["send"]]))
+        if op.phase == "B":
+            if "dy" in slots:
+                prog.add(Copy(s.gradbox[slots["dy"]], s.dy))
+            prog.add(s.backward)
+            if "send" in slots:
+                prog.add(Copy(s.dx, self.stages[s.k - 1].gradbox[slots["send"]]))
+        return prog
+
+    # -- running --------------------------------------------------------------------------
+    def run(self, xs, ys):
+        """Train on ``xs[r, 0, m]`` for every pipeline run ``r``; returns losses and ops."""
+        p, eng = self.pipeline, self.engine
+        for s in self.stages:
+            for name in s.params:
+                eng.write_tensor(f"{s.k}.{name}", backend.to_numpy(p.stages[s.k].params[name]))
+        steps: dict = {}
+        self.opt.write(eng, steps)
+        f0 = [o.microbatch for o in self.ops if o.phase == "F" and o.stage == 0]
+        fl = [o.microbatch for o in self.ops if o.phase == "F" and o.stage == len(p.stages) - 1]
+        losses = np.zeros((p.repeat_count, 1, p.gradient_accumulation))
+        records = []
+        for r in range(p.repeat_count):
+            eng.connect_stream("samples", np.ascontiguousarray(xs[r, 0][f0], np.float32))
+            eng.connect_stream("labels", np.ascontiguousarray(ys[r, 0][fl]).astype(np.uint32))
+            out = np.zeros(len(fl), np.float32)
+            eng.connect_stream("losses", out)
+            first = len(eng.trace) + 1  # after the host sync of this Engine.run
+            eng.run(0)
+            self.opt.before_update(eng, steps, r)
+            eng.run(1)
+            losses[r, 0, fl] = out
+            pos = first
+            for i, op in enumerate(self.ops):
+                n = self.counts[i + 1]
+                if i == 0:
+                    pos += self.counts[0]
+                records.append(OpSteps(r, op.phase, op.stage, op.microbatch,
+                                       self.stages[op.stage].ipu, pos, pos + n))
+                pos += n
+            records.append(OpSteps(r, "optimizer", -1, -1, -1, pos + 1,
+                                   pos + 1 + self.counts[-1]))
+        self.opt.read(eng, steps, p.repeat_count)
+        xp = backend.get_xp()
+        for s in self.stages:
+            for name in s.params:
+                p.stages[s.k].params[name][...] = xp.asarray(eng.read_tensor(f"{s.k}.{name}"))
+        return losses, records
+
+
+class _Device:
+    def __init__(self, target):
+        self.target = target
+
+
+def steps_of(trace, op: OpSteps) -> list[Step]:
+    """The compiled steps (supersteps and copies) that ``op`` executed, in order."""
+    ids = trace._step_ids[op.first:op.end]
+    return [trace.steps[i] for i in ids]
+
+
+@dataclass(frozen=True)
+class EmulatedRunResult(RunResult):
+    """A :class:`~ipukit.parallel.pipelining.RunResult` with the run's ``trace`` (an
+    ``ipu.Trace``: ``BSPView(result.trace)`` works) and, per schedule op, the trace events
+    it made (``op_steps``); the timeline's durations are those events' cycles."""
+
+    trace: Trace | None = None
+    op_steps: tuple[OpSteps, ...] = ()
+    origin: float = 0.0  # the trace cycle where this run's timeline starts
+
+    def steps_of(self, phase: str, stage: int, microbatch: int, run: int = 0) -> list[Step]:
+        """The supersteps (compute sets, copies, stream copies) of one F, B or R op."""
+        for o in self.op_steps:
+            if (o.phase, o.stage, o.microbatch, o.run) == (phase, stage, microbatch, run):
+                return steps_of(self.trace, o)
+        raise IpuError(f"no {phase} op of stage {stage} on micro-batch {microbatch} in run "
+                       f"{run}; the schedule's ops are (phase, stage, micro-batch) with phase "
+                       "F, B or R")
+
+    def span_steps(self, span) -> list[Step]:
+        """The supersteps behind a timeline record (an F, B or R span of this run)."""
+        t0 = span.start
+        run = next((o.run for o in self.op_steps if o.phase == span.kind
+                    and o.stage == span.stage and o.microbatch == span.microbatch
+                    and self._start(o) == t0), None)
+        if run is None or span.kind not in ("F", "B", "R"):
+            raise IpuError(f"{span!r} is not an F, B or R span of this emulated run")
+        return self.steps_of(span.kind, span.stage, span.microbatch, run)
+
+    def _start(self, o: OpSteps) -> float:
+        return float(self.trace._starts[o.first]) - self.origin
+
+
+def run(p, x, labels) -> EmulatedRunResult:
+    """``Pipeline.run`` on the emulator (``pipeline(..., emulate=True)``)."""
+    mb = replication.check_samples(p, len(x), len(labels))
+    sample_shape = tuple(np.shape(x)[1:])
+    key = (mb, sample_shape)
+    cache = p.__dict__.setdefault("_emulations", {})
+    if key not in cache:
+        cache[key] = Emulation(p, mb, sample_shape)
+    emu = cache[key]
+    shape = (p.repeat_count, p.replication_factor, p.gradient_accumulation, mb)
+    xs = np.asarray(x).reshape(shape + sample_shape)
+    ys = np.asarray(labels).reshape(shape)
+    start = len(emu.engine.trace)
+    losses, ops = emu.run(xs, ys)
+    trace = emu.engine.trace
+    ops = tuple(OpSteps(o.run, o.phase, o.stage, o.microbatch, o.ipu, o.first, o.end)
+                for o in ops)
+    origin = float(trace._starts[ops[0].first])
+    timeline = _timeline(emu, trace, ops, origin)
+    memory = tuple(MemoryRecord(0.0, s.ipu, *_bytes(emu, s)) for s in emu.stages)
+    cycles = float(trace.total_cycles - trace._starts[start]) if len(trace) > start else 0.0
+    outputs = replication.select_outputs(losses, p.output_mode, p.output_return_period)
+    return EmulatedRunResult(losses, timeline, memory, cycles, 0, p.target.clock_hz, outputs,
+                             trace, ops, origin)
+
+
+def _timeline(emu, trace, ops, t0) -> tuple:
+    """F/B/R records from the trace events each op made, plus its IPU-Link copies."""
+    out = []
+    for o in ops:
+        if o.end <= o.first:
+            continue
+        starts = trace._starts[o.first:o.end]
+        steps = [trace.steps[i] for i in trace._step_ids[o.first:o.end]]
+        begin, end = starts[0] - t0, starts[-1] + steps[-1].cycles - t0
+        if o.phase == "optimizer":
+            out.extend(TimelineRecord(s.ipu, "optimizer", -1, -1, float(begin),
+                                      float(end - begin)) for s in emu.stages)
+            continue
+        out.append(TimelineRecord(o.ipu, o.phase, o.stage, o.microbatch, float(begin),
+                                  float(end - begin)))
+        for t, st in zip(starts, steps):
+            if st.inter_ipu_bytes:
+                out.append(TimelineRecord(o.ipu, "link", o.stage, o.microbatch,
+                                          float(t - t0), float(st.cycles),
+                                          int(st.inter_ipu_bytes)))
+    return tuple(out)
+
+
+def _bytes(emu, s) -> tuple[int, int, int, int]:
+    """(weights, stash, gradient accumulators, optimiser state) bytes of stage ``s``."""
+    def size(ts):
+        return sum(t.num_elements() * t.dtype.itemsize for t in ts)
+
+    bufs = list(s.fifo) + [b for b in (s.inbox, s.gradbox) if b is not None]
+    state = [t for key, st in emu.opt.state.items() if key.startswith(f"{s.k}.")
+             for t in st.values()]
+    return size(s.params.values()), size(bufs), size(s.accs.values()), size(state)

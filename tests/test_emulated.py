@@ -1,0 +1,170 @@
+"""Pipelines on the emulator (``emulate=True``) against the NumPy runner."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import ipukit as ipu
+from ipukit.parallel import nn, optim
+from ipukit.parallel.pipelining import Block, pipeline, training_model
+from ipukit.parallel.schedule import KINDS
+from ipukit.widgets import BSPView
+
+TARGET = ipu.IPUModel(num_ipus=3, tiles_per_ipu=4).create_device().target
+
+
+def stages():
+    return [[nn.Dense(6, 8, rng=1), nn.ReLU()],
+            [nn.Dense(8, 8, rng=2), nn.ReLU()],
+            [nn.Dense(8, 3, rng=3)]]
+
+
+def data(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 6)).astype("float32"), rng.integers(0, 3, n)
+
+
+def both(make, x, y):
+    """Run the same pipeline with the NumPy runner and on the emulator."""
+    out = []
+    for emulate in (False, True):
+        p = make(emulate)
+        out.append((p.run(x, y), p))
+    return out
+
+
+def assert_same(pair):
+    (a, pa), (b, pb) = pair
+    np.testing.assert_allclose(b.losses, a.losses, rtol=1e-4, atol=1e-6)
+    assert pa.params.keys() == pb.params.keys()
+    for k in pa.params:
+        np.testing.assert_allclose(pb.params[k], pa.params[k], rtol=1e-4, atol=1e-6,
+                                   err_msg=k)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_schedule_equals_the_numpy_runner(kind):
+    x, y = data(6 * 2 * 4)
+    ga = 6
+
+    def make(emulate):
+        return pipeline(stages(), None, gradient_accumulation_count=ga, pipeline_schedule=kind,
+                        optimizer=optim.SGD(0.1), loss=nn.SoftmaxCrossEntropy(),
+                        target=TARGET, repeat_count=2, emulate=emulate)
+
+    pair = both(make, x, y)
+    assert_same(pair)
+    (a, pa), (b, _) = pair
+    assert not np.allclose(pa.params["0.0.weight"], stages()[0][0].params["weight"])  # trained
+    ops = [(o.phase, o.stage, o.microbatch) for o in b.op_steps if o.run == 0 and o.stage >= 0]
+    assert ops == [(o.phase, o.stage, o.microbatch) for o in pa.schedule.ops]
+
+
+@pytest.mark.parametrize("reduction", ["SUM", "MEAN", "RUNNING_MEAN"])
+@pytest.mark.parametrize("recomputation", [False, True])
+def test_reductions_and_recomputation(reduction, recomputation):
+    x, y = data(4 * 6 * 2, seed=1)
+
+    def make(emulate):
+        return pipeline(stages(), None, gradient_accumulation_count=6,
+                        pipeline_schedule="grouped", reduction_method=reduction,
+                        recomputation=recomputation, optimizer=optim.SGD(0.05),
+                        loss=nn.SoftmaxCrossEntropy(), target=TARGET, device_iterations=2,
+                        emulate=emulate)
+
+    pair = both(make, x, y)
+    assert_same(pair)
+    if recomputation:
+        assert any(o.phase == "R" for o in pair[1][0].op_steps)
+
+
+@pytest.mark.parametrize("opt", [lambda: optim.SGD(0.1, momentum=0.9, weight_decay=0.01),
+                                 lambda: optim.Adam(0.01, weight_decay=0.01),
+                                 lambda: optim.AdamW(0.01)])
+def test_optimisers_and_state_across_calls(opt):
+    x, y = data(6 * 2, seed=2)
+
+    def make(emulate):
+        return pipeline(stages(), None, gradient_accumulation_count=6,
+                        pipeline_schedule="interleaved", optimizer=opt(),
+                        loss=nn.SoftmaxCrossEntropy(), target=TARGET, repeat_count=2,
+                        emulate=emulate)
+
+    (a, pa), (b, pb) = both(make, x, y)
+    a2, b2 = pa.run(x, y), pb.run(x, y)  # the optimiser state carries over
+    assert_same([(a2, pa), (b2, pb)])
+
+
+def test_accumulator_dtype_and_poptorch_front_end():
+    x, y = data(3 * 5 * 2, seed=3)
+
+    def make(emulate):
+        blocks = [Block("a", nn.Dense(6, 8, rng=4), nn.ReLU(), ipu_id=0),
+                  Block("b", nn.Dense(8, 8, rng=5), nn.ReLU(), ipu_id=1),
+                  Block("c", nn.Dense(8, 3, rng=6), ipu_id=2)]
+        return training_model(blocks, nn.SoftmaxCrossEntropy(), optim.SGD(0.1),
+                              gradient_accumulation=5, device_iterations=2, target=TARGET,
+                              emulate=emulate)
+
+    assert_same(both(make, x, y))
+    x, y = data(6 * 2, seed=4)
+
+    def make16(emulate):
+        return pipeline(stages(), None, gradient_accumulation_count=6,
+                        gradient_accumulation_dtype="float16", optimizer=optim.SGD(0.1),
+                        loss=nn.SoftmaxCrossEntropy(), target=TARGET, repeat_count=2,
+                        emulate=emulate)
+
+    (a, pa), (b, pb) = both(make16, x, y)
+    np.testing.assert_allclose(b.losses, a.losses, rtol=1e-3)
+    for k in pa.params:
+        np.testing.assert_allclose(pb.params[k], pa.params[k], rtol=1e-3, atol=1e-4)
+
+
+def test_the_trace_holds_every_op_as_supersteps():
+    x, y = data(6, seed=5)
+    p = pipeline(stages(), None, gradient_accumulation_count=6, optimizer=optim.SGD(0.1),
+                 loss=nn.SoftmaxCrossEntropy(), target=TARGET, emulate=True)
+    r = p.run(x, y)
+    assert isinstance(r.trace, ipu.Trace)
+    steps = r.steps_of("F", 1, 0)
+    names = [s.name for s in steps]
+    assert any("stage1/0.Dense" in n and s.kind == "compute" for n, s in zip(names, steps))
+    assert any(s.kind == "copy" and s.inter_ipu_bytes == 8 * 1 * 4 for s in steps)  # to IPU 2
+    # IPU 1's tiles do all the compute of stage 1's forward
+    tiles = TARGET.tiles_per_ipu
+    for s in steps:
+        if s.kind == "compute":
+            busy = np.flatnonzero(s.tile_compute_cycles)
+            assert busy.min() >= tiles and busy.max() < 2 * tiles
+    span = next(t for t in r.timeline if t.kind == "B" and t.stage == 2)
+    assert r.span_steps(span) == r.steps_of("B", 2, span.microbatch)
+    assert span.duration == sum(s.cycles for s in r.span_steps(span))
+    BSPView(r.trace)  # the widget takes the whole run
+
+
+def test_a_stash_that_does_not_fit_names_the_fifo():
+    tiny = ipu.IPUModel(num_ipus=2, tiles_per_ipu=1).create_device().target
+    big = [[nn.Dense(64, 64, rng=0), nn.ReLU()], [nn.Dense(64, 4, rng=1)]]
+    x = np.zeros((8 * 200, 64), np.float32)
+    p = pipeline(big, None, gradient_accumulation_count=8, optimizer=optim.SGD(0.1),
+                 loss=nn.SoftmaxCrossEntropy(), target=tiny, emulate=True)
+    # an error, or a warning where the engine lets a graph run out of memory (Poplar's
+    # debug.allowOutOfMemory): either way the report names the stash
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            p.run(x, np.zeros(len(x), np.int64))
+            message = " ".join(str(w.message) for w in caught)
+        except ipu.OutOfMemoryError as e:
+            message = str(e)
+    assert "Out of memory" in message and "stage0/stash FIFO" in message
+
+
+def test_layers_the_emulator_does_not_build_are_refused():
+    p = pipeline([[nn.Conv2D(1, 2, 3, rng=0), nn.Flatten()], [nn.Dense(8, 2, rng=1)]], None,
+                 gradient_accumulation_count=4, optimizer=optim.SGD(0.1),
+                 loss=nn.SoftmaxCrossEntropy(), emulate=True)
+    with pytest.raises(ipu.IpuError, match="Conv2D.*emulate=False"):
+        p.run(np.zeros((4, 1, 4, 4), np.float32), np.zeros(4, np.int64))
