@@ -7,6 +7,7 @@ import pytest
 
 import ipukit as ipu
 from ipukit.parallel import nn, optim
+from ipukit.parallel.emulated import steps_of
 from ipukit.parallel.pipelining import Block, pipeline, training_model
 from ipukit.parallel.schedule import KINDS
 from ipukit.widgets import BSPView
@@ -168,3 +169,27 @@ def test_layers_the_emulator_does_not_build_are_refused():
                  loss=nn.SoftmaxCrossEntropy(), emulate=True)
     with pytest.raises(ipu.IpuError, match="Conv2D.*emulate=False"):
         p.run(np.zeros((4, 1, 4, 4), np.float32), np.zeros(4, np.int64))
+
+
+@pytest.mark.parametrize("rts", [False, True])
+@pytest.mark.parametrize("reduction", ["SUM", "MEAN"])
+def test_replication_and_rts(rts, reduction):
+    target = ipu.IPUModel(num_ipus=6, tiles_per_ipu=2).create_device().target
+    x, y = data(2 * 2 * 6 * 2, seed=6)
+
+    def make(emulate):
+        return pipeline(stages(), None, gradient_accumulation_count=6,
+                        pipeline_schedule="grouped", optimizer=optim.Adam(0.01),
+                        loss=nn.SoftmaxCrossEntropy(), target=target, replication_factor=2,
+                        replica_reduction=reduction, repeat_count=2,
+                        replicated_optimizer_state_sharding=rts, emulate=emulate)
+
+    (a, pa), (b, pb) = pair = both(make, x, y)
+    assert_same(pair)
+    assert b.losses.shape == (2, 2, 6)
+    assert sorted(pb.optimizer.state) == sorted(pa.optimizer.state)
+    # the replicas' stages run on IPUs 3..5 and their gradients cross to IPUs 0..2
+    stage_ipus = {o.ipu for o in b.op_steps if o.stage >= 0}
+    assert stage_ipus == {0, 1, 2}
+    steps = [s for o in b.op_steps if o.phase == "optimizer" for s in steps_of(b.trace, o)]
+    assert any(s.kind == "copy" and s.inter_ipu_bytes for s in steps)

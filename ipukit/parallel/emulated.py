@@ -18,8 +18,12 @@ dtype) and the optimiser (SGD with momentum and weight decay, Adam, AdamW) updat
 weights on the device once per run. Losses and weights equal the NumPy runner's to float32
 tolerance.
 
+Replicas are copies of the stages on their own IPUs; their gradients are all-reduced by
+inter-IPU copies and adds (with replicated tensor sharding, each replica updates its
+shard of every weight and the shards are gathered by copies).
+
 Not emulated (a clear :class:`~ipukit.errors.IpuError` says so): Conv2D and MaxPool2D
-layers, concurrent stages, replication, float64 weights.
+layers, concurrent stages, float64 weights, optimiser-state offloading.
 """
 
 from __future__ import annotations
@@ -63,12 +67,7 @@ def _param_key(net, i: int, name: str) -> str:
 
 def _map_like(vg: Graph, dst: Tensor, src: Tensor) -> None:
     """Map ``dst``'s elements to the tiles of ``src``'s (same number of elements)."""
-    tiles = poputil.tile_of_elements(vg, src)
-    flat = dst.flatten()
-    cuts = np.flatnonzero(np.diff(tiles)) + 1
-    for b, e in zip(np.concatenate([[0], cuts]).tolist(),
-                    np.concatenate([cuts, [tiles.size]]).tolist()):
-        vg.set_tile_mapping(flat[b:e], int(tiles[b]))
+    popops._map_elements(vg, dst, poputil.tile_of_elements(vg, src))
 
 
 def _buffer(vg: Graph, like: Tensor, slots: int, name: str) -> Tensor:
@@ -105,12 +104,13 @@ class _Slots:
 class _Stage:
     """One stage's tensors and programs on its IPU's virtual graph."""
 
-    def __init__(self, emu, stage, in_shape):
-        self.k, self.net, self.emu = stage.index, stage.net, emu
-        (self.ipu,) = stage.ipus
+    def __init__(self, emu, stage, in_shape, replica: int = 0):
+        self.k, self.net, self.emu, self.replica = stage.index, stage.net, emu, replica
+        self.ipu = replica * emu.ipus_per_replica + stage.ipus[0]
         g, tpi = emu.graph, emu.target.tiles_per_ipu
         self.vg = vg = g.create_virtual_graph(self.ipu * tpi, (self.ipu + 1) * tpi)
         p, k = emu.pipeline, self.k
+        self.pre = pre = f"replica{replica}/" if replica else ""
         self.last = k == len(p.stages) - 1
         self.params: dict[str, Tensor] = {}
         self.accs: dict[str, Tensor] = {}
@@ -121,18 +121,18 @@ class _Stage:
                     "float32 weights (Poplar's FLOAT); build the layers with dtype='float32' "
                     "or use emulate=False"
                 )
-            self.params[name] = _linear(vg, FLOAT, value.shape, f"stage{k}/{name}")
+            self.params[name] = _linear(vg, FLOAT, value.shape, f"{pre}stage{k}/{name}")
             acc_dtype = np.dtype(p.accumulation_dtypes[k][name])
             if acc_dtype not in (np.float32, np.float16):
                 raise IpuError(
                     f"gradient_accumulation_dtype {acc_dtype} for {k}.{name}: the emulator "
                     "accumulates in float32 or float16; use emulate=False for others"
                 )
-            self.accs[name] = _linear(vg, acc_dtype, value.shape, f"stage{k}/{name}/accum")
-            g.create_host_write(f"{k}.{name}", self.params[name])
-            g.create_host_read(f"{k}.{name}", self.params[name])
-        self.count = _linear(vg, FLOAT, [1], f"stage{k}/accumulated")  # RUNNING_MEAN's n
-        self.input = _linear(vg, FLOAT, in_shape, f"stage{k}/input")
+            self.accs[name] = _linear(vg, acc_dtype, value.shape, f"{pre}stage{k}/{name}/accum")
+            g.create_host_write(f"{pre}{k}.{name}", self.params[name])
+            g.create_host_read(f"{pre}{k}.{name}", self.params[name])
+        self.count = _linear(vg, FLOAT, [1], f"{pre}stage{k}/accumulated")  # RUNNING_MEAN's n
+        self.input = _linear(vg, FLOAT, in_shape, f"{pre}stage{k}/input")
         self.forward = Sequence()
         self.saved: list[Tensor] = []  # what the backward reads: the stash of one op
         self.acts = self._build_forward(in_shape)
@@ -141,7 +141,7 @@ class _Stage:
             self._build_loss()
         self.backward = Sequence()
         self.dy = None if self.last else _linear(vg, FLOAT, self.output.shape,
-                                                 f"stage{k}/output grad")
+                                                 f"{pre}stage{k}/output grad")
         self.dx = self._build_backward()
 
     # -- forward ------------------------------------------------------------------------
@@ -149,7 +149,7 @@ class _Stage:
         vg, prog, k = self.vg, self.forward, self.k
         acts = [self.input]
         for i, layer in enumerate(_layers(self.net)):
-            x, name = acts[-1], f"stage{k}/{i}.{type(layer).__name__}"
+            x, name = acts[-1], f"{self.pre}stage{k}/{i}.{type(layer).__name__}"
             if isinstance(layer, nn.Dense):
                 w = self.params[_param_key(self.net, i, "weight")]
                 b = self.params[_param_key(self.net, i, "bias")]
@@ -175,37 +175,38 @@ class _Stage:
             self.saved.append(t)
 
     def _build_loss(self):
-        vg, prog, k = self.vg, self.forward, self.k
+        vg, prog, k = self.vg, self.forward, f"{self.pre}stage{self.k}"
         logits = self.output
         if logits.rank != 2:
             raise IpuError(f"the last stage's outputs have shape {logits.shape}; the loss "
                            "takes (micro-batch, classes) logits")
         mb = logits.shape[0]
-        self.labels = _linear(vg, UNSIGNED_INT, [mb], f"stage{k}/labels")
+        self.labels = _linear(vg, UNSIGNED_INT, [mb], f"{k}/labels")
         probs = popnn.non_linearity(vg, popnn.NonLinearityType.SOFTMAX, logits, prog,
-                                    f"stage{k}/softmax")
-        per_sample = _linear(vg, FLOAT, [mb], f"stage{k}/loss per sample")
-        delta = vg.add_variable(FLOAT, logits.shape, f"stage{k}/delta")
+                                    f"{k}/softmax")
+        per_sample = _linear(vg, FLOAT, [mb], f"{k}/loss per sample")
+        delta = vg.add_variable(FLOAT, logits.shape, f"{k}/delta")
         _map_like(vg, delta, logits)
-        correct = _linear(vg, UNSIGNED_INT, [1], f"stage{k}/num correct")
+        correct = _linear(vg, UNSIGNED_INT, [1], f"{k}/num correct")
         prog.add(popnn.calc_loss(vg, probs, self.labels, per_sample, delta, correct,
-                                 popnn.CROSS_ENTROPY_LOSS, f"stage{k}/calcLoss"))
+                                 popnn.CROSS_ENTROPY_LOSS, f"{k}/calcLoss"))
         total = popops.reduce(vg, per_sample, [0], popops.Operation.ADD, prog,
-                              f"stage{k}/loss sum")
+                              f"{k}/loss sum")
         self.loss = popops.map(vg, _1 * (1.0 / mb), [total.reshape([1])], prog,
-                               f"stage{k}/mean loss")
-        self.dlogits = popops.map(vg, _1 * (1.0 / mb), [delta], prog, f"stage{k}/dlogits")
+                               f"{k}/mean loss")
+        self.dlogits = popops.map(vg, _1 * (1.0 / mb), [delta], prog, f"{k}/dlogits")
         self._save(self.dlogits)
 
     # -- backward -----------------------------------------------------------------------
     def _build_backward(self) -> Tensor | None:
         vg, prog, k, p = self.vg, self.backward, self.k, self.emu.pipeline
+        pre = f"{self.pre}stage{k}"
         dy = self.dlogits if self.last else self.dy
         grads: dict[str, Tensor] = {}
         layers = _layers(self.net)
         for i in reversed(range(len(layers))):
             layer, x, y = layers[i], self.acts[i], self.acts[i + 1]
-            name = f"stage{k}/{i}.{type(layer).__name__}/grad"
+            name = f"{pre}/{i}.{type(layer).__name__}/grad"
             first = i == 0 and k == 0  # nothing to send back: skip the input gradient
             if isinstance(layer, nn.Dense):
                 w = self.params[_param_key(self.net, i, "weight")]
@@ -225,62 +226,82 @@ class _Stage:
         for name, g in grads.items():
             acc = self.accs[name]
             if g.dtype != acc.dtype:
-                g = popops.cast(vg, g, acc.dtype, prog, f"stage{k}/{name}/cast")
+                g = popops.cast(vg, g, acc.dtype, prog, f"{pre}/{name}/cast")
             if p.reduction == "RUNNING_MEAN":
                 n = self.count.reshape([1] * acc.rank)
                 if acc.dtype != np.float32:
-                    n = popops.cast(vg, n, acc.dtype, prog, f"stage{k}/{name}/n")
+                    n = popops.cast(vg, n, acc.dtype, prog, f"{pre}/{name}/n")
                 popops.map(vg, _1 * (_3 / (_3 + 1.0)) + _2 * (1.0 / (_3 + 1.0)), [acc, g, n],
-                           prog, f"stage{k}/{name}/running mean", inplace=True)
+                           prog, f"{pre}/{name}/running mean", inplace=True)
             else:
-                popops.add_in_place(vg, acc, g, prog, f"stage{k}/{name}/accumulate")
+                popops.add_in_place(vg, acc, g, prog, f"{pre}/{name}/accumulate")
         if p.reduction == "RUNNING_MEAN":
-            popops.add_in_place(vg, self.count, 1.0, prog, f"stage{k}/count")
+            popops.add_in_place(vg, self.count, 1.0, prog, f"{pre}/count")
         return dy
 
     # -- once per run -------------------------------------------------------------------
     def zero_program(self) -> Sequence:
-        prog = Sequence()
+        prog, pre = Sequence(), f"{self.pre}stage{self.k}"
         for name, acc in self.accs.items():
-            popops.zero(self.vg, acc, prog, f"stage{self.k}/{name}/zero")
-        popops.zero(self.vg, self.count, prog, f"stage{self.k}/zero count")
+            popops.zero(self.vg, acc, prog, f"{pre}/{name}/zero")
+        popops.zero(self.vg, self.count, prog, f"{pre}/zero count")
         return prog
 
-    def update_program(self, opt) -> Sequence:
-        vg, k, p = self.vg, self.k, self.emu.pipeline
-        prog = Sequence()
+    def mean_program(self) -> Sequence:
+        """MEAN: the accumulators divided by the number of micro-batches."""
+        p, prog = self.emu.pipeline, Sequence()
+        if p.reduction == "MEAN":
+            for name, g in self.accs.items():
+                popops.map(self.vg, _1 * (1.0 / p.gradient_accumulation), [g], prog,
+                           f"{self.pre}stage{self.k}/{name}/mean", inplace=True)
+        return prog
+
+    def update_program(self, opt, shards: int = 1) -> Sequence:
+        """The optimiser on this replica's weights (its shard of each with RTS)."""
+        vg, k, prog = self.vg, self.k, Sequence()
         for name, w in self.params.items():
-            g, key = self.accs[name], f"{k}.{name}"
-            if p.reduction == "MEAN":
-                popops.map(vg, _1 * (1.0 / p.gradient_accumulation), [g], prog,
-                           f"stage{k}/{name}/mean", inplace=True)
+            g = self.accs[name]
             if g.dtype != w.dtype:
-                g = popops.cast(vg, g, w.dtype, prog, f"stage{k}/{name}/to weight type")
-            opt.build(vg, key, w, g, prog)
+                g = popops.cast(vg, g, w.dtype, prog,
+                                f"{self.pre}stage{k}/{name}/to weight type")
+            if shards == 1:
+                opt.build(vg, f"{k}.{name}", w, g, prog, self.replica)
+                continue
+            lo, hi = replication.shard_bounds(w.num_elements(), shards)[self.replica]
+            if hi > lo:
+                opt.build(vg, f"{k}.{name}/rts{self.replica}", w.flatten()[lo:hi],
+                          g.flatten()[lo:hi], prog, 0)
         return prog
 
 
 class _Optimizer:
-    """The weight update on the device, with the optimiser's state in tile variables."""
+    """The weight update on the device, with the optimiser's state in tile variables.
+
+    Every replica holds its own copy of the state (the same values); with RTS each holds
+    the state of its shard only (keys ``"<key>/rts<r>"``, as the NumPy runner's)."""
 
     def __init__(self, emu, opt):
         self.opt, self.emu = opt, emu
-        self.state: dict[str, dict[str, Tensor]] = {}
+        self.state: dict[tuple[str, int], dict[str, Tensor]] = {}
         self.kind = type(opt)
         if self.kind not in (optim.SGD, optim.Momentum, optim.Adam, optim.AdamW):
             raise IpuError(f"the emulator updates weights with SGD, Momentum, Adam or AdamW, "
                            f"got {opt!r}; use emulate=False")
 
-    def build(self, vg, key, w, g, prog):
-        o, name = self.opt, f"optimizer/{key}"
+    @staticmethod
+    def handle(key, replica, s) -> str:
+        return f"optimizer/{key}/{s}" + (f"@replica{replica}" if replica else "")
+
+    def build(self, vg, key, w, g, prog, replica):
+        o, name = self.opt, (f"replica{replica}/" if replica else "") + f"optimizer/{key}"
         graph = self.emu.graph
+        st = {}
         if issubclass(self.kind, optim.SGD):
             if o.weight_decay:
                 g = popops.map(vg, _1 + o.weight_decay * _2, [g, w], prog, name + "/decay")
             if o.momentum:
-                buf = vg.add_variable(FLOAT, w.shape, f"{name}/momentum")
+                st["buf"] = buf = vg.add_variable(FLOAT, w.shape, f"{name}/momentum")
                 _map_like(vg, buf, w)
-                self.state[key] = {"buf": buf}
                 popops.map(vg, o.momentum * _1 + _2, [buf, g], prog, name + "/momentum",
                            inplace=True)
                 g = buf
@@ -292,13 +313,11 @@ class _Optimizer:
                            inplace=True)
             elif o.weight_decay:
                 g = popops.map(vg, _1 + o.weight_decay * _2, [g, w], prog, name + "/decay")
-            st = {}
             for s in ("m", "v"):
                 st[s] = vg.add_variable(FLOAT, w.shape, f"{name}/{s}")
                 _map_like(vg, st[s], w)
             st["corr"] = vg.add_variable(FLOAT, [2], f"{name}/bias correction 1 - beta^t")
             vg.set_tile_mapping(st["corr"], int(poputil.tile_of_elements(vg, w)[0]))
-            self.state[key] = st
             popops.map(vg, b1 * _1 + (1 - b1) * _2, [st["m"], g], prog, name + "/m",
                        inplace=True)
             popops.map(vg, b2 * _1 + (1 - b2) * _2 * _2, [st["v"], g], prog, name + "/v",
@@ -307,44 +326,49 @@ class _Optimizer:
             c2 = st["corr"][1].reshape([1] * w.rank)
             popops.map(vg, _1 - o.lr * (_2 / _4) / (Sqrt(_3 / _5) + o.eps),
                        [w, st["m"], st["v"], c1, c2], prog, name + "/adam", inplace=True)
-        for s, t in self.state.get(key, {}).items():
-            graph.create_host_write(f"{name}/{s}", t)
-            graph.create_host_read(f"{name}/{s}", t)
+        self.state[(key, replica)] = st
+        for s, t in st.items():
+            graph.create_host_write(self.handle(key, replica, s), t)
+            graph.create_host_read(self.handle(key, replica, s), t)
 
     # host <-> device state, so that the optimiser object stays the one truth between calls
-    def write(self, eng, first_call_step: dict):
-        xp_state = self.opt.state
-        for key, st in self.state.items():
-            name = f"optimizer/{key}"
+    def write(self, eng) -> dict:
+        """Write the host state to every replica; returns Adam's step count per key."""
+        host, steps = self.opt.state, {}
+        for (key, rep), st in self.state.items():
+            have = host.get(key)
             if "buf" in st:
-                buf = xp_state.get(key)
-                eng.write_tensor(f"{name}/buf", np.zeros(st["buf"].shape, np.float32)
-                                 if buf is None else backend.to_numpy(buf))
-            else:
-                s = xp_state.get(key)
-                first_call_step[key] = 0 if s is None else s["step"]
+                eng.write_tensor(self.handle(key, rep, "buf"),
+                                 np.zeros(st["buf"].shape, np.float32) if have is None
+                                 else backend.to_numpy(have))
+            elif "m" in st:
+                steps[key] = 0 if have is None else have["step"]
                 for m in ("m", "v"):
-                    eng.write_tensor(f"{name}/{m}", np.zeros(st[m].shape, np.float32)
-                                     if s is None else backend.to_numpy(s[m]))
+                    eng.write_tensor(self.handle(key, rep, m),
+                                     np.zeros(st[m].shape, np.float32) if have is None
+                                     else backend.to_numpy(have[m]))
+        return steps
 
     def before_update(self, eng, steps: dict, r: int):
         b1, b2 = getattr(self.opt, "betas", (0, 0))
-        for key, st in self.state.items():
+        for (key, rep), st in self.state.items():
             if "corr" in st:
                 t = steps[key] + r + 1
-                eng.write_tensor(f"optimizer/{key}/corr",
+                eng.write_tensor(self.handle(key, rep, "corr"),
                                  np.array([1 - b1**t, 1 - b2**t], np.float32))
 
     def read(self, eng, steps: dict, runs: int):
         xp = backend.get_xp()
-        for key, st in self.state.items():
-            name = f"optimizer/{key}"
+        for (key, rep), st in self.state.items():
+            if rep:
+                continue  # every replica holds the same state: read replica 0's
             if "buf" in st:
-                self.opt.state[key] = xp.asarray(eng.read_tensor(f"{name}/buf"))
-            else:
-                self.opt.state[key] = {"step": steps[key] + runs,
-                                       "m": xp.asarray(eng.read_tensor(f"{name}/m")),
-                                       "v": xp.asarray(eng.read_tensor(f"{name}/v"))}
+                self.opt.state[key] = xp.asarray(eng.read_tensor(self.handle(key, 0, "buf")))
+            elif "m" in st:
+                self.opt.state[key] = {
+                    "step": steps[key] + runs,
+                    "m": xp.asarray(eng.read_tensor(self.handle(key, 0, "m"))),
+                    "v": xp.asarray(eng.read_tensor(self.handle(key, 0, "v")))}
 
 
 @dataclass(frozen=True)
@@ -360,34 +384,84 @@ class OpSteps:
     end: int
 
 
+
+
 class Emulation:
-    """A pipeline built once as Poplar programs for one micro-batch shape; ``run`` trains."""
+    """A pipeline built once as Poplar programs for one micro-batch shape; ``run`` trains.
+
+    With replication every replica is a copy of the stages on its own IPUs; each op runs
+    on every replica, and the accumulated gradients are all-reduced by inter-IPU copies
+    and adds before the weight update (with RTS: reduced, updated and gathered by shard).
+    """
 
     def __init__(self, pipeline, micro_batch: int, sample_shape: tuple):
         p = self.pipeline = pipeline
-        if p.replication_factor > 1:
-            raise IpuError("replication_factor > 1 is not emulated yet; run replicated "
-                           "pipelines with emulate=False")
         if any(len(s.ipus) > 1 for s in p.stages):
             raise IpuError("concurrent stages are not emulated yet; use emulate=False")
         self.target = p.target
+        self.ipus_per_replica = max(s.ipus[0] for s in p.stages) + 1
         self.device = _Device(p.target)
         self.graph = g = Graph(p.target)
         shapes = p._shapes((micro_batch,) + tuple(sample_shape))
-        self.stages = [_Stage(self, s, shape) for s, shape in zip(p.stages, shapes)]
+        self.replicas = [[_Stage(self, s, shape, rep) for s, shape in zip(p.stages, shapes)]
+                         for rep in range(p.replication_factor)]
+        self.stages = self.replicas[0]
         self.opt = _Optimizer(self, p.optimizer)
-        first = self.stages[0]
-        n_in = math.prod(first.input.shape)
-        self.x_stream = g.add_host_to_device_fifo("samples", FLOAT, n_in)
-        self.y_stream = g.add_host_to_device_fifo("labels", UNSIGNED_INT, micro_batch)
-        self.loss_stream = g.add_device_to_host_fifo("losses", FLOAT, 1)
+        n_in = math.prod(self.stages[0].input.shape)
+        self.streams = []
+        for rep in range(p.replication_factor):
+            pre = self.replicas[rep][0].pre
+            self.streams.append((
+                g.add_host_to_device_fifo(pre + "samples", FLOAT, n_in),
+                g.add_host_to_device_fifo(pre + "labels", UNSIGNED_INT, micro_batch),
+                g.add_device_to_host_fifo(pre + "losses", FLOAT, 1)))
         self.ops, programs = self._unroll()
-        zero = Sequence(*(s.zero_program() for s in self.stages))
-        update = Sequence(*(s.update_program(self.opt) for s in self.stages))
+        zero = Sequence(*(s.zero_program() for st in self.replicas for s in st))
+        update = Sequence(*(s.mean_program() for st in self.replicas for s in st))
+        update.add(self._all_reduce())
+        rts = p.replication_factor if (p.replicated_optimizer_state_sharding
+                                       and p.replication_factor > 1) else 1
+        update.add(Sequence(*(s.update_program(self.opt, rts)
+                              for st in self.replicas for s in st)))
+        if rts > 1:
+            update.add(self._all_gather())
         self.counts = [_leaves(zero)] + [_leaves(q) for q in programs] + [_leaves(update)]
-        # program 0 zeroes the accumulators, runs every op, and program 1 updates weights
+        # program 0 zeroes the accumulators and runs every op; program 1 updates weights
         self.engine = Engine(g, [Sequence(zero, *programs), update])
         self.engine.load(self.device)
+
+    def _all_reduce(self) -> Sequence:
+        """Sum (or average) the replicas' accumulators: copies into replica 0, adds there,
+        copies back (the all-reduce as inter-IPU copies and reductions)."""
+        p, prog = self.pipeline, Sequence()
+        if p.replication_factor == 1:
+            return prog
+        for k, s0 in enumerate(self.stages):
+            for name, acc in s0.accs.items():
+                pre = f"all-reduce/stage{k}/{name}"
+                for rep in range(1, p.replication_factor):
+                    other = _buffer(s0.vg, acc, 1, f"{pre}/from replica {rep}")[0]
+                    prog.add(Copy(self.replicas[rep][k].accs[name], other))
+                    popops.add_in_place(s0.vg, acc, other, prog, f"{pre}/add replica {rep}")
+                if p.replica_reduction == "MEAN":
+                    popops.map(s0.vg, _1 * (1.0 / p.replication_factor), [acc], prog,
+                               f"{pre}/mean", inplace=True)
+                for rep in range(1, p.replication_factor):
+                    prog.add(Copy(acc, self.replicas[rep][k].accs[name]))
+        return prog
+
+    def _all_gather(self) -> Sequence:
+        """RTS: every replica's updated shard of each weight copied to the others."""
+        prog, count = Sequence(), self.pipeline.replication_factor
+        for k, s0 in enumerate(self.stages):
+            for name, w in s0.params.items():
+                bounds = replication.shard_bounds(w.num_elements(), count)
+                for r, (lo, hi) in enumerate(bounds):
+                    src = self.replicas[r][k].params[name].flatten()[lo:hi]
+                    for j in range(count):
+                        if j != r and hi > lo:
+                            prog.add(Copy(src, self.replicas[j][k].params[name].flatten()[lo:hi]))
+        return prog
 
     def _unroll(self):
         """One program per schedule op, with its FIFO and inbox slots fixed in advance."""
@@ -398,22 +472,20 @@ class Emulation:
         plan = []
         for op in p.schedule.ops:
             plan.append((op, self._plan_op(op, fifo_slots[op.stage], inbox, gradbox)))
-        # buffers now that their sizes are known
-        for s in st:
-            stash = [s.input] + ([s.labels] if s.last else []) if p.recomputation else s.saved
-            s.stash = stash
+        for s in (s for stages in self.replicas for s in stages):  # buffers, sizes known
+            s.stash = [s.input] + ([s.labels] if s.last else []) if p.recomputation \
+                else s.saved
             cap = fifo_slots[s.k].size
-            s.fifo = [_buffer(s.vg, t, cap, f"stage{s.k}/stash FIFO {t.name}")
-                      for t in stash]
-            s.inbox = _buffer(s.vg, s.input, inbox[s.k].size, f"stage{s.k}/inbox") \
+            pre = f"{s.pre}stage{s.k}"
+            s.fifo = [_buffer(s.vg, t, cap, f"{pre}/stash FIFO {t.name}") for t in s.stash]
+            s.inbox = _buffer(s.vg, s.input, inbox[s.k].size, f"{pre}/inbox") \
                 if s.k else None
-            s.gradbox = _buffer(s.vg, s.dy, gradbox[s.k].size, f"stage{s.k}/grad inbox") \
+            s.gradbox = _buffer(s.vg, s.dy, gradbox[s.k].size, f"{pre}/grad inbox") \
                 if not s.last else None
-        ops, programs = [], []
-        for op, slots in plan:
-            ops.append(op)
-            programs.append(self._op_program(op, slots))
-        return ops, programs
+        programs = [Sequence(*(self._op_program(op, slots, rep)
+                               for rep in range(p.replication_factor)))
+                    for op, slots in plan]
+        return [op for op, _ in plan], programs
 
     def _plan_op(self, op, fifo, inbox, gradbox) -> dict:
         k, m, last = op.stage, op.microbatch, len(self.stages) - 1
@@ -435,62 +507,69 @@ class Emulation:
                 slots["send"] = gradbox[k - 1].put(m)
         return slots
 
-    def _op_program(self, op, slots) -> Sequence:
-        s = self.stages[op.stage]
+    def _op_program(self, op, slots, rep) -> Sequence:
+        stages = self.replicas[rep]
+        s = stages[op.stage]
+        x_stream, y_stream, loss_stream = self.streams[rep]
         prog = Sequence()
         if "pop" in slots:
             for t, f in zip(s.stash, s.fifo):
                 prog.add(Copy(f[slots["pop"]], t))
         if op.phase == "F":
-            prog.add(Copy(self.x_stream, s.input) if s.k == 0
+            prog.add(Copy(x_stream, s.input) if s.k == 0
                      else Copy(s.inbox[slots["in"]], s.input))
             if s.last:
-                prog.add(Copy(self.y_stream, s.labels))
+                prog.add(Copy(y_stream, s.labels))
         if op.phase in ("F", "R"):
             prog.add(s.forward)
             if s.last and op.phase == "F":
-                prog.add(Copy(s.loss, self.loss_stream))
+                prog.add(Copy(s.loss, loss_stream))
         if "push" in slots:
             for t, f in zip(s.stash, s.fifo):
                 prog.add(Copy(t, f[slots["push"]]))
         if op.phase == "F" and "send" in slots:
-            prog.add(Copy(s.output, self.stages[s.k + 1].inbox[slots["send"]]))
+            prog.add(Copy(s.output, stages[s.k + 1].inbox[slots["send"]]))
         if op.phase == "B":
             if "dy" in slots:
                 prog.add(Copy(s.gradbox[slots["dy"]], s.dy))
             prog.add(s.backward)
             if "send" in slots:
-                prog.add(Copy(s.dx, self.stages[s.k - 1].gradbox[slots["send"]]))
+                prog.add(Copy(s.dx, stages[s.k - 1].gradbox[slots["send"]]))
         return prog
 
     # -- running --------------------------------------------------------------------------
     def run(self, xs, ys):
-        """Train on ``xs[r, 0, m]`` for every pipeline run ``r``; returns losses and ops."""
+        """Train on ``xs[r, replica, m]`` for every pipeline run ``r``; returns the losses
+        ``(repeat, replica, micro-batch)`` and, per op, the trace events it made."""
         p, eng = self.pipeline, self.engine
-        for s in self.stages:
-            for name in s.params:
-                eng.write_tensor(f"{s.k}.{name}", backend.to_numpy(p.stages[s.k].params[name]))
-        steps: dict = {}
-        self.opt.write(eng, steps)
+        for st in self.replicas:
+            for s in st:
+                for name in s.params:
+                    eng.write_tensor(f"{s.pre}{s.k}.{name}",
+                                     backend.to_numpy(p.stages[s.k].params[name]))
+        steps = self.opt.write(eng)
         f0 = [o.microbatch for o in self.ops if o.phase == "F" and o.stage == 0]
         fl = [o.microbatch for o in self.ops if o.phase == "F" and o.stage == len(p.stages) - 1]
-        losses = np.zeros((p.repeat_count, 1, p.gradient_accumulation))
+        losses = np.zeros((p.repeat_count, p.replication_factor, p.gradient_accumulation))
         records = []
         for r in range(p.repeat_count):
-            eng.connect_stream("samples", np.ascontiguousarray(xs[r, 0][f0], np.float32))
-            eng.connect_stream("labels", np.ascontiguousarray(ys[r, 0][fl]).astype(np.uint32))
-            out = np.zeros(len(fl), np.float32)
-            eng.connect_stream("losses", out)
-            first = len(eng.trace) + 1  # after the host sync of this Engine.run
+            outs = []
+            for rep, st in enumerate(self.replicas):
+                pre = st[0].pre
+                eng.connect_stream(pre + "samples",
+                                   np.ascontiguousarray(xs[r, rep][f0], np.float32))
+                eng.connect_stream(pre + "labels",
+                                   np.ascontiguousarray(ys[r, rep][fl]).astype(np.uint32))
+                outs.append(np.zeros(len(fl), np.float32))
+                eng.connect_stream(pre + "losses", outs[-1])
+            pos = len(eng.trace) + 1 + self.counts[0]  # after the host sync and the zeroing
             eng.run(0)
             self.opt.before_update(eng, steps, r)
             eng.run(1)
-            losses[r, 0, fl] = out
-            pos = first
+            for rep, out in enumerate(outs):
+                losses[r, rep, fl] = out
             for i, op in enumerate(self.ops):
                 n = self.counts[i + 1]
-                if i == 0:
-                    pos += self.counts[0]
                 records.append(OpSteps(r, op.phase, op.stage, op.microbatch,
                                        self.stages[op.stage].ipu, pos, pos + n))
                 pos += n
@@ -603,6 +682,7 @@ def _bytes(emu, s) -> tuple[int, int, int, int]:
         return sum(t.num_elements() * t.dtype.itemsize for t in ts)
 
     bufs = list(s.fifo) + [b for b in (s.inbox, s.gradbox) if b is not None]
-    state = [t for key, st in emu.opt.state.items() if key.startswith(f"{s.k}.")
+    state = [t for (key, rep), st in emu.opt.state.items()
+             if key.startswith(f"{s.k}.") and rep == 0 and key.rpartition("/rts")[2] in ("", "0")
              for t in st.values()]
     return size(s.params.values()), size(bufs), size(s.accs.values()), size(state)
