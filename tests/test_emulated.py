@@ -143,6 +143,26 @@ def test_the_trace_holds_every_op_as_supersteps():
     assert r.span_steps(span) == r.steps_of("B", 2, span.microbatch)
     assert span.duration == sum(s.cycles for s in r.span_steps(span))
     BSPView(r.trace)  # the widget takes the whole run
+    with pytest.raises(ipu.IpuError, match="not an F, B or R span"):
+        r.span_steps(next(t for t in r.timeline if t.kind == "optimizer"))
+
+
+def test_report_opens_a_span_as_its_supersteps(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    from ipukit import report
+
+    x, y = data(6, seed=5)
+    p = pipeline(stages(), None, gradient_accumulation_count=6, optimizer=optim.SGD(0.1),
+                 loss=nn.SoftmaxCrossEntropy(), target=TARGET, emulate=True)
+    r = p.run(x, y)
+    span = next(t for t in r.timeline if t.kind == "F" and t.stage == 1 and t.microbatch == 2)
+    fig = report.span_supersteps(r, span)
+    low = fig.axes[1]
+    names = [t.get_text() for t in low.get_yticklabels()]
+    assert names == [s.name[:40] for s in r.span_steps(span)]
+    assert f"{sum(s.cycles for s in r.span_steps(span)):,} cycles" in low.get_title()
+    fig.savefig(tmp_path / "span.png")
 
 
 def test_a_stash_that_does_not_fit_names_the_fifo():

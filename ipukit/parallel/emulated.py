@@ -613,15 +613,19 @@ class EmulatedRunResult(RunResult):
                        f"{run}; the schedule's ops are (phase, stage, micro-batch) with phase "
                        "F, B or R")
 
+    def op_of(self, span) -> OpSteps:
+        """The schedule op (and its trace events) behind an F, B or R timeline record."""
+        op = next((o for o in self.op_steps if o.phase == span.kind and span.kind in "FBR"
+                   and o.stage == span.stage and o.microbatch == span.microbatch
+                   and self._start(o) == span.start), None)
+        if op is None:
+            raise IpuError(f"{span!r} is not an F, B or R span of this emulated run; pass "
+                           "one of result.timeline's records with kind F, B or R")
+        return op
+
     def span_steps(self, span) -> list[Step]:
         """The supersteps behind a timeline record (an F, B or R span of this run)."""
-        t0 = span.start
-        run = next((o.run for o in self.op_steps if o.phase == span.kind
-                    and o.stage == span.stage and o.microbatch == span.microbatch
-                    and self._start(o) == t0), None)
-        if run is None or span.kind not in ("F", "B", "R"):
-            raise IpuError(f"{span!r} is not an F, B or R span of this emulated run")
-        return self.steps_of(span.kind, span.stage, span.microbatch, run)
+        return steps_of(self.trace, self.op_of(span))
 
     def _start(self, o: OpSteps) -> float:
         return float(self.trace._starts[o.first]) - self.origin
