@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import cost
+from .cost import COPY_BYTES_PER_CYCLE  # noqa: F401  (re-exported)
 from .errors import (
     ComputeSetRaceError,
     GraphConnectionError,
@@ -35,8 +37,6 @@ from .program import Copy, Execute, If, PrintTensor, Program, Repeat, RepeatWhil
 from .tensor import TYPE_NAMES, Tensor
 from .trace import Step, TileMemory
 
-#: Bytes a tile copies per cycle in an on-tile memcpy (approximate).
-COPY_BYTES_PER_CYCLE = 8
 #: Bytes of vertex state per field: a pointer (scalar) or pointer and size (Vector).
 SCALAR_FIELD_BYTES, VECTOR_FIELD_BYTES = 4, 8
 #: Bytes of code per codelet class on each tile that runs it (approximate).
@@ -175,7 +175,7 @@ class _Compiler:
         if isinstance(programs, Program):
             programs = [programs]
         self._check_mapped()
-        self._step("host sync (Engine.run)", "host", sync=self.t.host_sync_cycles)  # step 0
+        self._step("host sync (Engine.run)", "host", sync=cost.host_sync_cycles(self.t))  # step 0
         nodes = tuple(self.node(p) for p in programs)
         memory = self._memory()
         return Executable(self.g, nodes, tuple(self.steps), memory)
@@ -244,7 +244,7 @@ class _Compiler:
             b_in += host_in
         if host_out is not None:
             b_out += host_out
-        exch = int(-(-np.maximum(b_in, b_out).max(initial=0) // self.t.exchange_bytes_per_cycle))
+        exch = int(cost.exchange_cycles(int(np.maximum(b_in, b_out).max(initial=0)), self.t))
         inter = 0
         if transfers.size and self.t.num_ipus > 1:
             ipus = transfers[:, :2] // self.t.tiles_per_ipu
@@ -253,10 +253,10 @@ class _Compiler:
                 inter = int(nbytes[cross].sum())
                 pair = ipus[cross, 0] * self.t.num_ipus + ipus[cross, 1]
                 busiest_link = np.bincount(pair, weights=nbytes[cross]).max()
-                exch += int(np.ceil(busiest_link / self.t.ipu_link_bytes_per_cycle))
-                sync = max(sync, self.t.global_sync_cycles)
+                exch += cost.link_cycles(int(busiest_link), self.t)
+                sync = max(sync, cost.global_sync_cycles(self.t))
         if host_bytes:
-            exch = max(exch, int(np.ceil(host_bytes / self.t.host_link_bytes_per_cycle)))
+            exch = max(exch, cost.host_cycles(int(host_bytes), self.t))
         step = Step(index=len(self.steps), name=name, kind=kind, sync_cycles=int(sync),
                     exchange_cycles=exch, compute_cycles=int(compute.max(initial=0)),
                     tile_compute_cycles=compute, tile_bytes_in=b_in, tile_bytes_out=b_out,
@@ -306,8 +306,8 @@ class _Compiler:
         sent = np.bincount(self.tile_of[src.dtype][_distinct(s_idx[remote])],
                            minlength=self.t.num_tiles) * size  # each element sent once
         local = np.bincount(d_tile[~remote], minlength=self.t.num_tiles) * size
-        compute = -(-local // COPY_BYTES_PER_CYCLE)
-        step = self._step(f"Copy {src.name} -> {dst.name}", "copy", sync=self.t.sync_cycles,
+        compute = cost.copy_cycles(local)
+        step = self._step(f"Copy {src.name} -> {dst.name}", "copy", sync=cost.sync_cycles(self.t),
                           compute=compute.astype(np.int64), transfers=transfers,
                           tile_out=sent)
         return CopyNode(step, Access.of(src.dtype, s_idx), Access.of(dst.dtype, d_idx))
@@ -329,7 +329,7 @@ class _Compiler:
         per_tile = (per_tile * tensor.dtype.itemsize).astype(np.int64)
         arrow = "->" if stream.to_device else "<-"
         step = self._step(f"StreamCopy {stream.name} {arrow} {tensor.name}", "stream",
-                          sync=self.t.sync_cycles, host_bytes=nbytes,
+                          sync=cost.sync_cycles(self.t), host_bytes=nbytes,
                           **{"host_in" if stream.to_device else "host_out": per_tile})
         return StreamNode(step, stream, Access.of(tensor.dtype, idx))
 
@@ -510,7 +510,7 @@ class _Compiler:
                 CODELET_CODE_BYTES
             inst, cyc = kinds.get(gr.cls.__name__, (0, 0))
             kinds[gr.cls.__name__] = (inst + len(gr.vertex_ids), cyc + int(gr.estimates.sum()))
-        return self._step(cs.name, "compute", sync=t.sync_cycles, compute=compute,
+        return self._step(cs.name, "compute", sync=cost.sync_cycles(t), compute=compute,
                           transfers=transfers, tile_out=sent, vertex_cycles=int(est.sum()),
                           vertex_types=kinds)
 

@@ -55,9 +55,9 @@ from enum import Enum
 
 import numpy as np
 
+from . import cost
 from .errors import IpuError, ProgramError, StreamError
 from .program import Copy, Program, Repeat, Sequence
-from .target import HOST_LINK_BYTES_PER_SECOND
 from .tensor import TYPE_NAMES, Tensor
 
 __all__ = ["DatasetBenchmark", "InfeedQueue", "OutfeedMode", "OutfeedQueue",
@@ -499,7 +499,7 @@ class DatasetBenchmark:
         """Elements/s each part could sustain: the input pipeline (measured), the PCIe host
         link (``HOST_LINK_BYTES_PER_SECOND``) and, if given, the emulated IPU."""
         r = {"input pipeline": self.elements_per_second,
-             "host link": HOST_LINK_BYTES_PER_SECOND / max(self.bytes_per_element, 1)}
+             "host link": cost.HOST_LINK_BYTES_PER_SECOND / max(self.bytes_per_element, 1)}
         if self.ipu_elements_per_second is not None:
             r["IPU"] = self.ipu_elements_per_second
         return r

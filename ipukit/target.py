@@ -13,10 +13,17 @@ them (see the docs' table): Mk1 ``ipu1``, Mk2 ``ipu2`` (the default) and ``bow``
 
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import dataclass
 
+from . import cost
+from .cost import (  # noqa: F401  (re-exported: the constants live in cost.py)
+    FLOPS_PER_CYCLE_PER_TILE,
+    HOST_LINK_BYTES_PER_SECOND,
+    HOST_SYNC_SECONDS,
+    IPU_LINK_BYTES_PER_SECOND,
+    SYNC_CYCLES,
+)
 from .errors import IpuError, TileMappingError
 
 KiB = 1024
@@ -27,18 +34,6 @@ PRESETS = {
     "ipu2": (1472, 624 * KiB, 1.330e9),
     "bow": (1472, 624 * KiB, 1.850e9),
 }
-
-#: Cycles of an on-IPU sync (approximate; Poplar does not publish it).
-SYNC_CYCLES = 20
-#: One IPU-Link: 128 Gbit/s at 85 % efficiency (poplibs' test model of link bandwidth).
-IPU_LINK_BYTES_PER_SECOND = 128e9 / 8 * 0.85
-#: Host link: PCIe Gen4 x16, 64 GB/s bidirectional (Bow datasheet), i.e. 32 GB/s each way.
-HOST_LINK_BYTES_PER_SECOND = 32e9
-#: Fixed cost of one host synchronisation (one ``Engine.run`` call), about 10 µs; approximate.
-HOST_SYNC_SECONDS = 10e-6
-#: fp32 multiply-accumulates per tile per cycle (AMP unit: 16 MACs = 32 FLOPs); approximate.
-FLOPS_PER_CYCLE_PER_TILE = 32
-
 
 @dataclass(frozen=True)
 class Target:
@@ -63,26 +58,25 @@ class Target:
 
     @property
     def global_sync_cycles(self) -> int:
-        """Cycles of a sync across IPUs (poplibs ``setGlobalSyncLatency``: 15 ns per hop)."""
-        hops = 1 + (self.num_ipus // 2) // 2
-        return math.ceil(15e-9 * self.clock_hz * hops * 2)
+        """Cycles of a sync across IPUs (:func:`ipukit.cost.global_sync_cycles`)."""
+        return cost.global_sync_cycles(self)
 
     @property
     def ipu_link_bytes_per_cycle(self) -> float:
-        return IPU_LINK_BYTES_PER_SECOND / self.clock_hz
+        return cost.ipu_link_bytes_per_cycle(self)
 
     @property
     def host_link_bytes_per_cycle(self) -> float:
-        return HOST_LINK_BYTES_PER_SECOND / self.clock_hz
+        return cost.host_link_bytes_per_cycle(self)
 
     @property
     def host_sync_cycles(self) -> int:
-        return math.ceil(round(HOST_SYNC_SECONDS * self.clock_hz, 6))  # 13,300 on ipu2, not 13,301
+        return cost.host_sync_cycles(self)
 
     @property
     def flops_per_cycle(self) -> int:
         """fp32 FLOPs per cycle of one whole IPU (all tiles)."""
-        return FLOPS_PER_CYCLE_PER_TILE * self.tiles_per_ipu
+        return cost.flops_per_cycle(self)
 
     def ipu_of_tile(self, tile: int) -> int:
         return tile // self.tiles_per_ipu

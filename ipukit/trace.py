@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import cost
 from .target import Target
 
 
@@ -56,8 +57,7 @@ class Step:
 
     def tile_exchange_cycles(self, target: Target) -> np.ndarray:
         """Cycles each tile spends sending or receiving (the busier direction)."""
-        busiest = np.maximum(self.tile_bytes_in, self.tile_bytes_out)
-        return -(-busiest // target.exchange_bytes_per_cycle)
+        return cost.exchange_cycles(np.maximum(self.tile_bytes_in, self.tile_bytes_out), target)
 
 
 @dataclass(frozen=True, eq=False)

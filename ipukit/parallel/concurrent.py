@@ -47,7 +47,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import backend
+from .. import backend, cost
 from ..errors import PipelineConfigError
 from ..target import Target
 from . import nn, sharded
@@ -84,7 +84,7 @@ class StageLog(sharded.CollectiveLog):
 
     def compute(self, flops, phase: str, label: str) -> None:
         """Shard s computes ``flops[s]`` FLOPs at the same time as the others."""
-        cycles = [math.ceil(f / self.target.flops_per_cycle) for f in flops]
+        cycles = [cost.flops_cycles(f, self.target) for f in flops]
         self.compute_records += [CollectiveRecord(q, phase, self.now, c, 0, label)
                                  for q, c in zip(self.ipus, cycles)]
         self.now += max(cycles)

@@ -43,7 +43,7 @@ from ..program import Copy, Execute, Program, Sequence
 from ..tensor import FLOAT, UNSIGNED_INT, Tensor
 from ..trace import Step, Trace
 from . import nn, optim, replication
-from .pipelining import MemoryRecord, RunResult, TimelineRecord
+from .runner import MemoryRecord, RunResult, TimelineRecord
 
 # Poplar's programs (Copy, Execute, stream copies) each compile to one step; our op
 # programs hold nothing else, so counting them tells which trace events an op made.

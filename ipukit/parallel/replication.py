@@ -54,6 +54,7 @@ from enum import Enum
 
 import numpy as np
 
+from .. import cost
 from ..errors import PipelineConfigError
 from .schedule import is_count
 
@@ -334,12 +335,12 @@ def weight_update_steps(p, stages) -> list[tuple[str, float, int]]:
         return [update]
 
     def collective(kind, nbytes):
-        return kind, cm.sync_cycles + cm.link(nbytes), nbytes
+        sent = cost.ring_bytes(kind, nbytes, r)
+        return kind, cm.collective(sent), sent
 
     if not p.replicated_optimizer_state_sharding:
-        return [collective("allreduce", math.ceil(2 * (r - 1) / r * g)), update]
-    return [collective("reducescatter", math.ceil((r - 1) / r * g)), update,
-            collective("allgather", math.ceil((r - 1) / r * w))]
+        return [collective("allreduce", g), update]
+    return [collective("reducescatter", g), update, collective("allgather", w)]
 
 
 # -- the cost of one call --------------------------------------------------------------

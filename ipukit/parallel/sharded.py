@@ -25,10 +25,9 @@ columns is never gathered on one IPU: the softmax needs only each row's max and 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from .. import backend
+from .. import backend, cost
 from ..errors import IpuError
 from ..target import IPUModel, Target
 
@@ -79,9 +78,7 @@ class CollectiveLog:
 
     def _record(self, kind: str, label: str, sent: list[int], received: list[int]) -> None:
         busiest = max(max(sent), max(received))
-        cycles = self.target.global_sync_cycles + math.ceil(
-            busiest / self.target.ipu_link_bytes_per_cycle
-        )
+        cycles = cost.collective_cycles(busiest, self.target)
         for ipu, nbytes in zip(self.ipus, sent):
             self.records.append(CollectiveRecord(ipu, kind, self.now, cycles, nbytes, label))
         self.now += cycles
@@ -111,7 +108,7 @@ class CollectiveLog:
         if op not in ("max", "add"):
             raise IpuError(f"all-reduce op {op!r} is not supported; use 'max' or 'add'")
         s_count = self.num_shards
-        moved = [math.ceil(2 * (s_count - 1) * parts[0].nbytes / s_count)] * s_count
+        moved = [cost.ring_bytes("allreduce", parts[0].nbytes, s_count)] * s_count
         self._record(f"all_reduce_{op}", label, moved, moved)
         total = parts[0]
         for p in parts[1:]:

@@ -1,0 +1,160 @@
+"""The cost model: the one place where bytes, FLOPs and syncs become cycles.
+
+Every cycle count in the kit comes from here: the compiler's supersteps (on-tile
+exchange, internal and external sync, IPU-Link and host-link transfers), the pipeline
+runner's compute (FLOPs of the NumPy layers), its link copies and syncs, the sharded
+collectives and the replicas' all-reduce. Poplar does not publish most of these numbers;
+each constant says where it comes from, and an approximation is a *kit convention*.
+
+Functions read the module's constants when they are called, so changing one constant
+(say ``IPU_LINK_BYTES_PER_SECOND``) moves every count that depends on it.
+
+>>> import ipukit as ipu
+>>> from ipukit import cost
+>>> t = ipu.IPUModel("ipu2", num_ipus=2).create_device().target
+>>> cost.exchange_cycles(4000, t), cost.link_cycles(4000, t), cost.global_sync_cycles(t)
+(1000, 392, 40)
+>>> cost.ring_bytes("allreduce", 1000, 4), cost.ring_steps("allreduce", 4)
+(1500, 6)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Cycles of an internal (one-IPU) sync; kit convention (Poplar does not publish it).
+SYNC_CYCLES = 20
+#: Latency of an external sync per hop between IPUs (poplibs ``setGlobalSyncLatency``).
+GLOBAL_SYNC_SECONDS_PER_HOP = 15e-9
+#: One IPU-Link: 128 Gbit/s at 85 % efficiency (poplibs' test model of link bandwidth).
+IPU_LINK_BYTES_PER_SECOND = 128e9 / 8 * 0.85
+#: Host link: PCIe Gen4 x16, 64 GB/s bidirectional (Bow datasheet), i.e. 32 GB/s each way.
+HOST_LINK_BYTES_PER_SECOND = 32e9
+#: Fixed cost of one host synchronisation (one ``Engine.run`` call), about 10 µs; kit
+#: convention.
+HOST_SYNC_SECONDS = 10e-6
+#: fp32 FLOPs per tile per cycle (AMP unit: 16 MACs = 32 FLOPs); kit convention for the
+#: NumPy runner's layers.
+FLOPS_PER_CYCLE_PER_TILE = 32
+#: Bytes a tile copies per cycle in an on-tile memcpy; kit convention.
+COPY_BYTES_PER_CYCLE = 8
+
+
+def _ceil_div(nbytes, rate):
+    if isinstance(nbytes, np.ndarray):
+        return np.ceil(nbytes / rate).astype(np.int64)
+    return math.ceil(nbytes / rate) if nbytes else 0
+
+
+# -- syncs --------------------------------------------------------------------------------
+def sync_cycles(target) -> int:
+    """An internal sync: the tiles of the IPUs of one compute set or copy agree to go on."""
+    return int(getattr(target, "sync_cycles", SYNC_CYCLES))
+
+
+def global_sync_cycles(target) -> int:
+    """An external sync across IPUs (poplibs ``setGlobalSyncLatency``: 15 ns per hop,
+    there and back, over ``1 + num_ipus // 4`` hops)."""
+    hops = 1 + (target.num_ipus // 2) // 2
+    return math.ceil(GLOBAL_SYNC_SECONDS_PER_HOP * target.clock_hz * hops * 2)
+
+
+def host_sync_cycles(target) -> int:
+    """The host synchronisation of one ``Engine.run`` call (about 10 µs)."""
+    return math.ceil(round(HOST_SYNC_SECONDS * target.clock_hz, 6))  # 13,300 on ipu2
+
+
+# -- bandwidths ---------------------------------------------------------------------------
+def ipu_link_bytes_per_cycle(target) -> float:
+    return IPU_LINK_BYTES_PER_SECOND / target.clock_hz
+
+
+def host_link_bytes_per_cycle(target) -> float:
+    return HOST_LINK_BYTES_PER_SECOND / target.clock_hz
+
+
+def exchange_cycles(nbytes, target):
+    """On-IPU exchange: a tile sends or receives ``exchange_bytes_per_cycle`` (4) bytes a
+    cycle. ``nbytes`` may be an array (one entry per tile)."""
+    return _ceil_div(nbytes, target.exchange_bytes_per_cycle)
+
+
+def copy_cycles(nbytes):
+    """An on-tile memcpy of ``nbytes`` (an array per tile, or one number)."""
+    return _ceil_div(nbytes, COPY_BYTES_PER_CYCLE)
+
+
+def link_cycles(nbytes, target) -> int:
+    """``nbytes`` over one IPU-Link."""
+    return _ceil_div(nbytes, ipu_link_bytes_per_cycle(target))
+
+
+def host_cycles(nbytes, target) -> int:
+    """``nbytes`` over the host link (PCIe), one way."""
+    return _ceil_div(nbytes, host_link_bytes_per_cycle(target))
+
+
+# -- compute ------------------------------------------------------------------------------
+def flops_per_cycle(target) -> int:
+    """fp32 FLOPs per cycle of one whole IPU (all its tiles)."""
+    return FLOPS_PER_CYCLE_PER_TILE * target.tiles_per_ipu
+
+
+def flops_cycles(flops, target) -> int:
+    """Cycles of ``flops`` spread over all tiles of one IPU (the NumPy runner's layers)."""
+    return math.ceil(flops / flops_per_cycle(target))
+
+
+# -- collectives --------------------------------------------------------------------------
+#: Ring steps of a collective over R ranks, and the share of the bytes each rank sends.
+RING = {"allreduce": (2, 2), "reducescatter": (1, 1), "allgather": (1, 1)}
+
+
+def ring_steps(kind: str, ranks: int) -> int:
+    """Steps of a ring ``kind`` over ``ranks``: 2(R−1) for an all-reduce (a reduce-scatter
+    then an all-gather), R−1 for either half."""
+    return RING[kind][0] * (ranks - 1)
+
+
+def ring_bytes(kind: str, nbytes: int, ranks: int) -> int:
+    """Bytes each rank sends in a ring ``kind`` of an ``nbytes`` tensor: each of the
+    ring's steps moves one R-th of it, so 2(R−1)/R of it for an all-reduce."""
+    return math.ceil(RING[kind][1] * (ranks - 1) * nbytes / ranks)
+
+
+def collective_cycles(busiest_bytes: int, target) -> int:
+    """A collective between IPUs: one external sync, then the busiest IPU's bytes over
+    one IPU-Link (GCL's ring keeps every link busy; kit convention)."""
+    return global_sync_cycles(target) + link_cycles(busiest_bytes, target)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The rates of one target as plain numbers (the pipeline runner's view of cost.py);
+    ``from_target`` reads them from this module, a test may pass its own."""
+
+    flops_per_cycle: float
+    link_bytes_per_cycle: float
+    host_bytes_per_cycle: float
+    sync_cycles: float
+
+    @classmethod
+    def from_target(cls, target) -> CostModel:
+        return cls(flops_per_cycle(target), ipu_link_bytes_per_cycle(target),
+                   host_link_bytes_per_cycle(target), global_sync_cycles(target))
+
+    def compute(self, flops: float) -> float:
+        return math.ceil(flops / self.flops_per_cycle)
+
+    def link(self, nbytes: int) -> float:
+        return _ceil_div(nbytes, self.link_bytes_per_cycle)
+
+    def host(self, nbytes: int) -> float:
+        return _ceil_div(nbytes, self.host_bytes_per_cycle)
+
+    def collective(self, nbytes: int) -> float:
+        """One external sync plus ``nbytes`` over a link (:func:`collective_cycles`)."""
+        return self.sync_cycles + self.link(nbytes)

@@ -1,0 +1,188 @@
+"""One record of time: :class:`Span` and :class:`Timeline`, "who did what, when".
+
+The emulator (``Trace.timeline()``), a schedule (``Schedule.timeline()``), the pipeline
+runner (``RunResult.timeline``) and the sharded collectives all produce a Timeline; the
+widgets and :mod:`ipukit.report` read it. Times are cycles of the target's clock (unit
+times for a schedule). :meth:`Timeline.measures` gives the bubble three ways, the
+utilisation, and each IPU's idle time attributed to its cause.
+
+>>> tl = Timeline([Span(0, "F", 0, 2), Span(0, "link", 2, 1, bytes=64),
+...                Span(1, "F", 3, 2), Span(1, "sync", 5, 1), Span(0, "sync", 5, 1)])
+>>> m = tl.measures()
+>>> m["makespan"], m["ideal_time"], round(m["total"], 3), round(m["utilisation"], 3)
+(6.0, 2.0, 0.667, 0.333)
+>>> m["idle"][1]                        # IPU 1 waited 3 cycles for IPU 0's activation
+{'dependency': 3.0, 'sync': 1.0}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: Span kinds that are work (compute); everything else is time around it.
+WORK = ("compute", "F", "B", "R", "W")
+#: Which cause an idle moment is charged to when spans of several kinds cover it (first
+#: wins); an IPU covered by none of its own spans is waiting on a dependency.
+CAUSES = {"link": "link", "exchange": "exchange", "sync": "sync", "host": "host",
+          "allreduce": "collective", "reducescatter": "collective",
+          "allgather": "collective", "broadcast": "collective", "reduce": "collective",
+          "optimizer": "optimizer"}
+
+
+@dataclass(frozen=True)
+class Span:
+    """One thing one IPU did from ``start`` for ``duration``: ``kind`` is "compute",
+    "exchange", "sync", "host" (the emulator), "F"/"B"/"R" (a pipeline op), "link" (an
+    IPU-Link copy), a collective ("allreduce", "reducescatter", "allgather",
+    "broadcast", "reduce") or "optimizer"; ``stage``/``microbatch`` are -1 where they do
+    not apply, ``bytes`` what it moved, ``label`` what it was (a compute set, a tensor)."""
+
+    ipu: int
+    kind: str
+    start: float
+    duration: float
+    stage: int = -1
+    microbatch: int = -1
+    bytes: int = 0
+    label: str = ""
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+
+@dataclass(frozen=True, eq=False)
+class MemorySample:
+    """Bytes in use on ``ipu`` at ``time``, by category (e.g. weights, stash)."""
+
+    time: float
+    ipu: int
+    bytes: dict
+
+    @property
+    def total(self) -> int:
+        return sum(self.bytes.values())
+
+
+@dataclass(frozen=True, eq=False)
+class Timeline:
+    """Spans (and memory samples) of one run; iterate it for its spans."""
+
+    spans: tuple[Span, ...]
+    memory: tuple[MemorySample, ...] = ()
+    clock_hz: float = 1.0
+    num_ipus: int = field(default=0)
+
+    def __post_init__(self):
+        object.__setattr__(self, "spans", tuple(self.spans))
+        object.__setattr__(self, "memory", tuple(self.memory))
+        if not self.num_ipus:
+            ipus = [s.ipu for s in self.spans] + [m.ipu for m in self.memory]
+            object.__setattr__(self, "num_ipus", max(ipus, default=-1) + 1)
+
+    def __iter__(self):
+        return iter(self.spans)
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def __getitem__(self, i):
+        return self.spans[i]
+
+    @property
+    def makespan(self) -> float:
+        return max((s.end for s in self.spans), default=0.0)
+
+    @property
+    def seconds(self) -> float:
+        return self.makespan / self.clock_hz
+
+    def of(self, ipu: int | None = None, kind=None) -> list[Span]:
+        """The spans of ``ipu`` (all IPUs for None) and ``kind`` (a name or a tuple)."""
+        kinds = (kind,) if isinstance(kind, str) else kind
+        return [s for s in self.spans if (ipu is None or s.ipu == ipu)
+                and (kinds is None or s.kind in kinds)]
+
+    def peak_memory(self) -> dict[int, int]:
+        """Peak bytes per IPU over the memory samples."""
+        peak: dict[int, int] = {}
+        for m in self.memory:
+            peak[m.ipu] = max(peak.get(m.ipu, 0), m.total)
+        return peak
+
+    def measures(self) -> dict:
+        """Bubble, utilisation and idle time of the run.
+
+        ``makespan``: end of the last span (time starts at 0). ``ideal_time``: the busiest
+        IPU's work (spans of kinds :data:`WORK`). ``total``: bubble ÷ makespan (GPipe);
+        ``ideal``: bubble ÷ ideal time (Megatron); ``span``: the zero-bubble paper's rate
+        on the longest per-IPU span from its first to its last work. ``utilisation``: all
+        IPUs' work ÷ (IPUs × makespan). ``busy``: work per IPU. ``idle``: per IPU, the time
+        it did no work, by cause: a ``link`` transfer, ``exchange``, ``sync``, ``host``,
+        a ``collective``, the ``optimizer``, or ``dependency`` (none of its own spans:
+        it waited for another IPU).
+        """
+        n, total = self.num_ipus, self.makespan
+        busy, first, last = np.zeros(n), np.full(n, np.inf), np.zeros(n)
+        idle = {}
+        for q in range(n):
+            mine = self.of(q)
+            work = [s for s in mine if s.kind in WORK]
+            cover = _cover(work, total)
+            busy[q] = cover
+            if work:
+                first[q] = min(s.start for s in work)
+                last[q] = max(s.end for s in work)
+            idle[q] = _idle_causes(mine, total)
+        ideal = float(busy.max(initial=0.0))
+        span = float((last - np.minimum(first, last)).max(initial=0.0))
+        return {
+            "makespan": float(total),
+            "ideal_time": ideal,
+            "total": (total - ideal) / total if total else 0.0,
+            "ideal": (total - ideal) / ideal if ideal else 0.0,
+            "span": (span - ideal) / span if span else 0.0,
+            "utilisation": float(busy.sum()) / (n * total) if n and total else 0.0,
+            "busy": {q: float(busy[q]) for q in range(n)},
+            "idle": idle,
+        }
+
+
+def _cover(spans, total) -> float:
+    """Length of the union of ``spans`` within [0, total]."""
+    out, reach = 0.0, 0.0
+    for s in sorted(spans, key=lambda s: s.start):
+        lo, hi = max(s.start, reach), min(s.end, total)
+        if hi > lo:
+            out += hi - lo
+            reach = hi
+    return out
+
+
+def _idle_causes(spans, total) -> dict:
+    """Split the time an IPU did no work over [0, total] by what covered it."""
+    edges = np.unique([0.0, float(total)] + [t for s in spans for t in (s.start, s.end)])
+    edges = edges[(edges >= 0) & (edges <= total)]
+    label = np.full(max(len(edges) - 1, 0), "dependency", dtype=object)
+    order = list(CAUSES.values())
+    rank = np.full(len(label), len(order) + 1)
+    for s in spans:
+        lo, hi = np.searchsorted(edges, [s.start, s.end])
+        if s.kind in WORK:
+            r, name = -1, None
+        elif s.kind in CAUSES:
+            r, name = order.index(CAUSES[s.kind]), CAUSES[s.kind]
+        else:
+            continue
+        sel = slice(lo, hi)
+        better = rank[sel] > r
+        rank[sel] = np.where(better, r, rank[sel])
+        label[sel] = np.where(better, name, label[sel])
+    out: dict[str, float] = {}
+    widths = np.diff(edges)
+    for name, w in zip(label, widths):
+        if name is not None and w > 0:
+            out[name] = out.get(name, 0.0) + float(w)
+    return out
