@@ -5,7 +5,13 @@
 each cell must run without error; cells tagged ``nbval-check-output`` (the exercise
 checks and scoreboards) must also reproduce their stored output. Exercise notebooks are
 stored with a fresh run's outputs, so their checks must still say "not solved yet".
+An exercise notebook a learner edited (its cells differ from what ``make_exercises``
+generated) is not run: ``make test`` lists it as the learner's work and never changes it.
 """
+
+from pathlib import Path
+
+_EDITED: list[str] = []
 
 #: Output types never compared: stderr carries warnings with per-run temporary paths;
 #: HTML and JavaScript come from widgets and rich reprs.
@@ -17,3 +23,24 @@ def pytest_collectstart(collector):
     path = getattr(collector, "path", None)
     if path is not None and path.suffix == ".ipynb" and hasattr(collector, "skip_compare"):
         collector.skip_compare = tuple(collector.skip_compare) + SKIP_COMPARE
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Leave a learner's edited exercise notebook alone (the kit's own tests are for the
+    notebooks as generated); the terminal summary names it."""
+    path = Path(collection_path)
+    if path.suffix != ".ipynb" or path.parent.name != "exercises":
+        return None
+    from ipukit.grading.make_exercises import edited_exercise
+
+    if edited_exercise(path):
+        _EDITED.append(str(path))
+        return True
+    return None
+
+
+def pytest_terminal_summary(terminalreporter):
+    for path in _EDITED:
+        terminalreporter.write_line(
+            f"{path}: edited since it was generated (a learner's work): not run by nbval, "
+            "and kept as it is (make_exercises will not overwrite it)")

@@ -229,10 +229,12 @@ class _Compiler:
 
     # -- steps ----------------------------------------------------------------------------
     def _step(self, name, kind, sync=0, compute=None, transfers=None, host_bytes=0,
-              host_in=None, host_out=None, tile_out=None, **extra) -> int:
+              host_in=None, host_out=None, tile_out=None, tiles=None, **extra) -> int:
         """Record a superstep. Bytes in and out per tile come from ``transfers`` (rows of
         source tile, destination tile, bytes) unless ``tile_out`` gives what each tile
-        sends (the exchange broadcasts: an element read by many tiles is sent once)."""
+        sends (the exchange broadcasts: an element read by many tiles is sent once).
+        ``tiles`` are the tiles taking part: the step involves (and syncs) their IPUs
+        only; every IPU when None or empty (IPU-level task parallelism)."""
         n = self.t.num_tiles
         compute = np.zeros(n, np.int64) if compute is None else compute
         transfers = np.zeros((0, 3), np.int64) if transfers is None else transfers
@@ -257,11 +259,17 @@ class _Compiler:
                 sync = max(sync, cost.global_sync_cycles(self.t))
         if host_bytes:
             exch = max(exch, cost.host_cycles(int(host_bytes), self.t))
+        ipus = tuple(range(self.t.num_ipus))
+        if tiles is not None and transfers.size:
+            tiles = np.concatenate([np.asarray(tiles, np.int64).reshape(-1),
+                                    transfers[:, 0], transfers[:, 1]])
+        if tiles is not None and np.size(tiles):
+            ipus = tuple(int(q) for q in np.unique(np.asarray(tiles) // self.t.tiles_per_ipu))
         step = Step(index=len(self.steps), name=name, kind=kind, sync_cycles=int(sync),
                     exchange_cycles=exch, compute_cycles=int(compute.max(initial=0)),
                     tile_compute_cycles=compute, tile_bytes_in=b_in, tile_bytes_out=b_out,
                     transfers=transfers, inter_ipu_bytes=inter, host_bytes=int(host_bytes),
-                    **extra)
+                    ipus=ipus, **extra)
         self.steps.append(step)
         return step.index
 
@@ -309,7 +317,7 @@ class _Compiler:
         compute = cost.copy_cycles(local)
         step = self._step(f"Copy {src.name} -> {dst.name}", "copy", sync=cost.sync_cycles(self.t),
                           compute=compute.astype(np.int64), transfers=transfers,
-                          tile_out=sent)
+                          tile_out=sent, tiles=np.concatenate([s_tile, d_tile]))
         return CopyNode(step, Access.of(src.dtype, s_idx), Access.of(dst.dtype, d_idx))
 
     def _stream_copy(self, src, dst):
@@ -330,6 +338,7 @@ class _Compiler:
         arrow = "->" if stream.to_device else "<-"
         step = self._step(f"StreamCopy {stream.name} {arrow} {tensor.name}", "stream",
                           sync=cost.sync_cycles(self.t), host_bytes=nbytes,
+                          tiles=self.tile_of[tensor.dtype][idx],
                           **{"host_in" if stream.to_device else "host_out": per_tile})
         return StreamNode(step, stream, Access.of(tensor.dtype, idx))
 
@@ -512,7 +521,7 @@ class _Compiler:
             kinds[gr.cls.__name__] = (inst + len(gr.vertex_ids), cyc + int(gr.estimates.sum()))
         return self._step(cs.name, "compute", sync=cost.sync_cycles(t), compute=compute,
                           transfers=transfers, tile_out=sent, vertex_cycles=int(est.sum()),
-                          vertex_types=kinds)
+                          vertex_types=kinds, tiles=tiles)
 
     # -- memory ---------------------------------------------------------------------------
     def _memory(self) -> TileMemory:

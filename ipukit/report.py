@@ -32,9 +32,11 @@ Drawing functions take an ``ax`` (or make one) and return it, so widgets can reu
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
+from .timeline import Timeline
 from .trace import Trace
 
 #: The colours of the three BSP phases everywhere in ipukit (figures, widgets, lessons):
@@ -285,3 +287,98 @@ def _tile_cycles(trace: Trace) -> np.ndarray:
         if n:
             total += int(n) * step.tile_compute_cycles
     return total
+
+
+# -- the one timeline figure ----------------------------------------------------------------
+#: Colours of span kinds in the timeline figure (F/B/R take their micro-batch's colour).
+KIND_COLOURS = {**PHASE_COLOURS, "host": "#56B4E9", "link": "#0072B2", "optimizer": "#117733",
+                "allreduce": "#CC3311", "reducescatter": "#AA4499", "allgather": "#EE7733",
+                "broadcast": "#DDAA33", "reduce": "#882255"}
+#: Kinds drawn as a thin bar on top of the row (they overlap the work of the next op).
+THIN = ("link", "sync")
+
+
+def as_timeline(source, t_F=1.0, t_B=2.0):
+    """A :class:`~ipukit.timeline.Timeline` from a Timeline, a Trace, a Schedule (timed
+    with ``t_F``/``t_B``) or a run (anything with a ``.timeline``)."""
+    if isinstance(source, Timeline):
+        return source
+    if isinstance(source, Trace):
+        return source.timeline()
+    if hasattr(source, "ops") and hasattr(source, "timeline"):  # a Schedule
+        return source.timeline(t_F, t_B)
+    tl = getattr(source, "timeline", None)
+    if isinstance(tl, Timeline):
+        return tl
+    raise TypeError(f"cannot draw a timeline of {type(source).__name__}: give a Timeline, "
+                    "a Trace, a Schedule or a pipeline run")
+
+
+def timeline(source, ax=None, title: str | None = None, select=None, rebase: bool = False,
+             xmax: float | None = None, t_F=1.0, t_B=2.0, legend: bool = True,
+             measures: bool = True):
+    """The one timeline figure: one row per IPU, one bar per span (a static Gantt chart).
+
+    ``source``: a Timeline, Trace, Schedule or run (:func:`as_timeline`). Forward ops are
+    light and backward ops dark in their micro-batch's colour (R hatched), labelled
+    ``F3``; the emulator's sync, exchange and compute take the BSP colours; IPU-Link
+    copies and syncs are thin bars on top of the row. ``select(span)`` keeps some spans
+    (``rebase`` starts the time axis at the first one). The title adds the makespan,
+    bubble and utilisation of :meth:`Timeline.measures` of the spans shown. Labels are
+    drawn where they fit. Returns the axes.
+    """
+    from matplotlib.colors import to_rgb  # noqa: PLC0415
+
+    tl = as_timeline(source, t_F, t_B)
+    spans = [s for s in tl.spans if select is None or select(s)]
+    own = ax is None
+    ax = _ax(ax, (11, 1.2 + 0.55 * max(tl.num_ipus, 1)))
+    if not spans:
+        raise ValueError("no spans to draw (check select=...)")
+    t0 = min(s.start for s in spans) if rebase else 0.0
+    ipus = sorted({s.ipu for s in spans})
+    row = {q: i for i, q in enumerate(ipus)}
+    right = xmax or max(s.end for s in spans) - t0
+    palette = _plt().get_cmap("tab10").colors
+    px = ax.get_window_extent().width * 0.85 / right  # pixels per time unit, about
+    seen = {}
+    for s in spans:
+        y, x = row[s.ipu], s.start - t0
+        if s.kind in ("F", "B", "R"):
+            c = np.array(to_rgb(palette[max(s.microbatch, 0) % 10]))
+            colour = c if s.kind == "B" else 1 - 0.45 * (1 - c)
+            ax.broken_barh([(x, s.duration)], (y - 0.4, 0.8), color=colour, ec="white",
+                           lw=0.5, hatch=".." if s.kind == "R" else None)
+            seen.setdefault(s.kind, colour)
+        else:
+            colour = KIND_COLOURS.get(s.kind, "0.6")
+            thin = s.kind in THIN
+            ax.broken_barh([(x, s.duration)], (y - 0.48, 0.14) if thin else (y - 0.4, 0.8),
+                           color=colour, lw=0)
+            seen.setdefault(s.kind, colour)
+        text = (f"{s.kind}{s.microbatch}" if s.kind in ("F", "B", "R")
+                else "" if s.kind in THIN
+                else s.label[:24] if s.kind in ("compute", "exchange") and s.label
+                else f"{s.kind}\n{s.label[:24]}" if s.label else s.kind)
+        chars = max((len(line) for line in text.split("\n")), default=0)
+        if text and s.duration * px >= 5.5 * chars + 4:
+            ax.text(x + s.duration / 2, y, text, ha="center", va="center", fontsize=7,
+                    color="white" if s.kind == "B" else "k", clip_on=True)
+    ax.set_yticks(range(len(ipus)), [f"IPU {q}" for q in ipus])
+    ax.set_ylim(len(ipus) - 0.5, -0.6)
+    ax.set_xlim(0, right)
+    ax.set_xlabel("cycles" if tl.clock_hz != 1.0 else "time")
+    head = title or "Timeline"
+    if measures and any(s.kind in ("F", "B", "R", "compute") for s in spans):
+        shown = [replace(s, start=s.start - t0) for s in spans] if rebase else spans
+        m = Timeline(shown, num_ipus=tl.num_ipus).measures()
+        head += (f"\nmakespan {m['makespan']:,.0f} · bubble {m['total']:.1%} of total · "
+                 f"utilisation {m['utilisation']:.1%}")
+    ax.set_title(head, fontsize=9.5, loc="left")
+    if legend:
+        handles = [_plt().Rectangle((0, 0), 1, 1, color=c) for c in seen.values()]
+        ax.legend(handles, list(seen), fontsize=7.5, loc="upper left",
+                  bbox_to_anchor=(1.0, 1.0), frameon=False)
+    if own:
+        ax.figure.tight_layout()
+    return ax

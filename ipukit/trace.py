@@ -25,6 +25,7 @@ import numpy as np
 
 from . import cost
 from .target import Target
+from .timeline import MemorySample, Span, Timeline
 
 
 @dataclass(frozen=True, eq=False)
@@ -33,7 +34,7 @@ class Step:
 
     ``kind`` is "compute" (Execute), "copy" (on-device Copy), "stream" (host copy) or
     "host" (the host synchronisation of an ``Engine.run`` call). Per-tile arrays have
-    ``num_tiles`` entries.
+    ``num_tiles`` entries. ``ipus`` are the IPUs whose tiles take part.
     """
 
     index: int
@@ -50,6 +51,7 @@ class Step:
     transfers: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))
     inter_ipu_bytes: int = 0
     host_bytes: int = 0
+    ipus: tuple = (0,)  # the IPUs it involves: it waits for, syncs and advances only them
 
     @property
     def cycles(self) -> int:
@@ -96,14 +98,21 @@ class Trace:
         self._step_ids: list[int] = []
         self._starts: list[int] = []
         self._runs: list[int] = []
+        self.clocks = [0] * target.num_ipus  # each IPU's own clock, in cycles
         self.total_cycles = 0
         self.num_runs = 0
 
     def record(self, step: int) -> None:
+        """IPU-level task parallelism: a step starts when the IPUs it involves are free
+        and advances only their clocks (one IPU: steps simply follow each other)."""
+        s, clocks = self.steps[step], self.clocks
+        start = max(clocks[q] for q in s.ipus)
+        for q in s.ipus:
+            clocks[q] = start + s.cycles
         self._step_ids.append(step)
-        self._starts.append(self.total_cycles)
+        self._starts.append(start)
         self._runs.append(self.num_runs - 1)
-        self.total_cycles += self.steps[step].cycles
+        self.total_cycles = max(self.total_cycles, start + s.cycles)
 
     def __len__(self) -> int:
         return len(self._step_ids)
@@ -111,6 +120,30 @@ class Trace:
     @property
     def events(self) -> list[Event]:
         return [Event(s, t, r) for s, t, r in zip(self._step_ids, self._starts, self._runs)]
+
+    def timeline(self) -> Timeline:
+        """The run as the one record of time: per executed step and IPU it involves, a
+        ``sync`` (``host`` for the host sync of an ``Engine.run`` call), an ``exchange``
+        (``host`` for a stream copy's PCIe transfer) and a ``compute`` span, labelled with
+        the step's name; memory: each IPU's bytes by category (they do not change)."""
+        spans = []
+        for i, t in zip(self._step_ids, self._starts):
+            s = self.steps[i]
+            parts = (("host" if s.kind == "host" else "sync", s.sync_cycles),
+                     ("host" if s.kind == "stream" else "exchange", s.exchange_cycles),
+                     ("compute", s.compute_cycles))
+            for q in s.ipus:
+                at = t
+                for kind, cycles in parts:
+                    if cycles:
+                        spans.append(Span(q, kind, at, cycles, bytes=s.inter_ipu_bytes
+                                          if kind == "exchange" else 0, label=s.name))
+                    at += cycles
+        per_ipu = self.target.tiles_per_ipu
+        memory = [MemorySample(0, q, {k: int(v[q * per_ipu:(q + 1) * per_ipu].sum())
+                                      for k, v in self.memory.categories.items()})
+                  for q in range(self.target.num_ipus)]
+        return Timeline(spans, memory, self.target.clock_hz, self.target.num_ipus)
 
     def executed_steps(self) -> list[Step]:
         return [self.steps[i] for i in self._step_ids]

@@ -98,3 +98,42 @@ def test_compare_two_runs(traces, tmp_path):
     worse = sum(cycles_b[n] > cycles[n] for n in cycles)
     assert fig.axes[1].get_title().endswith(f"/ {worse}")
     save(fig, tmp_path, "compare")
+
+
+def test_timeline_figure_draws_every_span_of_a_schedule(tmp_path):
+    from ipukit.parallel import schedule
+
+    s = schedule("grouped", 3, 6)
+    ax = report.timeline(s, title="grouped")
+    bars = [c for c in ax.collections]
+    assert len(bars) == len(s.ops)  # one bar per F/B op
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["IPU 0", "IPU 1", "IPU 2"]
+    b = s.bubble(1.0, 2.0)
+    assert f"bubble {b['total']:.1%} of total" in ax.get_title(loc="left")
+    labels = {t.get_text() for t in ax.texts}
+    assert {"F0", "B5"} <= labels
+    save(ax.figure, tmp_path, "timeline_schedule")
+
+
+def test_timeline_figure_of_a_trace_and_a_run(tmp_path):
+    from ipukit.parallel import nn, optim, pipeline
+
+    trace = run_tut6(200, 30)
+    tl = trace.timeline()
+    ax = report.timeline(trace)
+    assert len(ax.collections) == len(tl.spans)
+    plt.close(ax.figure)
+    p = pipeline([[nn.Dense(4, 8, rng=1)], [nn.Dense(8, 3, rng=2)]],
+                 gradient_accumulation_count=4, optimizer=optim.SGD(0.1),
+                 loss=nn.SoftmaxCrossEntropy())
+    rng = np.random.default_rng(0)
+    run = p.run(rng.normal(size=(20, 4)).astype(np.float32), rng.integers(0, 3, 20))
+    ax = report.timeline(run, select=lambda sp: sp.microbatch == 0, rebase=True)
+    assert len(ax.collections) == sum(1 for sp in run.timeline if sp.microbatch == 0)
+    assert ax.get_xlim()[0] == 0
+    plt.close(ax.figure)
+    ax = report.timeline(run, title="2 stages, 4 micro-batches")
+    assert len(ax.collections) == len(run.timeline)
+    save(ax.figure, tmp_path, "timeline_run")
+    with pytest.raises(TypeError, match="Timeline, a Trace, a Schedule"):
+        report.timeline(42)

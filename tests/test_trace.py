@@ -78,3 +78,76 @@ def test_print_profile_summary_has_poplars_headings():
                     "Total compute cycles (excluding idle threads):", "SumVertex (8 instances)"):
         assert heading in text
     assert eng.trace.step_table()[1]["executions"] == 6
+
+
+class _Add(ipu.Vertex):
+    x = ipu.InOut(ipu.Vector(ipu.FLOAT))
+
+    def compute(self):
+        self.x[...] = self.x + 1
+
+
+def _two_ipu_engine(copy: bool):
+    """A compute set on IPU 0 and one on IPU 1 (no data between them), maybe a copy."""
+    t = ipu.IPUModel(num_ipus=2, tiles_per_ipu=2).create_device().target
+    g = ipu.Graph(t)
+    a, b = g.add_variable(ipu.FLOAT, [64], "a"), g.add_variable(ipu.FLOAT, [640], "b")
+    g.set_tile_mapping(a, 0)
+    g.set_tile_mapping(b, 2)
+    progs = []
+    for name, x, tile in (("cs0", a, 0), ("cs1", b, 2)):
+        cs = g.add_compute_set(name)
+        v = g.add_vertex(cs, _Add, {"x": x})
+        g.set_tile_mapping(v, tile)
+        progs.append(ipu.Execute(cs))
+    if copy:
+        progs.append(ipu.Copy(a, b[:64]))
+    eng = ipu.Engine(g, ipu.Sequence(*progs))
+    eng.load(ipu.Device(t))
+    eng.run()
+    return eng
+
+
+def test_compute_sets_on_different_ipus_overlap():
+    eng = _two_ipu_engine(copy=False)
+    host, cs0, cs1 = eng.trace.executed_steps()
+    assert (cs0.ipus, cs1.ipus, host.ipus) == ((0,), (1,), (0, 1))
+    starts = [e.start for e in eng.trace.events]
+    assert starts == [0, host.cycles, host.cycles]  # cs1 does not wait for cs0
+    assert eng.trace.total_cycles == host.cycles + max(cs0.cycles, cs1.cycles)
+    assert eng.trace.total_cycles < sum(s.cycles for s in (host, cs0, cs1))
+    tl = eng.trace.timeline()
+    comp = {s.ipu: s for s in tl.spans if s.kind == "compute"}
+    assert comp[0].start == comp[1].start == host.cycles + cs0.sync_cycles
+    assert tl.makespan == eng.trace.total_cycles
+
+
+def test_a_copy_between_ipus_is_an_external_sync_of_both():
+    eng = _two_ipu_engine(copy=True)
+    host, cs0, cs1, cp = eng.trace.executed_steps()
+    assert cp.ipus == (0, 1) and cp.sync_cycles == eng.target.global_sync_cycles
+    assert eng.trace.events[-1].start == host.cycles + max(cs0.cycles, cs1.cycles)
+    tl = eng.trace.timeline()
+    assert {s.ipu for s in tl.spans if s.label.startswith("Copy")} == {0, 1}
+    # IPU 0 (the lighter compute set) waits for IPU 1 before the copy: a dependency
+    m = tl.measures()
+    assert cs1.cycles > cs0.cycles
+    assert m["idle"][0]["dependency"] == cs1.cycles - cs0.cycles
+    assert "dependency" not in m["idle"][1]
+    assert m["idle"][0]["host"] == host.cycles and m["idle"][0]["sync"] == (
+        cs0.sync_cycles + cp.sync_cycles)
+
+
+def test_one_ipu_steps_follow_each_other():
+    t = ipu.IPUModel(tiles_per_ipu=2).create_device().target
+    g = ipu.Graph(t)
+    v = g.add_variable(ipu.FLOAT, [4], "v")
+    g.set_tile_mapping(v, 0)
+    eng = ipu.Engine(g, ipu.Repeat(3, ipu.Copy(v[:2], v[2:])))
+    eng.load(ipu.Device(t))
+    eng.run()
+    eng.run()
+    steps = eng.trace.executed_steps()
+    assert eng.trace.total_cycles == sum(s.cycles for s in steps)
+    assert [e.start for e in eng.trace.events] == list(np.cumsum([0] + [s.cycles for s in
+                                                                         steps])[:-1])

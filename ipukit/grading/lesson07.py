@@ -2,7 +2,7 @@
 
 Every reference is measured with the pipeline runner (:mod:`ipukit.parallel`): the bytes
 on each IPU from a run's ``MemoryRecord``s, the time of a ``ShardedExecution`` run from
-its ``TimelineRecord``s; the best split of layers over IPUs by trying every split.
+its timeline spans; the best split of layers over IPUs by trying every split.
 
 >>> from ipukit.grading import lesson07
 >>> r = lesson07.check_balance(lambda layer_bytes, num_ipus: [0] * len(layer_bytes))

@@ -2,7 +2,7 @@
 
 The ring all-reduce is checked by what crosses each simulated IPU-Link (a ``send``
 callback that records every message); the other references are measured with the
-pipeline runner: the collectives of a run's ``TimelineRecord``s, the optimiser state of
+pipeline runner: the collectives of a run's timeline spans, the optimiser state of
 its ``MemoryRecord``s, the calls of a ``DataLoader`` and the losses a call returns.
 
 >>> from ipukit.grading import lesson10

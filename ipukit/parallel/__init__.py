@@ -17,7 +17,6 @@ from .pipelining import (
     RunResult,
     ShardedExecution,
     Stage,
-    TimelineRecord,
     pipeline,
     training_model,
 )
@@ -39,7 +38,6 @@ __all__ = [
     "Schedule",
     "ShardedExecution",
     "Stage",
-    "TimelineRecord",
     "call_cost",
     "combined_batch_size",
     "concurrent",

@@ -50,24 +50,20 @@ import numpy as np
 from .. import backend, cost
 from ..errors import PipelineConfigError
 from ..target import Target
+from ..timeline import Span, Timeline
 from . import nn, sharded
-from .sharded import CollectiveRecord
-
-#: The runner's timeline kind of each collective.
-TIMELINE_KINDS = {"broadcast": "broadcast", "reduce_add": "reduce",
-                  "all_reduce_max": "allreduce", "all_reduce_add": "allreduce"}
 
 
 @dataclass(frozen=True)
 class Program:
     """One phase of one micro-batch on a concurrent stage: ``duration`` cycles, its
-    records (compute as kind F/B/R, collectives as broadcast/reduce/allreduce), each with
-    ``start`` relative to the op's start, and the bytes each IPU sends to a neighbouring
+    ``timeline`` (compute as kind F/B/R, collectives as broadcast/reduce/allreduce) with
+    times relative to the op's start, and the bytes each IPU sends to a neighbouring
     stage on other IPUs: forward, its member's output; backward, the summed input
     gradient, from the first IPU."""
 
     duration: int
-    records: tuple[CollectiveRecord, ...]
+    timeline: Timeline
     sends: tuple[int, ...] = ()  # bytes each IPU sends on when the next op is elsewhere
 
 
@@ -80,20 +76,20 @@ class StageLog(sharded.CollectiveLog):
 
     def __init__(self, ipus, target: Target | None = None):
         super().__init__(len(ipus), target, ipus)
-        self.compute_records: list[CollectiveRecord] = []
+        self.compute_records: list[Span] = []
 
     def compute(self, flops, phase: str, label: str) -> None:
         """Shard s computes ``flops[s]`` FLOPs at the same time as the others."""
         cycles = [cost.flops_cycles(f, self.target) for f in flops]
-        self.compute_records += [CollectiveRecord(q, phase, self.now, c, 0, label)
+        self.compute_records += [Span(q, phase, self.now, c, label=label)
                                  for q, c in zip(self.ipus, cycles)]
         self.now += max(cycles)
 
     def take(self) -> Program:
-        """The records so far, in timeline kinds and time order, as a Program; then reset."""
-        moved = [replace(r, kind=TIMELINE_KINDS[r.kind]) for r in self.records]
-        records = sorted(self.compute_records + moved, key=lambda r: (r.start, r.ipu))
-        program = Program(self.now, tuple(records))
+        """The spans so far, in time order, as a Program; then reset."""
+        moved = [replace(r, kind=sharded.TIMELINE_KINDS[r.kind]) for r in self.records]
+        spans = sorted(self.compute_records + moved, key=lambda r: (r.start, r.ipu))
+        program = Program(self.now, Timeline(spans, clock_hz=self.target.clock_hz))
         self.records, self.compute_records, self.now = [], [], 0
         return program
 
@@ -207,8 +203,9 @@ class Concurrent(nn.Layer):
             out = [math.prod(p.shape) * item for p in y]
             back = [math.prod(shape) * item] + [0] * (len(out) - 1)
             fwd = replace(fwd, sends=tuple(out))
-            recompute = [replace(r, kind="R") if r.kind == "F" else r for r in fwd.records]
-            self._programs[key] = {"F": fwd, "R": replace(fwd, records=tuple(recompute)),
+            recompute = [replace(r, kind="R") if r.kind == "F" else r for r in fwd.timeline]
+            self._programs[key] = {"F": fwd, "R": replace(fwd, timeline=Timeline(
+                                       recompute, clock_hz=fwd.timeline.clock_hz)),
                                    "B": replace(bwd, sends=tuple(back))}
         return self._programs[key]
 

@@ -17,6 +17,7 @@
 """
 
 from ..cost import CostModel
+from ..timeline import Span, Timeline
 from .frontend_poptorch import (
     Block,
     PipelinedExecution,
@@ -34,9 +35,8 @@ from .runner import (
     PipelineOptions,
     PipelineStage,
     RunResult,
-    TimelineRecord,
 )
 
 __all__ = ["ORDER_HINT", "REDUCTIONS", "Block", "CostModel", "Fifo", "MemoryRecord",
            "Pipeline", "PipelineOptions", "PipelineStage", "PipelinedExecution", "RunResult",
-           "ShardedExecution", "Stage", "TimelineRecord", "pipeline", "training_model"]
+           "ShardedExecution", "Span", "Stage", "Timeline", "pipeline", "training_model"]

@@ -22,16 +22,18 @@ run (replicas, RTS, accumulation dtype and output modes: :mod:`.replication`).
 
 The result has the per-micro-batch losses and two plain records:
 
-* ``timeline``: a tuple of :class:`TimelineRecord` ``(ipu, kind, stage, microbatch, start,
-  duration, bytes)``, times in cycles of the target's clock. ``kind`` is ``"F"``, ``"B"``,
+* ``timeline``: a :class:`~ipukit.timeline.Timeline` of :class:`~ipukit.timeline.Span`
+  ``(ipu, kind, start, duration, stage, microbatch, bytes, label)``, times in cycles of
+  the target's clock (the one record of time, as ``Trace.timeline()``; iterating it gives
+  its spans). ``kind`` is ``"F"``, ``"B"``,
   ``"R"`` (compute: FLOPs ÷ the IPU's FLOPs per cycle), ``"link"`` (an activation or
   gradient sent over IPU-Links after the op, ``bytes`` ÷ link bandwidth), ``"sync"`` (the
   end of a lock-step step), ``"allreduce"`` (gradients reduced across replicas, ring
   all-reduce; with RTS ``"reducescatter"`` and ``"allgather"``), ``"optimizer"`` (the
   weight update, plus streaming offloaded state over the host link). ``stage`` and
   ``microbatch`` are -1 where they do not apply. Replicas run the same timeline on their
-  own IPUs; the records are replica 0's. Other code (widgets, sharded collectives) may
-  read and append such records.
+  own IPUs; the spans are replica 0's. ``timeline.measures()`` gives the bubble and each
+  IPU's idle time by cause.
 * ``memory``: a tuple of :class:`MemoryRecord` ``(time, ipu, weights, stash, gradients,
   optimizer)`` in bytes, one after every op on that IPU. Offloaded optimiser state is in
   ``host_bytes``. A peak over the IPU's memory raises :class:`OutOfMemoryError` naming the
@@ -61,6 +63,7 @@ from .. import backend
 from ..cost import CostModel
 from ..errors import IpuError, OutOfMemoryError, PipelineConfigError
 from ..target import IPUModel, Target
+from ..timeline import Span, Timeline
 from . import concurrent, replication
 from .schedule import Schedule, is_count, schedule, simulate
 
@@ -119,20 +122,6 @@ class PipelineOptions:
 
 
 @dataclass(frozen=True)
-class TimelineRecord:
-    """One thing one IPU did: ``kind`` F/B/R/link/sync/allreduce/optimizer, in cycles."""
-
-    ipu: int
-    kind: str
-    stage: int
-    microbatch: int
-    start: float
-    duration: float
-    bytes: int = 0
-    label: str = ""  # what a collective moved (a sharded op's CollectiveRecord label)
-
-
-@dataclass(frozen=True)
 class MemoryRecord:
     """Bytes in use on one IPU at ``time`` (cycles), by category."""
 
@@ -157,7 +146,7 @@ class RunResult:
     """
 
     losses: np.ndarray
-    timeline: tuple[TimelineRecord, ...]
+    timeline: Timeline
     memory: tuple[MemoryRecord, ...]
     cycles: float
     host_bytes: int
@@ -351,7 +340,7 @@ class Pipeline:
         ys = np.asarray(labels).reshape(shape)
         losses = np.zeros(shape[:3])
         dtype = np.result_type(xs.dtype, *(p.dtype for p in self.params.values()))
-        timeline: list[TimelineRecord] = []
+        timeline: list[Span] = []
         memory: list[MemoryRecord] = []
         now = 0.0
         for r in range(self.repeat_count):
@@ -366,8 +355,8 @@ class Pipeline:
             now = self._update_times(finish, timeline)
         host = self._optimizer_bytes() if self.offload else 0
         outputs = replication.select_outputs(losses, self.output_mode, self.output_return_period)
-        return RunResult(losses, tuple(timeline), tuple(memory), now, host,
-                         self.target.clock_hz, outputs)
+        spans = Timeline(timeline, memory, self.target.clock_hz)
+        return RunResult(losses, spans, tuple(memory), now, host, self.target.clock_hz, outputs)
 
     def cycles_per_run(self, sample_shape, micro_batch_size: int, dtype="float32") -> float:
         """Simulated cycles of one pipeline run (ops, syncs, all-reduce, weight update).
@@ -375,7 +364,7 @@ class Pipeline:
         The cost model needs only shapes, so this runs no arithmetic: it times a strategy
         without training with it.
         """
-        timeline: list[TimelineRecord] = []
+        timeline: list[Span] = []
         *_, finish = self._op_times(tuple(sample_shape), micro_batch_size, np.dtype(dtype),
                                     0.0, timeline)
         return self._update_times(finish, timeline)
@@ -478,21 +467,20 @@ class Pipeline:
         step_end: dict[int, float] = {}
         for i, o in enumerate(sched.ops):
             if o.stage in programs:  # concurrent: each IPU's compute, then the collectives
-                timeline.extend(TimelineRecord(r.ipu, r.kind, o.stage, o.microbatch,
-                                               float(start[i] + r.start), float(r.duration),
-                                               r.bytes, r.label)
-                                for r in programs[o.stage][o.phase].records)
+                timeline.extend(Span(r.ipu, r.kind, float(start[i] + r.start),
+                                     float(r.duration), o.stage, o.microbatch, r.bytes, r.label)
+                                for r in programs[o.stage][o.phase].timeline)
             for q, b in zip(ipus[i], nbytes[i]):
                 if o.stage not in programs:
-                    timeline.append(TimelineRecord(q, o.phase, o.stage, o.microbatch,
-                                                   float(start[i]), float(dur[i])))
+                    timeline.append(Span(q, o.phase, float(start[i]), float(dur[i]), o.stage,
+                                         o.microbatch, label=f"{o.phase}{o.microbatch}"))
                 if b:
-                    timeline.append(TimelineRecord(q, "link", o.stage, o.microbatch,
-                                                   float(end[i]), float(cm.link(b)), b))
+                    timeline.append(Span(q, "link", float(end[i]), float(cm.link(b)),
+                                         o.stage, o.microbatch, b))
             step_end[o.step] = max(step_end.get(o.step, now), float(end[i] + send[i]))
         if sched.lockstep:
             for t in step_end.values():
-                timeline.extend(TimelineRecord(q, "sync", -1, -1, t, sync) for q in self.ipus)
+                timeline.extend(Span(q, "sync", t, sync) for q in self.ipus)
         return start, end, max(step_end.values()) + sync
 
     def _shapes(self, shape) -> list[tuple]:
@@ -550,7 +538,7 @@ class Pipeline:
             t = now
             on = [s.on(q) for s in self.stages if q in s.ipus]
             for kind, cycles, nbytes in replication.weight_update_steps(self, on):
-                timeline.append(TimelineRecord(q, kind, -1, -1, t, cycles, nbytes))
+                timeline.append(Span(q, kind, t, cycles, bytes=nbytes))
                 t += cycles
             done = max(done, t)
         return done

@@ -54,6 +54,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import PipelineConfigError
+from ..timeline import MemorySample, Span, Timeline
 
 KINDS = ("grouped", "interleaved", "sequential", "poptorch", "gpipe", "1f1b")
 #: Graphcore's lock-step schedules; gpipe and 1f1b are asynchronous.
@@ -99,38 +100,40 @@ class Schedule:
         dur = np.array([table[o.phase][o.stage] for o in self.ops], dtype=np.float64)
         return simulate(self, dur)
 
+    def timeline(self, t_F=1.0, t_B=2.0, t_R=None) -> Timeline:
+        """The schedule timed with ``t_F``/``t_B``/``t_R`` as the one record of time: one
+        span per op (kind F/B/R, label like ``"F3"``) on its IPU, unit clock; memory: the
+        micro-batches each IPU holds (+1 when an F ends, -1 when its B ends)."""
+        start, end = self.timing(t_F, t_B, t_R)
+        spans = [Span(o.ipu, o.phase, float(a), float(b - a), o.stage, o.microbatch,
+                      label=f"{o.phase}{o.microbatch}") for o, a, b in zip(self.ops, start, end)]
+        memory = []
+        for q in range(self.num_stages):
+            held = 0
+            memory.append(MemorySample(0.0, q, {"stash": 0}))
+            for t, d in sorted((s.end, {"F": 1, "B": -1}.get(s.kind, 0)) for s in spans
+                               if s.ipu == q and self.training):
+                held += d
+                memory.append(MemorySample(t, q, {"stash": held}))
+        return Timeline(spans, memory, 1.0, self.num_stages)
+
     def makespan(self, t_F=1.0, t_B=2.0, t_R=None) -> float:
         """Time from the first op's start to the last op's end."""
-        return float(self.timing(t_F, t_B, t_R)[1].max())
+        return self.timeline(t_F, t_B, t_R).makespan
 
     def utilisation(self, t_F=1.0, t_B=2.0, t_R=None) -> float:
         """Busy time of all IPUs ÷ (number of IPUs × makespan)."""
-        start, end = self.timing(t_F, t_B, t_R)
-        busy = float((end - start).sum())
-        return busy / (self.num_stages * float(end.max()))
+        return self.timeline(t_F, t_B, t_R).measures()["utilisation"]
 
     def bubble(self, t_F=1.0, t_B=2.0, t_R=None) -> dict:
-        """Idle time of the busiest IPU, three ways.
+        """Idle time of the busiest IPU, three ways (:meth:`Timeline.measures`).
 
         ``total``: bubble ÷ makespan (GPipe: (p-1)/(m+p-1)); ``ideal``: bubble ÷ ideal time
         (Megatron: (p-1)/m); ``span``: the zero-bubble paper's rate, measured on the
         longest per-IPU span from its first op's start to its last op's end.
         """
-        start, end = self.timing(t_F, t_B, t_R)
-        ipu = self._ipus()
-        n = self.num_stages
-        ideal = float(np.bincount(ipu, weights=end - start, minlength=n).max())
-        total = float(end.max())
-        first = np.full(n, np.inf)
-        last = np.zeros(n)
-        np.minimum.at(first, ipu, start)
-        np.maximum.at(last, ipu, end)
-        span = float((last - first).max())
-        return {
-            "total": (total - ideal) / total,
-            "ideal": (total - ideal) / ideal,
-            "span": (span - ideal) / span,
-        }
+        m = self.timeline(t_F, t_B, t_R).measures()
+        return {k: m[k] for k in ("total", "ideal", "span")}
 
     def peak_activations(self) -> tuple[int, ...]:
         """Most micro-batches each stage holds at once (its F ran, its B has not)."""
@@ -172,8 +175,6 @@ class Schedule:
                  for i, row in enumerate(cells)]
         return "\n".join(lines)
 
-    def _ipus(self) -> np.ndarray:
-        return np.fromiter((o.ipu for o in self.ops), dtype=np.int64, count=len(self.ops))
 
 
 def _per_stage(t, n: int) -> np.ndarray:

@@ -25,33 +25,28 @@ columns is never gathered on one IPU: the softmax needs only each row's max and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 
 from .. import backend, cost
 from ..errors import IpuError
 from ..target import IPUModel, Target
+from ..timeline import Span, Timeline
 
-
-@dataclass(frozen=True)
-class CollectiveRecord:
-    """One IPU's part in one collective: from cycle ``start`` for ``duration`` cycles,
-    sending ``bytes`` over IPU-Links (the pipeline runner's TimelineRecord fields)."""
-
-    ipu: int
-    kind: str  # "broadcast", "reduce_add", "all_reduce_max" or "all_reduce_add"
-    start: int
-    duration: int
-    bytes: int
-    label: str
+#: The one record's span kind of each collective (``Span.kind``); the op is in the log's
+#: ``records`` (``"all_reduce_max"``) and in the span's label.
+TIMELINE_KINDS = {"broadcast": "broadcast", "reduce_add": "reduce",
+                  "all_reduce_max": "allreduce", "all_reduce_add": "allreduce"}
 
 
 class CollectiveLog:
     """The IPUs a sharded op runs on and the collectives it ran (GCL's cross-IPU ops).
 
     Shard s lives on IPU ``ipus[s]`` (default ``0..num_shards-1``). A collective costs one
-    global sync plus its busiest IPU's bytes over one IPU-Link; every participant gets a
-    :class:`CollectiveRecord` starting at ``now``, which then moves on. A caller (the
-    pipeline runner) may set ``now`` to place the next collective on its timeline.
+    global sync plus its busiest IPU's bytes over one IPU-Link (:mod:`ipukit.cost`); every
+    participant gets a :class:`~ipukit.timeline.Span` in ``records`` (kind: the op, e.g.
+    ``"all_reduce_max"``) starting at ``now``, which then moves on. :meth:`timeline`
+    gives them as the one record of time. A caller (the pipeline runner) may set ``now``
+    to place the next collective on its timeline.
     """
 
     def __init__(self, num_shards: int, target: Target | None = None, ipus=None):
@@ -73,14 +68,14 @@ class CollectiveLog:
                 f"IPU(s) {bad} are out of range: the target has {target.num_ipus} IPU(s)"
             )
         self.num_shards, self.target = num_shards, target
-        self.records: list[CollectiveRecord] = []
+        self.records: list[Span] = []
         self.now = 0
 
     def _record(self, kind: str, label: str, sent: list[int], received: list[int]) -> None:
         busiest = max(max(sent), max(received))
         cycles = cost.collective_cycles(busiest, self.target)
         for ipu, nbytes in zip(self.ipus, sent):
-            self.records.append(CollectiveRecord(ipu, kind, self.now, cycles, nbytes, label))
+            self.records.append(Span(ipu, kind, self.now, cycles, bytes=nbytes, label=label))
         self.now += cycles
 
     def broadcast(self, x, label: str, root: int = 0) -> list:
@@ -118,6 +113,14 @@ class CollectiveLog:
     def bytes_sent(self) -> list[int]:
         """Bytes each shard sent over IPU-Links so far, in shard order."""
         return [sum(r.bytes for r in self.records if r.ipu == ipu) for ipu in self.ipus]
+
+    def timeline(self) -> Timeline:
+        """The collectives so far as a Timeline (kinds "broadcast", "reduce", "allreduce";
+        the label names the op and what it moved)."""
+        return Timeline([replace(r, kind=TIMELINE_KINDS.get(r.kind, r.kind),
+                                 label=f"{r.kind} {r.label}" if r.kind in TIMELINE_KINDS
+                                 else r.label) for r in self.records],
+                        clock_hz=self.target.clock_hz, num_ipus=self.target.num_ipus)
 
     def cycles(self) -> int:
         """Cycles spent in collectives so far (they run one after another)."""
@@ -358,7 +361,6 @@ def log_softmax_cross_entropy(
 
 __all__ = [
     "CollectiveLog",
-    "CollectiveRecord",
     "check_even",
     "embedding",
     "local_indices",

@@ -13,6 +13,6 @@ give an animated PNG for GitHub and nbviewer.
 
 from .bsp_view import BSPFrame, BSPView
 from .memory_map import MemoryMap
-from .pipeline_timeline import Box, PipelineTimeline, Timeline
+from .pipeline_timeline import Panel, PipelineTimeline
 
-__all__ = ["BSPFrame", "BSPView", "Box", "MemoryMap", "PipelineTimeline", "Timeline"]
+__all__ = ["BSPFrame", "BSPView", "MemoryMap", "Panel", "PipelineTimeline"]

@@ -25,7 +25,7 @@ copies, syncs and weight update, and its stash in bytes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import ipywidgets as widgets
 import matplotlib
@@ -36,6 +36,7 @@ from matplotlib.ticker import MaxNLocator
 
 from ..errors import IpuError
 from ..parallel.schedule import KINDS, Schedule, schedule
+from ..timeline import Span, Timeline
 from ._player import LINK, SLOWEST, Player, esc, mb_colour, new_figure, tint
 
 COMPUTE = ("F", "B", "R")
@@ -44,35 +45,25 @@ MAX_FRAMES = 240
 MAX_LABELS = 600
 
 
-@dataclass(frozen=True)
-class Box:
-    """One thing one IPU did from ``start`` to ``end``: F/B/R, or link/sync/allreduce/..."""
-
-    ipu: int
-    kind: str
-    stage: int
-    microbatch: int
-    start: float
-    end: float
-
-    @property
-    def label(self) -> str:
-        return f"{self.kind}{self.microbatch}" if self.kind in COMPUTE else self.kind
+def label(span: Span) -> str:
+    """What a box shows: ``F3`` for an op on micro-batch 3, else its kind."""
+    return f"{span.kind}{span.microbatch}" if span.kind in COMPUTE else span.kind
 
 
 @dataclass(frozen=True, eq=False)
-class Timeline:
-    """Boxes per IPU and each IPU's stash over time: what one panel draws."""
+class Panel:
+    """What one panel draws: a :class:`~ipukit.timeline.Timeline`'s spans per IPU and
+    each IPU's stash over time."""
 
     title: str
-    boxes: tuple[Box, ...]
+    boxes: tuple[Span, ...]
     ipus: tuple[int, ...]
     stash: dict = field(default_factory=dict)  # ipu -> (times, values), a step function
     stash_unit: str = "micro-batches"
     time_unit: str = "steps"
 
     @property
-    def compute(self) -> list[Box]:
+    def compute(self) -> list[Span]:
         return [b for b in self.boxes if b.kind in COMPUTE]
 
     @property
@@ -80,24 +71,13 @@ class Timeline:
         return max(b.end for b in self.boxes)
 
     def measures(self) -> dict:
-        """Bubble ÷ total time, ÷ ideal time, per-stage span, and utilisation (F/B/R only).
-
-        Ideal time is the busiest IPU's busy time; the formulas are those of
-        :meth:`Schedule.bubble` and :meth:`Schedule.utilisation`.
-        """
-        ops = self.compute
-        start = np.array([b.start for b in ops])
-        end = np.array([b.end for b in ops])
-        row = np.searchsorted(self.ipus, [b.ipu for b in ops])
-        n = len(self.ipus)
-        busy = np.bincount(row, weights=end - start, minlength=n)
-        first, last = np.full(n, np.inf), np.zeros(n)
-        np.minimum.at(first, row, start)
-        np.maximum.at(last, row, end)
-        total, ideal = end.max() - start.min(), busy.max()
-        span = (last - first).max()
-        return {"total": (total - ideal) / total, "ideal": (total - ideal) / ideal,
-                "span": (span - ideal) / span, "utilisation": busy.sum() / (n * total)}
+        """Bubble ÷ total time, ÷ ideal time, per-stage span, and utilisation of the
+        F/B/R spans, from :meth:`ipukit.timeline.Timeline.measures` (time from the
+        first op's start)."""
+        t0 = min(b.start for b in self.compute)
+        row = {q: r for r, q in enumerate(self.ipus)}
+        ops = [replace(b, ipu=row[b.ipu], start=b.start - t0) for b in self.compute]
+        return Timeline(ops, num_ipus=len(self.ipus)).measures()
 
     def stash_at(self, t: float) -> dict[int, float]:
         """Every IPU's stash at time ``t`` (after the changes at ``t``)."""
@@ -108,32 +88,28 @@ class Timeline:
         return out
 
 
-def from_schedule(s: Schedule, t_F=1.0, t_B=1.0, t_R=None) -> Timeline:
+def from_schedule(s: Schedule, t_F=1.0, t_B=1.0, t_R=None) -> Panel:
     """A schedule timed with ``Schedule.timing``; the stash counts micro-batches per IPU.
 
     A stage stashes a micro-batch's activations when its F ends and frees them when its B
     ends (with recomputation it stashes only the input, still one entry per micro-batch).
     """
-    start, end = s.timing(t_F, t_B, t_R)
-    boxes = tuple(Box(o.ipu, o.phase, o.stage, o.microbatch, float(a), float(b))
-                  for o, a, b in zip(s.ops, start, end))
+    boxes = s.timeline(t_F, t_B, t_R).spans
     ipus = tuple(range(s.num_stages))
     stash = _count_stash(boxes if s.training else (), ipus)
     recompute = ", recomputation" if s.recomputation else ""
     title = (f"{s.kind}: {s.num_stages} stages, gradient accumulation "
              f"{s.gradient_accumulation}{recompute}")
-    return Timeline(title, boxes, ipus, stash)
+    return Panel(title, boxes, ipus, stash)
 
 
-def from_run(run, title: str = "pipeline run") -> Timeline:
+def from_run(run, title: str = "pipeline run") -> Panel:
     """A ``RunResult`` of ``Pipeline.run`` (or its ``timeline`` records), in cycles.
 
     The stash is the run's memory records' ``stash`` bytes when it has them, else counted
     in micro-batches from the F and B records.
     """
-    records = getattr(run, "timeline", run)
-    boxes = tuple(Box(r.ipu, r.kind, r.stage, r.microbatch, float(r.start),
-                      float(r.start + r.duration)) for r in records)
+    boxes = tuple(getattr(run, "timeline", run))
     if not any(b.kind in COMPUTE for b in boxes):
         raise ValueError("this run timeline has no F/B/R records to draw")
     ipus = tuple(sorted({b.ipu for b in boxes}))
@@ -141,10 +117,11 @@ def from_run(run, title: str = "pipeline run") -> Timeline:
     if memory:
         stash = {}
         for q in ipus:
-            recs = sorted((m.time, m.stash) for m in memory if m.ipu == q)
+            recs = sorted((m.time, m.stash if hasattr(m, "stash") else m.bytes.get("stash", 0))
+                          for m in memory if m.ipu == q)
             stash[q] = (np.array([t for t, _ in recs]), np.array([v for _, v in recs]))
-        return Timeline(title, boxes, ipus, stash, "bytes", "cycles")
-    return Timeline(title, boxes, ipus, _count_stash(boxes, ipus), "micro-batches", "cycles")
+        return Panel(title, boxes, ipus, stash, "bytes", "cycles")
+    return Panel(title, boxes, ipus, _count_stash(boxes, ipus), "micro-batches", "cycles")
 
 
 def _count_stash(boxes, ipus) -> dict:
@@ -156,8 +133,8 @@ def _count_stash(boxes, ipus) -> dict:
     return stash
 
 
-def _timeline(obj, t_F, t_B, t_R) -> Timeline:
-    if isinstance(obj, Timeline):
+def _timeline(obj, t_F, t_B, t_R) -> Panel:
+    if isinstance(obj, Panel):
         return obj
     if isinstance(obj, Schedule):
         return from_schedule(obj, t_F, t_B, t_R)
@@ -210,13 +187,13 @@ class PipelineTimeline(Player):
         """The play head's time at frame ``k`` (default: the slider's)."""
         return float(self._times[self.value if k is None else k])
 
-    def under_play_head(self, k: int | None = None, which: int = 0) -> list[Box]:
+    def under_play_head(self, k: int | None = None, which: int = 0) -> list[Span]:
         """The F/B/R boxes running at the play head (start <= t < end), by IPU."""
         t = self.time(k)
         return sorted((b for b in self.timelines[which].compute if b.start <= t < b.end),
                       key=lambda b: b.ipu)
 
-    def revealed(self, k: int | None = None, which: int = 0) -> list[Box]:
+    def revealed(self, k: int | None = None, which: int = 0) -> list[Span]:
         """Boxes the play head has reached (started before or at it)."""
         t = self.time(k)
         return [b for b in self.timelines[which].boxes if b.start <= t]
@@ -291,7 +268,7 @@ class PipelineTimeline(Player):
                  "backward B · dotted: recomputation R", fontsize=9, va="center",
                  color="#444444")
 
-    def _draw_panel(self, tl: Timeline, ax, mem, xmax, first, last):
+    def _draw_panel(self, tl: Panel, ax, mem, xmax, first, last):
         row = {q: r for r, q in enumerate(tl.ipus)}
         width_px = ax.get_position().width * self.fig.get_figwidth() * self.fig.dpi
         px = width_px / xmax
@@ -318,7 +295,7 @@ class PipelineTimeline(Player):
         if len(tl.compute) <= MAX_LABELS:
             for b in tl.compute:
                 w = (b.end - b.start) * px
-                text = b.label if w >= 20 else (str(b.microbatch) if w >= 9 else "")
+                text = label(b) if w >= 20 else (str(b.microbatch) if w >= 9 else "")
                 if text:
                     dark = b.kind == "B"
                     ax.text((b.start + b.end) / 2, row[b.ipu], text, ha="center",
@@ -379,7 +356,7 @@ class PipelineTimeline(Player):
         parts = []
         for i, tl in enumerate(self.timelines):
             m = tl.measures()
-            running = ", ".join(f"IPU {b.ipu}: {b.label}" for b in self.under_play_head(k, i))
+            running = ", ".join(f"IPU {b.ipu}: {label(b)}" for b in self.under_play_head(k, i))
             stash = ", ".join(f"IPU {q}: {v:,.0f}" for q, v in self.stash(k, i).items())
             parts.append(
                 f"<b>{esc(tl.title)}</b>: bubble {100 * m['total']:.1f}% of total time, "
