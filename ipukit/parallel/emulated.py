@@ -41,9 +41,10 @@ from ..poplibs import poplin, popnn, popops, poputil
 from ..poplibs.expr import Expr, Sqrt, _1, _2, _3, _4
 from ..program import Copy, Execute, Program, Sequence
 from ..tensor import FLOAT, UNSIGNED_INT, Tensor
+from ..timeline import MemorySample, Span, Timeline
 from ..trace import Step, Trace
 from . import nn, optim, replication
-from .runner import MemoryRecord, RunResult, TimelineRecord
+from .runner import MemoryRecord, RunResult
 
 # Poplar's programs (Copy, Execute, stream copies) each compile to one step; our op
 # programs hold nothing else, so counting them tells which trace events an op made.
@@ -628,7 +629,8 @@ class EmulatedRunResult(RunResult):
         return steps_of(self.trace, self.op_of(span))
 
     def _start(self, o: OpSteps) -> float:
-        return float(self.trace._starts[o.first]) - self.origin
+        ext = _extent(self.trace, o, o.ipu)
+        return -1.0 if ext is None else ext[0] - self.origin
 
 
 def run(p, x, labels) -> EmulatedRunResult:
@@ -648,7 +650,7 @@ def run(p, x, labels) -> EmulatedRunResult:
     trace = emu.engine.trace
     ops = tuple(OpSteps(o.run, o.phase, o.stage, o.microbatch, o.ipu, o.first, o.end)
                 for o in ops)
-    origin = float(trace._starts[ops[0].first])
+    origin = float(trace._starts[start])  # the host sync of this call
     timeline = _timeline(emu, trace, ops, origin)
     memory = tuple(MemoryRecord(0.0, s.ipu, *_bytes(emu, s)) for s in emu.stages)
     cycles = float(trace.total_cycles - trace._starts[start]) if len(trace) > start else 0.0
@@ -657,27 +659,43 @@ def run(p, x, labels) -> EmulatedRunResult:
                              trace, ops, origin)
 
 
-def _timeline(emu, trace, ops, t0) -> tuple:
-    """F/B/R records from the trace events each op made, plus its IPU-Link copies."""
-    out = []
+def _extent(trace, o: OpSteps, ipu: int) -> tuple[float, float] | None:
+    """(start, end) on ``ipu``'s clock of the steps of ``o`` that run on ``ipu`` alone (its
+    copies to other IPUs are "link" spans: they wait for the receiver)."""
+    times = [(t, t + trace.steps[i].cycles) for i, t in
+             zip(trace._step_ids[o.first:o.end], trace._starts[o.first:o.end])
+             if tuple(trace.steps[i].ipus) == (ipu,)]
+    if not times:
+        return None
+    return float(min(a for a, _ in times)), float(max(b for _, b in times))
+
+
+def _timeline(emu, trace, ops, t0) -> Timeline:
+    """F/B/R spans from the trace events each op made (on its IPU's clock), the IPU-Link
+    copies among them, and each IPU's weight update; memory: each IPU's bytes."""
+    spans = []
+    ipus = sorted({s.ipu for st in emu.replicas for s in st})
     for o in ops:
-        if o.end <= o.first:
-            continue
-        starts = trace._starts[o.first:o.end]
-        steps = [trace.steps[i] for i in trace._step_ids[o.first:o.end]]
-        begin, end = starts[0] - t0, starts[-1] + steps[-1].cycles - t0
         if o.phase == "optimizer":
-            out.extend(TimelineRecord(s.ipu, "optimizer", -1, -1, float(begin),
-                                      float(end - begin)) for s in emu.stages)
-            continue
-        out.append(TimelineRecord(o.ipu, o.phase, o.stage, o.microbatch, float(begin),
-                                  float(end - begin)))
-        for t, st in zip(starts, steps):
-            if st.inter_ipu_bytes:
-                out.append(TimelineRecord(o.ipu, "link", o.stage, o.microbatch,
-                                          float(t - t0), float(st.cycles),
-                                          int(st.inter_ipu_bytes)))
-    return tuple(out)
+            for q in ipus:
+                ext = _extent(trace, o, q)
+                if ext:
+                    spans.append(Span(q, "optimizer", ext[0] - t0, ext[1] - ext[0]))
+        else:
+            ext = _extent(trace, o, o.ipu)
+            if ext is not None:
+                spans.append(Span(o.ipu, o.phase, ext[0] - t0, ext[1] - ext[0], o.stage,
+                                  o.microbatch))
+        for i, t in zip(trace._step_ids[o.first:o.end], trace._starts[o.first:o.end]):
+            st = trace.steps[i]
+            if st.inter_ipu_bytes and (o.ipu in st.ipus or o.phase == "optimizer"):
+                spans.append(Span(st.ipus[0] if o.ipu < 0 else o.ipu, "link", float(t - t0),
+                                  float(st.cycles), o.stage, o.microbatch,
+                                  int(st.inter_ipu_bytes), st.name))
+    memory = [MemorySample(0.0, s.ipu, dict(zip(("weights", "stash", "gradients",
+                                                 "optimizer"), _bytes(emu, s))))
+              for s in emu.stages]
+    return Timeline(spans, memory, emu.target.clock_hz)
 
 
 def _bytes(emu, s) -> tuple[int, int, int, int]:
