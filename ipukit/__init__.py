@@ -1,6 +1,6 @@
 """ipukit: the Graphcore IPU programming model and model parallelism, without an IPU.
 
->>> import numpy as np, ipukit as ipu
+>>> import sys, numpy as np, ipukit as ipu
 >>> device = ipu.IPUModel("ipu2", tiles_per_ipu=4).create_device()
 >>> graph = ipu.Graph(device.target)
 >>> v = graph.add_variable(ipu.FLOAT, [4], "v")
@@ -10,6 +10,7 @@
 >>> graph.set_tile_mapping(c, 0)
 >>> engine = ipu.Engine(graph, ipu.Sequence(ipu.Copy(c, v), ipu.PrintTensor("v", v)))
 >>> engine.load(device)
+>>> engine.set_print_tensor_stream(sys.stdout)  # Poplar prints to stderr by default
 >>> engine.run(0)
 v: [1.0000000 1.5000000 2.0000000 2.5000000]
 """
@@ -21,6 +22,7 @@ from .errors import (
     GraphConnectionError,
     IpuError,
     OutOfMemoryError,
+    OutOfMemoryWarning,
     PipelineConfigError,
     ProgramError,
     StreamError,
@@ -32,6 +34,7 @@ from .program import (
     Execute,
     If,
     PrintTensor,
+    PrintTensorFmt,
     Program,
     Repeat,
     RepeatWhileTrue,
@@ -49,6 +52,7 @@ __all__ = [
     "ComputeSet", "ComputeSetRaceError", "Copy", "DataStream", "Device", "Engine", "Event",
     "Executable", "Execute", "Graph", "GraphConnectionError", "IPUModel", "If", "InOut",
     "Input", "IpuError", "OutOfMemoryError", "Output", "PipelineConfigError", "PrintTensor",
+    "PrintTensorFmt", "OutOfMemoryWarning",
     "Program", "ProgramError", "Repeat", "RepeatWhileTrue", "Sequence", "State", "Step",
     "StreamError", "Target", "Tensor", "TileMappingError", "TileMemory", "Trace", "Vector",
     "Vertex", "VertexRef", "compile_graph", "concat", "format_tensor",

@@ -18,6 +18,7 @@ ipukit.errors.TileMappingError: tensor 'v' has 4 unmapped elements (first: [0]);
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +28,9 @@ from .cost import COPY_BYTES_PER_CYCLE  # noqa: F401  (re-exported)
 from .errors import (
     ComputeSetRaceError,
     GraphConnectionError,
+    IpuError,
     OutOfMemoryError,
+    OutOfMemoryWarning,
     ProgramError,
     StreamError,
     TileMappingError,
@@ -138,6 +141,7 @@ class IfNode:
 class PrintNode:
     title: str
     access: Access
+    fmt: object = None  # a PrintTensorFmt
 
 
 @dataclass(frozen=True, eq=False)
@@ -154,16 +158,30 @@ class Executable:
         return self.graph.target
 
 
-def compile_graph(graph: Graph, programs) -> Executable:
-    """``poplar::compileGraph``: check the graph and programs and plan their execution.
+def compile_graph(graph: Graph, programs, options: dict | None = None) -> Executable:
+    """``poplar::compileGraph(graph, programs, options)``: check the graph and programs and
+    plan their execution.
 
-    A virtual graph compiles its whole parent (they share every tensor and vertex)."""
-    return _Compiler(getattr(graph, "root", graph)).run(programs)
+    A graph that does not fit in tile memory gives an :class:`OutOfMemoryWarning` and
+    compiles anyway, as the IPUModel does ("designed not to stop for OOM errors", Poplar
+    tutorial 4; Poplar turns ``debug.allowOutOfMemory`` on when profiling, and ipukit
+    always profiles): the profile and memory map show the over-full tiles. The option
+    ``{"debug.allowOutOfMemory": "false"}`` raises :class:`OutOfMemoryError` instead, as
+    compiling for hardware does. A virtual graph compiles its whole parent (they share
+    every tensor and vertex).
+    """
+    allow = str((options or {}).get("debug.allowOutOfMemory", "true")).lower()
+    if allow not in ("true", "false"):
+        raise IpuError(f"engine option 'debug.allowOutOfMemory' must be \"true\" or "
+                       f"\"false\", got {allow!r}")
+    return _Compiler(getattr(graph, "root", graph),
+                     allow_out_of_memory=allow == "true").run(programs)
 
 
 class _Compiler:
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, allow_out_of_memory: bool = True):
         self.g, self.t = graph, graph.target
+        self.allow_out_of_memory = allow_out_of_memory
         self.steps: list[Step] = []
         self.done: dict[int, object] = {}  # id(program) or cs -> compiled node
         self.tile_of = {dt: p.tiles() for dt, p in graph.pools.items()}
@@ -205,7 +223,7 @@ class _Compiler:
             return IfNode(self._access(p.predicate, "If"), self.node(p.then),
                           self.node(p.else_))
         if isinstance(p, PrintTensor):
-            return PrintNode(p.title, self._access(p.tensor, "PrintTensor"))
+            return PrintNode(p.title, self._access(p.tensor, "PrintTensor"), p.fmt)
         raise ProgramError(f"cannot compile program {p!r}")
 
     def _access(self, t: Tensor, what: str) -> Access:
@@ -450,7 +468,8 @@ class _Compiler:
         raise ComputeSetRaceError(
             f"race in compute set '{cs.name}': {who(writer)} writes "
             f"{self.g.pools[dtype].describe(addr)}, which {other_text} {verb}. Vertices of "
-            "one compute set run in parallel, so the result would depend on timing. Fix: "
+            "one compute set run in parallel in no order the programming model promises, "
+            "so Poplar too refuses a compute set with a data race. Fix: "
             "write to separate tensors, or put the two vertices in different compute sets "
             "executed one after the other (an InOut field reads and writes in place)."
         )
@@ -545,13 +564,26 @@ class _Compiler:
         if over.size:
             worst = "; ".join(self._tile_report(mem, tile) for tile, used in mem.worst(3)
                               if used)
-            raise OutOfMemoryError(
-                f"Out of memory: cannot fit all data onto {over.size} of {n} tiles "
+            detail = (
+                f"cannot fit all data onto {over.size} of {n} tiles "
                 f"({self.t.bytes_per_tile:,} bytes per tile on {self.t.version}). Worst "
                 f"tiles: {worst}. Fix: spread tensors over more tiles "
                 "(poputil.map_tensor_linearly), split the work across more vertices or "
                 "IPUs, or use smaller tensors."
             )
+            first = int(mem.worst(1)[0][0])
+            if not self.allow_out_of_memory:
+                raise OutOfMemoryError(
+                    f"Memory allocation error : Out of memory on tile {first}: "
+                    f"{int(total[first]):,} bytes used but tiles only have "
+                    f"{self.t.bytes_per_tile:,} bytes of memory ({detail})"
+                )
+            warnings.warn(OutOfMemoryWarning(
+                f"Out of memory: Cannot fit all variable data onto one or more tiles: "
+                f"{detail} The IPUModel runs on (debug.allowOutOfMemory is true); on an IPU "
+                "this graph would not compile. Engine options "
+                "{'debug.allowOutOfMemory': 'false'} make this an OutOfMemoryError."
+            ), stacklevel=4)
         return mem
 
     def _tile_report(self, mem: TileMemory, tile: int) -> str:

@@ -33,6 +33,14 @@ GLOBAL_SYNC_SECONDS_PER_HOP = 15e-9
 IPU_LINK_BYTES_PER_SECOND = 128e9 / 8 * 0.85
 #: Host link: PCIe Gen4 x16, 64 GB/s bidirectional (Bow datasheet), i.e. 32 GB/s each way.
 HOST_LINK_BYTES_PER_SECOND = 32e9
+#: Host link of the ``ipu1`` and ``ipu2`` presets, in bytes per tile-clock cycle, calibrated
+#: to Graphcore's IPUModel: its Poplar tutorial 6 profile (10000x1000 on model-ipu2, tut6
+#: README) moves 40,044,000 B in 6,663,550.8 host exchange cycles (99.7 % of 6,681,766),
+#: about 6 B/cycle (8 GB/s at 1.33 GHz). Kit convention: ipu1 uses the same per-cycle rate.
+IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE = 6.0
+#: Host link per preset in bytes per cycle; None means ``HOST_LINK_BYTES_PER_SECOND``.
+HOST_LINK_BYTES_PER_CYCLE = {"ipu1": IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE,
+                             "ipu2": IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE, "bow": None}
 #: Fixed cost of one host synchronisation (one ``Engine.run`` call), about 10 µs; kit
 #: convention.
 HOST_SYNC_SECONDS = 10e-6
@@ -73,7 +81,10 @@ def ipu_link_bytes_per_cycle(target) -> float:
 
 
 def host_link_bytes_per_cycle(target) -> float:
-    return HOST_LINK_BYTES_PER_SECOND / target.clock_hz
+    """Host link bytes per cycle, one way: the preset's calibrated rate if it has one (the
+    IPUModel's 6 B/cycle on ``ipu1``/``ipu2``), else ``HOST_LINK_BYTES_PER_SECOND``."""
+    link = getattr(target, "host_link", None)
+    return link if link is not None else HOST_LINK_BYTES_PER_SECOND / target.clock_hz
 
 
 def exchange_cycles(nbytes, target):

@@ -5,7 +5,7 @@ type. Each compute set runs as one BSP superstep; all vertices of one class and 
 shape run as ONE array operation (``per_vertex=True`` runs them one at a time, for
 debugging, with identical results). Every executed step is appended to ``engine.trace``.
 
->>> import numpy as np, ipukit as ipu
+>>> import sys, numpy as np, ipukit as ipu
 >>> dev = ipu.IPUModel(tiles_per_ipu=1).create_device()
 >>> g = ipu.Graph(dev.target)
 >>> v = g.add_variable(ipu.INT, [3], "v")
@@ -14,6 +14,7 @@ debugging, with identical results). Every executed step is appended to ``engine.
 >>> eng = ipu.Engine(g, ipu.Sequence(ipu.Copy(s, v), ipu.PrintTensor("v", v)))
 >>> eng.load(dev)
 >>> eng.connect_stream("in", np.array([4, 5, 6], np.int32))
+>>> eng.set_print_tensor_stream(sys.stdout)  # Poplar prints to stderr by default
 >>> eng.run(0)
 v: [4 5 6]
 """
@@ -21,6 +22,7 @@ v: [4 5 6]
 from __future__ import annotations
 
 import numbers
+import sys
 
 import numpy as np
 
@@ -41,10 +43,14 @@ from .compile import (
 )
 from .errors import IpuError, ProgramError, StreamError
 from .graph import Graph
+from .program import PrintTensorFmt
 from .trace import Trace
 
 #: Engine options accepted for Poplar compatibility; profiling is always on here.
 PROFILING_OPTIONS = ("autoReport.", "debug.instrument", "debug.retainDebugInformation")
+#: Engine options ipukit acts on: ``debug.perVertex`` (run vertices one at a time) and
+#: ``debug.allowOutOfMemory`` ("true" by default; "false" stops an over-full graph).
+KNOWN_OPTIONS = ("debug.perVertex", "debug.allowOutOfMemory")
 
 
 class Engine:
@@ -53,20 +59,23 @@ class Engine:
     def __init__(self, graph: Graph | Executable, programs=None, options: dict | None = None,
                  *, per_vertex: bool = False, max_loop_iterations: int = 1_000_000):
         for key in options or {}:
-            if key != "debug.perVertex" and not key.startswith(PROFILING_OPTIONS):
+            if key not in KNOWN_OPTIONS and not key.startswith(PROFILING_OPTIONS):
                 raise IpuError(f"unknown engine option '{key}'; ipukit knows "
-                               "'debug.perVertex' and ignores Poplar's profiling options")
+                               f"{', '.join(repr(k) for k in KNOWN_OPTIONS)} and ignores "
+                               "Poplar's profiling options")
         if str((options or {}).get("debug.perVertex", "false")).lower() == "true":
             per_vertex = True
         if isinstance(graph, Executable):
             self.executable = graph
         else:
-            self.executable = compile_graph(graph, [] if programs is None else programs)
+            self.executable = compile_graph(graph, [] if programs is None else programs,
+                                            options)
         self.target = self.executable.target
         self.per_vertex, self.max_loop_iterations = per_vertex, max_loop_iterations
         self.trace = Trace(self.target, self.executable.steps, self.executable.memory)
         self.xp = None
         self._streams: dict[str, list] = {}
+        self._print_stream = None  # sys.stderr at the time of printing, as Poplar's default
         self._run_node = {SeqNode: self._seq, ExecNode: self._execute, CopyNode: self._copy,
                           StreamNode: self._stream, RepeatNode: self._repeat,
                           WhileNode: self._while, IfNode: self._if, PrintNode: self._print}
@@ -201,8 +210,16 @@ class Engine:
     def _predicate(self, access: Access) -> bool:
         return bool(backend.to_numpy(self._read(access)).reshape(-1)[0])
 
+    def set_print_tensor_stream(self, stream) -> None:
+        """``Engine::setPrintTensorStream``: where PrintTensor writes (default: stderr)."""
+        if not callable(getattr(stream, "write", None)):
+            raise IpuError(f"set_print_tensor_stream needs a file-like object with write(), "
+                           f"got {stream!r}")
+        self._print_stream = stream
+
     def _print(self, node: PrintNode):
-        print(format_tensor(node.title, backend.to_numpy(self._read(node.access))))
+        text = format_tensor(node.title, backend.to_numpy(self._read(node.access)), node.fmt)
+        print(text, file=self._print_stream or sys.stderr)
 
     def _copy(self, node: CopyNode):
         self._write(node.dst, self._read(node.src).reshape(node.dst.shape))
@@ -308,20 +325,88 @@ class Engine:
             pool[self._device(a.idx)] = values
 
 
-def format_tensor(title: str, values: np.ndarray) -> str:
-    """Poplar's PrintTensor text: ``v: [1.0000000 2.0000000]``; 2-D one row per line."""
+def format_tensor(title: str, values: np.ndarray, fmt: PrintTensorFmt | None = None) -> str:
+    """Poplar's PrintTensor text with ``fmt`` (default ``PrintTensorFmt()``): ``v: [5 7 9]``,
+    ``v: [ 6  9 12]``, ``v: [1.0000000 2.5000000]``; 2-D and more one row per line."""
+    fmt = fmt or PrintTensorFmt()
+    values = np.asarray(values)
+    summarise = 0 < fmt.summarise_threshold < values.size
+    edge = fmt.edge_items if summarise else None
+    shown = _edges(values, edge)
+    item = _element_format(shown, values.dtype, fmt)
 
-    def item(x):
-        if values.dtype.kind == "f":
-            return f"{x:.7f}"
-        return str(int(x))
+    def row(a, indent):
+        parts = _items(a, edge, item)
+        lines, line = [], " " * indent + fmt.open_bracket
+        for k, part in enumerate(parts):
+            piece = (fmt.separator if k else "") + part
+            if (fmt.max_line_width and k and len(line) + len(piece) + 1 > fmt.max_line_width):
+                lines.append(line)
+                line = " " * (indent + 1) + part
+            else:
+                line += piece
+        return "\n".join([*lines, line + fmt.close_bracket])
 
     def block(a, indent):
         if a.ndim == 1:
-            return " " * indent + "[" + " ".join(item(x) for x in a) + "]"
-        inner = "\n".join(block(row, indent + 2) for row in a)
-        return " " * indent + "[\n" + inner + "\n" + " " * indent + "]"
+            return row(a, indent)
+        pad = " " * indent
+        inner = []
+        for i in _indices(len(a), edge):
+            inner.append(pad + "  ..." if i is None else block(a[i], indent + 2))
+        return pad + fmt.open_bracket + "\n" + "\n".join(inner) + "\n" + pad + \
+            fmt.close_bracket
 
     if values.ndim == 0:
         return f"{title}: {item(values)}"
     return f"{title}: {block(values, 0).lstrip()}"
+
+
+def _indices(n: int, edge: int | None) -> list:
+    """The indices shown along a dimension of ``n``; None marks the ``...``."""
+    if edge is None or n <= 2 * edge:
+        return list(range(n))
+    return [*range(edge), None, *range(n - edge, n)]
+
+
+def _edges(a: np.ndarray, edge: int | None) -> np.ndarray:
+    """The elements a summary shows (all of them when not summarised), flat."""
+    for axis in range(a.ndim):
+        keep = [i for i in _indices(a.shape[axis], edge) if i is not None]
+        a = np.take(a, keep, axis=axis)
+    return a.reshape(-1)
+
+
+def _items(a: np.ndarray, edge, item) -> list[str]:
+    return ["..." if i is None else item(a[i]) for i in _indices(len(a), edge)]
+
+
+def _element_format(shown: np.ndarray, dtype, fmt: PrintTensorFmt):
+    """A function from one element to its text, padded to the width of the widest."""
+    if dtype.kind != "f":
+        def text(x):
+            return str(int(x))
+    else:
+        finite = np.abs(shown[np.isfinite(shown)]).astype(np.float64)
+        style = fmt.float_format if fmt.digits else "none"
+        big = float(finite.max()) if finite.size else 0.0
+        nonzero = finite[finite > 0]
+        if style == "auto":
+            small = float(nonzero.min()) if nonzero.size else 1.0
+            style = "scientific" if big >= 1e8 or small < 1e-4 else "fixed"
+        int_digits = len(str(int(big))) if big >= 1 else 1
+        decimals = max(fmt.digits - int_digits, 0)
+
+        def text(x):
+            x = float(x)
+            if not np.isfinite(x):
+                return str(x)
+            if style == "fixed":
+                return f"{x:.{decimals}f}"
+            if style == "scientific":
+                return f"{x:.{max(fmt.digits - 1, 0)}e}"
+            return f"{x:g}"
+    if not fmt.digits or shown.size == 0:
+        return text
+    width = max(len(text(x)) for x in shown)
+    return lambda x: text(x).rjust(width)

@@ -29,6 +29,10 @@ class OutOfMemoryError(IpuError):
     """Data and code do not fit in the memory of one or more tiles (or an IPU)."""
 
 
+class OutOfMemoryWarning(UserWarning):
+    """The graph does not fit, but the IPUModel runs on (``debug.allowOutOfMemory``)."""
+
+
 class StreamError(IpuError):
     """A host stream or host read/write handle is missing, unconnected or the wrong size."""
 
@@ -39,3 +43,7 @@ class ProgramError(IpuError):
 
 class PipelineConfigError(IpuError):
     """A pipeline setting is invalid (gradient accumulation count, stages, device mapping)."""
+
+
+class PipelineTypeError(PipelineConfigError, TypeError):
+    """A pipeline argument of the wrong type, where TensorFlow raises ``TypeError``."""

@@ -177,10 +177,21 @@ class Graph:
         tile = self.target.check_tile(tile, lambda: f"tensor '{t.name}'")
         self.pools[t.dtype].tile[t.idx] = tile
 
-    def get_tile_mapping(self, tensor: Tensor) -> list[list[tuple[int, int]]]:
-        """``Graph::getTileMapping``: per tile, the intervals of the tensor's flat elements."""
+    def get_tile_mapping(self, tensor: Tensor, throw_on_incomplete: bool = True
+                         ) -> list[list[tuple[int, int]]]:
+        """``Graph::getTileMapping(t, throwOnIncompleteMapping=true)``: per tile, the
+        intervals of the tensor's flat elements. An element mapped to no tile raises
+        TileMappingError, unless ``throw_on_incomplete=False`` (then it is in no list)."""
         t = self._own(tensor, "get_tile_mapping")
         tiles = self.pools[t.dtype].tile[t.idx.reshape(-1)]
+        if throw_on_incomplete and tiles.size and tiles.min() < 0:
+            missing = np.flatnonzero(tiles < 0)
+            first = np.unravel_index(int(missing[0]), t.shape) if t.shape else ()
+            raise TileMappingError(
+                f"get_tile_mapping: tensor '{t.name}' has {missing.size} unmapped elements "
+                f"(first: {list(map(int, first))}); map them with graph.set_tile_mapping, or "
+                "pass throw_on_incomplete=False for the mapping of the mapped ones"
+            )
         mapping: list[list[tuple[int, int]]] = [[] for _ in range(self.target.num_tiles)]
         if tiles.size:
             cuts = np.flatnonzero(np.diff(tiles)) + 1
@@ -442,8 +453,9 @@ class VirtualGraph(Graph):
             what = lambda: f"tensor '{t.name}' (in a virtual graph)"  # noqa: E731
         self.root.set_tile_mapping(tensor_or_vertex, self._parent_tile(tile, what))
 
-    def get_tile_mapping(self, tensor: Tensor) -> list[list[tuple[int, int]]]:
-        mapping = self.root.get_tile_mapping(tensor)
+    def get_tile_mapping(self, tensor: Tensor, throw_on_incomplete: bool = True
+                         ) -> list[list[tuple[int, int]]]:
+        mapping = self.root.get_tile_mapping(tensor, throw_on_incomplete)
         lo, hi = self._offset, self._offset + self.target.num_tiles
         outside = [t for t, iv in enumerate(mapping) if iv and not lo <= t < hi]
         if outside:

@@ -14,6 +14,7 @@ Programs are plain descriptions; ``compile`` checks them and the Engine runs the
 from __future__ import annotations
 
 import numbers
+from dataclasses import dataclass
 
 from .errors import ProgramError, StreamError
 from .graph import ComputeSet, DataStream
@@ -97,15 +98,54 @@ class If(Program):
         self.else_ = Sequence() if else_ is None else _program(else_, "If")
 
 
-class PrintTensor(Program):
-    """``PrintTensor(title, tensor)``: print a tensor as Poplar does, e.g. ``v: [1 2 3]``."""
+@dataclass(frozen=True)
+class PrintTensorFmt:
+    """``poplar::PrintTensorFmt``: how PrintTensor lays a tensor out (Poplar's defaults).
 
-    def __init__(self, title, tensor: Tensor | None = None):
-        if tensor is None:
-            title, tensor = getattr(title, "name", ""), title
+    Over ``summarise_threshold`` elements (0: never) only ``edge_items`` at each end of
+    every dimension are shown, with ``...`` between; rows longer than ``max_line_width``
+    characters (0: never) are split; elements are padded to a common width. Floats show
+    ``digits`` significant digits (0: each element unaligned, as it comes);
+    ``float_format`` is ``"auto"``, ``"fixed"``, ``"scientific"`` or ``"none"``.
+    Kit convention: Poplar does not publish its "auto" analysis; ipukit uses fixed
+    notation, scientific when the largest magnitude reaches 1e8 or the smallest non-zero
+    one is under 1e-4.
+    """
+
+    summarise_threshold: int = 1000
+    edge_items: int = 3
+    max_line_width: int = 75
+    digits: int = 8
+    float_format: str = "auto"
+    separator: str = " "
+    open_bracket: str = "["
+    close_bracket: str = "]"
+
+    def __post_init__(self):
+        for name in ("summarise_threshold", "edge_items", "max_line_width", "digits"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not (isinstance(value, numbers.Integral)
+                                               and value >= 0):
+                raise ProgramError(f"PrintTensorFmt: {name} must be a non-negative int, got "
+                                   f"{value!r}")
+        if self.float_format not in ("auto", "fixed", "scientific", "none"):
+            raise ProgramError(f"PrintTensorFmt: float_format must be 'auto', 'fixed', "
+                               f"'scientific' or 'none', got {self.float_format!r}")
+
+
+class PrintTensor(Program):
+    """``PrintTensor(title, tensor[, fmt])``: print a tensor as Poplar does, e.g.
+    ``v: [ 6  9 12]``, to standard error (``Engine.set_print_tensor_stream`` changes it)."""
+
+    def __init__(self, title, tensor: Tensor | None = None, fmt: PrintTensorFmt | None = None):
+        if tensor is None or isinstance(tensor, PrintTensorFmt):
+            title, tensor, fmt = getattr(title, "name", ""), title, tensor or fmt
         if not isinstance(tensor, Tensor):
             raise ProgramError(f"PrintTensor expects a Tensor, got {tensor!r}")
+        if fmt is not None and not isinstance(fmt, PrintTensorFmt):
+            raise ProgramError(f"PrintTensor: fmt must be an ipu.PrintTensorFmt, got {fmt!r}")
         self.title, self.tensor = str(title), tensor
+        self.fmt = fmt or PrintTensorFmt()
 
 
 def _predicate(t, where) -> Tensor:

@@ -76,8 +76,13 @@ def tile_memory_map(trace: Trace, ax=None, category: str | None = None, cmap="vi
                       vmin=0, vmax=max(1, float(np.max(values))))
     ax.figure.colorbar(image, ax=ax, label="bytes")
     worst = int(np.argmax(values))
+    over = [t for t, _ in mem.over_full()] if category is None else []
+    if over:  # an out-of-memory graph the IPUModel runs anyway: mark the over-full tiles
+        ax.scatter([t % cols for t in over], [t // cols for t in over], marker="x",
+                   color="red", s=12, label=f"over {mem.bytes_per_tile:,} B")
+        ax.legend(loc="upper right", fontsize=7)
     ax.set_title(f"Tile memory: {category or 'total'} (max {int(values[worst]):,} B on tile "
-                 f"{worst})")
+                 f"{worst}{f'; {len(over)} tiles out of memory' if over else ''})")
     ax.set_xlabel(f"tile % {cols}")
     ax.set_ylabel(f"tile // {cols}")
     return ax

@@ -1,12 +1,14 @@
 """IPU targets: ``poplar::IPUModel``, ``poplar::Target`` and ``poplar::Device``.
 
 The presets carry the constants of Graphcore's IPUModel as far as public material shows
-them (see the docs' table): Mk1 ``ipu1``, Mk2 ``ipu2`` (the default) and ``bow``.
+them (see the docs' table): Mk1 ``ipu1``, Mk2 ``ipu2`` (the default) and ``bow``. The
+host link of ``ipu1``/``ipu2`` is calibrated to the IPUModel's tut6 profile (6 B/cycle);
+``bow`` keeps the datasheet's PCIe Gen4 x16 (32 GB/s each way).
 
 >>> import ipukit as ipu
 >>> t = ipu.IPUModel("ipu2").create_device().target
->>> t.num_tiles, t.num_worker_contexts, t.exchange_bytes_per_cycle
-(1472, 6, 4)
+>>> t.num_tiles, t.num_worker_contexts, t.exchange_bytes_per_cycle, t.host_link_bytes_per_cycle
+(1472, 6, 4, 6.0)
 >>> ipu.IPUModel(num_ipus=2, tiles_per_ipu=4).create_device().target.num_tiles
 8
 """
@@ -19,9 +21,11 @@ from dataclasses import dataclass
 from . import cost
 from .cost import (  # noqa: F401  (re-exported: the constants live in cost.py)
     FLOPS_PER_CYCLE_PER_TILE,
+    HOST_LINK_BYTES_PER_CYCLE,
     HOST_LINK_BYTES_PER_SECOND,
     HOST_SYNC_SECONDS,
     IPU_LINK_BYTES_PER_SECOND,
+    IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE,
     SYNC_CYCLES,
 )
 from .errors import IpuError, TileMappingError
@@ -47,6 +51,8 @@ class Target:
     num_worker_contexts: int = 6
     exchange_bytes_per_cycle: int = 4
     sync_cycles: int = SYNC_CYCLES
+    #: Host link bytes per cycle (the preset's); None: ``HOST_LINK_BYTES_PER_SECOND``.
+    host_link: float | None = None
 
     @property
     def num_tiles(self) -> int:
@@ -67,6 +73,8 @@ class Target:
 
     @property
     def host_link_bytes_per_cycle(self) -> float:
+        """Host link (PCIe) bytes per cycle, one way: the IPUModel-calibrated 6 B/cycle on
+        ``ipu1``/``ipu2``, the datasheet's 32 GB/s on ``bow``."""
         return cost.host_link_bytes_per_cycle(self)
 
     @property
@@ -133,5 +141,6 @@ class IPUModel:
                 tiles_per_ipu=self.tiles_per_ipu,
                 bytes_per_tile=self.bytes_per_tile,
                 clock_hz=self.clock_hz,
+                host_link=cost.HOST_LINK_BYTES_PER_CYCLE[self.version],
             )
         )

@@ -74,6 +74,14 @@ class TileMemory:
     def total(self) -> np.ndarray:
         return sum(self.categories.values())
 
+    def over_full(self) -> list[tuple[int, int]]:
+        """Tiles holding more than ``bytes_per_tile`` as (tile, bytes), fullest first: an
+        out-of-memory graph the IPUModel runs anyway (``debug.allowOutOfMemory``)."""
+        total = self.total
+        over = np.flatnonzero(total > self.bytes_per_tile)
+        order = over[np.argsort(-total[over], kind="stable")]
+        return [(int(t), int(total[t])) for t in order]
+
     def worst(self, k: int = 5) -> list[tuple[int, int]]:
         """The ``k`` fullest tiles as (tile, bytes), fullest first."""
         total = self.total
@@ -181,6 +189,12 @@ class Trace:
             "host_exchange_cycles": sum(int(n) * st.exchange_cycles
                                         for n, st in zip(runs, self.steps) if st.kind == "stream"),
             "exchange_cycles": self._sum("exchange_cycles"),
+            "global_exchange_cycles": sum(int(n) * st.exchange_cycles
+                                          for n, st in zip(runs, self.steps)
+                                          if st.kind != "stream" and st.inter_ipu_bytes),
+            "ipu_exchange_cycles": sum(int(n) * st.exchange_cycles
+                                       for n, st in zip(runs, self.steps)
+                                       if st.kind != "stream" and not st.inter_ipu_bytes),
             "compute_cycles": self._sum("compute_cycles"),
             "compute_cycles_excluding_idle": excl,
             "tile_average_excluding_idle": excl / self.target.num_tiles,
@@ -190,6 +204,7 @@ class Trace:
             "memory_max": int(total_mem.max()),
             "memory_mean": float(total_mem.mean()),
             "memory_worst": self.memory.worst(),
+            "memory_over_full": self.memory.over_full(),
             "memory_by_category": {k: int(v.sum()) for k, v in self.memory.categories.items()},
         }
 
@@ -228,9 +243,27 @@ class Trace:
           f"({100 * s['memory_max'] / t.bytes_per_tile:.1f}% of {t.bytes_per_tile:,} B)")
         w("Per tile, mean:", f"{s['memory_mean']:,.1f} B")
         w("Worst tiles:", ", ".join(f"tile {i}: {b:,} B" for i, b in s["memory_worst"]))
+        if s["memory_over_full"]:
+            over = s["memory_over_full"]
+            w("Out of memory (the IPUModel runs on):",
+              f"{len(over):,} tiles over {t.bytes_per_tile:,} B, "
+              + ", ".join(f"tile {i}: {b:,} B" for i, b in over[:5]))
         print("\nExecution:", file=out)
         w("Engine.run calls:", self.num_runs)
         w("Total cycles:", f"{s['total_cycles']:,} (approx {s['total_us']:,.1f} microseconds)")
+        # Poplar's tile averages (tut6 README). Kit convention: in ipukit's BSP every tile
+        # spends a step's whole exchange and sync phases in them, so their averages are the
+        # phase totals; sync includes the host synchronisation of each Engine.run call.
+        for label, value in (
+                ("compute cycles (including idle threads)", s["tile_average_including_idle"]),
+                ("compute cycles (excluding idle threads)", s["tile_average_excluding_idle"]),
+                ("IPU exchange cycles", s["ipu_exchange_cycles"]),
+                ("global exchange cycles", s["global_exchange_cycles"]),
+                ("host exchange cycles", s["host_exchange_cycles"]),
+                ("sync cycles", s["sync_cycles"])):
+            w(f"Tile average {label}:",
+              f"{value:,.1f} ({100 * value / max(s['total_cycles'], 1):.1f}% of total)")
+        print("\n  Breakdown of the total cycles (ipukit):", file=out)
         w("  Host synchronisation (Engine.run calls):", f"{s['host_sync_cycles']:,}")
         w("  Sync:", f"{s['sync_cycles'] - s['host_sync_cycles']:,}")
         w("  Exchange:", f"{s['exchange_cycles']:,}")
@@ -239,10 +272,6 @@ class Trace:
         w("  Compute:", f"{s['compute_cycles']:,}")
         w("Total compute cycles (excluding idle threads):",
           f"{s['compute_cycles_excluding_idle']:,}")
-        w("Tile average compute cycles (excluding idle threads):",
-          f"{s['tile_average_excluding_idle']:,.1f}")
-        w("Tile average compute cycles (including idle threads):",
-          f"{s['tile_average_including_idle']:,.1f}")
         if s["vertex_types"]:
             print("\n  By vertex type:", file=out)
             for name, (inst, cyc) in s["vertex_types"].items():

@@ -169,18 +169,44 @@ def test_memory_per_tile_by_category():
     assert mem.worst(1)[0][0] == 1
 
 
-def test_out_of_memory_lists_the_worst_tiles_and_tensors():
+def oom_graph():
     _, g = small(tiles=4, version="ipu1")  # 256 KiB per tile
     big = g.add_variable(ipu.FLOAT, [70_000], "embedding")
     small_t = g.add_variable(ipu.FLOAT, [10], "bias")
     g.set_tile_mapping(big, 2)
     g.set_tile_mapping(small_t, 1)
+    return g
+
+
+def test_out_of_memory_raises_with_allow_out_of_memory_false():
+    # Graphcore's memory guide ("Debugging an out-of-memory exception"): "Out of memory on
+    # tile 0: 876476 bytes used but tiles only have 638976 bytes of memory".
     with pytest.raises(ipu.OutOfMemoryError) as err:
-        ipu.compile_graph(g, [])
+        ipu.compile_graph(oom_graph(), [], {"debug.allowOutOfMemory": "false"})
     msg = str(err.value)
+    assert msg.startswith("Memory allocation error : Out of memory on tile 2: 280,")
+    assert "bytes used but tiles only have 262,144 bytes of memory" in msg
     assert "1 of 4 tiles" in msg and "tile 2: 280,000 B" in msg and "'embedding'" in msg
     assert msg.index("tile 2") < msg.index("tile 1")
     assert "tile 0" not in msg and "tile 3" not in msg  # empty tiles are not listed
+
+
+def test_the_ipu_model_runs_an_out_of_memory_graph_and_reports_it(capsys):
+    # Poplar tutorial 4 README: "the IPUModel is designed not to stop for OOM errors"; the
+    # memory guide: with debug.allowOutOfMemory "Out of memory: Cannot fit all variable
+    # data onto one or more tiles." is reported and compilation continues.
+    g = oom_graph()
+    with pytest.warns(ipu.OutOfMemoryWarning,
+                      match="Cannot fit all variable data onto one or more tiles"):
+        eng = ipu.Engine(g, ipu.Sequence())
+    eng.load(ipu.Device(g.target))
+    eng.run()  # and it runs
+    assert eng.trace.memory.over_full() == [(2, 280_000)]
+    eng.print_profile_summary()
+    out = capsys.readouterr().out
+    assert "Out of memory (the IPUModel runs on):" in out and "tile 2: 280,000 B" in out
+    with pytest.raises(ipu.IpuError, match="must be \"true\" or \"false\""):
+        ipu.compile_graph(g, [], {"debug.allowOutOfMemory": "maybe"})
 
 
 def test_steps_are_shared_when_a_compute_set_runs_twice():

@@ -239,8 +239,9 @@ def test_a_race_is_reported_with_the_compiler_message():
 
     result, _ = quiet(grading.check_smoothing, racy)
     assert result.status == "failed"
-    assert "your graph has a race" in result.message and "tensor 'v'" in result.message
-    assert "ipukit refuses it" in result.message and "Poplar" not in result.message
+    assert "your graph has a data race" in result.message and "tensor 'v'" in result.message
+    assert "ipukit refuses it, as Poplar verifies a compute set is free of races" in \
+        result.message
 
 
 def test_an_exchange_left_in_the_mapping_names_the_tiles():

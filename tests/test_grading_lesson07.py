@@ -54,8 +54,12 @@ def test_sharded_cycles_feedback():
         lambda f, b, lf, lb, s, g: g * (sum(f) + sum(b) + sum(lf) + sum(lb)))
     assert "also ends with a sync" in r.message
     r = lesson07.check_sharded_cycles(
-        lambda f, b, lf, lb, s, g: sum(f) + sum(b) + sum(lf) + sum(lb) + 2 * len(f) * s)
+        lambda f, b, lf, lb, s, g: sum(f) + sum(b) + sum(lf) + sum(lb) + (2 * len(f) - 1) * s)
     assert "That is one micro-batch" in r.message
+    # 2N syncs: the merged last stage (TF's PipelineStageMerger) is one step, not two
+    r = lesson07.check_sharded_cycles(
+        lambda f, b, lf, lb, s, g: g * (sum(f) + sum(b) + sum(lf) + sum(lb) + 2 * len(f) * s))
+    assert "share one step" in r.message
     r = lesson07.check_sharded_cycles(lambda f, b, lf, lb, s, g: g * max(f + b))
     assert "only one IPU works at a time" in r.message
 

@@ -16,6 +16,20 @@ def test_tile_mapping_as_intervals_like_poplar():
     assert g.get_tile_mapping(v.transpose()) == [[], [(0, 3), (4, 5)], [], [(3, 4), (5, 6)]]
 
 
+# poplar Graph::getTileMapping(t, throwOnIncompleteMapping = true) throws for a tensor with
+# unmapped elements; poplibs lib/popops/ElementWise.cpp calls getTileMapping(t, false) for
+# the mapping of what is mapped (tests/poputil/TileMappingTest.cpp: no throw once mapped).
+def test_get_tile_mapping_of_an_incomplete_mapping_raises_unless_asked_not_to():
+    _, g = small(tiles=4)
+    v = g.add_variable(ipu.FLOAT, [2, 3], "half")
+    g.set_tile_mapping(v[0], 2)
+    with pytest.raises(ipu.TileMappingError, match=r"'half' has 3 unmapped elements "
+                                                   r"\(first: \[1, 0\]\)"):
+        g.get_tile_mapping(v)
+    assert g.get_tile_mapping(v, throw_on_incomplete=False) == [[], [], [(0, 3)], []]
+    assert g.get_tile_mapping(v[0]) == [[], [], [(0, 3)], []]  # the mapped part: no error
+
+
 def test_tile_out_of_range_names_tensor_and_range():
     _, g = small(tiles=4)
     v = g.add_variable(ipu.FLOAT, [2], "weights")

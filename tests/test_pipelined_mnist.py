@@ -80,6 +80,6 @@ def test_cli_reports_a_count_poptorch_rejects_before_training(strategy, capsys):
     rc = pipelined_mnist.main(["--strategy", strategy, "--gradient-accumulation", "3"])
     out, err = capsys.readouterr()
     assert rc == 2 and "Training on" not in out and "Traceback" not in err
-    assert err.startswith("python -m ipukit.examples.pipelined_mnist: error: For pipelining, "
-                          "depth (gradient accumulation factor) must equal at least the "
-                          "number of pipeline stages (7), but it is 3")
+    assert err.startswith("python -m ipukit.examples.pipelined_mnist: error: "
+                          "poptorch.Options().Training.gradientAccumulation must be greater "
+                          "than or equal to the number of pipeline stages (7)")

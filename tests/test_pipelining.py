@@ -5,7 +5,7 @@ import copy
 import numpy as np
 import pytest
 
-from ipukit.errors import IpuError, OutOfMemoryError, PipelineConfigError
+from ipukit.errors import IpuError, OutOfMemoryError, PipelineConfigError, PipelineTypeError
 from ipukit.parallel import (
     Block,
     CostModel,
@@ -125,7 +125,7 @@ def test_fifo_stash_and_memory_follow_the_schedule():
     peaks = {}
     for kind in ("grouped", "interleaved", "gpipe"):
         p = pipeline(make_stages(4), None, 8, kind, optimizer=optim.AdamW(),
-                     loss=nn.SoftmaxCrossEntropy())
+                     loss=nn.SoftmaxCrossEntropy(), offload_optimizer_state=False)
         r = p.run(x, y)
         peaks[kind] = max(m.stash for m in r.memory if m.ipu == 0)
         w = sum(a.nbytes for k, a in p.params.items() if k.startswith("0."))
@@ -148,9 +148,11 @@ def test_recomputation_and_offload_reduce_ipu_memory():
         r = p.run(x, y)
         return max(m.total for m in r.memory if m.ipu == 0), r
 
-    plain, _ = peak()
-    recomputed, _ = peak(recomputation=True)
+    plain, _ = peak(offload_optimizer_state=False)
+    recomputed, _ = peak(recomputation=True, offload_optimizer_state=False)
     offloaded, r = peak(offload_optimizer_state=True)
+    # TF's offload_weight_update_variables=None offloads a training pipeline's state
+    assert peak()[0] == offloaded
     assert recomputed < plain and offloaded < plain
     w0 = D_IN * 6 * 8 + 6 * 8
     assert plain - offloaded == 2 * w0
@@ -233,8 +235,9 @@ def test_sharded_slower_pipelined_faster_as_the_formulas_say(n, g):
         times[type(strategy).__name__] = m.cycles_per_run((4,), 2)
     # PopART: G + 2N - 2 cycles, each ends with a sync; (G + N - 1)(t_F + t_B) of work.
     assert times["PipelinedExecution"] == (g + n - 1) * (t_f + t_b) + (g + 2 * n - 2) * sync
-    # Sharded: one stage at a time, 2N steps per micro-batch.
-    assert times["ShardedExecution"] == g * n * (t_f + t_b) + 2 * n * g * sync
+    # Sharded: one stage at a time, 2N - 1 steps per micro-batch (TF's PipelineStageMerger:
+    # the last stage's forward and backward are one stage program).
+    assert times["ShardedExecution"] == g * n * (t_f + t_b) + (2 * n - 1) * g * sync
 
 
 def test_cycles_per_run_matches_a_real_run():
@@ -261,7 +264,8 @@ def test_poptorch_front_end_stages_and_errors():
     with pytest.raises(PipelineConfigError, match="names block"):
         training_model(blocks(), nn.SoftmaxCrossEntropy(), optim.SGD(0.1),
                        PipelinedExecution("A", "X"), gradient_accumulation=3)
-    with pytest.raises(PipelineConfigError, match="at least the number of pipeline stages"):
+    with pytest.raises(PipelineConfigError, match="greater than or equal to the number of "
+                                                  r"pipeline stages \(5\)"):
         training_model(blocks(), nn.SoftmaxCrossEntropy(), optim.SGD(0.1),
                        PipelinedExecution("A", "B", "C"), gradient_accumulation=4)
 
@@ -296,7 +300,9 @@ def test_tensorflow_argument_order_gets_a_hint():
     with pytest.raises(PipelineConfigError, match="gradient_accumulation_count is required.*"
                        "takes device_mapping second"):
         pipeline(make_stages(2), 4, optimizer=opt, loss=loss)
-    with pytest.raises(PipelineConfigError, match="got 4.*pass gradient_accumulation_count="):
+    # TF: TypeError("device_mapping argument needs to be a list or a tuple.")
+    with pytest.raises(TypeError, match=r"device_mapping argument needs to be a list or a "
+                       r"tuple\. Got int 4.*pass gradient_accumulation_count="):
         pipeline(make_stages(2), 4, 2, optimizer=opt, loss=loss)
 
 
@@ -307,8 +313,10 @@ def test_tensorflow_defaults_and_loose_types():
                     loss=loss).schedule.kind == "grouped"
     with pytest.raises(PipelineConfigError, match="reduction_method '0' is not one of"):
         pipeline(make_stages(2), None, 4, optimizer=opt, loss=loss, reduction_method=0)
-    # NumPy integers are integers
-    p = pipeline(make_stages(2), np.array([1, 0]), np.int64(4), optimizer=opt, loss=loss,
+    # NumPy integers are integers; the mapping itself must be a list or a tuple, as in TF
+    with pytest.raises(PipelineTypeError, match="device_mapping argument needs to be a list"):
+        pipeline(make_stages(2), np.array([1, 0]), 4, optimizer=opt, loss=loss)
+    p = pipeline(make_stages(2), list(np.array([1, 0])), np.int64(4), optimizer=opt, loss=loss,
                  replication_factor=np.int64(2), repeat_count=np.int32(3))
     assert [s.ipus for s in p.stages] == [(1,), (0,)] and p.samples_per_run == 3 * 2 * 4
     assert type(p.stages[0].ipus[0]) is int and type(p.replication_factor) is int
@@ -380,3 +388,161 @@ def test_docstring_examples_run():
         module = importlib.import_module(f"ipukit.parallel.{name}")
         result = doctest.testmod(module)
         assert result.failed == 0 and result.attempted > 0, name
+
+
+# --- issue 18: TensorFlow's and PopTorch's pipeline behaviour --------------------------------
+
+
+def test_recomputation_mode_reaches_the_schedule_with_tensorflows_rules():
+    # graphcore/tensorflow tensorflow/compiler/plugin/poplar/driver/tools/pipeline_util.cc
+    # (GetPipelineRecomputationMode): Sequential does not support RecomputeThenBackpropagate
+    from ipukit.parallel import RecomputationMode
+
+    opt, loss = optim.SGD(0.1), nn.SoftmaxCrossEntropy()
+    p = pipeline(make_stages(2), None, 3, "Sequential", recomputation=True,
+                 optimizer=opt, loss=loss)
+    assert p.schedule.recomputation_mode == "RecomputeAndBackpropagateInterleaved"  # Auto
+    with pytest.raises(PipelineConfigError, match="Pipeline schedule Sequential does not "
+                       "support 'Recompute_then_backpropagate' recomputation mode"):
+        pipeline(make_stages(2), None, 3, "sequential", recomputation=True, optimizer=opt,
+                 loss=loss, recomputation_mode=RecomputationMode.RecomputeThenBackpropagate)
+    with pytest.raises(TypeError, match="not a member of the RecomputationMode enumeration"):
+        pipeline(make_stages(2), None, 4, recomputation=True, optimizer=opt, loss=loss,
+                 recomputation_mode=3)
+
+
+def test_device_mapping_may_be_a_tuple_but_nothing_else():
+    # tensorflow/python/ipu/ops/pipelining_ops.py raises TypeError("device_mapping argument
+    # needs to be a list or a tuple."); pipelining_grouped_test.py passes e.g. device_mapping=2
+    opt, loss = optim.SGD(0.1), nn.SoftmaxCrossEntropy()
+    assert [s.ipus for s in pipeline(make_stages(2), (1, 0), 4, optimizer=opt,
+                                     loss=loss).stages] == [(1,), (0,)]
+    for bad in (range(2), "01", {0: 0, 1: 1}):
+        with pytest.raises(PipelineTypeError, match=r"^device_mapping argument needs to be a "
+                           r"list or a tuple\."):
+            pipeline(make_stages(2), bad, 4, optimizer=opt, loss=loss)
+
+
+def _sharded_mnist_stages(seed=0):
+    from ipukit.examples import sharded_mnist
+
+    mlp, classifier = sharded_mnist.model([16, 8], seed)
+    return mlp, classifier
+
+
+def test_all_devices_stages_run_the_concurrent_pipeline_example_as_written():
+    # graphcore/examples v2.5.0 code_examples/tensorflow/concurrent_pipeline/
+    # run_sharded_mnist.py on 2 IPUs: basic [mlp, classifier, loss] on [0, _ALL_DEVICES, 1],
+    # concurrent [mlp, sharded classifier-and-loss] on [1, _ALL_DEVICES].
+    from ipukit.parallel import _ALL_DEVICES
+    from ipukit.parallel.concurrent import ShardedSoftmaxCrossEntropy, split_dense
+
+    assert _ALL_DEVICES == -1  # pipelining_ops.py
+    rng = np.random.default_rng(5)
+    x = rng.random((6 * 4, 28, 28)).astype(np.float32)
+    y = rng.integers(0, 10, 6 * 4)
+    two = IPUModel("ipu2", num_ipus=2).create_device().target
+    losses = {}
+    for layout in ("original", "port"):
+        mlp, classifier = _sharded_mnist_stages()
+        mapping = [0, _ALL_DEVICES, 1] if layout == "original" else [0, 1, 2]
+        p = pipeline([mlp, [classifier], []], mapping, 6, optimizer=optim.SGD(0.01),
+                     loss=nn.SoftmaxCrossEntropy(),
+                     target=two if layout == "original" else None)
+        losses["basic", layout] = p.run(x, y).losses
+        if layout == "original":
+            assert [s.ipus for s in p.stages] == [(0,), (0,), (1,)]  # kit convention
+            assert p.replication_factor == 1 and p.ipus == [0, 1]
+        mlp, classifier = _sharded_mnist_stages()
+        halves = split_dense(classifier, 2)
+        stages = [mlp, [[h] for h in halves]] if layout == "original" else [mlp, halves]
+        mapping = [1, _ALL_DEVICES] if layout == "original" else [0, [1, 2]]
+        p = pipeline(stages, mapping, 4, optimizer=optim.SGD(0.01),
+                     loss=ShardedSoftmaxCrossEntropy(),
+                     target=two if layout == "original" else None)
+        losses["concurrent", layout] = p.run(x[:16], y[:16]).losses
+        if layout == "original":
+            assert [s.ipus for s in p.stages] == [(1,), (0, 1)]
+    for mode in ("basic", "concurrent"):
+        np.testing.assert_allclose(losses[mode, "original"], losses[mode, "port"], rtol=1e-6)
+    # TF checks Interleaved's "multiple stages on the same device" on the flat mapping as
+    # given, where _ALL_DEVICES is one more device: [0, -1, 1] is accepted
+    mlp, classifier = _sharded_mnist_stages()
+    pipeline([mlp, [classifier], []], [0, _ALL_DEVICES, 1], 3, "Interleaved",
+             optimizer=optim.SGD(0.01), loss=nn.SoftmaxCrossEntropy(), target=two)
+
+
+def test_tensorflow_offloads_optimiser_state_by_default_and_poptorch_does_not():
+    # pipelining_ops.py: offload_weight_update_variables=None lets TF place the optimiser's
+    # variables in remote memory (Streaming Memory); PopTorch keeps the optimiser state on
+    # chip unless TensorLocationSettings().useOnChipStorage(False).
+    rng = np.random.default_rng(6)
+    x, y = rng.normal(size=(4 * MB, D_IN)), rng.integers(0, CLASSES, 4 * MB)
+    state = 2 * sum(a.nbytes for s in make_stages(2) for layer in s
+                    for a in layer.params.values())  # Adam: two slots per weight
+    tf = pipeline(make_stages(2), None, 4, optimizer=optim.Adam(), loss=nn.SoftmaxCrossEntropy())
+    r = tf.run(x, y)
+    assert r.host_bytes == state and all(m.optimizer == 0 for m in r.memory)
+    on_chip = pipeline(make_stages(2), None, 4, optimizer=optim.Adam(),
+                       loss=nn.SoftmaxCrossEntropy(), offload_optimizer_state=False).run(x, y)
+    assert on_chip.host_bytes == 0 and sum(max(m.optimizer for m in on_chip.memory
+                                               if m.ipu == q) for q in (0, 1)) == state
+    blocks = [Block(f"B{k}", *layers) for k, layers in enumerate(make_stages(2))]
+    pt = training_model(blocks, nn.SoftmaxCrossEntropy(), optim.Adam(),
+                        PipelinedExecution("B0", "B1"), gradient_accumulation=4)
+    assert pt.run(x, y).host_bytes == 0
+
+
+def test_replicas_follow_from_the_ipus_and_the_shards():
+    # TF docs (perf_training.rst, "Selecting the number of replicas"): "you must specify a
+    # multiple of the number of shards used by the graph ... sharded over two IPUs ... eight
+    # IPUs, then the graph will be replicated four times."
+    opt, loss = optim.SGD(0.1), nn.SoftmaxCrossEntropy()
+    eight = IPUModel("ipu2", num_ipus=8).create_device().target
+    assert pipeline(make_stages(2), None, 4, optimizer=opt, loss=loss,
+                    target=eight).replication_factor == 4
+    three = IPUModel("ipu2", num_ipus=3).create_device().target
+    with pytest.raises(PipelineConfigError, match="must specify a multiple of the number of "
+                       "shards used by the graph"):
+        pipeline(make_stages(2), None, 4, optimizer=opt, loss=loss, target=three)
+    assert pipeline(make_stages(2), None, 4, optimizer=opt, loss=loss, target=three,
+                    replication_factor=1).replication_factor == 1  # explicit wins
+    assert pipeline(make_stages(2), None, 4, optimizer=opt, loss=loss).replication_factor == 1
+
+
+def test_tensorflow_inference_pipeline_runs_forward_stages_only():
+    # pipelining_ops.py: no optimizer_function -> an inference pipeline; graphcore-sources
+    # §3b: Grouped inference overlaps N, so 3 stages and count 10 give "must be a multiple of
+    # 3" (the verified inference test).
+    rng = np.random.default_rng(7)
+    x, y = rng.normal(size=(6 * MB, D_IN)), rng.integers(0, CLASSES, 6 * MB)
+    p = pipeline(make_stages(3), None, 6, repeat_count=1)
+    r = p.run(x)
+    assert {rec.kind for rec in r.timeline} <= {"F", "link", "sync"}
+    assert r.outputs.shape == (1, 1, 6, MB, CLASSES)
+    np.testing.assert_allclose(r.outputs.reshape(-1, CLASSES), p.predict(x), rtol=1e-12)
+    assert p.schedule.num_steps == 6 + 3 - 1 and r.host_bytes == 0
+    with pytest.raises(PipelineConfigError, match="must be a multiple of 3"):
+        pipeline(make_stages(3), None, 10)
+    scored = pipeline(make_stages(3), None, 6, loss=None).run(x, y)
+    assert scored.losses.shape == (1, 1, 0)
+    assert p.cycles_per_run((D_IN,), MB, dtype="float64") == pytest.approx(r.cycles)
+
+
+def test_poptorch_inference_model():
+    # poptorch docs overview.rst / pipelining tutorial: inferenceModel pipelines the forward
+    # stages; Compiler.cpp: "poptorch.Options().deviceIterations must be greater than or
+    # equal to the number of pipeline stages (3) when using PopTorch.PipelinedExecution."
+    from ipukit.parallel import inference_model
+
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(4 * MB, D_IN))
+    blocks = [Block(f"B{k}", *layers) for k, layers in enumerate(make_stages(3))]
+    m = inference_model(blocks, PipelinedExecution("B0", "B1", "B2"), device_iterations=4)
+    r = m.run(x)
+    assert m.schedule.kind == "poptorch" and not m.schedule.training
+    assert m.schedule.num_steps == 4 + 3 - 1
+    np.testing.assert_allclose(r.outputs.reshape(-1, CLASSES), m.predict(x), rtol=1e-12)
+    with pytest.raises(PipelineConfigError, match=r"deviceIterations must be greater than or "
+                       r"equal to the number of pipeline stages \(3\)"):
+        inference_model(blocks, PipelinedExecution("B0", "B1", "B2"), device_iterations=2)

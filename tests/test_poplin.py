@@ -82,3 +82,39 @@ def test_zero_size_operands_match_numpy(m, k, n):
     names = [s.name for s in eng.trace.steps if s.kind == "compute"]
     assert names == (["c/Zero", "addInPlace"] if m * n and not k else
                      ["addInPlace"] if m * n else [])
+
+
+# poplibs include/poplin/MatMul.hpp: matMulGrouped "calculates C[g] = A[g] * B[g]" for 3-D
+# A (G, M, K) and B (G, K, N), the group dimension first.
+@settings(max_examples=10, deadline=None)
+@given(groups=st.integers(1, 5), m=st.integers(1, 6), k=st.integers(1, 40),
+       n=st.integers(1, 5), tiles=st.sampled_from([1, 3, 8]), seed=st.integers(0, 20))
+def test_mat_mul_grouped_matches_numpy(groups, m, k, n, tiles, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(groups, m, k)).astype(np.float32)
+    y = rng.normal(size=(groups, k, n)).astype(np.float32)
+    dev = ipu.IPUModel(tiles_per_ipu=tiles).create_device()
+    g = ipu.Graph(dev.target)
+    a = g.add_variable(ipu.FLOAT, x.shape, "a")
+    b = g.add_variable(ipu.FLOAT, y.shape, "b")
+    for t, v in ((a, x), (b, y)):
+        poputil.map_tensor_linearly(g, t)
+        g.set_initial_value(t, v)
+    prog = ipu.Sequence()
+    c = poplin.mat_mul_grouped(g, a, b, prog, "c")
+    g.create_host_read("c", c)
+    eng = ipu.Engine(g, prog)
+    eng.load(dev)
+    eng.run()
+    np.testing.assert_allclose(eng.read_tensor("c"), x @ y, rtol=1e-5, atol=1e-5)
+    assert [s.name for s in eng.trace.steps if s.kind == "compute"][0] == "c/MatMul"
+
+
+def test_mat_mul_grouped_checks_groups():
+    g = ipu.Graph(ipu.IPUModel(tiles_per_ipu=2).create_device().target)
+    a = g.add_variable(ipu.FLOAT, [2, 3, 4], "a")
+    b = g.add_variable(ipu.FLOAT, [3, 4, 5], "b")
+    for t in (a, b):
+        poputil.map_tensor_linearly(g, t)
+    with pytest.raises(ipu.IpuError, match="same number of groups"):
+        poplin.mat_mul_grouped(g, a, b, ipu.Sequence())

@@ -134,6 +134,50 @@ def test_reduce_two_stages_and_update():
     assert names == ["sum/partials", "sum"]
 
 
+# poplibs include/popops/OperationDef.hpp: LOGICAL_AND / LOGICAL_OR "only support boolean
+# operands", SQUARE_ADD "squares each element before applying ADD", LOG_ADD "reduce using
+# acc = a+log(1+exp(b-a))".
+@pytest.mark.parametrize("tiles", [1, 4])  # one stage, and partials combined on 4 tiles
+def test_reduce_operations_of_operation_def(tiles):
+    dev, g, prog = setup(tiles)
+    x = np.random.default_rng(3).normal(size=(3, 16)).astype(np.float32) * 20
+    flags = x > 0
+    t = variable(g, x, "t")
+    b = variable(g, flags, "b", dtype=ipu.BOOL)
+    sq = popops.reduce(g, t, [1], popops.Operation.SQUARE_ADD, prog)
+    la = popops.reduce(g, t, [1], popops.Operation.LOG_ADD, prog)
+    land = popops.reduce(g, b, [1], popops.Operation.LOGICAL_AND, prog)
+    lor = popops.reduce(g, b, [0], popops.Operation.LOGICAL_OR, prog)
+    got, _ = run(dev, g, prog, sq=sq, la=la, land=land, lor=lor)
+    np.testing.assert_allclose(got["sq"], (x.astype(np.float64) ** 2).sum(1), rtol=1e-5)
+    acc = x[:, 0].astype(np.float64)  # PopLibs' recurrence, element by element
+    for j in range(1, x.shape[1]):
+        hi, lo = np.maximum(acc, x[:, j]), np.minimum(acc, x[:, j])
+        acc = hi + np.log1p(np.exp(lo - hi))
+    np.testing.assert_allclose(got["la"], acc, rtol=1e-5)
+    np.testing.assert_array_equal(got["land"], flags.all(1))
+    np.testing.assert_array_equal(got["lor"], flags.any(0))
+
+
+def test_square_add_with_update_adds_squares_to_the_output():
+    dev, g, prog = setup(4)
+    x = np.arange(32, dtype=np.float32).reshape(2, 16)
+    t = variable(g, x, "t")
+    out = g.add_variable(ipu.FLOAT, [2], "out")
+    g.set_tile_mapping(out, 3)
+    g.set_initial_value(out, [1, 2])
+    popops.reduce_with_output(g, t, out, [1], popops.Operation.SQUARE_ADD, prog, update=True)
+    got, _ = run(dev, g, prog, out=out)
+    np.testing.assert_array_equal(got["out"], (x ** 2).sum(1) + [1, 2])
+
+
+def test_logical_reductions_need_booleans():
+    dev, g, prog = setup(2)
+    t = variable(g, np.ones((2, 3)), "floats")
+    with pytest.raises(ipu.GraphConnectionError, match="LOGICAL_AND only supports boolean"):
+        popops.reduce(g, t, [1], popops.Operation.LOGICAL_AND, prog)
+
+
 def test_bad_input_names_the_operands():
     dev, g, prog = setup(2)
     a = variable(g, np.zeros((2, 3)), "alpha")

@@ -8,6 +8,7 @@ import pytest
 from ipukit.data import load_mnist
 from ipukit.examples import replicated_mnist
 from ipukit.examples.pipelined_mnist import prepare
+from ipukit.target import IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE
 
 
 def parse(out: str) -> list[dict]:
@@ -48,8 +49,9 @@ def test_table_throughput_matches_a_real_call():
     x, y = prepare(d.train_images[:160]), d.train_labels[:160]
     result = model.run(x, y)
     t = model.target
-    io = (math.ceil(80 * (784 * 4 + 4) / (32e9 / t.clock_hz))  # images and labels in
-          + math.ceil(4 / (32e9 / t.clock_hz)))  # FINAL: one float32 loss per replica out
+    link = IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE  # ipu2's host link, B/cycle (tut6-calibrated)
+    io = (math.ceil(80 * (784 * 4 + 4) / link)  # images and labels in
+          + math.ceil(4 / link))  # FINAL: one float32 loss per replica out
     seconds = (round(10e-6 * t.clock_hz) + io + result.cycles) / t.clock_hz
     assert replicated_mnist.row(model, 8)["throughput"] == pytest.approx(160 / seconds)
     assert result.outputs.shape == (2,)

@@ -22,7 +22,7 @@ from ipukit.parallel import (
     replication,
     training_model,
 )
-from ipukit.target import IPU_LINK_BYTES_PER_SECOND, IPUModel
+from ipukit.target import IPU_LINK_BYTES_PER_SECOND, IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE, IPUModel
 
 D_IN, CLASSES, MB = 5, 3, 4
 
@@ -149,7 +149,7 @@ def test_rts_changes_memory_and_communication_not_one_weight(replicas, offload):
         upd1 = [rec for rec in r1.timeline if rec.ipu == q and rec.kind == "optimizer"]
         # Adam: 12 FLOPs per element, 32 per cycle on one tile; 1/R of them with RTS, and
         # each replica streams only its shard of an offloaded state, in and out
-        host = 32e9 / p0.target.clock_hz
+        host = IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE  # ipu2's host link (tut6-calibrated)
         for recs, n, nbytes in ((upd0, sum(a.size for a in params), state),
                                 (upd1, sum(math.ceil(a.size / replicas) for a in params),
                                  shard)):
@@ -304,7 +304,7 @@ def test_device_iterations_pay_the_host_sync_once_per_call():
         x, y = data(c.samples, dtype="float32")
         assert c.device == p.run(x, y).cycles  # the cost model is the run's timeline
         sync[di] = round(10e-6 * p.target.clock_hz)  # HOST_SYNC_SECONDS: 13,300 on ipu2
-        host_bytes_per_cycle = 32e9 / p.target.clock_hz  # PCIe Gen4 x16, one way
+        host_bytes_per_cycle = IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE  # ipu2, tut6-calibrated
         per_replica = di * 4 * MB  # samples each replica streams in
         io[di] = (math.ceil(per_replica * (D_IN * 4 + 4) / host_bytes_per_cycle)
                   + math.ceil(di * 4 * 4 / host_bytes_per_cycle))  # ALL: DI x G losses

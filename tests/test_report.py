@@ -137,3 +137,17 @@ def test_timeline_figure_of_a_trace_and_a_run(tmp_path):
     save(ax.figure, tmp_path, "timeline_run")
     with pytest.raises(TypeError, match="Timeline, a Trace, a Schedule"):
         report.timeline(42)
+
+
+def test_memory_map_marks_the_tiles_of_an_out_of_memory_graph():
+    t = ipu.IPUModel("ipu1", tiles_per_ipu=4).create_device().target
+    g = ipu.Graph(t)
+    v = g.add_variable(ipu.FLOAT, [70_000], "embedding")  # 280,000 B on a 262,144 B tile
+    g.set_tile_mapping(v, 3)
+    with pytest.warns(ipu.OutOfMemoryWarning):
+        eng = ipu.Engine(g, ipu.Sequence())
+    ax = report.tile_memory_map(eng.trace)
+    assert ax.get_title().endswith("on tile 3; 1 tiles out of memory)")
+    (marks,) = ax.collections  # the red crosses (the image is in ax.images)
+    assert marks.get_offsets().tolist() == [[1.0, 1.0]]  # tile 3 of a 2 x 2 grid
+    plt.close(ax.figure)

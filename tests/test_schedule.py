@@ -1,5 +1,6 @@
 """Pipeline schedules: Graphcore's exact rules, golden cases, and invariants."""
 
+import re
 from collections import Counter, defaultdict
 from fractions import Fraction
 
@@ -58,7 +59,19 @@ def test_sequential_runs_one_stage_at_a_time():
     s = schedule("sequential", 3, 2)
     assert [(o.phase, o.stage) for o in s.ops[:6]] == [
         ("F", 0), ("F", 1), ("F", 2), ("B", 2), ("B", 1), ("B", 0)]
-    assert [o.step for o in s.ops] == list(range(12))
+    # PipelineStageMerger fuses F2 and B2 into one stage program: one step for both
+    assert [o.step for o in s.ops] == [0, 1, 2, 2, 3, 4, 5, 6, 7, 7, 8, 9]
+
+
+def test_sequential_merges_the_last_forward_and_first_backward_stage():
+    # graphcore/tensorflow tensorflow/compiler/plugin/poplar/driver/passes/
+    # pipeline_stage_merger.cc (test: tests/pipeline_stage_merger_test.cc, "Sequential": the
+    # last forward stage becomes a pass-through and its backward stage does the work), run
+    # for Sequential only: 2N - 1 = 7 stage steps per micro-batch, 21 for count 3.
+    assert schedule("sequential", 4, 3).num_steps == 21
+    assert schedule("grouped", 4, 8).num_steps == 8 + 2 * 4 - 1
+    # inference has no backward stage to merge
+    assert schedule("sequential", 4, 3, training=False).num_steps == 12
 
 
 @pytest.mark.parametrize("kind,n,count,factor", [
@@ -84,12 +97,21 @@ def test_counts_accepted_as_in_tensorflow_tests():
 
 
 def test_poptorch_needs_count_of_at_least_2n_minus_1():
-    with pytest.raises(PipelineConfigError, match=r"at least the number of pipeline stages \(7\)"):
+    # graphcore/poptorch popart_compiler/source/Compiler.cpp (the message, word for word)
+    with pytest.raises(PipelineConfigError, match=re.escape(
+            "poptorch.Options().Training.gradientAccumulation must be greater than or equal "
+            "to the number of pipeline stages (7) when using poptorch.PipelinedExecution. "
+            "Please note that a model with 4 pipeline stages in PopTorch will have an "
+            "additional 3 stages when training.")):
         schedule("poptorch", 4, 6)
     assert schedule("poptorch", 4, 7).num_steps == 7 + 7 - 1
     assert schedule("poptorch", 3, 5).num_steps == 9  # PopART's pipelining.md example
-    with pytest.raises(PipelineConfigError, match="deviceIterations"):
+    # inference: deviceIterations >= the number of stages (same file)
+    with pytest.raises(PipelineConfigError, match=re.escape(
+            "poptorch.Options().deviceIterations must be greater than or equal to the "
+            "number of pipeline stages (4) when using PopTorch.PipelinedExecution.")):
         schedule("poptorch", 4, 3, training=False)
+    assert schedule("poptorch", 4, 4, training=False).num_steps == 4 + 4 - 1
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, "4"])
@@ -261,9 +283,11 @@ def test_schedule_invariants(s):
     per = defaultdict(Counter)
     for o in s.ops:
         per[(o.step, o.ipu)][o.phase] += 1
-    for c in per.values():
+    for (_, q), c in per.items():
         if s.kind in ("grouped", "poptorch"):
             assert c["F"] <= 1 and c["B"] <= 1
+        elif s.kind == "sequential" and q == n - 1 and s.training:  # F(N-1), B(N-1) merged
+            assert c["F"] == c["B"] == 1
         else:
             assert c["F"] + c["B"] <= 1
     start, end = s.timing(1, 2)
@@ -285,3 +309,58 @@ def test_schedule_invariants(s):
             for k in range(n):
                 held = sum(step[("F", k, m)] < t < step[("B", k, m)] for m in range(g))
                 assert held <= s.fifo_depths[k]
+
+
+# --- recomputation modes (TensorFlow's RecomputationMode) ---------------------------------
+# graphcore/tensorflow tensorflow/compiler/plugin/poplar/driver/tools/pipeline_util.cc,
+# GetPipelineRecomputationMode, and its table in tests/pipeline_util_test.cc
+# (GetPipelineRecomputationModeTestCases): Auto is RecomputeThenBackpropagate for Grouped
+# and Interleaved, RecomputeAndBackpropagateInterleaved for Sequential; each explicit mode
+# is supported by two schedules only.
+TF_MODE_TABLE = [  # (schedule, requested, supported, resolved)
+    ("interleaved", "Auto", True, "RecomputeThenBackpropagate"),
+    ("interleaved", "RecomputeThenBackpropagate", True, "RecomputeThenBackpropagate"),
+    ("interleaved", "RecomputeAndBackpropagateInterleaved", False, None),
+    ("grouped", "Auto", True, "RecomputeThenBackpropagate"),
+    ("grouped", "RecomputeThenBackpropagate", True, "RecomputeThenBackpropagate"),
+    ("grouped", "RecomputeAndBackpropagateInterleaved", True,
+     "RecomputeAndBackpropagateInterleaved"),
+    ("sequential", "Auto", True, "RecomputeAndBackpropagateInterleaved"),
+    ("sequential", "RecomputeThenBackpropagate", False, None),
+    ("sequential", "RecomputeAndBackpropagateInterleaved", True,
+     "RecomputeAndBackpropagateInterleaved"),
+]
+
+
+@pytest.mark.parametrize("kind,mode,supported,resolved", TF_MODE_TABLE)
+def test_recomputation_mode_per_schedule_as_tensorflow(kind, mode, supported, resolved):
+    from ipukit.parallel.schedule import _PROTO_NAMES, RecomputationMode
+
+    count = {"grouped": 8, "interleaved": 4, "sequential": 3}[kind]
+    for requested in (mode, RecomputationMode[mode]):
+        if supported:
+            s = schedule(kind, 4, count, recomputation=True, recomputation_mode=requested)
+            assert s.recomputation_mode == resolved
+        else:
+            # pipeline_util.cc: UnimplementedStrCat("Pipeline schedule ", Schedule_Name(...),
+            # " does not support '<mode>' recomputation mode.")
+            want = (f"Pipeline schedule {kind.capitalize()} does not support "
+                    f"'{_PROTO_NAMES[RecomputationMode[mode]]}' recomputation mode.")
+            with pytest.raises(PipelineConfigError, match=re.escape(want)):
+                schedule(kind, 4, count, recomputation=True, recomputation_mode=requested)
+
+
+def test_recomputation_mode_must_be_the_enumeration():
+    from ipukit.errors import PipelineTypeError
+
+    # pipelining_ops.py: TypeError("The given recomputation_mode is not a member of the
+    # RecomputationMode enumeration.")
+    with pytest.raises(TypeError, match="The given recomputation_mode is not a member of the "
+                                        "RecomputationMode enumeration") as info:
+        schedule("grouped", 2, 4, recomputation=True, recomputation_mode="fast")
+    assert isinstance(info.value, PipelineTypeError)
+    assert schedule("grouped", 2, 4).recomputation_mode == ""  # no recomputation, no mode
+    # both modes run one R before each B (kit convention)
+    a, b = (schedule("grouped", 3, 6, recomputation=True, recomputation_mode=m)
+            for m in ("RecomputeThenBackpropagate", "RecomputeAndBackpropagateInterleaved"))
+    assert a.ops == b.ops

@@ -151,3 +151,32 @@ def test_one_ipu_steps_follow_each_other():
     assert eng.trace.total_cycles == sum(s.cycles for s in steps)
     assert [e.start for e in eng.trace.events] == list(np.cumsum([0] + [s.cycles for s in
                                                                          steps])[:-1])
+
+
+def test_execution_lines_split_ipu_global_and_host_exchange():
+    # Poplar's profile (tut6 README) lists tile average IPU, global (between IPUs) and host
+    # exchange and sync cycles, each with its % of the total.
+    dev, g = small(tiles=2, num_ipus=2)
+    a = g.add_variable(ipu.FLOAT, [8], "a")
+    b = g.add_variable(ipu.FLOAT, [8], "b")
+    c = g.add_variable(ipu.FLOAT, [8], "c")
+    g.set_tile_mapping(a, 0)
+    g.set_tile_mapping(b, 1)  # same IPU as a
+    g.set_tile_mapping(c, 2)  # the other IPU
+    s = g.add_host_to_device_fifo("in", ipu.FLOAT, 8)
+    eng = ipu.Engine(g, ipu.Sequence(ipu.Copy(s, a), ipu.Copy(a, b), ipu.Copy(a, c)))
+    eng.load(dev)
+    eng.connect_stream("in", np.ones(8, np.float32))
+    eng.run()
+    steps = {st.name: st for st in eng.trace.steps}
+    summary = eng.trace.summary()
+    assert summary["host_exchange_cycles"] == steps["StreamCopy in -> a"].exchange_cycles
+    assert summary["ipu_exchange_cycles"] == steps["Copy a -> b"].exchange_cycles > 0
+    assert summary["global_exchange_cycles"] == steps["Copy a -> c"].exchange_cycles > 0
+    out = io.StringIO()
+    eng.print_profile_summary(out)
+    total = summary["total_cycles"]
+    line = next(x for x in out.getvalue().splitlines() if "global exchange cycles" in x)
+    g_cycles = summary["global_exchange_cycles"]
+    assert line.split(":")[1].split() == [f"{g_cycles:,.1f}", f"({100 * g_cycles / total:.1f}%",
+                                          "of", "total)"]

@@ -12,19 +12,20 @@ from ipukit.tutorials import mnist_regression, tut1, tut2, tut3, tut4, tut5, tut
 
 def test_tut1(capsys):
     assert tut1.main([]) == 0
-    out = capsys.readouterr().out
-    assert out == (
+    out = capsys.readouterr()  # PrintTensor writes to stderr, as Poplar does
+    assert out.out == (
         "Running program\n"
+        "Program complete\n\nh3 data:\n  0 0 0 0 \n  0 1 1.5 2 \n  0 0 0 0 \n  0 0 0 0 \n")
+    assert out.err == (
         "v1-debug: [1.0000000 1.5000000 2.0000000 2.5000000]\n"
         "v2-debug: [1.0000000 1.5000000 2.0000000 2.5000000]\n"
         "v4-0: [0 1 2 3 4 5 6 7 8 9]\n"
-        "v4-1: [10 11 12 13 14 15 16 17 18 19]\n"
-        "Program complete\n\nh3 data:\n  0 0 0 0 \n  0 1 1.5 2 \n  0 0 0 0 \n  0 0 0 0 \n")
+        "v4-1: [10 11 12 13 14 15 16 17 18 19]\n")
 
 
 def test_tut2(capsys):
     assert tut2.main([]) == 0
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     for name, rows in (("v3", [[5, 4.5], [4, 3.5]]), ("v4", [[9, 7.5], [6, 4.5]]),
                        ("v5", [[5, 3.5], [5, 3.5]])):
         text = "\n".join(f"  [{a:.7f} {b:.7f}]" for a, b in rows)
@@ -33,7 +34,7 @@ def test_tut2(capsys):
 
 def test_tut3(capsys):
     assert tut3.main([]) == 0
-    assert "v2: [7.0000000 6.0000000 4.5000000 2.5000000]" in capsys.readouterr().out
+    assert "v2: [7.0000000 6.0000000 4.5000000 2.5000000]" in capsys.readouterr().err
 
 
 def test_tut4_builds_two_matmuls_on_mk2():
@@ -198,3 +199,37 @@ def test_mnist_regression_bad_arguments_are_named(capsys, args, message):
     with pytest.raises(SystemExit) as exit_:
         mnist_regression.main(args)
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_tut6_profile_matches_graphcores_ipu_model_within_10_percent(capsys):
+    # graphcore/tutorials tutorials/poplar/tut6_matrix_vector_opt/README.md, `./tut6 10000
+    # 1000` on the default model-ipu2 IPUModel, "Execution" section:
+    #   Total cycles: 6,681,766; Tile average compute cycles (including idle threads):
+    #   3,801.8; (excluding idle threads): 3,717.6; host exchange cycles: 6,663,550.8
+    #   (99.7% of total)
+    assert tut6.main(["10000", "1000"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split(":")[0].strip(): line.split(":", 1)[1].strip()
+             for line in out.splitlines() if line.startswith("  ") and ":" in line}
+
+    def value(label):
+        return float(lines[label].split()[0].replace(",", ""))
+
+    for label, published in (("Total cycles", 6_681_766),
+                             ("Tile average host exchange cycles", 6_663_550.8),
+                             ("Tile average compute cycles (including idle threads)", 3_801.8),
+                             ("Tile average compute cycles (excluding idle threads)", 3_717.6)):
+        assert abs(value(label) / published - 1) < 0.10, (label, value(label), published)
+    assert lines["Tile average host exchange cycles"].endswith("(99.7% of total)")
+    for label in ("IPU exchange", "global exchange", "sync"):
+        assert f"Tile average {label} cycles" in lines
+    assert lines["Tile average global exchange cycles"] == "0.0 (0.0% of total)"  # one IPU
+
+
+def test_host_link_presets():
+    # ipu1/ipu2 model the IPUModel (about 6 B/cycle, tut6 README); bow keeps the Bow
+    # datasheet's PCIe Gen4 x16, 64 GB/s bidirectional = 32 GB/s each way.
+    for version in ("ipu1", "ipu2"):
+        assert ipu.IPUModel(version).create_device().target.host_link_bytes_per_cycle == 6.0
+    bow = ipu.IPUModel("bow").create_device().target
+    assert bow.host_link_bytes_per_cycle == 32e9 / 1.85e9

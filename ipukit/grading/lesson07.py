@@ -186,8 +186,10 @@ def _timing_inputs(r, n: int):
 
 @exercise("07.3", "the time of a sharded run", points=3,
           hint="ShardedExecution runs one stage at a time: for every micro-batch, F_0 .. F_N-1 "
-               "then B_N-1 .. B_0, 2N steps. Each step is its op, plus the IPU-Link copy of its "
-               "result when there is one, plus a sync. Nothing overlaps.")
+               "then B_N-1 .. B_0, in 2N - 1 steps (the last stage's F and B share one step, "
+               "as TensorFlow's PipelineStageMerger makes them one stage). Each step is its "
+               "op(s), plus the IPU-Link copy of its result when there is one, plus a sync. "
+               "Nothing overlaps.")
 def check_sharded_cycles(sharded_cycles):
     """Exercise 07.3: ``sharded_cycles(fwd, bwd, link_fwd, link_bwd, sync, g)`` → cycles
     from the start of a ``ShardedExecution`` run to the start of its weight update."""
@@ -217,10 +219,13 @@ def _sharded_diagnosis(fwd, bwd, lf, lb, sync, g, got) -> str:
     if got == g * compute:
         return ". That is the compute alone: add the IPU-Link copies and a sync per step."
     if got == g * (compute + sum(lf) + sum(lb)):
-        return f". Every one of the {2 * n} steps per micro-batch also ends with a sync."
-    if got == g * (compute + 2 * n * sync):
+        return f". Every one of the {2 * n - 1} steps per micro-batch also ends with a sync."
+    if got == g * (compute + sum(lf) + sum(lb) + 2 * n * sync):
+        return (f". That counts {2 * n} steps per micro-batch; the last stage's forward and "
+                f"backward share one step (one stage program), so there are {2 * n - 1}.")
+    if got == g * (compute + (2 * n - 1) * sync):
         return ". Add the IPU-Link copies between stages (link_fwd and link_bwd)."
-    if got == compute + sum(lf) + sum(lb) + 2 * n * sync:
+    if got == compute + sum(lf) + sum(lb) + (2 * n - 1) * sync:
         return f". That is one micro-batch; the run has {g}."
     if got < g * compute:
         return (". That is less than the compute alone: in ShardedExecution only one IPU "

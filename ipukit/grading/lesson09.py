@@ -34,7 +34,11 @@ def ffn_stages(widths, hidden: int, classes: int):
 
 
 def train(widths, hidden, classes, kind, g, mb, tiles=64, seed=0, **options):
-    """Build a pipeline of :func:`ffn_stages` on one IPU per stage and run it once."""
+    """Build a pipeline of :func:`ffn_stages` on one IPU per stage and run it once.
+
+    The optimiser state stays on chip unless ``offload_optimizer_state=True`` (TF's own
+    default, None, would offload it)."""
+    options.setdefault("offload_optimizer_state", False)
     target = teaching_target(len(widths) - 1, tiles)
     p = pipeline(ffn_stages(widths, hidden, classes), None, g, kind,
                  optimizer=options.pop("optimizer", None) or optim.AdamW(),
@@ -167,6 +171,7 @@ def _factories():
     target = teaching_target(2, tiles=1)
 
     def make(**options):
+        options.setdefault("offload_optimizer_state", False)  # TF's None would offload
         return lambda: pipeline(ffn_stages([64, 64, 32], 256, 10), None, 4, "grouped",
                                 optimizer=optim.AdamW(), loss=nn.SoftmaxCrossEntropy(),
                                 target=target, **options)

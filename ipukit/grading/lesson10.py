@@ -38,6 +38,7 @@ def replicated(replicas, rts=False, optimizer=None, g=4, di=1, widths=(6, 9, 5, 
     """A pipeline of :func:`small_stages` replicated ``replicas`` times (S·R IPUs): Grouped
     where ``g`` allows it (a multiple of 2S), else Sequential (any ``g``)."""
     n = len(widths) - 1
+    options.setdefault("offload_optimizer_state", False)  # on chip (TF's None offloads)
     target = ipu.IPUModel("ipu2", num_ipus=n * replicas, tiles_per_ipu=4).create_device().target
     return pipeline(small_stages(widths), None, g, "grouped" if g % (2 * n) == 0 else
                     "sequential", device_iterations=di, replication_factor=replicas,

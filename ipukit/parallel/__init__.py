@@ -8,6 +8,7 @@ over IPUs with real arithmetic; ``nn`` and ``optim`` are the layers and optimise
 
 from . import concurrent, nn, optim, replication
 from .pipelining import (
+    _ALL_DEVICES,
     Block,
     CostModel,
     MemoryRecord,
@@ -17,11 +18,12 @@ from .pipelining import (
     RunResult,
     ShardedExecution,
     Stage,
+    inference_model,
     pipeline,
     training_model,
 )
 from .replication import DataLoader, OutputMode, call_cost, combined_batch_size
-from .schedule import KINDS, Op, Schedule, schedule
+from .schedule import KINDS, Op, RecomputationMode, Schedule, schedule
 
 __all__ = [
     "KINDS",
@@ -34,13 +36,16 @@ __all__ = [
     "Pipeline",
     "PipelineOptions",
     "PipelinedExecution",
+    "RecomputationMode",
     "RunResult",
     "Schedule",
     "ShardedExecution",
     "Stage",
     "call_cost",
     "combined_batch_size",
+    "_ALL_DEVICES",
     "concurrent",
+    "inference_model",
     "nn",
     "optim",
     "pipeline",

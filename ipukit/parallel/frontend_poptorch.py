@@ -136,3 +136,25 @@ def training_model(blocks, loss, optimizer, strategy: PipelinedExecution | None 
         output_mode=output_mode, output_return_period=output_return_period,
         emulate=emulate)
     return Pipeline(layers, mapping, options, optimizer, loss, target)
+
+
+def inference_model(blocks, strategy: PipelinedExecution | None = None,
+                    device_iterations: int = 1, replication_factor: int = 1,
+                    target: Target | None = None, loss=None) -> Pipeline:
+    """``poptorch.inferenceModel``: the forward stages of ``blocks``, pipelined.
+
+    No backward stages, no optimiser: PopART pipelines the N forward stages, so
+    ``device_iterations`` (``options.deviceIterations``) must be at least N, PopTorch's
+    error otherwise (``Compiler.cpp``); each call takes micro-batch size ×
+    device_iterations × replication_factor samples and ``run(x).outputs`` holds the last
+    stage's outputs per micro-batch. ``loss`` (optional) also scores ``run(x, labels)``.
+    Kit convention: the device iterations are the pipeline's micro-batches (one pipeline
+    run per call), as PopART runs them.
+    """
+    blocks = list(blocks)
+    strategy = strategy or _auto_stages(blocks)
+    layers, mapping = strategy.resolve(blocks)
+    options = PipelineOptions(
+        gradient_accumulation=device_iterations, schedule=strategy.schedule_kind,
+        replication_factor=replication_factor, training=False)
+    return Pipeline(layers, mapping, options, None, loss, target)

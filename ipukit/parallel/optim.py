@@ -5,7 +5,9 @@
 ``opt.state[key]``. ``state_bytes(params)`` and ``flops(params)`` feed the pipeline
 runner's memory record and cost model. The runner applies the optimiser once per pipeline
 run (TensorFlow's "resource update", PopTorch's weight update); with
-``offload_optimizer_state`` the state lives in host memory and streams in and out.
+``offload_optimizer_state`` the state lives in Streaming Memory (remote buffers) and
+streams in and out (kit convention: counted as ``RunResult.host_bytes``, at the host
+link's bandwidth).
 
 >>> import numpy as np
 >>> p = {"w": np.array([1.0, -2.0])}

@@ -5,8 +5,8 @@
   checked once), :class:`RunResult` and its records.
 * :mod:`.frontend_tf`: TensorFlow-for-IPU's ``pipelining_ops.pipeline`` as :func:`pipeline`.
 * :mod:`.frontend_poptorch`: PopTorch's :class:`Block`, :class:`Stage`,
-  :class:`PipelinedExecution`, :class:`ShardedExecution` and ``trainingModel`` as
-  :func:`training_model`.
+  :class:`PipelinedExecution`, :class:`ShardedExecution`, ``trainingModel`` as
+  :func:`training_model` and ``inferenceModel`` as :func:`inference_model`.
 
 >>> from ipukit.parallel import nn, optim
 >>> p = pipeline([[nn.Dense(4, 8, rng=1)], [nn.Dense(8, 3, rng=2)]],
@@ -23,9 +23,10 @@ from .frontend_poptorch import (
     PipelinedExecution,
     ShardedExecution,
     Stage,
+    inference_model,
     training_model,
 )
-from .frontend_tf import pipeline
+from .frontend_tf import _ALL_DEVICES, pipeline
 from .runner import (
     ORDER_HINT,
     REDUCTIONS,
@@ -39,4 +40,5 @@ from .runner import (
 
 __all__ = ["ORDER_HINT", "REDUCTIONS", "Block", "CostModel", "Fifo", "MemoryRecord",
            "Pipeline", "PipelineOptions", "PipelineStage", "PipelinedExecution", "RunResult",
-           "ShardedExecution", "Span", "Stage", "Timeline", "pipeline", "training_model"]
+           "ShardedExecution", "Span", "Stage", "Timeline", "_ALL_DEVICES", "inference_model",
+           "pipeline", "training_model"]

@@ -30,14 +30,16 @@ The result has the per-micro-batch losses and two plain records:
   gradient sent over IPU-Links after the op, ``bytes`` ÷ link bandwidth), ``"sync"`` (the
   end of a lock-step step), ``"allreduce"`` (gradients reduced across replicas, ring
   all-reduce; with RTS ``"reducescatter"`` and ``"allgather"``), ``"optimizer"`` (the
-  weight update, plus streaming offloaded state over the host link). ``stage`` and
+  weight update, plus streaming offloaded state in and out of Streaming Memory, timed at
+  the host link's bandwidth: a kit convention). ``stage`` and
   ``microbatch`` are -1 where they do not apply. Replicas run the same timeline on their
   own IPUs; the spans are replica 0's. ``timeline.measures()`` gives the bubble and each
   IPU's idle time by cause.
 * ``memory``: a tuple of :class:`MemoryRecord` ``(time, ipu, weights, stash, gradients,
-  optimizer)`` in bytes, one after every op on that IPU. Offloaded optimiser state is in
-  ``host_bytes``. A peak over the IPU's memory raises :class:`OutOfMemoryError` naming the
-  IPU and what filled it, before the weights are updated.
+  optimizer)`` in bytes, one after every op on that IPU. Offloaded optimiser state (in
+  Streaming Memory) is in ``host_bytes``. A peak over the IPU's memory raises
+  :class:`OutOfMemoryError` naming the IPU and what filled it, before the weights are
+  updated.
 
 >>> import numpy as np
 >>> from ipukit.parallel import nn, optim, pipeline
@@ -95,6 +97,8 @@ class PipelineOptions:
     gradient_accumulation_dtype: object = None
     output_mode: object = "all"
     output_return_period: int = 1
+    recomputation_mode: object = None  # a schedule.RecomputationMode (None: Auto)
+    training: bool = True  # False: an inference pipeline, forward stages only
     emulate: bool = False  # run the stages as Poplar programs on the emulator (emulated.py)
 
     def __post_init__(self):
@@ -243,13 +247,14 @@ class Pipeline:
 
     def __init__(self, stages, device_mapping, options: PipelineOptions, optimizer, loss,
                  target: Target | None = None):
-        if optimizer is None or loss is None:
+        if options.training and (optimizer is None or loss is None):
             raise PipelineConfigError(
                 "a training pipeline needs an optimizer and a loss (the last stage's "
-                "outputs are its logits): pass optimizer=... and loss=..."
+                "outputs are its logits): pass optimizer=... and loss=..., or neither for "
+                "an inference pipeline"
             )
         self.options = o = options
-        stage_ipus = _check_mapping(device_mapping, len(stages))  # a tuple of IPUs per stage
+        stage_ipus = _check_mapping(device_mapping, stages)  # a tuple of IPUs per stage
         mapping = [max(q) for q in stage_ipus]  # each stage's highest IPU
         if target is None:
             target = IPUModel("ipu2", num_ipus=(max(mapping) + 1) * o.replication_factor
@@ -260,16 +265,21 @@ class Pipeline:
                 f"target has {target.num_ipus} IPU(s); use a target with more IPUs"
             )
         self.schedule: Schedule = schedule(o.schedule, len(stages), o.gradient_accumulation,
-                                           recomputation=o.recomputation)
-        used = [q for ipus in stage_ipus for q in ipus]
-        if o.schedule == "interleaved" and len(set(used)) < len(used):
+                                           training=o.training, recomputation=o.recomputation,
+                                           recomputation_mode=o.recomputation_mode)
+        # TF's check flattens the mapping as given: _ALL_DEVICES (-1) is one more device
+        given = range(len(stages)) if device_mapping is None else device_mapping
+        used = [q for d in given
+                for q in (d if isinstance(d, (list, tuple, np.ndarray)) else [d])]
+        if o.schedule == "interleaved" and o.training and len(set(used)) < len(used):
             raise PipelineConfigError(
                 "The interleaved schedule does not support two stages on the same IPU "
                 f"(device_mapping {list(device_mapping)}); use the grouped schedule"
             )
         self.stages = [PipelineStage(i, s, q, target)
                        for i, (s, q) in enumerate(zip(stages, stage_ipus))]
-        concurrent.check_loss(self.stages, loss)
+        if loss is not None:
+            concurrent.check_loss(self.stages, loss)
         self.optimizer, self.loss, self.target = optimizer, loss, target
         self.cost = CostModel.from_target(target)
         # data parallelism and host calls (replication.py)
@@ -324,12 +334,23 @@ class Pipeline:
             out.append(backend.to_numpy(h))
         return np.concatenate(out)
 
-    def run(self, x, labels) -> RunResult:
+    def run(self, x, labels=None) -> RunResult:
         """Train on ``x``: ``repeat_count`` runs × replicas × micro-batches, in that order.
 
         ``len(x)`` must be a multiple of ``samples_per_run`` (the micro-batch size is what
-        is left). Returns the losses and the timeline and memory records.
+        is left). Returns the losses and the timeline and memory records. An inference
+        pipeline (``training=False``) runs the forward stages only and returns the last
+        stage's outputs in ``outputs``, shaped ``(repeat, replica, microbatch, batch, ...)``
+        (and the losses when it has a loss and ``labels``).
         """
+        if not self.options.training:
+            if self.options.emulate:
+                raise PipelineConfigError(
+                    "inference pipelines (no optimizer) are not emulated yet; drop "
+                    "emulate=True")
+            return self._infer(x, labels)
+        if labels is None:
+            raise PipelineConfigError("a training pipeline's run(x, labels) needs labels")
         if self.options.emulate:
             from . import emulated  # noqa: PLC0415 - emulated.py imports this module
             return emulated.run(self, x, labels)
@@ -358,6 +379,40 @@ class Pipeline:
         spans = Timeline(timeline, memory, self.target.clock_hz)
         return RunResult(losses, spans, tuple(memory), now, host, self.target.clock_hz, outputs)
 
+    def _infer(self, x, labels) -> RunResult:
+        """Forward stages only, in the schedule's order (TF's inference pipeline, PopTorch's
+        ``inferenceModel``): no stash, no gradients, no weight update."""
+        mb = replication.check_samples(self, len(x), len(x if labels is None else labels))
+        self._shapes((mb,) + tuple(np.shape(x)[1:]))
+        shape = (self.repeat_count, self.replication_factor, self.gradient_accumulation, mb)
+        xs = np.asarray(x).reshape(shape + tuple(np.shape(x)[1:]))
+        ys = None if labels is None else np.asarray(labels).reshape(shape)
+        score = self.loss is not None and ys is not None
+        losses = np.zeros(shape[:3] if score else shape[:2] + (0,))
+        dtype = np.result_type(xs.dtype, *(p.dtype for p in self.params.values()))
+        timeline: list[Span] = []
+        outputs, now = [], 0.0
+        last = len(self.stages) - 1
+        for r in range(self.repeat_count):
+            for rep in range(self.replication_factor):
+                acts, outs = {}, [None] * self.gradient_accumulation
+                for op in self.schedule.ops:
+                    k, m = op.stage, op.microbatch
+                    inp = backend.asarray(xs[r, rep, m]) if k == 0 else acts.pop((k, m))
+                    y, _ = self.stages[k].net.forward(inp)
+                    if k < last:
+                        acts[(k + 1, m)] = concurrent.join(y)
+                        continue
+                    if score:
+                        losses[r, rep, m] = float(self.loss.forward(
+                            y, backend.asarray(ys[r, rep, m]))[0])
+                    outs[m] = backend.to_numpy(concurrent.join(y))
+                outputs.append(np.stack(outs))
+            *_, now = self._op_times(xs.shape[4:], mb, dtype, now, timeline)
+        out = np.stack(outputs).reshape(shape[:3] + outputs[0].shape[1:])
+        spans = Timeline(timeline, (), self.target.clock_hz)
+        return RunResult(losses, spans, (), now, 0, self.target.clock_hz, out)
+
     def cycles_per_run(self, sample_shape, micro_batch_size: int, dtype="float32") -> float:
         """Simulated cycles of one pipeline run (ops, syncs, all-reduce, weight update).
 
@@ -367,7 +422,7 @@ class Pipeline:
         timeline: list[Span] = []
         *_, finish = self._op_times(tuple(sample_shape), micro_batch_size, np.dtype(dtype),
                                     0.0, timeline)
-        return self._update_times(finish, timeline)
+        return self._update_times(finish, timeline) if self.options.training else finish
 
     # ---------------------------------------------------------------------------------
 
@@ -445,7 +500,7 @@ class Pipeline:
                 programs[s.index] = s.net.program(shape, dtype, loss)
             flops.append(s.net.flops(shape))
             sent.append(math.prod(out) * np.dtype(dtype).itemsize)  # F's out = B's in
-        lf, lb = self.loss.flops(shapes[-1])
+        lf, lb = self.loss.flops(shapes[-1]) if self.loss is not None else (0, 0)
         flops[-1] = (flops[-1][0] + lf, flops[-1][1] + lb)
         in_bytes = [0] + sent[:-1]  # bytes B_k sends back = stage k's input
         ipus = [self.stages[o.stage].ipus for o in sched.ops]
@@ -544,8 +599,27 @@ class Pipeline:
         return done
 
 
-def _check_mapping(device_mapping, n: int) -> list[tuple[int, ...]]:
-    """The IPUs of each stage: ``k`` -> ``(k,)``; a list (a concurrent stage) -> a tuple."""
+#: TensorFlow's ``pipelining_ops._ALL_DEVICES``: a stage mapped to every IPU.
+ALL_DEVICES = -1
+
+
+def _all_devices(stage_layers, ipus: tuple[int, ...]) -> tuple[int, ...]:
+    """The IPUs of a stage mapped to ``_ALL_DEVICES`` on a pipeline of ``ipus``.
+
+    Kit convention: a stage given as one list per IPU (``[[f0], [f1]]``) is a concurrent
+    stage over the pipeline's IPUs, member s on IPU s (how the concurrent-pipelines example
+    shards inside its ``_ALL_DEVICES`` stage); any other stage computes on the lowest IPU.
+    """
+    members = list(stage_layers) if isinstance(stage_layers, (list, tuple)) else []
+    if len(members) == len(ipus) > 1 and all(isinstance(m, (list, tuple)) for m in members):
+        return ipus
+    return ipus[:1]
+
+
+def _check_mapping(device_mapping, stages) -> list[tuple[int, ...]]:
+    """The IPUs of each stage: ``k`` -> ``(k,)``; a list (a concurrent stage) -> a tuple;
+    ``_ALL_DEVICES`` (-1) -> see :func:`_all_devices`."""
+    n = len(stages)
     if device_mapping is None:
         return [(k,) for k in range(n)]
     if isinstance(device_mapping, (str, numbers.Number)) or not hasattr(device_mapping,
@@ -561,13 +635,19 @@ def _check_mapping(device_mapping, n: int) -> list[tuple[int, ...]]:
             f"entries for {n} computational stages"
         )
     out = []
+    named = [d for q in mapping if not isinstance(q, numbers.Number) or q != ALL_DEVICES
+             for d in (q if isinstance(q, (list, tuple, np.ndarray)) else [q])]
+    pipeline_ipus = tuple(range(max([int(d) for d in named if is_count(d, 0)] + [0]) + 1))
     for i, q in enumerate(mapping):
+        if isinstance(q, numbers.Integral) and not isinstance(q, bool) and q == ALL_DEVICES:
+            out.append(_all_devices(stages[i], pipeline_ipus))
+            continue
         many = isinstance(q, (list, tuple, np.ndarray))
         ipus = tuple(q) if many else (q,)
         if not all(is_count(d, 0) for d in ipus):
             raise PipelineConfigError(
-                f"device_mapping[{i}] must be an IPU index or, for a concurrent stage, a list "
-                f"of IPU indices, got {q!r}"
+                f"device_mapping[{i}] must be an IPU index, _ALL_DEVICES (-1) or, for a "
+                f"concurrent stage, a list of IPU indices, got {q!r}"
             )
         ipus = tuple(int(d) for d in ipus)
         if many and (len(ipus) < 2 or len(set(ipus)) < len(ipus)):

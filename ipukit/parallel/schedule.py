@@ -12,11 +12,10 @@ forward ``F_k(m)`` on stages 0..N-1, then the backward ``B_k(m)`` on stages N-1.
   ``F0..F(N-1), B(N-1)..B0`` runs micro-batch m in column 2m+s, one op per IPU per column;
   the count must be a multiple of N. FIFO depth N-1-k.
 * ``"sequential"`` (``PipelineSchedule.Sequential``, PopTorch's ``ShardedExecution``): one
-  stage at a time, one micro-batch after another, as if the model were sharded: 2N steps
-  per micro-batch. A simplification: TensorFlow's ``PipelineStageMerger`` fuses F(N-1) and
-  B(N-1) into one stage program for Sequential, so it has 2N-1 programs (and syncs) per
-  micro-batch; here B(N-1) gets a step (and a sync) of its own. The ops, their order and
-  the arithmetic are the same; only one sync per micro-batch is added.
+  stage at a time, one micro-batch after another, as if the model were sharded. As
+  TensorFlow's ``PipelineStageMerger`` (run for Sequential only), the last forward and
+  first backward stage are one stage program: F(N-1) and B(N-1) share a step, so a
+  training micro-batch takes 2N-1 steps (21 for N=4 and count 3).
 * ``"poptorch"`` (PopART, behind ``PipelinedExecution``): the last forward and first
   backward stage are fused, giving P = 2N-1 pipeline stages; stage s runs micro-batch c-s
   in cycle c, so F_k(m) at m+k and B_k(m) at m+2N-2-k; count >= P, G+P-1 cycles.
@@ -37,6 +36,10 @@ never exceeds ``fifo_depths[k] + 1``.
 (15, (6, 4, 2, 0), (7, 5, 3, 1))
 >>> s.makespan(t_F=1, t_B=2), s.bubble()["total"] == 9 / 33
 (33.0, True)
+>>> schedule("sequential", 4, 3).num_steps  # pipeline_stage_merger.cc: 7 stages x 3
+21
+>>> schedule("grouped", 4, 8, recomputation=True).recomputation_mode
+'RecomputeThenBackpropagate'
 >>> schedule("grouped", 4, 20)
 Traceback (most recent call last):
 ...
@@ -47,18 +50,78 @@ training). Use 16 or 24.
 
 from __future__ import annotations
 
+import enum
 import numbers
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import PipelineConfigError
+from ..errors import PipelineConfigError, PipelineTypeError
 from ..timeline import MemorySample, Span, Timeline
 
 KINDS = ("grouped", "interleaved", "sequential", "poptorch", "gpipe", "1f1b")
 #: Graphcore's lock-step schedules; gpipe and 1f1b are asynchronous.
 LOCKSTEP = ("grouped", "interleaved", "sequential", "poptorch")
+
+
+class RecomputationMode(enum.Enum):
+    """``pipelining_ops.RecomputationMode``: how a training pipeline recomputes.
+
+    ``Auto`` (the default) is ``RecomputeThenBackpropagate`` for Grouped and Interleaved and
+    ``RecomputeAndBackpropagateInterleaved`` for Sequential (``pipeline_util.cc``
+    ``GetPipelineRecomputationMode``). ``RecomputeThenBackpropagate`` is supported by
+    Grouped and Interleaved, ``RecomputeAndBackpropagateInterleaved`` by Grouped and
+    Sequential. Kit convention: both modes run one R op (the stage's whole forward) before
+    each B op; TensorFlow's interleaved mode also lowers the peak liveness inside a stage,
+    which the kit does not model. For the PopTorch, GPipe and 1F1B schedules, which TF does
+    not have, ``Auto`` is ``RecomputeThenBackpropagate``.
+    """
+
+    Auto = "Auto"
+    RecomputeThenBackpropagate = "RecomputeThenBackpropagate"
+    RecomputeAndBackpropagateInterleaved = "RecomputeAndBackpropagateInterleaved"
+
+
+#: The schedules each explicit mode supports (``pipeline_util.cc``).
+_MODE_SUPPORT = {
+    RecomputationMode.RecomputeThenBackpropagate: ("grouped", "interleaved"),
+    RecomputationMode.RecomputeAndBackpropagateInterleaved: ("grouped", "sequential"),
+}
+#: Its name in TensorFlow's error messages (the backend proto's enum names).
+_PROTO_NAMES = {
+    RecomputationMode.RecomputeThenBackpropagate: "Recompute_then_backpropagate",
+    RecomputationMode.RecomputeAndBackpropagateInterleaved:
+        "Recompute_and_backpropagate_interleaved",
+}
+
+
+def resolve_recomputation_mode(kind: str, mode=None) -> RecomputationMode:
+    """The recomputation mode ``mode`` (``None`` or Auto resolved) for schedule ``kind``.
+
+    Raises TensorFlow's errors: a ``mode`` that is not a :class:`RecomputationMode` (or
+    its name), and a mode the schedule does not support.
+    """
+    if mode is None:
+        mode = RecomputationMode.Auto
+    if isinstance(mode, str) and mode in RecomputationMode.__members__:
+        mode = RecomputationMode[mode]
+    if not isinstance(mode, RecomputationMode):
+        raise PipelineTypeError(
+            "The given recomputation_mode is not a member of the RecomputationMode "
+            f"enumeration: got {mode!r}; use one of "
+            f"{', '.join(RecomputationMode.__members__)}")
+    if mode is RecomputationMode.Auto:
+        if kind == "sequential":
+            return RecomputationMode.RecomputeAndBackpropagateInterleaved
+        return RecomputationMode.RecomputeThenBackpropagate
+    if kind in ("grouped", "interleaved", "sequential") and kind not in _MODE_SUPPORT[mode]:
+        ok = [m.name for m, kinds in _MODE_SUPPORT.items() if kind in kinds]
+        raise PipelineConfigError(
+            f"Pipeline schedule {kind.capitalize()} does not support "
+            f"'{_PROTO_NAMES[mode]}' recomputation mode. Use RecomputationMode.Auto or "
+            f"{ok[0]} with the {kind} schedule.")
+    return mode
 
 
 class Op(NamedTuple):
@@ -83,6 +146,8 @@ class Schedule:
     num_steps: int
     fifo_depths: tuple[int, ...]
     recomputation: bool = False
+    #: The :class:`RecomputationMode` name in use (``""`` without recomputation).
+    recomputation_mode: str = ""
 
     @property
     def lockstep(self) -> bool:
@@ -253,14 +318,15 @@ def _async(ops, dur, ipus, send):
 
 
 def schedule(kind: str, num_stages: int, gradient_accumulation: int, training: bool = True,
-             recomputation: bool = False) -> Schedule:
+             recomputation: bool = False, recomputation_mode=None) -> Schedule:
     """The schedule of ``kind`` for ``num_stages`` stages (stage k on IPU k).
 
     ``gradient_accumulation`` is the number of micro-batches per pipeline run
     (TensorFlow's ``gradient_accumulation_count``, PopTorch's ``gradientAccumulation``;
     for inference, ``device_iterations``). With ``recomputation`` every backward
     ``B_k(m)`` is preceded, on its IPU and step, by ``R_k(m)``, which recomputes the stage's
-    forward from its stashed input (TensorFlow's ``RecomputeThenBackpropagate``).
+    forward from its stashed input; ``recomputation_mode`` (a :class:`RecomputationMode`,
+    default Auto) is checked against the schedule as TensorFlow does.
     """
     if kind not in KINDS:
         raise PipelineConfigError(
@@ -271,6 +337,7 @@ def schedule(kind: str, num_stages: int, gradient_accumulation: int, training: b
         if not is_count(v):
             raise PipelineConfigError(f"{name} must be a positive integer, got {v!r}")
     _check_count(kind, int(n), int(g), training)
+    mode = resolve_recomputation_mode(kind, recomputation_mode)
     ops = _BUILDERS[kind](int(n), int(g)) if training else _inference(kind, int(n), int(g))
     if recomputation and training:
         ops = _with_recomputation(ops)
@@ -283,6 +350,7 @@ def schedule(kind: str, num_stages: int, gradient_accumulation: int, training: b
         num_steps=max(o.step for o in ops) + 1,
         fifo_depths=_fifo_depths(kind, int(n), int(g)) if training else (0,) * n,
         recomputation=bool(recomputation and training),
+        recomputation_mode=mode.name if recomputation and training else "",
     )
 
 
@@ -302,14 +370,21 @@ def _check_count(kind, n, g, training):
                 "The number of iterations of the pipeline must be a multiple of "
                 f"{overlap}, but gradient_accumulation_count is {g} {where}. Use {use}."
             )
-    elif kind == "poptorch":
-        p = 2 * n - 1 if training else n
-        if g < p:
-            what = "depth (gradient accumulation factor)" if training else "deviceIterations"
-            raise PipelineConfigError(
-                f"For pipelining, {what} must equal at least the number of pipeline "
-                f"stages ({p}), but it is {g} {where}. Set it to at least {p}."
-            )
+    elif kind == "poptorch" and training and g < 2 * n - 1:
+        # PopTorch's Compiler.cpp (its check before PopART's accumulationFactor check)
+        raise PipelineConfigError(
+            "poptorch.Options().Training.gradientAccumulation must be greater than or equal "
+            f"to the number of pipeline stages ({2 * n - 1}) when using "
+            f"poptorch.PipelinedExecution. Please note that a model with {n} pipeline "
+            f"stages in PopTorch will have an additional {n - 1} stages when training. "
+            f"It is {g} {where}: set it to at least {2 * n - 1}."
+        )
+    elif kind == "poptorch" and g < n:
+        raise PipelineConfigError(
+            "poptorch.Options().deviceIterations must be greater than or equal to the number "
+            f"of pipeline stages ({n}) when using PopTorch.PipelinedExecution. It is {g} "
+            f"{where}: set it to at least {n}."
+        )
 
 
 def _grid(n, g):
@@ -349,9 +424,11 @@ def _interleaved(n, g):
 
 
 def _sequential(n, g):
-    # Each micro-batch runs F0..F(N-1), B(N-1)..B0, one stage per step.
-    return _training(n, g, lambda m, k: 2 * n * m + k, lambda m, k: 2 * n * m + 2 * n - 1 - k,
-                     lambda m, k: k, lambda m, k: k)
+    # Each micro-batch runs F0..F(N-1), B(N-1)..B0, one stage per step, except that
+    # PipelineStageMerger makes F(N-1) and B(N-1) one stage: 2N-1 steps per micro-batch.
+    p = 2 * n - 1
+    return _training(n, g, lambda m, k: p * m + k, lambda m, k: p * m + 2 * n - 2 - k,
+                     lambda m, k: k, lambda m, k: 2 * n - 1 - k)
 
 
 def _poptorch(n, g):

@@ -8,7 +8,7 @@ contributes each row. ``multi_update_add`` is the gradient: every owning tile re
 the N update rows and adds ``scale *`` the ones whose index it owns into its own rows
 (repeated indices add up). No tile ever holds the whole table.
 
->>> import numpy as np, ipukit as ipu
+>>> import sys, numpy as np, ipukit as ipu
 >>> from ipukit.poplibs import multislice, poputil
 >>> dev = ipu.IPUModel(tiles_per_ipu=4).create_device()
 >>> g = ipu.Graph(dev.target)
@@ -19,11 +19,12 @@ the N update rows and adds ``scale *`` the ones whose index it owns into its own
 >>> prog = ipu.Sequence()
 >>> rows = multislice.multi_slice(g, table, idx, [0], [1], prog, "lookup")
 >>> _ = prog.add(ipu.PrintTensor("rows", rows.reshape([3, 2])))
->>> eng = ipu.Engine(g, prog); eng.load(dev); eng.run()
+>>> eng = ipu.Engine(g, prog); eng.load(dev); eng.set_print_tensor_stream(sys.stdout)
+>>> eng.run()
 rows: [
-  [10.0000000 11.0000000]
-  [0.0000000 1.0000000]
-  [10.0000000 11.0000000]
+  [10.000000 11.000000]
+  [ 0.000000  1.000000]
+  [10.000000 11.000000]
 ]
 """
 

@@ -6,9 +6,10 @@ into ``tiles_k`` pieces, one (block, piece) per tile. Each tile multiplies its p
 ``a`` and ``b`` (fetched by exchange) into a block of partial sums; when ``tiles_k > 1``
 a second compute set adds the partials up on the tiles of the (linearly mapped) output.
 So a learner sees the compute sets, the exchange of the operands and of the partials,
-and the memory of the partials in the profile.
+and the memory of the partials in the profile. ``mat_mul_grouped``
+(``poplin::matMulGrouped``) does G such products, ``C[g] = A[g] @ B[g]``, in one compute set.
 
->>> import numpy as np, ipukit as ipu
+>>> import sys, numpy as np, ipukit as ipu
 >>> from ipukit.poplibs import poplin, poputil
 >>> dev = ipu.IPUModel(tiles_per_ipu=4).create_device()
 >>> g = ipu.Graph(dev.target)
@@ -18,16 +19,17 @@ and the memory of the partials in the profile.
 >>> prog = ipu.Sequence()
 >>> c = poplin.mat_mul(g, a, b, prog, "c")
 >>> _ = prog.add(ipu.PrintTensor("c", c))
->>> eng = ipu.Engine(g, prog); eng.load(dev); eng.run()
+>>> eng = ipu.Engine(g, prog); eng.load(dev); eng.set_print_tensor_stream(sys.stdout)
+>>> eng.run()
 c: [
-  [3.0000000 3.0000000]
-  [12.0000000 12.0000000]
+  [ 3.000000  3.000000]
+  [12.000000 12.000000]
 ]
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -144,10 +146,23 @@ def mat_mul(graph, a: Tensor, b: Tensor, prog: Sequence, debug_name: str = "") -
     p = plan(graph.target, m, k, n)
     partials = out.reshape([1, m, n]) if p.tiles_k == 1 else \
         graph.add_variable(a.dtype, [p.tiles_k, m, n], name + "/partials")
-    cls = MatMulPartial if a.dtype == np.float32 else MatMulPartialHalf
     cs = graph.add_compute_set(name + "/MatMul")
+    _add_blocks(graph, cs, a, b, partials, p, 0)
+    prog.add(Execute(cs))
+    if p.tiles_k > 1:
+        poputil.map_tensor_linearly(graph, out)
+        popops.reduce_with_output(graph, partials, out, [0], popops.Operation.ADD, prog,
+                                  name + "/Reduce")
+    return out
+
+
+def _add_blocks(graph, cs, a, b, partials, p: Plan, first_tile: int) -> None:
+    """The MatMulPartial vertices of one product ``a @ b`` into ``partials`` (tiles_k, M,
+    N), on tiles ``first_tile``, ``first_tile + 1``, ... (one per block and piece)."""
+    (m, k), n = a.shape, b.shape[1]
+    cls = MatMulPartial if a.dtype == np.float32 else MatMulPartialHalf
     workers, macs = graph.target.num_worker_contexts, macs_per_cycle(graph.target)
-    tile = 0
+    tile = first_tile
     for i in range(p.tiles_m):
         m0, m1 = i * m // p.tiles_m, (i + 1) * m // p.tiles_m
         for j in range(p.tiles_n):
@@ -164,9 +179,58 @@ def mat_mul(graph, a: Tensor, b: Tensor, prog: Sequence, debug_name: str = "") -
                 cycles = VERTEX_OVERHEAD + _ceil((m1 - m0) * (n1 - n0) * (k1 - k0), macs)
                 graph.set_perf_estimate(v, _ceil(cycles, workers))
                 tile += 1
+
+
+def mat_mul_grouped(graph, a: Tensor, b: Tensor, prog: Sequence, debug_name: str = "",
+                    output_type=None) -> Tensor:
+    """``poplin::matMulGrouped(graph, A, B, prog, outputType)``: ``C[g] = A[g] @ B[g]`` for
+    A (G, M, K) and B (G, K, N), a new (G, M, N) tensor.
+
+    All groups run in one compute set: each group is planned for its share of the tiles
+    (``num_tiles // G``, at least one) and its blocks go on its own tiles.
+    """
+    name = debug_name or "matMulGrouped"
+    for role, t in (("A", a), ("B", b)):
+        if not isinstance(t, Tensor) or t.rank != 3:
+            raise IpuError(f"{name}: operand {role} must be a 3-D (groups, rows, columns) "
+                           f"tensor, got {t.shape if isinstance(t, Tensor) else t!r}")
+    if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise IpuError(
+            f"{name}: cannot multiply '{a.name}' {a.shape} by '{b.name}' {b.shape}: both "
+            f"need the same number of groups and A's columns ({a.shape[2]}) must equal B's "
+            f"rows ({b.shape[1]})"
+        )
+    if a.dtype != b.dtype or a.dtype.kind != "f" or (
+            output_type is not None and np.dtype(output_type) != a.dtype):
+        raise GraphConnectionError(
+            f"{name}: '{a.name}' is {TYPE_NAMES[a.dtype]} and '{b.name}' is "
+            f"{TYPE_NAMES[b.dtype]}; mat_mul_grouped needs two float or two half tensors "
+            "(and an output_type of the same type)"
+        )
+    if not isinstance(prog, Sequence):
+        raise IpuError(f"{name}: prog must be an ipu.Sequence to append to, got {prog!r}")
+    poputil.check_mapped(graph, a, name, f"operand A '{a.name}'")
+    poputil.check_mapped(graph, b, name, f"operand B '{b.name}'")
+    groups, m, k = a.shape
+    n = b.shape[2]
+    out = graph.add_variable(a.dtype, [groups, m, n], name)
+    if groups * m * n == 0:
+        return out
+    if k == 0:
+        poputil.map_tensor_linearly(graph, out)
+        popops.zero(graph, out, prog, name + "/Zero")
+        return out
+    tiles = graph.target.num_tiles
+    share = max(1, tiles // groups)
+    p = plan(replace(graph.target, num_ipus=1, tiles_per_ipu=share), m, k, n)
+    partials = out.reshape([groups, 1, m, n]) if p.tiles_k == 1 else \
+        graph.add_variable(a.dtype, [groups, p.tiles_k, m, n], name + "/partials")
+    cs = graph.add_compute_set(name + "/MatMul")
+    for g in range(groups):
+        _add_blocks(graph, cs, a[g], b[g], partials[g], p, (g * share) % tiles)
     prog.add(Execute(cs))
     if p.tiles_k > 1:
         poputil.map_tensor_linearly(graph, out)
-        popops.reduce_with_output(graph, partials, out, [0], popops.Operation.ADD, prog,
+        popops.reduce_with_output(graph, partials, out, [1], popops.Operation.ADD, prog,
                                   name + "/Reduce")
     return out

@@ -1,13 +1,20 @@
 """popnn: non-linearities and the loss layer (``popnn::nonLinearity``, ``popnn::calcLoss``).
 
-``non_linearity`` applies RELU, SIGMOID or TANH element-wise (a ``popops.map``) or SOFTMAX
-over the innermost dimension, built from popops: a MAX reduce, ``exp(x - max)``, an ADD
-reduce and a divide (four compute sets, each visible in the profile). ``calc_loss`` is
-the loss layer of Graphcore's MNIST regression demo: from probabilities and labels it
-writes the per-sample loss and the gradient ``delta`` and adds the number of correct
-predictions (arg-max equals label) to ``num_correct``.
+``non_linearity`` applies RELU, SIGMOID, TANH, HARD_SIGMOID, GELU or SWISH element-wise (a
+``popops.map``, with ``popnn/NonLinearityDef.hpp``'s formulas) or a softmax over the
+innermost dimension, built from popops as ``lib/popnn/NonLinearity.cpp`` builds it:
+SOFTMAX is ``exp(x)``, an ADD reduce and a divide (no max is subtracted, so large inputs
+overflow to inf/NaN); SOFTMAX_STABLE first subtracts the row's MAX (a reduce, then
+``exp(x - max)``); SOFTMAX_SCALED is the stable one scaled so each row sums to
+``SOFTMAX_SCALING`` = 62000 (PopLibs' ``NonLinearityInternal.hpp``). The steps are compute
+sets, each visible in the profile (ipukit fuses the subtract into the exp and the
+inverse into the divide). ``calc_loss`` is the loss layer of Graphcore's MNIST regression
+demo: from probabilities and labels it writes the per-sample loss and the gradient
+``delta`` and adds the number of correct predictions (arg-max equals label) to
+``num_correct``; a label equal to ``MASKED_LABEL_CODE`` (0xFFFFFFFF; -1 for INT labels)
+gives no loss, a zero delta and is not counted, as in PopLibs.
 
->>> import numpy as np, ipukit as ipu
+>>> import sys, numpy as np, ipukit as ipu
 >>> from ipukit.poplibs import popnn, poputil
 >>> dev = ipu.IPUModel(tiles_per_ipu=2).create_device()
 >>> g = ipu.Graph(dev.target)
@@ -16,7 +23,8 @@ predictions (arg-max equals label) to ``num_correct``.
 >>> prog = ipu.Sequence()
 >>> p = popnn.non_linearity(g, popnn.NonLinearityType.SOFTMAX, x, prog)
 >>> _ = prog.add(ipu.PrintTensor("p", p))
->>> eng = ipu.Engine(g, prog); eng.load(dev); eng.run()
+>>> eng = ipu.Engine(g, prog); eng.load(dev); eng.set_print_tensor_stream(sys.stdout)
+>>> eng.run()
 p: [
   [0.0900306 0.2447285 0.6652409]
 ]
@@ -28,16 +36,36 @@ import numpy as np
 
 from ..errors import GraphConnectionError, IpuError
 from ..program import Execute, Sequence
-from ..tensor import FLOAT, UNSIGNED_INT, Tensor
+from ..tensor import FLOAT, INT, UNSIGNED_INT, Tensor
 from ..vertex import InOut, Input, Output, Vector, Vertex
 from . import popops, poputil
-from .expr import Exp, Expr, _1, _2
+from .expr import Exp, Expr, Max, Min, Sigmoid, Tanh, _1, _2
+
+#: ``popops/EncodingConstants.hpp``: a label with this value is masked (no loss, no delta,
+#: not counted by calcLoss / calcAccuracy). For INT labels it reads as -1.
+MASKED_LABEL_CODE = 0xFFFFFFFF
+#: ``lib/popnn/NonLinearityInternal.hpp``: what each row of SOFTMAX_SCALED sums to.
+SOFTMAX_SCALING = 62000.0
 
 
 class NonLinearityType:
     """``popnn::NonLinearityType``."""
 
     RELU, SIGMOID, TANH, SOFTMAX = "RELU", "SIGMOID", "TANH", "SOFTMAX"
+    SOFTMAX_STABLE, SOFTMAX_SCALED = "SOFTMAX_STABLE", "SOFTMAX_SCALED"
+    GELU, SWISH, HARD_SIGMOID = "GELU", "SWISH", "HARD_SIGMOID"
+
+
+#: Element-wise non-linearities as popops expressions (``NonLinearityDef.hpp``).
+ELEMENTWISE = {
+    "RELU": Expr("RELU", _1),
+    "SIGMOID": Expr("SIGMOID", _1),
+    "TANH": Expr("TANH", _1),
+    "HARD_SIGMOID": Max(0.0, Min(1.0, _1 * 0.2 + 0.5)),
+    "GELU": _1 * 0.5 * (Tanh(_1 * 0.7978845608 * (_1 * _1 * 0.044715 + 1.0)) + 1.0),
+    "SWISH": _1 * Sigmoid(_1),
+}
+SOFTMAXES = ("SOFTMAX", "SOFTMAX_STABLE", "SOFTMAX_SCALED")
 
 
 class LossType:
@@ -51,22 +79,27 @@ SUM_SQUARED_LOSS = LossType.SUM_SQUARED_LOSS
 
 
 def non_linearity(graph, nl_type, t: Tensor, prog: Sequence, debug_name: str = "") -> Tensor:
-    """``popnn::nonLinearity(graph, type, t, prog)``: a new tensor; SOFTMAX is over the
+    """``popnn::nonLinearity(graph, type, t, prog)``: a new tensor; softmaxes are over the
     innermost dimension."""
     nl = str(nl_type).upper().removeprefix("NONLINEARITYTYPE.")
     name = debug_name or nl.lower()
-    if nl in ("RELU", "SIGMOID", "TANH"):
-        return popops.map(graph, Expr(nl, _1), [t], prog, name)
-    if nl != "SOFTMAX":
-        raise IpuError(f"{name}: unknown non-linearity {nl_type!r}; use RELU, SIGMOID, TANH "
-                       "or SOFTMAX (popnn.NonLinearityType)")
+    if nl in ELEMENTWISE:
+        return popops.map(graph, ELEMENTWISE[nl], [t], prog, name)
+    if nl not in SOFTMAXES:
+        raise IpuError(f"{name}: unknown non-linearity {nl_type!r}; use one of "
+                       f"{', '.join([*ELEMENTWISE, *SOFTMAXES])} (popnn.NonLinearityType)")
     if not isinstance(t, Tensor) or t.rank < 1:
         raise IpuError(f"{name}: softmax needs a tensor of rank >= 1, got {t!r}")
     last = t.rank - 1
-    m = popops.reduce(graph, t, [last], popops.Operation.MAX, prog, name + "/max")
-    e = popops.map(graph, Exp(_1 - _2), [t, m.expand(last)], prog, name + "/exp")
+    if nl == "SOFTMAX":  # PopLibs' fast softmax: no max subtracted
+        e = popops.map(graph, Exp(_1), [t], prog, name + "/exp")
+    else:
+        m = popops.reduce(graph, t, [last], popops.Operation.MAX, prog, name + "/max")
+        shift = float(np.log(SOFTMAX_SCALING)) if nl == "SOFTMAX_SCALED" else 0.0
+        e = popops.map(graph, Exp(_1 - _2 + shift), [t, m.expand(last)], prog, name + "/exp")
     s = popops.reduce(graph, e, [last], popops.Operation.ADD, prog, name + "/sum")
-    return popops.map(graph, _1 / _2, [e, s.expand(last)], prog, name + "/divide")
+    scale = SOFTMAX_SCALING if nl == "SOFTMAX_SCALED" else 1.0
+    return popops.map(graph, _1 * (scale / _2), [e, s.expand(last)], prog, name + "/divide")
 
 
 class ReluGrad(Vertex):
@@ -107,7 +140,10 @@ def non_linearity_input_gradient(graph, nl_type, out: Tensor, out_gradient: Tens
 
 
 class CalcLoss(Vertex):
-    """One sample of the loss layer (``popnn::CalcLoss``): loss, delta and correct."""
+    """One sample of the loss layer (``popnn::CalcLoss``): loss, delta and correct.
+
+    A masked label (``MASKED_LABEL_CODE``) gives loss 0, delta 0 and is not correct. Kit
+    convention: PopLibs' LossTest masks only CROSS_ENTROPY_LOSS; ipukit zeroes both."""
 
     probs = Input(Vector(FLOAT))
     label = Input(UNSIGNED_INT)
@@ -119,20 +155,37 @@ class CalcLoss(Vertex):
     def compute(self):
         xp, p = self.xp, self.probs
         n, c = p.shape
-        onehot = (xp.arange(c)[None, :] == self.label[:, None].astype(np.int64))
-        self.delta[...] = p - onehot
+        label = self.label.astype(np.int64)
+        masked = label == (-1 if self.label.dtype.kind == "i" else MASKED_LABEL_CODE)
+        label = xp.where(masked, 0, label)
+        onehot = (xp.arange(c)[None, :] == label[:, None]) & ~masked[:, None]
+        delta = p - onehot
         if self.cross_entropy:
-            picked = p[xp.arange(n), self.label.astype(np.int64)]
-            self.loss[...] = -xp.log(xp.maximum(picked, np.finfo(np.float32).tiny))
+            picked = p[xp.arange(n), label]
+            loss = -xp.log(xp.maximum(picked, np.finfo(np.float32).tiny))
         else:
-            self.loss[...] = 0.5 * ((p - onehot) ** 2).sum(axis=-1)
-        self.correct[...] = p.argmax(axis=-1) == self.label
+            loss = 0.5 * (delta ** 2).sum(axis=-1)
+        self.delta[...] = xp.where(masked[:, None], 0, delta)
+        self.loss[...] = xp.where(masked, 0, loss)
+        self.correct[...] = (p.argmax(axis=-1) == label) & ~masked
 
 
 class CalcSumSquaredLoss(CalcLoss):
     """``popnn::CalcLoss`` with SUM_SQUARED_LOSS: ``0.5 * sum((p - onehot)^2)``."""
 
     cross_entropy = False
+
+
+class CalcLossInt(CalcLoss):
+    """CalcLoss with INT labels (PopLibs instantiates both label types)."""
+
+    label = Input(INT)
+
+
+class CalcSumSquaredLossInt(CalcSumSquaredLoss):
+    """CalcSumSquaredLoss with INT labels."""
+
+    label = Input(INT)
 
 
 class AddCount(Vertex):
@@ -151,10 +204,11 @@ def calc_loss(graph, model_outputs: Tensor, expected: Tensor, loss: Tensor, delt
     """``popnn::calcLoss(graph, modelOutputs, expected, loss, deltas, numCorrect, lossType)``.
 
     ``model_outputs`` (batch, classes) are probabilities (a softmax), ``expected``
-    (batch,) UNSIGNED_INT labels. Writes ``loss`` (batch,) and ``delta`` (batch, classes)
-    = probabilities - one-hot, and adds the number of correct predictions to the
-    one-element ``num_correct`` (zero it before a loop, as the MNIST demo does). Like
-    Poplar's, it returns a Program for the caller to add.
+    (batch,) UNSIGNED_INT or INT labels; a label equal to ``MASKED_LABEL_CODE`` (-1 as INT)
+    is skipped: no loss, a zero delta, not counted (``Loss.hpp``). Writes ``loss``
+    (batch,) and ``delta`` (batch, classes) = probabilities - one-hot, and adds the number
+    of correct predictions to the one-element ``num_correct`` (zero it before a loop, as
+    the MNIST demo does). Like Poplar's, it returns a Program for the caller to add.
     """
     name = debug_name or "calcLoss"
     lt = str(loss_type).upper().removeprefix("LOSSTYPE.")
@@ -177,10 +231,13 @@ def calc_loss(graph, model_outputs: Tensor, expected: Tensor, loss: Tensor, delt
             f"'{delta.name}' {delta.shape}, numCorrect '{num_correct.name}' "
             f"{num_correct.shape}; want (B, C), (B,), (B,), (B, C) and (1,)"
         )
-    if expected.dtype != UNSIGNED_INT or num_correct.dtype != UNSIGNED_INT:
-        raise GraphConnectionError(f"{name}: expected '{expected.name}' and numCorrect "
-                                   f"'{num_correct.name}' must be UNSIGNED_INT")
-    cls = CalcLoss if lt == CROSS_ENTROPY_LOSS else CalcSumSquaredLoss
+    if expected.dtype not in (UNSIGNED_INT, INT) or num_correct.dtype != UNSIGNED_INT:
+        raise GraphConnectionError(f"{name}: expected '{expected.name}' must be UNSIGNED_INT "
+                                   f"or INT and numCorrect '{num_correct.name}' UNSIGNED_INT")
+    signed = expected.dtype == INT
+    cls = {(True, False): CalcLoss, (False, False): CalcSumSquaredLoss,
+           (True, True): CalcLossInt, (False, True): CalcSumSquaredLossInt}[
+        (lt == CROSS_ENTROPY_LOSS, signed)]
     delta_tiles = poputil.tile_of_elements(graph, delta).reshape(outs.shape)[:, 0]
     correct = graph.add_variable(UNSIGNED_INT, [batch], name + "/correct")
     for b in range(batch):

@@ -16,7 +16,7 @@ its cost and memory show up in the profile like anything else.
   tile first reduces what it holds (partials), then a second compute set combines the
   partials on the output's tile, so the exchange of partials is visible.
 
->>> import numpy as np, ipukit as ipu
+>>> import sys, numpy as np, ipukit as ipu
 >>> from ipukit.poplibs import popops, poputil
 >>> from ipukit.poplibs.expr import _1, Exp
 >>> dev = ipu.IPUModel(tiles_per_ipu=4).create_device()
@@ -27,8 +27,9 @@ its cost and memory show up in the profile like anything else.
 >>> b = popops.map(g, Exp(_1 * 0) * _1 * 2, [a], prog)
 >>> s = popops.reduce(g, b, [1], popops.Operation.ADD, prog)
 >>> _ = prog.add(ipu.PrintTensor("s", s))
->>> eng = ipu.Engine(g, prog); eng.load(dev); eng.run()
-s: [6.0000000 24.0000000]
+>>> eng = ipu.Engine(g, prog); eng.load(dev); eng.set_print_tensor_stream(sys.stdout)
+>>> eng.run()
+s: [ 6.000000 24.000000]
 """
 
 from __future__ import annotations
@@ -93,7 +94,23 @@ REDUCE_OPS = {
     "MUL": lambda xp, a: a.prod(axis=-1),
     "MAX": lambda xp, a: a.max(axis=-1),
     "MIN": lambda xp, a: a.min(axis=-1),
+    "LOGICAL_AND": lambda xp, a: a.all(axis=-1),
+    "LOGICAL_OR": lambda xp, a: a.any(axis=-1),
+    "SQUARE_ADD": lambda xp, a: (a * a).sum(axis=-1),
+    "LOG_ADD": lambda xp, a: _log_add(xp, a),
 }
+#: Operations whose combine step differs from the first one: partials of SQUARE_ADD are
+#: already squared, so stage 2 (and ``update``) adds them.
+COMBINE_OP = {"SQUARE_ADD": "ADD"}
+
+
+def _log_add(xp, a):
+    """``log(sum(exp(a)))`` along the last axis, PopLibs' ``acc = a + log(1 + exp(b - a))``
+    with the largest element first, so it never overflows."""
+    m = a.max(axis=-1)
+    with np.errstate(invalid="ignore"):  # all -inf: the sum of nothing, -inf as in PopLibs
+        shift = xp.where(xp.isfinite(m), m, 0).astype(a.dtype)
+    return (shift + xp.log(xp.exp(a - shift[..., None]).sum(axis=-1))).astype(a.dtype)
 
 
 def reduce_vertex(op: str, in_type, out_type, update: bool) -> type:
@@ -106,7 +123,8 @@ def reduce_vertex(op: str, in_type, out_type, update: bool) -> type:
         n, c = self.out.shape
         r = REDUCE_OPS[op](self.xp, self.partials.reshape(n, c, -1))
         if update:
-            r = REDUCE_OPS[op](self.xp, self.xp.stack([self.out, r.astype(self.out.dtype)], -1))
+            r = REDUCE_OPS[COMBINE_OP.get(op, op)](
+                self.xp, self.xp.stack([self.out, r.astype(self.out.dtype)], -1))
         self.out[...] = r
 
     name = f"popops::Reduce{'Update' if update else ''}<{op},{_tname(in_type)}>"
@@ -346,9 +364,15 @@ def cast(graph, t: Tensor, dtype, prog: Sequence, debug_name: str = "") -> Tenso
 
 # -- reductions ---------------------------------------------------------------------------
 class Operation:
-    """``popops::Operation``: how ``reduce`` combines elements."""
+    """``popops::Operation`` (``OperationDef.hpp``): how ``reduce`` combines elements.
 
-    ADD, MUL, MAX, MIN = "ADD", "MUL", "MAX", "MIN"
+    LOGICAL_AND and LOGICAL_OR take BOOL operands; SQUARE_ADD squares each element before
+    adding; LOG_ADD is ``log(sum(exp(x)))`` (``acc = a + log(1 + exp(b - a))``).
+    """
+
+    ADD, MUL, MIN, MAX = "ADD", "MUL", "MIN", "MAX"
+    LOGICAL_AND, LOGICAL_OR, SQUARE_ADD, LOG_ADD = (
+        "LOGICAL_AND", "LOGICAL_OR", "SQUARE_ADD", "LOG_ADD")
 
 
 def reduce(graph, t: Tensor, dims, op, prog: Sequence, debug_name: str = "",  # noqa: A001
@@ -401,6 +425,11 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out):
     if op not in REDUCE_OPS:
         raise IpuError(f"{name}: unknown reduce operation {op!r}; use "
                        f"{', '.join(REDUCE_OPS)} (popops.Operation)")
+    if op.startswith("LOGICAL_") and (t.dtype != np.bool_ or out.dtype != np.bool_):
+        raise GraphConnectionError(
+            f"{name}: {op} only supports boolean operands, but '{t.name}' is "
+            f"{TYPE_NAMES[t.dtype]} and '{out.name}' {TYPE_NAMES[out.dtype]}; cast to BOOL "
+            "first (popops.cast)")
     tiles_in = poputil.check_mapped(graph, t, name, "input")
     t = copy_if_aliased(graph, t, out, prog, name)
     keep = [d for d in range(t.rank) if d not in dims]
@@ -449,6 +478,7 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out):
     prog.add(Execute(cs1))
     # Stage 2: each output's vertex combines its row's partials (exchanged to its tile).
     cs2 = graph.add_compute_set(name)
+    cls = reduce_vertex(COMBINE_OP.get(op, op), t.dtype, out.dtype, update)
     row_counts = np.bincount(pair_row, minlength=m)
     row_first = np.concatenate([[0], np.cumsum(row_counts)[:-1]])
     for c in np.unique(row_counts).tolist():

@@ -82,7 +82,7 @@ def set_tile_mapping(graph, t: Tensor, mapping) -> None:
 
 def tile_of_elements(graph, t: Tensor) -> np.ndarray:
     """The tile of every element of ``t`` (flat, -1 where unmapped), from its tile mapping."""
-    mapping = graph.get_tile_mapping(t)
+    mapping = graph.get_tile_mapping(t, throw_on_incomplete=False)
     begins, ends, tiles = [], [], []
     for tile, intervals in enumerate(mapping):
         for b, e in intervals:
