@@ -23,7 +23,9 @@ inter-IPU copies and adds (with replicated tensor sharding, each replica updates
 shard of every weight and the shards are gathered by copies).
 
 Not emulated (a clear :class:`~ipukit.errors.IpuError` says so): Conv2D and MaxPool2D
-layers, concurrent stages, float64 weights, optimiser-state offloading.
+layers, concurrent stages, float64 weights, inference pipelines. Offloaded optimiser
+state (``offload_optimizer_state``) stays in tile memory here (kit convention: the
+emulator has no Streaming Memory); the numbers are the same.
 """
 
 from __future__ import annotations
