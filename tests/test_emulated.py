@@ -1,5 +1,6 @@
 """Pipelines on the emulator (``emulate=True``) against the NumPy runner."""
 
+import io
 import warnings
 
 import numpy as np
@@ -240,3 +241,28 @@ def test_grouped_beats_sequential_because_stages_overlap_on_per_ipu_clocks():
     work = {k: sorted(sp.duration for sp in r.timeline if sp.kind in "FB")
             for k, r in runs.items()}
     assert sum(work["grouped"]) == pytest.approx(sum(work["sequential"]), rel=0.05)
+
+
+def test_sharded_mnist_basic_emulated_has_the_same_loss_profile():
+    from ipukit.data import load_mnist
+    from ipukit.examples import sharded_mnist
+
+    data = load_mnist()
+    images, labels = data.train_images[:960], data.train_labels[:960]
+    means = {}
+    for emulate in ([], ["--emulate"]):
+        args = sharded_mnist.parser().parse_args(
+            ["--pipeline-mode", "basic", "--hidden-sizes", "32", "16", "--repeat-count", "2",
+             "--epochs", "0.4", *emulate])
+        p, means[bool(emulate)], result = sharded_mnist.train("basic", args, images, labels,
+                                                               out=io.StringIO())
+    assert len(means[True]) == 2
+    np.testing.assert_allclose(means[True], means[False], rtol=1e-4)
+    assert isinstance(result.trace, ipu.Trace) and p.target.tiles_per_ipu == 16
+
+
+def test_concurrent_stages_are_refused_clearly():
+    from ipukit.examples import sharded_mnist
+
+    rc = sharded_mnist.main(["--pipeline-mode", "concurrent", "--emulate", "--epochs", "0.01"])
+    assert rc != 0
