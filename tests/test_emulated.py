@@ -185,12 +185,33 @@ def test_a_stash_that_does_not_fit_names_the_fifo():
     assert "Out of memory" in message and "stage0/stash FIFO" in message
 
 
+@pytest.mark.parametrize("kind", ["grouped", "1f1b"])
+def test_conv_and_maxpool_stages_equal_the_numpy_runner(kind):
+    target = ipu.IPUModel(num_ipus=3, tiles_per_ipu=4).create_device().target
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(6 * 2, 2, 10, 10)).astype("float32")
+    y = rng.integers(0, 4, len(x))
+
+    def make(emulate):
+        conv = [[nn.Conv2D(2, 3, 3, rng=1), nn.MaxPool2D(), nn.ReLU()],
+                [nn.Conv2D(3, 4, 3, rng=2), nn.ReLU(), nn.Flatten()],
+                [nn.Dense(4 * 2 * 2, 4, rng=3)]]
+        return pipeline(conv, None, gradient_accumulation_count=6, pipeline_schedule=kind,
+                        optimizer=optim.SGD(0.05), loss=nn.SoftmaxCrossEntropy(),
+                        target=target, emulate=emulate)
+
+    assert_same(both(make, x, y))
+
+
 def test_layers_the_emulator_does_not_build_are_refused():
-    p = pipeline([[nn.Conv2D(1, 2, 3, rng=0), nn.Flatten()], [nn.Dense(8, 2, rng=1)]], None,
-                 gradient_accumulation_count=4, optimizer=optim.SGD(0.1),
-                 loss=nn.SoftmaxCrossEntropy(), emulate=True)
-    with pytest.raises(ipu.IpuError, match="Conv2D.*emulate=False"):
-        p.run(np.zeros((4, 1, 4, 4), np.float32), np.zeros(4, np.int64))
+    class Odd(nn.Layer):
+        def forward(self, x):
+            return x, None
+
+    p = pipeline([[Odd()], [nn.Dense(4, 2, rng=1)]], None, gradient_accumulation_count=4,
+                 optimizer=optim.SGD(0.1), loss=nn.SoftmaxCrossEntropy(), emulate=True)
+    with pytest.raises(ipu.IpuError, match="Odd.*emulate=False"):
+        p.run(np.zeros((4, 4), np.float32), np.zeros(4, np.int64))
 
 
 @pytest.mark.parametrize("rts", [False, True])

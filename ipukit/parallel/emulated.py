@@ -22,10 +22,14 @@ Replicas are copies of the stages on their own IPUs; their gradients are all-red
 inter-IPU copies and adds (with replicated tensor sharding, each replica updates its
 shard of every weight and the shards are gathered by copies).
 
-Not emulated (a clear :class:`~ipukit.errors.IpuError` says so): Conv2D and MaxPool2D
-layers, concurrent stages, float64 weights, inference pipelines. Offloaded optimiser
-state (``offload_optimizer_state``) stays in tile memory here (kit convention: the
-emulator has no Streaming Memory); the numbers are the same.
+Conv2D is a matrix product with an im2col view of its input (as poplin plans it), its
+input gradient a col2im of adds; MaxPool2D a MAX reduce over 2x2 window views, its
+gradient a small vertex routing each window's gradient to its first maximum.
+
+Not emulated (a clear :class:`~ipukit.errors.IpuError` says so): concurrent stages,
+float64 weights, inference pipelines. Offloaded optimiser state
+(``offload_optimizer_state``) stays in tile memory here (kit convention: the emulator has
+no Streaming Memory); the numbers are the same.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from ..program import Copy, Execute, Program, Sequence
 from ..tensor import FLOAT, UNSIGNED_INT, Tensor
 from ..timeline import MemorySample, Span, Timeline
 from ..trace import Step, Trace
+from ..vertex import Input, Output, Vector, Vertex
 from . import nn, optim, replication
 from .runner import MemoryRecord, RunResult
 
@@ -85,6 +90,86 @@ def _linear(vg: Graph, dtype, shape, name: str) -> Tensor:
     t = vg.add_variable(dtype, shape, name)
     poputil.map_tensor_linearly(vg, t)
     return t
+
+
+def _cols(x: Tensor, k: int) -> Tensor:
+    """im2col as a view: (C*k*k, B*Ho*Wo), element [c*k*k + i*k + j, (b, h, w)] being
+    ``x[b, c, h + i, w + j]`` (the k*k shifted views of nn.Conv2D, no copy)."""
+    bsz, c, h, w = x.shape
+    ho, wo = h - k + 1, w - k + 1
+    idx = np.stack([x.idx[:, :, i:i + ho, j:j + wo] for i in range(k) for j in range(k)],
+                   axis=2)  # (B, C, k*k, Ho, Wo)
+    idx = idx.transpose(1, 2, 0, 3, 4).reshape(c * k * k, bsz * ho * wo)
+    return Tensor(x.graph, x.dtype, idx, f"{x.name}/im2col")
+
+
+def _conv_forward(vg, layer, x, w, b, prog, name) -> Tensor:
+    """nn.Conv2D as poplin does it: a matrix product of the weights and the im2col view."""
+    bsz, _, h, wd = x.shape
+    k, cout = layer.k, layer.cout
+    ho, wo = h - k + 1, wd - k + 1
+    y2 = poplin.mat_mul(vg, w.reshape([cout, -1]), _cols(x, k), prog, name)
+    y = y2.reshape([cout, bsz, ho, wo]).dim_shuffle([1, 0, 2, 3])
+    popops.add_in_place(vg, y, b.reshape([1, cout, 1, 1]), prog, name + "/bias")
+    return y
+
+
+def _conv_backward(vg, layer, x, w, dy, prog, name, first):
+    """(weight gradient, bias gradient, input gradient or None) of nn.Conv2D."""
+    bsz, c, h, wd = x.shape
+    k, cout = layer.k, layer.cout
+    ho, wo = h - k + 1, wd - k + 1
+    dy2 = dy.dim_shuffle([1, 0, 2, 3]).reshape([cout, bsz * ho * wo])
+    gw = poplin.mat_mul(vg, dy2, _cols(x, k).transpose(), prog, name + "/weight")
+    gb = popops.reduce(vg, dy, [0, 2, 3], popops.Operation.ADD, prog, name + "/bias")
+    gw = gw.reshape(list(w.shape))
+    if first:
+        return gw, gb, None
+    dcols = poplin.mat_mul(vg, w.reshape([cout, -1]).transpose(), dy2, prog, name + "/input")
+    dcols = dcols.reshape([c, k * k, bsz, ho, wo])
+    dx = _linear(vg, FLOAT, x.shape, name + "/input grad")
+    popops.zero(vg, dx, prog, name + "/input grad zero")
+    for i in range(k):  # col2im: each shifted view's gradient added where it came from
+        for j in range(k):
+            part = dcols[:, i * k + j].dim_shuffle([1, 0, 2, 3])
+            popops.add_in_place(vg, dx.slice([0, 0, i, j], [bsz, c, i + ho, j + wo]), part,
+                                prog, f"{name}/col2im {i},{j}")
+    return gw, gb, dx
+
+
+def _windows(x: Tensor) -> Tensor:
+    """The 2x2 windows of nn.MaxPool2D as a view (B, C, H/2, W/2, 4)."""
+    bsz, c, h, w = x.shape
+    return (x.reshape([bsz, c, h // 2, 2, w // 2, 2]).dim_shuffle([0, 1, 2, 4, 3, 5])
+            .reshape([bsz, c, h // 2, w // 2, 4]))
+
+
+class MaxPoolGrad(Vertex):
+    """The gradient of a 2x2 max pool: ``dy`` to the first maximum of each window."""
+
+    win = Input(Vector(FLOAT))
+    dy = Input(Vector(FLOAT))
+    dx = Output(Vector(FLOAT))
+
+    def compute(self):
+        n = self.win.shape[0]
+        win = self.win.reshape(n, -1, 4)
+        hit = self.xp.arange(4) == win.argmax(axis=-1)[..., None]
+        self.dx[...] = (hit * self.dy.reshape(n, -1)[..., None]).reshape(n, -1)
+
+
+def _maxpool_backward(vg, x, dy, prog, name) -> Tensor:
+    dx = vg.add_variable(FLOAT, x.shape, name + "/input grad")
+    _map_like(vg, dx, x)
+    win, dwin = _windows(x), _windows(dx)
+    rows = math.prod(win.shape[:4])
+    tiles = poputil.tile_of_elements(vg, dwin).reshape(rows, 4)[:, 0]
+    cs = vg.add_compute_set(name)
+    popops.add_per_tile_vertices(vg, cs, MaxPoolGrad, {
+        "win": win.reshape([rows, 4]), "dy": dy.reshape([rows, 1]),
+        "dx": dwin.reshape([rows, 4])}, tiles)
+    prog.add(Execute(cs))
+    return dx
 
 
 class _Slots:
@@ -164,11 +249,19 @@ class _Stage:
                 self._save(y)
             elif isinstance(layer, nn.Flatten):
                 y = x.reshape([x.shape[0], math.prod(x.shape[1:])])
+            elif isinstance(layer, nn.Conv2D):
+                w = self.params[_param_key(self.net, i, "weight")]
+                b = self.params[_param_key(self.net, i, "bias")]
+                y = _conv_forward(vg, layer, x, w, b, prog, name)
+                self._save(x)
+            elif isinstance(layer, nn.MaxPool2D):
+                y = popops.reduce(vg, _windows(x), [4], popops.Operation.MAX, prog, name)
+                self._save(x)
             else:
                 raise IpuError(
-                    f"stage {k} layer {i} is {layer!r}: the emulator builds Dense, ReLU and "
-                    "Flatten from PopLibs ops (poplin.mat_mul, popnn); run this model with "
-                    "emulate=False"
+                    f"stage {k} layer {i} is {layer!r}: the emulator builds Dense, ReLU, "
+                    "Flatten, Conv2D and MaxPool2D from PopLibs ops (poplin.mat_mul, popnn, "
+                    "popops); run this model with emulate=False"
                 )
             acts.append(y)
         return acts
@@ -222,6 +315,13 @@ class _Stage:
             elif isinstance(layer, nn.ReLU):
                 dy = popnn.non_linearity_input_gradient(vg, popnn.NonLinearityType.RELU, y,
                                                         dy, prog, name)
+            elif isinstance(layer, nn.Conv2D):
+                w = self.params[_param_key(self.net, i, "weight")]
+                gw, gb, dy = _conv_backward(vg, layer, x, w, dy, prog, name, first)
+                grads[_param_key(self.net, i, "weight")] = gw
+                grads[_param_key(self.net, i, "bias")] = gb
+            elif isinstance(layer, nn.MaxPool2D):
+                dy = None if first else _maxpool_backward(vg, x, dy, prog, name)
             else:  # Flatten
                 dy = dy.reshape(x.shape)
             if dy is None:
