@@ -1,13 +1,21 @@
-"""Cost of one widget frame: update the artists of one figure and encode one PNG (what
-the widgets do) against building the figure afresh for every frame (what clearing an
-Output widget and plotting again costs). Prints medians in ms, PNG sizes and the ratio.
+"""The widgets in the browser against the kernel-drawn flipbook they replaced.
+
+Per widget: building it in Python (its data for the browser, sent once; median of 3 ms)
+and the payload's size; one matplotlib PNG frame (what the old flipbook drew in the kernel
+for every step of Play; median of 5 ms) and how many such frames a second that allows;
+and the frames a second the browser draws while playing, measured in the page
+(``data-ipukit-fps``) in headless Chromium (Debian's, via Playwright) on the widget's
+``save_html`` page, when Chromium is installed.
 
     .venv/bin/python benchmarks/bench_widgets.py
 """
 
+import json
 import statistics
+import sys
+import tempfile
 import time
-from functools import partial
+from pathlib import Path
 
 import numpy as np
 
@@ -57,8 +65,38 @@ def median_ms(fn, args):
     return 1e3 * statistics.median(times)
 
 
-def rebuild(make, k):
-    make().render(k)
+def payload_kib(view) -> float:
+    p = view._payload
+    binary = sum(len(a["data"]) for a in p["arrays"].values())
+    return (binary + len(json.dumps(p["meta"]))) / 1024
+
+
+def browser_fps(views: dict, seconds: float = 3.5) -> dict:
+    """Frames a second each widget draws while playing, as its page measures them."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    try:
+        from playwright.sync_api import sync_playwright
+
+        from tests.test_browser import CHROMIUM, FLAGS
+    except Exception as e:  # noqa: BLE001 - no browser: report the Python side only
+        print(f"(no browser frame rates: {e})")
+        return {}
+    if CHROMIUM is None:
+        print("(no browser frame rates: Chromium is not installed)")
+        return {}
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        for i, (name, view) in enumerate(views.items()):
+            page.goto(view.save_html(Path(tmp) / f"{i}.html").as_uri())
+            root = page.locator(".ipukit-widget")
+            root.wait_for()
+            root.locator('[aria-label="Play"]').click()
+            time.sleep(seconds)
+            out[name] = float(root.get_attribute("data-ipukit-fps"))
+        browser.close()
+    return out
 
 
 def main():
@@ -68,18 +106,23 @@ def main():
         ("BSPView, 2 IPUs x 1472 tiles", lambda: BSPView(mk2)),
         ("PipelineTimeline, grouped vs 1f1b, 4 stages, GA 8",
          lambda: PipelineTimeline(schedule("grouped", 4, 8), compare=schedule("1f1b", 4, 8))),
-        ("PipelineTimeline, gpipe 16 stages, GA 128 (4,096 boxes)",
-         lambda: PipelineTimeline(schedule("gpipe", 16, 128))),
+        ("PipelineTimeline, gpipe 16 stages, GA 313 (10,016 spans)",
+         lambda: PipelineTimeline(schedule("gpipe", 16, 313))),
         ("MemoryMap, 2 IPUs x 1472 tiles", lambda: MemoryMap(mk2)),
     ]
-    print(f"{'widget':<58}{'frame ms':>10}{'rebuild ms':>12}{'ratio':>8}{'PNG KiB':>9}")
+    views, rows = {}, []
     for name, make in cases:
-        view = make()
+        build = median_ms(lambda f: f(), [make] * 3)
+        view = views[name] = make()
         n = view.num_frames()
-        frame = median_ms(view.show, [k % n for k in range(1, 12)])
-        fresh = median_ms(partial(rebuild, make), [n // 2] * 3)
-        kib = len(view.image.value) / 1024
-        print(f"{name:<58}{frame:>10.0f}{fresh:>12.0f}{fresh / frame:>8.1f}{kib:>9.0f}")
+        frame = median_ms(view.render, [k * (n - 1) // 4 for k in range(5)])
+        rows.append((name, build, payload_kib(view), frame))
+    fps = browser_fps(views)
+    print(f"{'widget':<58}{'build ms':>9}{'data KiB':>9}{'PNG frame ms':>13}"
+          f"{'kernel fps':>11}{'browser fps':>12}")
+    for name, build, kib, frame in rows:
+        print(f"{name:<58}{build:>9.0f}{kib:>9.0f}{frame:>13.0f}{1e3 / frame:>11.1f}"
+              f"{fps.get(name, float('nan')):>12.1f}")
 
 
 if __name__ == "__main__":

@@ -18,12 +18,14 @@ v: [1.0000000 1.5000000 2.0000000 2.5000000]
 from .compile import Executable, compile_graph
 from .engine import Engine, format_tensor
 from .errors import (
+    CodeletError,
     ComputeSetRaceError,
     GraphConnectionError,
     IpuError,
     OutOfMemoryError,
     OutOfMemoryWarning,
     PipelineConfigError,
+    PipelineConfigTypeError,
     ProgramError,
     StreamError,
     TileMappingError,
@@ -49,10 +51,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BOOL", "FLOAT", "HALF", "INT", "UNSIGNED_INT",
-    "ComputeSet", "ComputeSetRaceError", "Copy", "DataStream", "Device", "Engine", "Event",
+    "CodeletError", "ComputeSet", "ComputeSetRaceError", "Copy", "DataStream", "Device",
+    "Engine", "Event",
     "Executable", "Execute", "Graph", "GraphConnectionError", "IPUModel", "If", "InOut",
-    "Input", "IpuError", "OutOfMemoryError", "Output", "PipelineConfigError", "PrintTensor",
-    "PrintTensorFmt", "OutOfMemoryWarning",
+    "Input", "IpuError", "OutOfMemoryError", "OutOfMemoryWarning", "Output",
+    "PipelineConfigError", "PipelineConfigTypeError", "PrintTensor", "PrintTensorFmt",
     "Program", "ProgramError", "Repeat", "RepeatWhileTrue", "Sequence", "State", "Step",
     "StreamError", "Target", "Tensor", "TileMappingError", "TileMemory", "Trace", "Vector",
     "Vertex", "VertexRef", "compile_graph", "concat", "format_tensor",

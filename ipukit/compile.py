@@ -265,24 +265,24 @@ class _Compiler:
         if host_out is not None:
             b_out += host_out
         exch = int(cost.exchange_cycles(int(np.maximum(b_in, b_out).max(initial=0)), self.t))
-        inter = 0
-        if transfers.size and self.t.num_ipus > 1:
-            ipus = transfers[:, :2] // self.t.tiles_per_ipu
-            cross = ipus[:, 0] != ipus[:, 1]
-            if cross.any():
-                inter = int(nbytes[cross].sum())
-                pair = ipus[cross, 0] * self.t.num_ipus + ipus[cross, 1]
-                busiest_link = np.bincount(pair, weights=nbytes[cross]).max()
-                exch += cost.link_cycles(int(busiest_link), self.t)
-                sync = max(sync, cost.global_sync_cycles(self.t))
-        if host_bytes:
-            exch = max(exch, cost.host_cycles(int(host_bytes), self.t))
         ipus = tuple(range(self.t.num_ipus))
         if tiles is not None and transfers.size:
             tiles = np.concatenate([np.asarray(tiles, np.int64).reshape(-1),
                                     transfers[:, 0], transfers[:, 1]])
         if tiles is not None and np.size(tiles):
             ipus = tuple(int(q) for q in np.unique(np.asarray(tiles) // self.t.tiles_per_ipu))
+        inter = 0
+        if transfers.size and self.t.num_ipus > 1:
+            ends = transfers[:, :2] // self.t.tiles_per_ipu
+            cross = ends[:, 0] != ends[:, 1]
+            if cross.any():  # an external sync of the IPUs the step joins, and IPU-Links
+                inter = int(nbytes[cross].sum())
+                pair = ends[cross, 0] * self.t.num_ipus + ends[cross, 1]
+                busiest_link = np.bincount(pair, weights=nbytes[cross]).max()
+                exch += cost.link_cycles(int(busiest_link), self.t)
+                sync = max(sync, cost.global_sync_cycles(self.t, len(ipus)))
+        if host_bytes:
+            exch = max(exch, cost.host_cycles(int(host_bytes), self.t))
         step = Step(index=len(self.steps), name=name, kind=kind, sync_cycles=int(sync),
                     exchange_cycles=exch, compute_cycles=int(compute.max(initial=0)),
                     tile_compute_cycles=compute, tile_bytes_in=b_in, tile_bytes_out=b_out,
@@ -538,9 +538,11 @@ class _Compiler:
                 CODELET_CODE_BYTES
             inst, cyc = kinds.get(gr.cls.__name__, (0, 0))
             kinds[gr.cls.__name__] = (inst + len(gr.vertex_ids), cyc + int(gr.estimates.sum()))
+        per_tile = sum((np.bincount(gr.tiles, minlength=n_tiles) for gr in groups),
+                       np.zeros(n_tiles, np.int64))
         return self._step(cs.name, "compute", sync=cost.sync_cycles(t), compute=compute,
                           transfers=transfers, tile_out=sent, vertex_cycles=int(est.sum()),
-                          vertex_types=kinds, tiles=tiles)
+                          vertex_types=kinds, tiles=tiles, tile_vertices=per_tile)
 
     # -- memory ---------------------------------------------------------------------------
     def _memory(self) -> TileMemory:

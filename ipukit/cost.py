@@ -63,10 +63,11 @@ def sync_cycles(target) -> int:
     return int(getattr(target, "sync_cycles", SYNC_CYCLES))
 
 
-def global_sync_cycles(target) -> int:
-    """An external sync across IPUs (poplibs ``setGlobalSyncLatency``: 15 ns per hop,
-    there and back, over ``1 + num_ipus // 4`` hops)."""
-    hops = 1 + (target.num_ipus // 2) // 2
+def global_sync_cycles(target, num_ipus: int | None = None) -> int:
+    """An external sync of ``num_ipus`` IPUs (default: all of the target's; poplibs
+    ``setGlobalSyncLatency``: 15 ns per hop, there and back, over ``1 + num_ipus // 4``
+    hops)."""
+    hops = 1 + ((num_ipus or target.num_ipus) // 2) // 2
     return math.ceil(GLOBAL_SYNC_SECONDS_PER_HOP * target.clock_hz * hops * 2)
 
 

@@ -2,8 +2,12 @@
 
 Tensor data lives on the backend (NumPy, or CuPy on a GPU): one flat array per element
 type. Each compute set runs as one BSP superstep; all vertices of one class and field
-shape run as ONE array operation (``per_vertex=True`` runs them one at a time, for
-debugging, with identical results). Every executed step is appended to ``engine.trace``.
+shape run as ONE array operation (``per_vertex=True`` or the option ``"debug.perVertex"``
+runs them one at a time, for debugging, with identical results); the first time a group
+runs, its first and last vertex also run alone on copies, and a codelet that mixes
+vertices (``x.sum()`` without ``axis=-1``) raises ``CodeletError``. Every executed step is
+appended to ``engine.trace``. Kit convention: one ``run`` emulates at most
+``"debug.maxEmulatedSteps"`` steps (default 1,000,000), checked up front for ``Repeat``.
 
 >>> import sys, numpy as np, ipukit as ipu
 >>> dev = ipu.IPUModel(tiles_per_ipu=1).create_device()
@@ -41,16 +45,22 @@ from .compile import (
     WhileNode,
     compile_graph,
 )
-from .errors import IpuError, ProgramError, StreamError
-from .graph import Graph
+from .errors import CodeletError, IpuError, ProgramError, StreamError
+from .graph import Graph, out_of_range
 from .program import PrintTensorFmt
+from .tensor import TYPE_NAMES
 from .trace import Trace
 
 #: Engine options accepted for Poplar compatibility; profiling is always on here.
 PROFILING_OPTIONS = ("autoReport.", "debug.instrument", "debug.retainDebugInformation")
-#: Engine options ipukit acts on: ``debug.perVertex`` (run vertices one at a time) and
-#: ``debug.allowOutOfMemory`` ("true" by default; "false" stops an over-full graph).
-KNOWN_OPTIONS = ("debug.perVertex", "debug.allowOutOfMemory")
+#: ipukit's own options: run vertices one at a time; "true" (default) runs an over-full
+#: graph as the IPUModel does, "false" stops it; the most steps one ``run`` emulates.
+OPTIONS = ("debug.perVertex", "debug.allowOutOfMemory", "debug.maxEmulatedSteps")
+#: Default of ``"debug.maxEmulatedSteps"``: supersteps (compute sets, copies, stream copies)
+#: one ``Engine.run`` may emulate, about 10 s at ~10 µs a step. Poplar has no such limit.
+MAX_EMULATED_STEPS = 1_000_000
+#: Most runs of a vertex group compared with one vertex alone while the outputs are zero.
+AXIS_CHECK_RUNS = 8
 
 
 class Engine:
@@ -58,15 +68,23 @@ class Engine:
 
     def __init__(self, graph: Graph | Executable, programs=None, options: dict | None = None,
                  *, per_vertex: bool = False, max_loop_iterations: int = 1_000_000):
+        if not isinstance(options, dict | None):
+            raise IpuError(f"Engine options must be a dict of option name to value, got "
+                           f"{options!r}")
         for key in options or {}:
-            if key not in KNOWN_OPTIONS and not key.startswith(PROFILING_OPTIONS):
+            if key not in OPTIONS and not key.startswith(PROFILING_OPTIONS):
                 raise IpuError(f"unknown engine option '{key}'; ipukit knows "
-                               f"{', '.join(repr(k) for k in KNOWN_OPTIONS)} and ignores "
-                               "Poplar's profiling options")
+                               f"{', '.join(map(repr, OPTIONS))} and ignores Poplar's "
+                               "profiling options")
         if str((options or {}).get("debug.perVertex", "false")).lower() == "true":
             per_vertex = True
+        self.max_steps = _count_option(options or {}, "debug.maxEmulatedSteps",
+                                       MAX_EMULATED_STEPS)
         if isinstance(graph, Executable):
             self.executable = graph
+        elif not isinstance(graph, Graph):
+            raise IpuError(f"Engine needs a Graph (ipu.Graph(target)) or an Executable "
+                           f"(ipu.compile_graph), got {graph!r}")
         else:
             self.executable = compile_graph(graph, [] if programs is None else programs,
                                             options)
@@ -76,6 +94,10 @@ class Engine:
         self.xp = None
         self._streams: dict[str, list] = {}
         self._print_stream = None  # sys.stderr at the time of printing, as Poplar's default
+        self._needs: dict[int, int] = {}  # id(node) -> steps it emulates at least
+        self._checked: set[int] = set()  # vertex groups whose axis check passed
+        self._tries: dict[int, int] = {}  # runs checked so far, per group
+        self._run_start = 0
         self._run_node = {SeqNode: self._seq, ExecNode: self._execute, CopyNode: self._copy,
                           StreamNode: self._stream, RepeatNode: self._repeat,
                           WhileNode: self._while, IfNode: self._if, PrintNode: self._print}
@@ -109,6 +131,9 @@ class Engine:
         """``Engine::writeTensor``: copy host data into a tensor with a host write handle."""
         t = self._handle(name, self.executable.graph.host_writes, "write",
                          "create_host_write")
+        why = out_of_range(array, t.dtype)
+        if why:
+            raise StreamError(f"write_tensor('{name}'): for tensor '{t.name}', {why}")
         try:
             data = np.asarray(array, dtype=t.dtype).reshape(-1)
         except (TypeError, ValueError) as exc:
@@ -134,7 +159,11 @@ class Engine:
         return handles[name]
 
     def connect_stream(self, name: str, array: np.ndarray) -> None:
-        """``Engine::connectStream``: a host buffer used as a circular buffer."""
+        """``Engine::connectStream``: a host buffer used as a circular buffer.
+
+        As in Poplar, a buffer shorter than a copy, or not a multiple of it, wraps round:
+        each copy takes the next ``n`` elements modulo the buffer's length.
+        """
         stream = self._stream_named(name)
         if not isinstance(array, np.ndarray) or array.size == 0:
             raise StreamError(f"connect_stream('{name}') needs a non-empty NumPy array, "
@@ -144,15 +173,26 @@ class Engine:
                                          and array.flags.writeable):
             raise StreamError(f"connect_stream('{name}'): the buffer of a device-to-host "
                               "stream must be a writeable, contiguous array")
-        if not np.can_cast(array.dtype, stream.dtype, "same_kind") and not (
+        if stream.to_device and not np.can_cast(array.dtype, stream.dtype, "same_kind") and not (
                 array.dtype.kind in "iub" and stream.dtype.kind in "iubf"):
             raise StreamError(f"connect_stream('{name}'): a {array.dtype} buffer cannot feed "
                               f"a stream of {stream.dtype}")
+        if not stream.to_device and not np.can_cast(stream.dtype, array.dtype, "same_kind"):
+            raise StreamError(
+                f"connect_stream('{name}'): a device-to-host stream of "
+                f"{TYPE_NAMES[stream.dtype]} cannot be written into a {array.dtype} buffer "
+                f"without losing data; use a {stream.dtype} buffer"
+            )
         self._streams[name] = [flat, 0]
 
     def connect_stream_to_callback(self, name: str, callback) -> None:
         """``Engine::connectStreamToCallback``: ``callback(buffer)`` fills or consumes data."""
         self._stream_named(name)
+        if not callable(callback):
+            raise StreamError(f"connect_stream_to_callback('{name}'): the callback of "
+                              f"stream '{name}' must be callable (a function taking the "
+                              f"buffer), got {type(callback).__name__}; connect_stream takes "
+                              "arrays")
         self._streams[name] = [callback, 0]
 
     def _stream_named(self, name):
@@ -171,9 +211,15 @@ class Engine:
                                              and 0 <= program < len(programs)):
             raise ProgramError(f"run({program!r}): the engine has {len(programs)} program(s), "
                                f"numbered 0..{len(programs) - 1}")
+        node = programs[program]
+        self._run_start = len(self.trace)
+        need = self._needs.get(id(node))
+        if (self._need(node) if need is None else need) > self.max_steps:
+            self._check_steps(node, program)  # raises, saying how to allow it
         self.trace.num_runs += 1
         self.trace.record(0)  # the host synchronisation of this call
-        self._exec(programs[program])
+        self._run_start += 1  # it is not an emulated step
+        self._run_node[type(node)](node)
 
     def print_profile_summary(self, file=None) -> None:
         """``Engine::printProfileSummary``: memory and execution of every run so far."""
@@ -186,7 +232,46 @@ class Engine:
         for child in node.children:
             self._exec(child)
 
+    def _need(self, node) -> int:
+        """The fewest steps ``node`` emulates (a loop's body counts 0 times)."""
+        n = self._needs.get(id(node))
+        if n is None:
+            kind = type(node)
+            if kind is SeqNode:
+                n = sum(self._need(c) for c in node.children)
+            elif kind is RepeatNode:
+                n = node.count * self._need(node.body)
+            elif kind is WhileNode:
+                n = self._need(node.cond)
+            elif kind is IfNode:
+                n = min(self._need(node.then), self._need(node.else_))
+            else:
+                n = 0 if kind is PrintNode else 1
+            self._needs[id(node)] = n
+        return n
+
+    def _done(self) -> int:
+        return len(self.trace) - self._run_start
+
+    def _check_steps(self, node, program: int | None = None) -> None:
+        need = self._done() + self._need(node)
+        if need > self.max_steps:
+            if program is None:
+                what = f"Repeat({node.count:,})"
+            else:
+                biggest = max(_repeat_counts(node), default=0)
+                what = f"program {program}" + (f" (with Repeat({biggest:,}))"
+                                               if biggest > 1 else "")
+            raise ProgramError(
+                f"{what} would emulate {need:,} steps (compute sets, copies and stream "
+                f"copies) in one run; Poplar runs it, but the emulator stops at "
+                f"{self.max_steps:,} (about 10 us a step). Use a smaller count, or allow it "
+                f"with Engine(..., options={{'debug.maxEmulatedSteps': '{need}'}})"
+            )
+
     def _repeat(self, node: RepeatNode):
+        if node.count > 1:
+            self._check_steps(node)
         for _ in range(node.count):
             self._exec(node.body)
 
@@ -203,6 +288,13 @@ class Engine:
                 )
             self._exec(node.body)
             self._exec(node.cond)
+            if self._done() > self.max_steps:
+                raise ProgramError(
+                    f"RepeatWhileTrue ran {count:,} iterations ({self._done():,} emulated "
+                    f"steps) and predicate '{node.name}' is still true; check that the "
+                    "condition program updates it, or allow more steps with Engine(..., "
+                    "options={'debug.maxEmulatedSteps': ...})"
+                )
 
     def _if(self, node: IfNode):
         self._exec(node.then if self._predicate(node.predicate) else node.else_)
@@ -235,14 +327,14 @@ class Engine:
         if s.to_device:
             if callable(buf):
                 data = np.zeros(s.n, s.dtype)
-                buf(data)
+                _callback(buf, data, s.name)
             else:
                 data = buf[(pos + np.arange(s.n)) % buf.size].astype(s.dtype)
             self._write(node.access, self.xp.asarray(data))
         else:
             data = backend.to_numpy(self._read(node.access))
             if callable(buf):
-                buf(data.copy())
+                _callback(buf, data.copy(), s.name)
             else:
                 buf[(pos + np.arange(s.n)) % buf.size] = data
         if not callable(buf):
@@ -254,11 +346,45 @@ class Engine:
             if self.per_vertex:
                 for i in range(len(group.vertex_ids)):
                     self._run_group(group, slice(i, i + 1))
-            else:
+            elif id(group) in self._checked:
                 self._run_group(group, None)
+            else:
+                self._checked_run(group)
         self.trace.record(node.step)
 
-    def _run_group(self, gr: VertexGroup, rows: slice | None) -> None:
+    def _checked_run(self, gr: VertexGroup) -> None:
+        """The first run of a group: also run its first and last vertex alone (on copies)
+        and compare, which catches a codelet that mixes vertices (``x.sum()`` without
+        ``axis=-1``). A run whose compared outputs are all zero (data not written yet)
+        proves little, so the check repeats, up to ``AXIS_CHECK_RUNS`` runs."""
+        n = len(gr.vertex_ids)
+        alone = [(i, self._run_group(gr, slice(i, i + 1), dry=True)) for i in sorted({0, n - 1})]
+        batched = self._run_group(gr, None, written=True)
+        informative = False
+        for i, outs in alone:
+            for name, arr in outs.items():
+                a = backend.to_numpy(arr)[0]
+                b = backend.to_numpy(batched[name])[i]
+                informative = informative or bool(np.any(a != 0))
+                if not _same(a, b):
+                    vid = int(gr.vertex_ids[i])
+                    raise CodeletError(
+                        f"{gr.cls.__name__}.compute gives field '{name}' of "
+                        f"{self.executable.graph.describe_vertex(vid)} the value {a} when the "
+                        f"vertex runs alone but {b} when it runs with the {n - 1} other "
+                        f"vertices of its group: compute mixes vertices. Every field has a "
+                        "leading vertex axis (scalars (n,), Vectors (n, k)): write compute for "
+                        "one vertex, reduce with axis=-1 (self.x.sum(axis=-1), not "
+                        "self.x.sum()) and write with self.field[...] = value"
+                    )
+        tries = self._tries[id(gr)] = self._tries.get(id(gr), 0) + 1
+        if informative or tries >= AXIS_CHECK_RUNS:
+            self._checked.add(id(gr))
+
+    def _run_group(self, gr: VertexGroup, rows: slice | None, dry: bool = False,
+                   written: bool = False) -> dict | None:
+        """Run ``compute`` on the group (or on ``rows`` of it); with ``written``, return the
+        written fields. ``dry`` works on copies, writes nothing back and returns them."""
         inst = object.__new__(gr.cls)
         inst.xp = self.xp
         fields, scatter = inst.__dict__, []
@@ -277,15 +403,16 @@ class Engine:
         if state is None:
             state = self._state[id(gr)] = {k: self.xp.asarray(v) for k, v in gr.state.items()}
         for name, values in state.items():
-            fields[name] = values if rows is None else values[rows]
+            fields[name] = values if rows is None else values[rows].copy() if dry else \
+                values[rows]
         outputs = {fp.name: fields[fp.name] for fp in gr.fields if fp.kind != "input"}
         try:
             gr.cls.compute(inst)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             if "read-only" in str(exc):
                 raise IpuError(f"{gr.cls.__name__}.compute wrote into an Input field; declare "
                                "the field ipu.InOut to update it in place") from exc
-            raise IpuError(
+            raise CodeletError(
                 f"{gr.cls.__name__}.compute failed ({type(exc).__name__}: {exc}) while "
                 f"running {len(gr.vertex_ids) if rows is None else 1} vertices at once; "
                 "fields have a leading vertex axis (scalars (n,), Vectors (n, k)): reduce "
@@ -297,8 +424,11 @@ class Engine:
                     f"{gr.cls.__name__}.compute rebound self.{name}; write into the field "
                     f"with self.{name}[...] = value instead of self.{name} = value"
                 )
+        if dry:
+            return {**outputs, **{name: fields[name] for name in state}}
         for _, a, arr in scatter:
             self._write(a, arr)
+        return {**outputs, **state} if written else None
 
     # -- memory access --------------------------------------------------------------------
     def _device(self, idx: np.ndarray):
@@ -323,6 +453,53 @@ class Engine:
             pool[a.start:a.start + a.idx.size] = values.reshape(-1)
         else:
             pool[self._device(a.idx)] = values
+
+
+def _count_option(options: dict, key: str, default: int) -> int:
+    """A positive whole-number engine option (Poplar passes them as strings)."""
+    value = options.get(key, default)
+    try:
+        ok = int(str(value)) >= 1 and not isinstance(value, bool | float)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise IpuError(f"engine option '{key}' must be a positive whole number (e.g. "
+                       f"'{default}'), got {value!r}")
+    return int(str(value))
+
+
+def _repeat_counts(node):
+    """The counts of every Repeat in a compiled program tree."""
+    kind = type(node)
+    if kind is RepeatNode:
+        yield node.count
+    children = (node.children if kind is SeqNode else (node.body,) if kind is RepeatNode
+                else (node.cond, node.body) if kind is WhileNode
+                else (node.then, node.else_) if kind is IfNode else ())
+    for child in children:
+        yield from _repeat_counts(child)
+
+
+def _callback(fn, buffer, name: str) -> None:
+    try:
+        fn(buffer)
+    except Exception as exc:
+        raise StreamError(f"the callback of stream '{name}' raised {type(exc).__name__}: "
+                          f"{exc}") from exc
+
+
+def _same(a, b) -> bool:
+    """Equal, or for floating point close (batching may reorder sums)."""
+    if np.shape(a) != np.shape(b):
+        return False
+    if np.asarray(a).dtype.kind != "f":
+        return bool(np.array_equal(a, b))
+    tol = 1e-2 if np.asarray(a).dtype == np.float16 else 1e-4
+    with np.errstate(invalid="ignore", over="ignore"):
+        scale = 1.0 + float(np.nanmax(np.abs(np.concatenate([np.ravel(a), np.ravel(b)])),
+                                      initial=0.0))
+    return bool(np.allclose(a, b, rtol=tol, atol=tol * 1e-2 * min(scale, 1e30),
+                            equal_nan=True))
 
 
 def format_tensor(title: str, values: np.ndarray, fmt: PrintTensorFmt | None = None) -> str:

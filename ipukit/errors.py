@@ -45,5 +45,9 @@ class PipelineConfigError(IpuError):
     """A pipeline setting is invalid (gradient accumulation count, stages, device mapping)."""
 
 
-class PipelineTypeError(PipelineConfigError, TypeError):
-    """A pipeline argument of the wrong type, where TensorFlow raises ``TypeError``."""
+class PipelineConfigTypeError(PipelineConfigError, TypeError):
+    """A pipeline setting of the wrong type (TensorFlow raises ``TypeError`` for these)."""
+
+
+class CodeletError(IpuError):
+    """A codelet's ``compute`` fails or gives different results batched and one vertex alone."""

@@ -13,7 +13,6 @@ Building a graph records metadata only; nothing is computed until an Engine runs
 
 from __future__ import annotations
 
-import dataclasses
 import numbers
 from dataclasses import dataclass
 
@@ -277,6 +276,12 @@ class Graph:
               and (field.vector or tensor.idx.size == 1))
         if not ok:
             self._connection_error(vid, name, tensor)
+        if name in self.v_conn[vid]:
+            raise GraphConnectionError(
+                f"field '{name}' of {self.describe_vertex(vid)} is already connected; "
+                "Poplar connects each field once: connect it to one tensor (concat views "
+                "to join several)"
+            )
         self.v_conn[vid][name] = tensor.idx.reshape(-1)
 
     def _connection_error(self, vid, name, tensor):
@@ -326,11 +331,20 @@ class Graph:
 
     def create_host_write(self, name: str, tensor: Tensor) -> None:
         """``Graph::createHostWrite``: lets ``Engine.write_tensor(name, …)`` set the tensor."""
-        self.host_writes[name] = self._own(tensor, "create_host_write")
+        self.host_writes[name] = self._new_handle(name, tensor, self.host_writes, "write")
 
     def create_host_read(self, name: str, tensor: Tensor) -> None:
         """``Graph::createHostRead``: lets ``Engine.read_tensor(name)`` return the tensor."""
-        self.host_reads[name] = self._own(tensor, "create_host_read")
+        self.host_reads[name] = self._new_handle(name, tensor, self.host_reads, "read")
+
+    def _new_handle(self, name, tensor, handles, verb) -> Tensor:
+        tensor = self._own(tensor, f"create_host_{verb}")
+        if name in handles:
+            raise StreamError(
+                f"a host {verb} handle '{name}' already exists (for tensor "
+                f"'{handles[name].name}'); give '{tensor.name}' another handle name"
+            )
+        return tensor
 
     # -- helpers -------------------------------------------------------------------------
     def _own(self, tensor, what) -> Tensor:
@@ -369,13 +383,18 @@ class Graph:
     def num_vertices(self) -> int:
         return len(self.v_cs)
 
+    def vertex_fields(self, tile: int) -> list[dict[str, int]]:
+        """Per vertex on ``tile`` (in the order added): elements connected to each field."""
+        return [{f: int(idx.size) for f, idx in self.v_conn[v].items()}
+                for v in range(self.num_vertices) if self.v_tile[v] == tile]
+
     # -- virtual graphs ------------------------------------------------------------------
     @property
     def root(self) -> Graph:
         """The top-level graph that holds every tensor and vertex (``self`` here)."""
         return self
 
-    def create_virtual_graph(self, lower_tile: int, upper_tile: int) -> VirtualGraph:
+    def create_virtual_graph(self, lower_tile: int, upper_tile: int):
         """``Graph::createVirtualGraph(lowerTile, upperTile)``: this graph's tiles
         ``[lower_tile, upper_tile)`` seen as a graph of their own, numbered from 0.
 
@@ -384,95 +403,39 @@ class Graph:
         virtual graph per IPU (``lower = ipu * tiles_per_ipu``) is how TensorFlow's IPU
         backend builds its shards.
         """
+        from .virtual_graph import VirtualGraph  # noqa: PLC0415 - it subclasses Graph
+
         return VirtualGraph(self, lower_tile, upper_tile)
 
 
-class VirtualGraph(Graph):
-    """A :class:`Graph` over a range of its parent's tiles (``Graph::createVirtualGraph``).
-
-    Its ``target`` has ``upper - lower`` tiles (one IPU's worth or whole IPUs); tile ``t``
-    here is tile ``lower + t`` of the parent. Everything else is the parent's.
-    """
-
-    def __init__(self, parent: Graph, lower_tile: int, upper_tile: int):  # noqa: D107
-        base = parent.target
-        ok = all(isinstance(t, numbers.Integral) for t in (lower_tile, upper_tile)) and \
-            0 <= lower_tile < upper_tile <= base.num_tiles
-        if not ok:
-            raise TileMappingError(
-                f"create_virtual_graph({lower_tile!r}, {upper_tile!r}): the tile range must "
-                f"satisfy 0 <= lower < upper <= {base.num_tiles} (the parent's tiles)"
-            )
-        lower, upper = int(lower_tile), int(upper_tile)
-        tpi = base.tiles_per_ipu
-        if base.ipu_of_tile(lower) == base.ipu_of_tile(upper - 1):
-            target = dataclasses.replace(base, num_ipus=1, tiles_per_ipu=upper - lower)
-        elif lower % tpi == 0 and upper % tpi == 0:
-            target = dataclasses.replace(base, num_ipus=(upper - lower) // tpi)
-        else:
-            raise TileMappingError(
-                f"create_virtual_graph({lower}, {upper}) spans part of more than one IPU "
-                f"({tpi} tiles each); give tiles of one IPU or whole IPUs "
-                f"(lower and upper multiples of {tpi})"
-            )
-        self.__dict__["_parent"] = parent.root
-        self.__dict__["_offset"] = parent._offset_of() + lower
-        self.target, self.lower_tile, self.upper_tile = target, lower, upper
-
-    def __getattr__(self, name):  # storage, compute sets, vertices, streams: the parent's
-        return getattr(self.__dict__["_parent"], name)
-
-    @property
-    def root(self) -> Graph:
-        return self.__dict__["_parent"]
-
-    def _offset_of(self) -> int:
-        return self._offset
-
-    def create_virtual_graph(self, lower_tile: int, upper_tile: int) -> VirtualGraph:
-        return VirtualGraph(self, lower_tile, upper_tile)
-
-    def _parent_tile(self, tile, what) -> int:
-        return self._offset + self.target.check_tile(tile, what)
-
-    def add_compute_set(self, name: str = "") -> ComputeSet:
-        return self.root.add_compute_set(name)
-
-    def add_vertex(self, cs, vertex_class, connections=None, tile=None) -> VertexRef:
-        ref = self.root.add_vertex(cs, vertex_class, connections)
-        if tile is not None:
-            self.set_tile_mapping(ref, tile)
-        return ref
-
-    def set_tile_mapping(self, tensor_or_vertex, tile: int) -> None:
-        if isinstance(tensor_or_vertex, VertexRef):
-            vid = self._vertex(tensor_or_vertex, "set_tile_mapping")
-            what = lambda: self.root.describe_vertex(vid)  # noqa: E731
-        else:
-            t = self._own(tensor_or_vertex, "set_tile_mapping")
-            what = lambda: f"tensor '{t.name}' (in a virtual graph)"  # noqa: E731
-        self.root.set_tile_mapping(tensor_or_vertex, self._parent_tile(tile, what))
-
-    def get_tile_mapping(self, tensor: Tensor, throw_on_incomplete: bool = True
-                         ) -> list[list[tuple[int, int]]]:
-        mapping = self.root.get_tile_mapping(tensor, throw_on_incomplete)
-        lo, hi = self._offset, self._offset + self.target.num_tiles
-        outside = [t for t, iv in enumerate(mapping) if iv and not lo <= t < hi]
-        if outside:
-            raise TileMappingError(
-                f"tensor '{tensor.name}' has elements on tile {outside[0]} of the parent "
-                f"graph, outside this virtual graph's tiles {lo}..{hi - 1}; copy it to a "
-                "tensor of this virtual graph first (ipu.Copy)"
-            )
-        return mapping[lo:hi]
-
-    def __repr__(self):
-        return (f"VirtualGraph(tiles {self._offset}..{self._offset + self.target.num_tiles - 1}"
-                f" of the parent)")
+def out_of_range(values, dtype) -> str | None:
+    """Why ``values`` do not fit integer ``dtype`` (inf, NaN, too big), or None if they do."""
+    if dtype.kind not in "iu":
+        return None
+    try:
+        raw = np.asarray(values)
+    except (TypeError, ValueError, OverflowError):
+        return None  # the conversion itself will say what is wrong
+    if raw.size == 0 or raw.dtype.kind not in "iufO" or np.can_cast(raw.dtype, dtype):
+        return None
+    try:
+        f = raw.astype(np.float64)
+    except (TypeError, ValueError, OverflowError):
+        return None  # not numbers: the conversion itself will say so
+    info = np.iinfo(dtype)
+    bad = ~np.isfinite(f) | (f < info.min) | (f > info.max)
+    if not bad.any():
+        return None
+    first = raw.reshape(-1)[int(np.flatnonzero(bad.reshape(-1))[0])]
+    return (f"value {first!r} is outside the range of {TYPE_NAMES[dtype]} "
+            f"({info.min:,}..{info.max:,})")
 
 
 def _values(values, dtype, shape, what: str) -> np.ndarray:
     """``values`` as an array of ``dtype`` (broadcast to ``shape``), or IpuError."""
+    why = out_of_range(values, dtype)
+    if why:
+        raise IpuError(f"{what}: {why}; use values that fit the tensor's type")
     try:
         a = np.asarray(values, dtype=dtype)
         return a if shape is None else np.broadcast_to(a, shape)

@@ -47,6 +47,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import numbers
 import threading
 import time
 import types
@@ -141,10 +142,12 @@ class InfeedQueue:
 
     def __init__(self, dataset, batch_size: int | None = None, drop_remainder: bool = False,
                  repeat: bool = False, name: str = "infeed"):
-        if batch_size is not None and not (isinstance(batch_size, int) and batch_size >= 1):
+        if batch_size is not None and not (isinstance(batch_size, numbers.Integral)
+                                           and not isinstance(batch_size, bool)
+                                           and batch_size >= 1):
             raise IpuError(f"infeed '{name}': batch_size must be a positive int or None, "
                            f"got {batch_size!r}")
-        self.name, self.batch_size = name, batch_size
+        self.name, self.batch_size = name, None if batch_size is None else int(batch_size)
         self.drop_remainder, self.repeat = drop_remainder, repeat
         self._dataset, self._arrays, self._keys = dataset, None, None
         length = None
@@ -539,7 +542,7 @@ def benchmark_dataset(dataset, number_of_epochs: int, elements_per_epoch: int, *
     """
     for what, v in (("number_of_epochs", number_of_epochs),
                     ("elements_per_epoch", elements_per_epoch)):
-        if not (isinstance(v, int) and v >= 1):
+        if not (isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1):
             raise IpuError(f"benchmark_dataset: {what} must be a positive int, got {v!r}")
     queue = dataset if isinstance(dataset, InfeedQueue) else InfeedQueue(dataset)
     epochs, nbytes, buffers = [], 0, None

@@ -213,16 +213,10 @@ def liveness(trace: Trace, ax=None, run: int | None = None):
 
 
 def compute_set_rows(trace: Trace) -> list[dict]:
-    """Per compute set: executions, cycles, exchange, compute, vertices, slowest tile."""
-    rows = []
-    for n, step in zip(trace.executions(), trace.steps):
-        if n and step.kind == "compute":
-            rows.append({"name": step.name, "executions": int(n), "cycles": int(n) * step.cycles,
-                         "exchange": int(n) * step.exchange_cycles,
-                         "compute": int(n) * step.compute_cycles,
-                         "vertices": sum(i for i, _ in step.vertex_types.values()),
-                         "slowest tile": int(np.argmax(step.tile_compute_cycles))})
-    return rows
+    """Per compute set: executions, cycles, exchange, compute, vertices, slowest tile (the
+    compute rows of :meth:`Trace.step_table`)."""
+    keys = ("name", "executions", "cycles", "exchange", "compute", "vertices", "slowest tile")
+    return [{k: r[k] for k in keys} for r in trace.step_table() if r["kind"] == "compute"]
 
 
 def compute_set_table(trace: Trace, ax=None):

@@ -100,7 +100,7 @@ class Tensor:
     def slice(self, begin, end, dim: int = 0) -> Tensor:
         """``Tensor::slice``: half-open ranges; ints slice ``dim``, lists slice every dim."""
         if np.ndim(begin) == 0:
-            if not (isinstance(dim, int) and 0 <= dim < self.rank):
+            if not (isinstance(dim, int | np.integer) and 0 <= dim < self.rank):
                 raise IpuError(f"slice of '{self.name}' (shape {self.shape}) along dimension "
                                f"{dim!r}: it has dimensions 0..{self.rank - 1}")
             key = [slice(None)] * self.rank
@@ -163,9 +163,16 @@ class Tensor:
 
 def concat(tensors, dim: int = 0) -> Tensor:
     """``poplar::concat``: join tensors of one type along ``dim`` (a view, no copy)."""
-    tensors = list(tensors)
+    try:
+        tensors = list(tensors)
+    except TypeError:
+        raise IpuError(f"concat needs Tensors, a list of them, got {tensors!r}") from None
     if not tensors:
         raise IpuError("concat needs at least one tensor")
+    for t in tensors:
+        if not isinstance(t, Tensor):
+            raise IpuError(f"concat needs Tensors (graph.add_variable and its views), got "
+                           f"{t!r}")
     first = tensors[0]
     if any(t.rank == 0 for t in tensors):
         raise IpuError("concat of single elements: use v[i:i + 1] (a 1-element slice) "

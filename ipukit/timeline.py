@@ -88,29 +88,9 @@ class Timeline:
     def __len__(self) -> int:
         return len(self.spans)
 
-    def __getitem__(self, i):
-        return self.spans[i]
-
     @property
     def makespan(self) -> float:
         return max((s.end for s in self.spans), default=0.0)
-
-    @property
-    def seconds(self) -> float:
-        return self.makespan / self.clock_hz
-
-    def of(self, ipu: int | None = None, kind=None) -> list[Span]:
-        """The spans of ``ipu`` (all IPUs for None) and ``kind`` (a name or a tuple)."""
-        kinds = (kind,) if isinstance(kind, str) else kind
-        return [s for s in self.spans if (ipu is None or s.ipu == ipu)
-                and (kinds is None or s.kind in kinds)]
-
-    def peak_memory(self) -> dict[int, int]:
-        """Peak bytes per IPU over the memory samples."""
-        peak: dict[int, int] = {}
-        for m in self.memory:
-            peak[m.ipu] = max(peak.get(m.ipu, 0), m.total)
-        return peak
 
     def measures(self) -> dict:
         """Bubble, utilisation and idle time of the run.
@@ -128,7 +108,7 @@ class Timeline:
         busy, first, last = np.zeros(n), np.full(n, np.inf), np.zeros(n)
         idle = {}
         for q in range(n):
-            mine = self.of(q)
+            mine = [s for s in self.spans if s.ipu == q]
             work = [s for s in mine if s.kind in WORK]
             cover = _cover(work, total)
             busy[q] = cover

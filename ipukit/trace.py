@@ -52,6 +52,7 @@ class Step:
     inter_ipu_bytes: int = 0
     host_bytes: int = 0
     ipus: tuple = (0,)  # the IPUs it involves: it waits for, syncs and advances only them
+    tile_vertices: np.ndarray | None = None  # vertices per tile (compute steps), else None
 
     @property
     def cycles(self) -> int:
@@ -82,11 +83,11 @@ class TileMemory:
         order = over[np.argsort(-total[over], kind="stable")]
         return [(int(t), int(total[t])) for t in order]
 
-    def worst(self, k: int = 5) -> list[tuple[int, int]]:
-        """The ``k`` fullest tiles as (tile, bytes), fullest first."""
-        total = self.total
-        order = np.argsort(-total, kind="stable")[:k]
-        return [(int(t), int(total[t])) for t in order]
+    def worst(self, k: int = 5, category: str | None = None) -> list[tuple[int, int]]:
+        """The ``k`` fullest tiles (in ``category``, else in all) as (tile, bytes)."""
+        used = self.total if category is None else self.categories[category]
+        order = np.argsort(-used, kind="stable")[:k]
+        return [(int(t), int(used[t])) for t in order]
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,8 @@ class Trace:
                              "cycles": int(n) * s.cycles, "sync": int(n) * s.sync_cycles,
                              "exchange": int(n) * s.exchange_cycles,
                              "compute": int(n) * s.compute_cycles,
-                             "vertices": sum(i for i, _ in s.vertex_types.values())})
+                             "vertices": sum(i for i, _ in s.vertex_types.values()),
+                             "slowest tile": int(np.argmax(s.tile_compute_cycles))})
         return rows
 
     def print_profile_summary(self, file=None) -> None:

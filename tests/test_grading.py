@@ -217,8 +217,11 @@ def test_the_hint_comes_with_the_second_failure():
             self.out[...] = self.x.sum()  # the classic mistake: no axis=-1
 
     first, _ = quiet(grading.check_row_sum, RowSum)
-    assert "vertex 0 (tile 0) wrote out = 105., expected 10." in first.message
-    assert "sum over ALL vertices" in first.message and "hint:" not in first.message
+    # the emulator's vertex-axis check (issue 12) names the vertex, both values and the fix
+    assert "field 'out' of vertex 0" in first.message and "your code raised" not in \
+        first.message
+    assert "10.0 when the vertex runs alone but 105.0" in first.message
+    assert "axis=-1" in first.message and "hint:" not in first.message
     second, _ = quiet(grading.check_row_sum, RowSum)
     assert "hint: x has shape (n, k)" in second.message
 

@@ -8,7 +8,6 @@ import pytest
 
 from ipukit.grading import feedback, lesson10
 from ipukit.parallel import optim
-from ipukit.parallel.replication import static_bytes
 from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises, notebook_namespace
 
 NOTEBOOK = "10_replication_rts.ipynb"
@@ -105,7 +104,7 @@ def test_collectives_match_the_exact_integer_formula():
         p = lesson10.replicated(replicas, rts, gradient_accumulation_dtype=acc)
         result = lesson10.run_once(p)
         for q, stage in enumerate(p.stages):
-            w, g, _ = static_bytes(p, [stage])
+            w, g, _ = p.static_bytes([stage])
             r = replicas
             want = ([("allreduce", -(-2 * (r - 1) * g // r))] if not rts else
                     [("reducescatter", -(-(r - 1) * g // r)),

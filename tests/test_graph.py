@@ -118,3 +118,17 @@ def test_vertices_and_bad_arguments_from_elsewhere_are_named():
         g1.set_initial_value(x[1:3], [1, 2, 3])
     with pytest.raises(ipu.IpuError, match="constant 'c'"):
         g1.add_constant(ipu.INT, [2], ["a", "b"], "c")
+
+
+def test_vertex_fields_lists_what_each_vertex_on_a_tile_connects():
+    g = ipu.Graph(ipu.IPUModel(tiles_per_ipu=2).create_device().target)
+    x = g.add_variable(ipu.FLOAT, [10], "x")
+    out = g.add_variable(ipu.FLOAT, [3], "out")
+    for t in (x, out):
+        g.set_tile_mapping(t, 0)
+    cs = g.add_compute_set("cs")
+    for (lo, hi), tile in (((0, 4), 1), ((4, 10), 1), ((0, 1), 0)):
+        v = g.add_vertex(cs, SumVertex, {"x": x[lo:hi], "out": out[tile + (lo > 0)]})
+        g.set_tile_mapping(v, tile)
+    assert g.vertex_fields(1) == [{"x": 4, "out": 1}, {"x": 6, "out": 1}]
+    assert g.vertex_fields(0) == [{"x": 1, "out": 1}]

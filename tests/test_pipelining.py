@@ -5,7 +5,7 @@ import copy
 import numpy as np
 import pytest
 
-from ipukit.errors import IpuError, OutOfMemoryError, PipelineConfigError, PipelineTypeError
+from ipukit.errors import IpuError, OutOfMemoryError, PipelineConfigError, PipelineConfigTypeError
 from ipukit.parallel import (
     Block,
     CostModel,
@@ -314,7 +314,8 @@ def test_tensorflow_defaults_and_loose_types():
     with pytest.raises(PipelineConfigError, match="reduction_method '0' is not one of"):
         pipeline(make_stages(2), None, 4, optimizer=opt, loss=loss, reduction_method=0)
     # NumPy integers are integers; the mapping itself must be a list or a tuple, as in TF
-    with pytest.raises(PipelineTypeError, match="device_mapping argument needs to be a list"):
+    with pytest.raises(PipelineConfigTypeError,
+                       match="device_mapping argument needs to be a list"):
         pipeline(make_stages(2), np.array([1, 0]), 4, optimizer=opt, loss=loss)
     p = pipeline(make_stages(2), list(np.array([1, 0])), np.int64(4), optimizer=opt, loss=loss,
                  replication_factor=np.int64(2), repeat_count=np.int32(3))
@@ -418,8 +419,8 @@ def test_device_mapping_may_be_a_tuple_but_nothing_else():
     assert [s.ipus for s in pipeline(make_stages(2), (1, 0), 4, optimizer=opt,
                                      loss=loss).stages] == [(1,), (0,)]
     for bad in (range(2), "01", {0: 0, 1: 1}):
-        with pytest.raises(PipelineTypeError, match=r"^device_mapping argument needs to be a "
-                           r"list or a tuple\."):
+        with pytest.raises(PipelineConfigTypeError,
+                           match=r"^device_mapping argument needs to be a list or a tuple\."):
             pipeline(make_stages(2), bad, 4, optimizer=opt, loss=loss)
 
 
@@ -473,9 +474,11 @@ def test_all_devices_stages_run_the_concurrent_pipeline_example_as_written():
 
 
 def test_tensorflow_offloads_optimiser_state_by_default_and_poptorch_does_not():
-    # pipelining_ops.py: offload_weight_update_variables=None lets TF place the optimiser's
-    # variables in remote memory (Streaming Memory); PopTorch keeps the optimiser state on
-    # chip unless TensorLocationSettings().useOnChipStorage(False).
+    # graphcore/tensorflow tensorflow/compiler/plugin/poplar/docs/perf_training.rst,
+    # "Optimizer state offloading": "This feature is enabled by default for both pipelining
+    # and when GradientAccumulationOptimizerV2 is used" (remote memory = Streaming Memory);
+    # PopTorch keeps the optimiser state on chip unless
+    # TensorLocationSettings().useOnChipStorage(False) (poptorch docs, options).
     rng = np.random.default_rng(6)
     x, y = rng.normal(size=(4 * MB, D_IN)), rng.integers(0, CLASSES, 4 * MB)
     state = 2 * sum(a.nbytes for s in make_stages(2) for layer in s
@@ -494,7 +497,8 @@ def test_tensorflow_offloads_optimiser_state_by_default_and_poptorch_does_not():
 
 
 def test_replicas_follow_from_the_ipus_and_the_shards():
-    # TF docs (perf_training.rst, "Selecting the number of replicas"): "you must specify a
+    # graphcore/tensorflow tensorflow/compiler/plugin/poplar/docs/perf_training.rst,
+    # "Selecting the number of replicas": "you must specify a
     # multiple of the number of shards used by the graph ... sharded over two IPUs ... eight
     # IPUs, then the graph will be replicated four times."
     opt, loss = optim.SGD(0.1), nn.SoftmaxCrossEntropy()
@@ -546,3 +550,23 @@ def test_poptorch_inference_model():
     with pytest.raises(PipelineConfigError, match=r"deviceIterations must be greater than or "
                        r"equal to the number of pipeline stages \(3\)"):
         inference_model(blocks, PipelinedExecution("B0", "B1", "B2"), device_iterations=2)
+
+
+def test_front_ends_build_one_frozen_options_object():
+    import dataclasses
+
+    from ipukit.parallel import PipelineOptions
+
+    tf = pipeline(make_stages(2), None, gradient_accumulation_count=4,
+                  pipeline_schedule="Sequential", reduction_method="mean", device_iterations=2,
+                  optimizer=optim.SGD(0.1), loss=nn.SoftmaxCrossEntropy())
+    pt = training_model([Block("A", *make_stages(2)[0]), Block("B", *make_stages(2)[1])],
+                        nn.SoftmaxCrossEntropy(), optim.SGD(0.1), ShardedExecution("A", "B"),
+                        gradient_accumulation=4, device_iterations=2, output_mode="all")
+    # TF offloads optimiser state by default, PopTorch keeps it on chip; the rest agrees
+    assert tf.options.offload_optimizer_state and not pt.options.offload_optimizer_state
+    tf_on_chip = dataclasses.replace(tf.options, offload_optimizer_state=False)
+    assert tf_on_chip == pt.options == PipelineOptions(4, "sequential", "MEAN", repeat_count=2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        tf.options.repeat_count = 3
+    assert (tf.repeat_count, tf.reduction, tf.schedule.kind) == (2, "MEAN", "sequential")

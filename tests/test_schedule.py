@@ -351,16 +351,43 @@ def test_recomputation_mode_per_schedule_as_tensorflow(kind, mode, supported, re
 
 
 def test_recomputation_mode_must_be_the_enumeration():
-    from ipukit.errors import PipelineTypeError
+    from ipukit.errors import PipelineConfigTypeError
 
     # pipelining_ops.py: TypeError("The given recomputation_mode is not a member of the
     # RecomputationMode enumeration.")
     with pytest.raises(TypeError, match="The given recomputation_mode is not a member of the "
                                         "RecomputationMode enumeration") as info:
         schedule("grouped", 2, 4, recomputation=True, recomputation_mode="fast")
-    assert isinstance(info.value, PipelineTypeError)
+    assert isinstance(info.value, PipelineConfigTypeError)
     assert schedule("grouped", 2, 4).recomputation_mode == ""  # no recomputation, no mode
     # both modes run one R before each B (kit convention)
     a, b = (schedule("grouped", 3, 6, recomputation=True, recomputation_mode=m)
             for m in ("RecomputeThenBackpropagate", "RecomputeAndBackpropagateInterleaved"))
     assert a.ops == b.ops
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from([("grouped", 3, 6), ("interleaved", 2, 4), ("poptorch", 3, 5),
+                        ("gpipe", 4, 6), ("1f1b", 4, 8), ("sequential", 2, 3)]),
+       st.sampled_from([1.0, 2.0]))
+def test_timeline_is_the_timing_as_spans(case, t_b):
+    s = schedule(*case)
+    tl = s.timeline(1.0, t_b)
+    start, end = s.timing(1.0, t_b)
+    assert [(sp.ipu, sp.kind, sp.stage, sp.microbatch) for sp in tl] == \
+        [(o.ipu, o.phase, o.stage, o.microbatch) for o in s.ops]
+    assert [(sp.start, sp.end) for sp in tl] == list(zip(start.tolist(), end.tolist()))
+    assert tl.num_ipus == s.num_stages and tl.makespan == s.makespan(1.0, t_b)
+    # the stash samples peak at the schedule's peak activations
+    peaks = [max(m.bytes["stash"] for m in tl.memory if m.ipu == q)
+             for q in range(s.num_stages)]
+    assert tuple(peaks) == s.peak_activations()
+
+
+def test_gpipe_measures_are_the_papers_formulas():
+    p, m = 4, 8
+    meas = schedule("gpipe", p, m).timeline(1, 2).measures()
+    assert meas["total"] == pytest.approx((p - 1) / (m + p - 1))
+    assert meas["ideal"] == pytest.approx((p - 1) / m)
+    # IPU 0 waits for the other stages between its last F and its first B
+    assert meas["idle"][0] == {"dependency": pytest.approx(3 * (p - 1))}

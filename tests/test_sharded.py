@@ -272,3 +272,16 @@ def test_runs_on_cupy():
         np.testing.assert_array_equal(dw[3], [2, 2])
     finally:
         backend.use("numpy")
+
+
+def test_collective_log_gives_the_one_timeline():
+    log = sharded.CollectiveLog(2)
+    parts = sharded.to_all(np.ones(4, np.float32), log, "x")[0]
+    log.all_reduce(parts, "max", "m")
+    tl = log.timeline()
+    assert [(s.ipu, s.kind, s.label) for s in tl] == [
+        (0, "broadcast", "broadcast x"), (1, "broadcast", "broadcast x"),
+        (0, "allreduce", "all_reduce_max m"), (1, "allreduce", "all_reduce_max m")]
+    assert [s.start for s in tl] == [r.start for r in log.records]
+    assert tl.makespan == log.cycles() and tl.clock_hz == log.target.clock_hz
+    assert tl.measures()["idle"][1] == {"collective": float(log.cycles())}

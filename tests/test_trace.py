@@ -1,4 +1,5 @@
 import io
+import math
 
 import numpy as np
 
@@ -180,3 +181,23 @@ def test_execution_lines_split_ipu_global_and_host_exchange():
     g_cycles = summary["global_exchange_cycles"]
     assert line.split(":")[1].split() == [f"{g_cycles:,.1f}", f"({100 * g_cycles / total:.1f}%",
                                           "of", "total)"]
+
+
+def test_the_external_sync_is_of_the_ipus_a_copy_joins():
+    from ipukit import cost
+
+    t = ipu.IPUModel(num_ipus=8, tiles_per_ipu=1).create_device().target
+    g = ipu.Graph(t)
+    v = g.add_variable(ipu.FLOAT, [8], "v")
+    for q in range(8):
+        g.set_tile_mapping(v[q], q)
+    near = ipu.Copy(v[0], v[1])  # joins IPUs 0 and 1
+    wide = ipu.Copy(v[:4], v[4:])  # joins all 8
+    eng = ipu.Engine(g, ipu.Sequence(near, wide))
+    eng.load(ipu.Device(t))
+    eng.run()
+    _, a, b = eng.trace.executed_steps()
+    assert a.ipus == (0, 1) and b.ipus == tuple(range(8))
+    # 15 ns per hop, there and back, at 1.33 GHz: 1 hop for 2 IPUs, 3 hops for 8
+    assert a.sync_cycles == cost.global_sync_cycles(t, 2) == math.ceil(15e-9 * 1.33e9 * 2)
+    assert b.sync_cycles == t.global_sync_cycles == math.ceil(15e-9 * 1.33e9 * 3 * 2)

@@ -1,13 +1,15 @@
-"""Headless tests of ipukit.widgets: drive each widget from Python (slider, Play, controls)
-and check what it would draw against values computed here from the trace or schedule."""
+"""Headless tests of ipukit.widgets: drive each widget from Python (``frame``, ``settings``),
+check the data sent to the browser and what the static picture draws against values computed
+here from the trace or schedule. tests/test_browser.py plays them in Chromium."""
 
 import base64
+import html
 import io
 
 import numpy as np
 import pytest
 
-pytest.importorskip("ipywidgets")
+pytest.importorskip("anywidget")
 pytest.importorskip("matplotlib")
 
 from hypothesis import given, settings  # noqa: E402
@@ -72,8 +74,8 @@ def view(trace):
 def frame_of(view, name, phase, run=0):
     events = [e for e, ev in enumerate(view.events)
               if view.trace.steps[ev.step].name == name and ev.run == run]
-    view.slider.value = view.frame_index(events[0], phase)
-    return view.frame()
+    view.frame = view.frame_index(events[0], phase)
+    return view.frame_at()
 
 
 # -- BSPView ---------------------------------------------------------------------------------
@@ -102,7 +104,7 @@ def test_compute_everyone_waits_for_the_slowest_tile(view):
     assert f.slowest == 5 and f.cycles == 6 * 10 * 60
     assert (f.idle == f.cycles - expected).all() and f.idle[5] == 0
     assert f.idle_fraction() == pytest.approx((f.cycles - expected).sum() / (N * f.cycles))
-    assert "tile 5 is the slowest" in view.text.value
+    assert "tile 5 is the slowest" in view.caption()
 
 
 def test_sync_phase_all_tiles_wait(view):
@@ -114,7 +116,7 @@ def test_cycle_counter_runs_through_every_phase(view, trace):
     parts = [(s.sync_cycles, s.exchange_cycles, s.compute_cycles)
              for s in (trace.steps[e.step] for e in trace.events)]
     ends = np.cumsum(np.array(parts).reshape(-1))
-    assert [view.frame(k).end for k in range(view.num_frames())] == ends.tolist()
+    assert [view.frame_at(k).end for k in range(view.num_frames())] == ends.tolist()
     assert ends[-1] == trace.total_cycles
     assert view.num_frames() == 3 * len(trace.events) == 3 * 6
 
@@ -122,7 +124,7 @@ def test_cycle_counter_runs_through_every_phase(view, trace):
 def test_one_engine_run_call(trace):
     view = BSPView(trace, run=1)
     assert [e.run for e in view.events] == [1, 1, 1]
-    assert view.frame(0).start == trace.events[3].start  # the second run's host sync
+    assert view.frame_at(0).start == trace.events[3].start  # the second run's host sync
     with pytest.raises(ValueError, match="Engine.run calls 0..1"):
         BSPView(trace, run=2)
 
@@ -133,22 +135,21 @@ def test_inter_ipu_copy_shows_the_link(view):
     assert f.step.inter_ipu_bytes == 4 * len(crossing)
     assert f.cycles > f.busy.max()  # the IPU-Link, not a tile, sets this exchange's length
     assert f.slowest == -1
+    view.render()  # the static picture draws the link's arrows
     assert f"{4 * len(crossing)} bytes cross IPUs" in view.link_text.get_text()
     blue = [a for a in view.arrows if a.arrow_patch.get_edgecolor()[2] > 0.6]
     assert len(blue) == len(crossing)
     links = f.cycles - int(f.busy.max())
-    assert "is the slowest" not in view.text.value and "tile -1" not in view.text.value
-    assert f"the links need {links:,} more" in view.text.value
+    assert "is the slowest" not in view.caption() and "tile -1" not in view.caption()
+    assert f"the links need {links:,} more" in view.caption()
 
 
-def test_play_and_slider_are_linked_and_frames_change(view):
-    view.play.value = 4
-    assert view.slider.value == 4
-    first = view.image.value
-    view.slider.value = 5
-    assert view.play.value == 5 and view.image.value != first
-    assert view.image.value[:8] == b"\x89PNG\r\n\x1a\n"
-    assert view.render(4) == first and view.value == 5
+def test_frame_picks_the_static_picture(view):
+    view.frame = 4
+    first = view.render()
+    assert first[:8] == b"\x89PNG\r\n\x1a\n"
+    view.frame = 5
+    assert view.render() != first and view.render(4) == first and view.value == 5
 
 
 def test_bad_input_is_explained(trace):
@@ -160,7 +161,9 @@ def test_bad_input_is_explained(trace):
     view = BSPView(trace)
     for k in (-1, view.num_frames()):
         with pytest.raises(ValueError, match=f"frame {k}: 0..17"):
-            view.frame(k)
+            view.frame_at(k)
+        with pytest.raises(ValueError, match=f"frame {k}: BSPView has frames 0..17"):
+            view.frame = k
 
 
 def test_mk2_layout_is_46_by_32():
@@ -172,14 +175,11 @@ def test_mk2_layout_is_46_by_32():
     assert lay.x[1471] < lay.x[1472] - 1  # a gap between the IPUs
 
 
-def test_static_fallback_is_an_animated_png(view):
+def test_animated_png_has_the_frames_asked_for(view):
     from PIL import Image
 
-    html = view.to_html(max_frames=4)
-    data = base64.b64decode(html.split("base64,")[1].split('"')[0])
-    img = Image.open(io.BytesIO(data))
+    img = Image.open(io.BytesIO(view.to_png(max_frames=4)))
     assert img.format == "PNG" and img.n_frames == 4
-    assert "<figcaption>" in html
 
 
 # -- PipelineTimeline -------------------------------------------------------------------------
@@ -222,20 +222,32 @@ def test_stash_curve_peaks_where_theory_says(kind, n, g, peak):
         schedule(kind, n, g).peak_activations()
 
 
-def test_sequential_play_head_walks_op_by_op():
+def test_play_head_moves_evenly_through_the_whole_run():
+    from ipukit.widgets.pipeline_timeline import FRAMES
+
     n, g = 3, 2
-    view = PipelineTimeline(schedule("sequential", n, g))
-    order = []
-    for m in range(g):
-        order += [(k, f"F{m}") for k in range(n)] + [(k, f"B{m}") for k in reversed(range(n))]
-    assert view.num_frames() == len(order) + 1
-    for k, (stage, label) in enumerate(order):
-        view.slider.value = k
-        assert view.time() == k
-        assert [(b.ipu, b.label) for b in view.under_play_head()] == [(stage, label)]
-        assert len(view.revealed()) == k + 1
-    view.slider.value = len(order)
-    assert view.under_play_head() == [] and len(view.revealed()) == len(order)
+    s = schedule("sequential", n, g)
+    view = PipelineTimeline(s)
+    start, end = s.timing(1.0, 1.0)
+    makespan = float(end.max())
+    assert view.num_frames() == FRAMES and view.duration == 10  # the whole run in 10 s
+    for k in (0, 37, 200, 399, FRAMES - 1):
+        view.frame = k
+        t = makespan * k / (FRAMES - 1)
+        assert view.time() == pytest.approx(t)
+        running = sorted((o.ipu, f"{o.phase}{o.microbatch}") for o, a, b in
+                         zip(s.ops, start, end) if a <= t < b)
+        assert [(b.ipu, b.label) for b in view.under_play_head()] == running
+        assert len(view.revealed()) == int((start <= t).sum())
+    assert view.under_play_head() == [] and view.time() == makespan
+
+
+def test_lesson_12_sized_run_still_plays_in_ten_seconds():
+    # The learner trial: ~240 frames at 500 ms (2 minutes). Now frames are play-head
+    # positions and the browser plays all of them in ``duration`` seconds.
+    view = PipelineTimeline(schedule("gpipe", 16, 128))
+    assert view.num_frames() == 401 and view.duration == 10
+    assert view.time(view.num_frames() - 1) == view.timelines[0].makespan
 
 
 def test_grouped_boxes_sit_in_their_lockstep_step():
@@ -253,9 +265,10 @@ def test_grouped_boxes_sit_in_their_lockstep_step():
 def test_play_head_moves_the_stash_marker():
     view = PipelineTimeline(schedule("grouped", 4, 8))
     tl = view.timelines[0]
-    for k in (3, 9, 15):
-        view.slider.value = k
+    for k in (60, 180, 300):
+        view.frame = k
         t = view.time()
+        view.render()
         expected = {q: sum((b.kind == "F") - (b.kind == "B") for b in tl.boxes
                            if b.ipu == q and b.end <= t) for q in range(4)}
         assert view.stash() == expected
@@ -264,22 +277,25 @@ def test_play_head_moves_the_stash_marker():
         assert view.panels[0]["curtains"][0].get_x() == t
 
 
-def test_controls_rebuild_and_explain_bad_counts():
+def test_settings_rebuild_and_explain_bad_counts():
     view = PipelineTimeline(schedule("grouped", 2, 4))
-    c = view.controls
-    c["stages"].value = 3
-    assert "multiple of 6" in view.error.value  # 4 is not a multiple of 2 x 3
+    assert view.settings == {"kind": "grouped", "stages": 2, "ga": 4, "recompute": False,
+                             "compare": "none"}
+    view.frame = 100
+    view.settings = dict(view.settings, stages=3)
+    assert "multiple of 6" in view.error  # 4 is not a multiple of 2 x 3
     assert view.timelines[0].title.startswith("grouped: 2 stages")  # kept the last good one
-    c["ga"].value = 6
-    assert view.error.value == "" and view.timelines[0].title.startswith("grouped: 3 stages")
-    assert view.slider.max == view.num_frames() - 1 and view.value == 0
-    c["compare"].value = "1f1b"
+    view.settings = dict(view.settings, stages=3, ga=6)
+    assert view.error == "" and view.timelines[0].title.startswith("grouped: 3 stages")
+    assert view.frame == 0 and view._payload["meta"]["panels"][0]["rows"] == [0, 1, 2]
+    view.settings = dict(view.settings, compare="1f1b")
     assert [tl.title.split(":")[0] for tl in view.timelines] == ["grouped", "1f1b"]
-    assert len(view.panels) == 2
-    view.slider.value = 5
-    assert "1f1b" in view.text.value and "grouped" in view.text.value
-    c["recompute"].value = True
+    view.frame = 100
+    assert "1f1b" in view.caption() and "grouped" in view.caption()
+    view.settings = dict(view.settings, recompute=True)
     assert any(b.kind == "R" for b in view.timelines[1].boxes)
+    view.render()
+    assert len(view.panels) == 2
 
 
 def test_run_timeline_with_real_durations():
@@ -301,8 +317,8 @@ def test_run_timeline_with_real_durations():
     last = max(run.memory, key=lambda m: (m.time, m.ipu == 1))
     assert tl.stash_at(last.time + 1)[last.ipu] == last.stash
     view = PipelineTimeline(run)
-    assert not view.controls and view.num_frames() > 10
-    view.slider.value = view.num_frames() - 1
+    assert not view.has_controls and view.num_frames() > 10
+    view.frame = view.num_frames() - 1
     assert view.time() == pytest.approx(max(r.start + r.duration for r in run.timeline))
 
 
@@ -317,28 +333,27 @@ def test_memory_map_of_a_graph_lists_the_fullest_tiles():
         if c:
             g.set_tile_mapping(v[start:start + c], tile)
         start += c
-    m = MemoryMap(g)
+    m = MemoryMap(ipu.compile_graph(g, []))
     order = sorted(range(6), key=lambda t: (-counts[t], t))
     assert m.worst(3) == [(t, 4 * counts[t]) for t in order[:3]]
-    assert "<td>2</td>" in m.text.value
+    assert "<td>2</td>" in m.caption()
 
 
 def test_memory_map_of_a_trace_steps_through_categories(trace):
     m = MemoryMap(trace)
     assert m.names == ["total"] + list(trace.memory.categories)
     assert (m.bytes() == trace.memory.total).all()
-    before = m.image.value
-    m.buttons.value = "exchange buffers"
-    assert m.slider.value == m.names.index("exchange buffers")
+    before = m.render()
+    m.frame = m.names.index("exchange buffers")
     assert (m.bytes() == trace.memory.categories["exchange buffers"]).all()
+    assert m.render() != before
     worst = int(np.argmax(trace.memory.categories["exchange buffers"]))
     assert m.ax_map.get_title().startswith(  # drawn by ipukit.report.tile_memory_map
         f"Tile memory: exchange buffers (max {m.bytes()[worst]:,} B on tile {worst})")
-    assert m.image.value != before
-    m.play.value = 1
-    assert m.buttons.value == "variables"
-    with pytest.raises(TypeError, match="Trace, Executable or Graph"):
+    with pytest.raises(TypeError, match="Trace or an Executable"):
         MemoryMap(42)
+    with pytest.raises(TypeError, match="compile_graph"):  # a Graph is not compiled for you
+        MemoryMap(ipu.Graph(trace.target))
 
 
 def test_widgets_and_report_share_one_phase_palette(view, trace):
@@ -352,3 +367,202 @@ def test_widgets_and_report_share_one_phase_palette(view, trace):
     ax = report.execution_trace(trace)
     colours = {to_rgba(p.get_facecolor()) for p in ax.patches}
     assert {to_rgba(c) for c in report.PHASE_COLOURS.values()} <= colours
+
+
+# -- what the browser gets -------------------------------------------------------------------
+
+def test_pack_uses_the_smallest_exact_type():
+    from ipukit.widgets._player import pack, unpack
+
+    for values, code in [([0, 255], "u1"), ([0, 256], "u2"), ([-1, 5], "i1"),
+                         ([0, 70_000], "u4"), ([-40_000, 1], "i4"), ([0.5, 2], "f8"),
+                         ([0, 2**40], "f8")]:
+        a = pack(np.array(values))
+        assert a["dtype"] == code and unpack(a).tolist() == values
+
+
+def test_bsp_payload_is_the_trace_once(view, trace):
+    from ipukit.widgets._player import unpack
+
+    p = view._payload
+    meta, arrays = p["meta"], p["arrays"]
+    used = sorted({e.step for e in trace.events})
+    assert [e for e, *_ in meta["events"]] == [used.index(e.step) for e in trace.events]
+    assert [s for _, s, _ in meta["events"]] == [e.start for e in trace.events]
+    compute = unpack(arrays["compute"]).reshape(len(used), N)
+    for i, s in enumerate(used):
+        assert compute[i].tolist() == trace.steps[s].tile_compute_cycles.tolist()
+        assert meta["steps"][i]["exchange"] == trace.steps[s].exchange_cycles
+    memory = unpack(arrays["memory"]).reshape(-1, N)
+    assert memory.tolist() == [v.tolist() for v in trace.memory.categories.values()]
+    assert meta["total"] == trace.total_cycles
+    assert all(isinstance(a["data"], bytes) for a in arrays.values())  # binary buffers
+
+
+def test_bsp_view_keeps_the_total_it_was_given():
+    # Lesson 01's bug: the view read the live trace's total, so after another
+    # engine.run() the counter stopped half way. The view keeps its own events' end.
+    dev = ipu.IPUModel(tiles_per_ipu=4).create_device()
+    g = ipu.Graph(dev.target)
+    v = g.add_variable(ipu.FLOAT, [4], "v")
+    for i in range(4):
+        g.set_tile_mapping(v[i], i)
+    eng = ipu.Engine(g, ipu.Copy(v[0:2], v[2:4]))
+    eng.load(dev)
+    eng.run()
+    view = BSPView(eng.trace)
+    total = eng.trace.total_cycles
+    eng.run()
+    assert eng.trace.total_cycles > total
+    last = view.frame_at(view.num_frames() - 1)
+    assert view.total_cycles == last.end == total == view._payload["meta"]["total"]
+    assert f"/ {total:,}" in view.caption(view.num_frames() - 1)
+
+
+def test_bar_chart_ticks_are_whole_tile_numbers(view):
+    view.render(view.frame_index(1, "compute"))
+    ticks = view.ax_bars.get_xticks()
+    shown = [t for t in ticks if -0.5 <= t <= N - 0.5]
+    assert shown and all(float(t).is_integer() for t in shown)
+
+
+def test_cell_output_has_the_widget_a_playing_page_and_a_png(view):
+    import json
+    import re
+
+    data, _ = view._repr_mimebundle_()
+    assert data["application/vnd.jupyter.widget-view+json"]["model_id"] == view.model_id
+    assert base64.b64decode(data["image/png"])[:4] == b"\x89PNG"
+    page = data["text/html"]
+    assert 'type="module"' in page and "standalone(document.getElementById(" in page
+    assert "data:image/png;base64," in page  # what shows where scripts do not run
+    state = json.loads(re.search(r'type="application/json" id="[^"]+">(.*?)</script>',
+                                 page).group(1))
+    compute = base64.b64decode(state["_payload"]["arrays"]["compute"]["data"])
+    assert compute == view._payload["arrays"]["compute"]["data"]
+    assert data["text/plain"] == "BSPView(18 frames)"
+
+
+def test_saved_page_is_self_contained(view, tmp_path):
+    import re
+
+    path = view.save_html(tmp_path / "bsp.html")
+    page = path.read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
+    assert not re.search(r"""import\s*\(|from\s+["']""", page)  # no module is fetched
+    assert "export default { render }" in page
+
+
+def test_static_timeline_has_no_hairline_ops():
+    from ipukit.widgets.pipeline_timeline import MIN_OP_PX
+
+    view = PipelineTimeline(schedule("gpipe", 16, 128))
+    view.render()
+    ax = view.panels[0]["curtains"][0].axes
+    to_px = ax.transData.transform
+    widths = []
+    for coll in ax.collections:
+        for path in coll.get_paths():
+            xs = to_px(path.vertices)[:, 0]
+            widths.append(xs.max() - xs.min())
+    assert len(widths) >= 2 * 16 * 128
+    assert min(widths) >= MIN_OP_PX - 0.01
+
+
+def test_measures_are_explained():
+    from ipukit.widgets.pipeline_timeline import measures_text
+
+    view = PipelineTimeline(schedule("sequential", 4, 2))
+    m = view.timelines[0].measures()
+    assert m["ideal"] > 1  # sequential: 3 of 4 IPUs idle at a time, bubble > ideal time
+    text = measures_text(m)
+    assert f"{100 * m['ideal']:.1f}% of ideal" in text
+    assert f"the run takes {1 + m['ideal']:.2f}× the busiest IPU's work" in text
+    assert html.escape(text) in view.caption()
+
+
+def test_clicked_op_is_readable_and_moves_a_linked_bsp_view(trace):
+    view = PipelineTimeline(schedule("grouped", 2, 4))
+    bsp = BSPView(trace)
+    view.link(bsp)
+    box = view.timelines[0].boxes[3]
+    view.selected = {"kind": "span", "panel": 0, "index": 3, "op": box.kind}
+    assert view.selected_box() == box
+    starts = [e.start for e in bsp.events]
+    e = max(i for i, s in enumerate(starts) if s <= box.start)
+    assert bsp.frame == bsp.frame_index(e, "sync")
+
+
+def test_timeline_payload_spans(trace):
+    from ipukit.widgets._player import unpack
+
+    s = schedule("1f1b", 3, 4)
+    view = PipelineTimeline(s, compare=schedule("gpipe", 3, 4))
+    meta, arrays = view._payload["meta"], view._payload["arrays"]
+    start, end = s.timing(1.0, 1.0)
+    n = len(s.ops)
+    assert [p["num_spans"] for p in meta["panels"]] == [n, n]
+    assert unpack(arrays["start"])[:n].tolist() == start.tolist()
+    assert unpack(arrays["duration"])[:n].tolist() == (end - start).tolist()
+    kinds = [meta["kinds"][k] for k in unpack(arrays["kind"])[:n]]
+    assert kinds == [o.phase for o in s.ops]
+    assert unpack(arrays["microbatch"])[:n].tolist() == [o.microbatch for o in s.ops]
+    assert meta["panels"][0]["measures"]["total"] == pytest.approx(s.bubble(1, 1)["total"])
+
+
+def test_emulated_run_timeline_links_to_its_bsp_view(trace):
+    # The one record of time: PipelineTimeline(trace.timeline()); clicking a compute
+    # span moves a linked BSPView to that superstep's compute phase.
+    tl = trace.timeline()
+    view = PipelineTimeline(tl)
+    bsp = BSPView(trace)
+    view.link(bsp)
+    panel = view.timelines[0]
+    i = next(i for i, b in enumerate(panel.boxes) if b.kind == "compute")
+    span = panel.boxes[i]
+    view.selected = {"kind": "span", "panel": 0, "index": i}
+    event = max(e for e, ev in enumerate(trace.events) if ev.start <= span.start)
+    assert bsp.frame == bsp.frame_index(event, "compute")
+    assert bsp.frame_at().step.name == span.label
+    assert panel.measures()["utilisation"] == pytest.approx(
+        sum(b.duration for b in panel.compute) / (len(panel.ipus) * (
+            max(b.end for b in panel.compute) - min(b.start for b in panel.compute))))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-2**40, 2**40), min_size=1, max_size=30))
+def test_pack_round_trips_in_the_smallest_type(values):
+    from ipukit.widgets._player import pack, unpack
+
+    a = pack(np.array(values, np.int64))
+    assert unpack(a).tolist() == values
+    lo, hi = min(values), max(values)
+    fits = [c for c, lo_c, hi_c in [("u1", 0, 255), ("u2", 0, 65535), ("u4", 0, 2**32 - 1),
+                                    ("i1", -128, 127), ("i2", -2**15, 2**15 - 1),
+                                    ("i4", -2**31, 2**31 - 1)] if lo_c <= lo and hi <= hi_c]
+    assert a["dtype"] == (fits[0] if fits else "f8")
+
+
+def test_front_end_ships_in_the_package():
+    import tomllib
+    from pathlib import Path
+
+    from ipukit.widgets import _player
+
+    root = Path(__file__).resolve().parents[1]
+    data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert {"widgets/static/*.js", "widgets/static/*.css"} <= set(data["package-data"]["ipukit"])
+    assert _player.JS.exists() and _player.JS.parent.name == "static"
+    assert str(BSPView._esm).strip().endswith("export default { render };")
+
+
+def test_bsp_payload_has_each_tiles_vertices(view, trace):
+    from ipukit.widgets._player import unpack
+
+    used = sorted({e.step for e in trace.events})
+    i = next(i for i, s in enumerate(used) if trace.steps[s].name == "sum rows")
+    per_tile = unpack(view._payload["arrays"]["vertices"]).reshape(len(used), N)[i]
+    expected = np.bincount([vertex_tile(k) for k in range(N)], minlength=N)
+    assert per_tile.tolist() == expected.tolist()
+    assert per_tile.sum() == view._payload["meta"]["steps"][i]["vertices"] == N

@@ -15,7 +15,6 @@ updates per epoch); on the bundled 8,000 the default here is 8 (100 updates per 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
@@ -31,7 +30,7 @@ from ..parallel import (
     training_model,
 )
 from ..target import IPUModel
-from ._cli import positive_int, run
+from ._cli import Parser, positive_int, run
 
 #: MNIST's mean and standard deviation (``transforms.Normalize((0.1307,), (0.3081,))``).
 MEAN, STD = 0.1307, 0.3081
@@ -104,8 +103,8 @@ def train(args, out=None):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ipukit.examples.pipelined_mnist",
-                                     description=__doc__.split("\n")[0])
+    parser = Parser(prog="python -m ipukit.examples.pipelined_mnist",
+                    description=__doc__.split("\n")[0])
     parser.add_argument("--strategy", choices=sorted(STRATEGIES), default="pipelined")
     parser.add_argument("--offload-optimiser", action="store_true",
                         help="keep AdamW's state in host memory")

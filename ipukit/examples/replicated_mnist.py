@@ -15,15 +15,13 @@ gradient accumulation makes that all-reduce rarer, RTS cuts the optimiser state 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 from ..data import load_mnist
 from ..parallel import DataLoader, PipelinedExecution, call_cost, nn, optim, training_model
-from ..parallel.replication import static_bytes, weight_update_steps
 from ..target import IPUModel
-from ._cli import non_negative_int, positive_int, run
+from ._cli import Parser, non_negative_int, positive_int, run
 from .pipelined_mnist import blocks, prepare
 
 SAMPLE_SHAPE = (1, 28, 28)
@@ -47,9 +45,9 @@ def row(model, batch_size: int) -> dict:
     collective, state = 0.0, 0
     for q in model.ipus:
         on = [s for s in model.stages if q in s.ipus]
-        steps = weight_update_steps(model, on)
+        steps = model.weight_update_steps(on)
         collective = max(collective, sum(c for kind, c, _ in steps if kind != "optimizer"))
-        state = max(state, static_bytes(model, on)[2])
+        state = max(state, model.static_bytes(on)[2])
     return {"replicas": model.replication_factor, "ipus": model.target.num_ipus,
             "di": model.device_iterations, "ga": model.gradient_accumulation,
             "rts": model.replicated_optimizer_state_sharding, "samples": cost.samples,
@@ -104,8 +102,8 @@ def train(args, out=None):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ipukit.examples.replicated_mnist",
-                                     description=__doc__.split("\n")[0])
+    parser = Parser(prog="python -m ipukit.examples.replicated_mnist",
+                    description=__doc__.split("\n")[0])
     parser.add_argument("--replicas", type=positive_int, default=2)
     parser.add_argument("--device-iterations", type=positive_int, default=10)
     parser.add_argument("--gradient-accumulation", type=positive_int, default=10)

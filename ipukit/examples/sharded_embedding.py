@@ -23,7 +23,6 @@ per IPU (:mod:`ipukit.parallel.emulated_sharded`), and runs the same checks.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 
@@ -31,7 +30,16 @@ import numpy as np
 
 from .. import backend
 from ..parallel import sharded
-from ._cli import add_common_options, close, positive_int, print_collectives, run
+from ..target import IPUModel
+from ._cli import (
+    Parser,
+    add_common_options,
+    check_fits,
+    close,
+    positive_int,
+    print_collectives,
+    run,
+)
 
 
 def make_data(vocab_size: int, feature_size: int, sequence_length: int, seed: int = 284):
@@ -133,13 +141,24 @@ def print_emulation(result, ipus: int) -> None:
           f"fullest tile {summary['memory_max']:,} of {t.bytes_per_tile:,} B")
 
 
+def check_sizes(args, dtype) -> None:
+    """Say what the sizes would need before allocating anything (issue 12)."""
+    v, c, n, s = args.vocab_size, args.feature_size, args.sequence_length, args.ipus
+    sharded.check_even(v, s, f"the embedding table [{v}, {c}] along dimension 0")
+    item = np.dtype(dtype).itemsize
+    per_ipu = item * (2 * (v // s) * c + 3 * n * (v // s))  # rows + gradient, logits
+    host = 4 * v * c + (0 if args.no_checks else 8 * 4 * n * v + 16 * v * c)
+    check_fits(f"a tied embedding of {v:,} x {c:,} over {s} IPUs with {n:,} tokens",
+               IPUModel("ipu2").create_device().target, per_ipu, host)
+
+
 def _main(args) -> int:
     dtype = np.float16 if args.fp16 else np.float32
+    check_sizes(args, dtype)
     features, indices = make_data(args.vocab_size, args.feature_size, args.sequence_length)
     features = features.astype(dtype)
     if args.emulate:
         from ..parallel import emulated_sharded  # noqa: PLC0415 - only with --emulate
-        from ..target import IPUModel  # noqa: PLC0415
 
         tiles = args.tiles_per_ipu or auto_tiles(args.vocab_size, args.feature_size,
                                                  args.sequence_length, args.ipus,
@@ -172,7 +191,7 @@ def _main(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python -m ipukit.examples.sharded_embedding",
         description="Tied embedding, projection and softmax cross-entropy sharded over IPUs.",
     )

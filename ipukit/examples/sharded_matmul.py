@@ -15,7 +15,6 @@ logits. Loss, logits and both gradients are checked against a dense NumPy refere
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 
@@ -23,7 +22,16 @@ import numpy as np
 
 from .. import backend
 from ..parallel import sharded
-from ._cli import add_common_options, close, positive_int, print_collectives, run
+from ..target import IPUModel
+from ._cli import (
+    Parser,
+    add_common_options,
+    check_fits,
+    close,
+    positive_int,
+    print_collectives,
+    run,
+)
 
 
 def make_data(rows: int, cols: int, outsize: int, seed: int = 101):
@@ -76,8 +84,21 @@ def sharded_classifier(lhs, rhs, labels, num_ipus: int) -> ShardedRun:
     return ShardedRun(loss, logits, x_backward(dx_partials), drhs, log)
 
 
+def check_sizes(args, dtype) -> None:
+    """Say what the sizes would need before allocating anything (issue 12)."""
+    r, c, o, s = args.rows, args.cols, args.outsize, args.ipus
+    sharded.check_even(o, s, f"the weights [{c}, {o}] along dimension 1")
+    item = np.dtype(dtype).itemsize
+    per_ipu = item * (2 * r * c + 2 * c * (o // s) + 3 * r * (o // s))
+    host = 4 * (r * c + c * o) + (0 if args.no_checks else 8 * (2 * r * c + 2 * c * o
+                                                                 + 3 * r * o))
+    check_fits(f"a [{r:,}, {c:,}] x [{c:,}, {o:,}] classifier over {s} IPUs",
+               IPUModel("ipu2").create_device().target, per_ipu, host)
+
+
 def _main(args) -> int:
     dtype = np.float16 if args.fp16 else np.float32
+    check_sizes(args, dtype)
     lhs, rhs, labels = make_data(args.rows, args.cols, args.outsize)
     lhs, rhs = lhs.astype(dtype), rhs.astype(dtype)
     result = sharded_classifier(lhs, rhs, labels, args.ipus)
@@ -106,7 +127,7 @@ def _main(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python -m ipukit.examples.sharded_matmul",
         description="A matmul sharded by output columns, with a sharded softmax cross-entropy.",
     )

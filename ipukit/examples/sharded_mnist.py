@@ -45,7 +45,7 @@ from ..data import load_mnist
 from ..parallel import nn, optim, pipeline
 from ..parallel.concurrent import ShardedSoftmaxCrossEntropy, split_dense
 from ..target import IPUModel
-from ._cli import positive_float, positive_int, run
+from ._cli import Parser, check_fits, positive_float, positive_int, run
 
 MODES = ("basic", "concurrent")
 SCHEDULES = ("Grouped", "Interleaved", "Sequential")
@@ -72,25 +72,33 @@ def model(hidden_sizes, seed: int = 0):
     return mlp, dense(widths[-1], CLASSES, np.random.default_rng(101))
 
 
-def build(mode: str, args):
-    """The pipeline of ``mode`` with the command line's settings."""
-    mlp, classifier = model(args.hidden_sizes, args.seed)
+#: The model's settings and their defaults (the command line's too).
+DEFAULTS = {"hidden_sizes": [256, 128], "seed": 0, "shards": 2,
+            "gradient_accumulation_count": 12, "pipeline_schedule": "Grouped",
+            "repeat_count": 10, "learning_rate": 0.01}
+
+
+def build(mode: str, args=None, **settings):
+    """The pipeline of ``mode`` with the command line's settings ``args``, or with keyword
+    ``settings`` (:data:`DEFAULTS` for the rest), e.g. ``build("basic", seed=1)``."""
+    s = {k: getattr(args, k, v) for k, v in DEFAULTS.items()} | settings
+    mlp, classifier = model(s["hidden_sizes"], s["seed"])
     if mode == "basic":
         stages, mapping, loss = [mlp, [classifier], []], [0, 1, 2], nn.SoftmaxCrossEntropy()
     else:
-        shards = list(range(1, args.shards + 1))
-        stages, mapping = [mlp, split_dense(classifier, args.shards)], [0, shards]
+        shards = list(range(1, s["shards"] + 1))
+        stages, mapping = [mlp, split_dense(classifier, s["shards"])], [0, shards]
         loss = ShardedSoftmaxCrossEntropy()
-    emulate = getattr(args, "emulate", False)
+    emulate = s.get("emulate", getattr(args, "emulate", False))
     target = None
     if emulate:
         ipus = max(max(m) if isinstance(m, list) else m for m in mapping) + 1
-        target = IPUModel("ipu2", num_ipus=ipus,
-                          tiles_per_ipu=args.tiles_per_ipu).create_device().target
-    return pipeline(stages, mapping, args.gradient_accumulation_count,
-                    args.pipeline_schedule.lower(), repeat_count=args.repeat_count,
-                    optimizer=optim.SGD(args.learning_rate), loss=loss, target=target,
-                    emulate=emulate)
+        tiles = s.get("tiles_per_ipu", getattr(args, "tiles_per_ipu", 16))
+        target = IPUModel("ipu2", num_ipus=ipus, tiles_per_ipu=tiles).create_device().target
+    return pipeline(stages, mapping, gradient_accumulation_count=s["gradient_accumulation_count"],
+                    pipeline_schedule=s["pipeline_schedule"].lower(),
+                    repeat_count=s["repeat_count"], optimizer=optim.SGD(s["learning_rate"]),
+                    loss=loss, target=target, emulate=emulate)
 
 
 def train(mode: str, args, images, labels, out=None):
@@ -138,7 +146,19 @@ def report(p, result, out=None) -> None:
           + ", ".join(f"IPU {q}: {peak[q]:,}" for q in sorted(peak)), file=out)
 
 
+def check_sizes(args) -> None:
+    """Say what the MLP stage would need on IPU 0 before allocating it (issue 12)."""
+    widths = [28 * 28, *args.hidden_sizes]
+    params = sum(a * b + b for a, b in zip(widths, widths[1:]))
+    mb = args.batch_size * args.gradient_accumulation_count
+    acts = 2 * mb * sum(args.hidden_sizes)  # stashed activations of the micro-batches
+    check_fits(f"the MLP stage (hidden sizes {args.hidden_sizes}, {params:,} parameters)",
+               IPUModel("ipu2").create_device().target, 4 * (2 * params + acts),
+               4 * (3 * params + acts))
+
+
 def _main(args) -> int:
+    check_sizes(args)
     data = load_mnist()
     print(f"{args.pipeline_mode} pipeline, schedule {args.pipeline_schedule}, "
           f"{len(data.train_images)} {data.source} MNIST images", flush=True)
@@ -148,22 +168,25 @@ def _main(args) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m ipukit.examples.sharded_mnist",
+    ap = Parser(prog="python -m ipukit.examples.sharded_mnist",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--pipeline-mode", choices=MODES, required=True)
     ap.add_argument("--epochs", type=positive_float, default=1.0, help="(the original: 30)")
     ap.add_argument("--batch-size", type=positive_int, default=8, help="micro-batch size")
-    ap.add_argument("--gradient-accumulation-count", type=positive_int, default=12,
+    d = DEFAULTS
+    ap.add_argument("--gradient-accumulation-count", type=positive_int,
+                    default=d["gradient_accumulation_count"],
                     help="micro-batches per weight update (the original: 84)")
-    ap.add_argument("--repeat-count", type=positive_int, default=10,
+    ap.add_argument("--repeat-count", type=positive_int, default=d["repeat_count"],
                     help="weight updates per step (the original: 100)")
-    ap.add_argument("--learning-rate", type=float, default=0.01)
-    ap.add_argument("--pipeline-schedule", choices=SCHEDULES, default="Grouped")
-    ap.add_argument("--hidden-sizes", type=positive_int, nargs="+", default=[256, 128],
+    ap.add_argument("--learning-rate", type=float, default=d["learning_rate"])
+    ap.add_argument("--pipeline-schedule", choices=SCHEDULES, default=d["pipeline_schedule"],
+                    type=str.capitalize, help="any case, as pipeline() takes it")
+    ap.add_argument("--hidden-sizes", type=positive_int, nargs="+", default=d["hidden_sizes"],
                     help="the MLP's layers (the original: 2560 1280)")
-    ap.add_argument("--shards", type=positive_int, default=2,
+    ap.add_argument("--shards", type=positive_int, default=d["shards"],
                     help="IPUs the concurrent stage splits the 10 classes over")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=d["seed"])
     ap.add_argument("--emulate", action="store_true",
                     help="run the stages as Poplar programs on the IPU emulator")
     ap.add_argument("--tiles-per-ipu", type=positive_int, default=16,

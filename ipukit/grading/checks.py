@@ -318,7 +318,12 @@ def _run_vertex(cls, fields, n_vertices, per_vertex, tiles=4, runs=1, state=None
     for r in range(runs):
         if before_run:
             before_run(eng, r)
-        eng.run()
+        try:
+            eng.run()
+        except ipu.CodeletError as exc:  # the emulator's vertex-axis check: say it plainly
+            if exc.__cause__ is not None:  # compute itself raised (e.g. not written yet)
+                raise
+            raise Wrong(str(exc)) from None
         outs.append({k: eng.read_tensor(k) for k in fields})
     return outs
 

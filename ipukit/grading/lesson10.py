@@ -18,7 +18,6 @@ import numpy as np
 
 import ipukit as ipu
 from ipukit.parallel import DataLoader, nn, optim, pipeline
-from ipukit.parallel.replication import static_bytes
 
 from .feedback import Wrong, as_int, exercise, run
 
@@ -172,7 +171,7 @@ def check_update_collectives(update_collectives):
             p = replicated(replicas, rts, gradient_accumulation_dtype=acc)
             result = run_once(p)
             for q in range(len(p.stages)):
-                w, g, _ = static_bytes(p, [p.stages[q]])
+                w, g, _ = p.static_bytes([p.stages[q]])
                 want = _collectives(result, q)
                 what = (f"update_collectives(gradient_bytes={g}, weight_bytes={w}, "
                         f"replicas={replicas}, rts={rts})")

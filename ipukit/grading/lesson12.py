@@ -29,11 +29,6 @@ from .feedback import Wrong, as_int, exercise, run
 TRAFFIC = ("link", "broadcast", "reduce", "allreduce")
 
 
-def settings(*argv: str):
-    """sharded_mnist's command line with small hidden layers (fast runs)."""
-    return sharded_mnist.parser().parse_args(["--pipeline-mode", "basic", *argv])
-
-
 def _data(n: int, seed: int):
     rng = np.random.default_rng(seed)
     return (rng.uniform(0, 1, (n, 28, 28)).astype(np.float32),
@@ -58,9 +53,8 @@ def check_concurrent_pipeline(concurrent_pipeline):
             g = 12  # a count both accept: basic has 3 stages, concurrent 2 (Grouped)
             what = f"hidden sizes {hidden}, {shards} shards, gradient accumulation {g}"
             mlp, classifier = sharded_mnist.model(hidden, seed)
-            basic = sharded_mnist.build("basic", settings(
-                "--hidden-sizes", *map(str, hidden), "--seed", str(seed),
-                "--gradient-accumulation-count", str(g), "--repeat-count", "1"))
+            basic = sharded_mnist.build("basic", hidden_sizes=hidden, seed=seed,
+                                        gradient_accumulation_count=g, repeat_count=1)
             p = concurrent_pipeline(copy.deepcopy(mlp), copy.deepcopy(classifier), shards, g,
                                     optim.SGD(0.01))
             _check_structure(p, shards, hidden[-1], what)
@@ -110,9 +104,7 @@ def _check_structure(p, shards: int, hidden: int, what: str) -> None:
 
 def measured_bytes(mode: str, micro_batch: int, hidden: int, shards: int = 2) -> int:
     """Bytes all IPUs send over IPU-Links for micro-batch 0 of a sharded_mnist run."""
-    p = sharded_mnist.build(mode, settings(
-        "--hidden-sizes", "8", str(hidden), "--batch-size", str(micro_batch),
-        "--shards", str(shards), "--repeat-count", "1"))
+    p = sharded_mnist.build(mode, hidden_sizes=[8, hidden], shards=shards, repeat_count=1)
     x, y = _data(p.samples_per_run * micro_batch, micro_batch)
     r = p.run(x, y)
     return sum(rec.bytes for rec in r.timeline if rec.kind in TRAFFIC and rec.microbatch == 0)
@@ -167,9 +159,8 @@ def accepts(schedule: str, count: int) -> dict[str, str]:
     out = {}
     for mode in sharded_mnist.MODES:
         try:
-            sharded_mnist.build(mode, settings(
-                "--hidden-sizes", "2", "--pipeline-schedule", schedule,
-                "--gradient-accumulation-count", str(count)))
+            sharded_mnist.build(mode, hidden_sizes=[2], pipeline_schedule=schedule,
+                                gradient_accumulation_count=count)
             out[mode] = ""
         except PipelineConfigError as exc:
             out[mode] = str(exc)

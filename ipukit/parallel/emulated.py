@@ -737,7 +737,7 @@ class EmulatedRunResult(RunResult):
 
 def run(p, x, labels) -> EmulatedRunResult:
     """``Pipeline.run`` on the emulator (``pipeline(..., emulate=True)``)."""
-    mb = replication.check_samples(p, len(x), len(labels))
+    mb = replication.check_samples(p.options, len(x), len(labels))
     sample_shape = tuple(np.shape(x)[1:])
     key = (mb, sample_shape)
     cache = p.__dict__.setdefault("_emulations", {})

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ..errors import PipelineConfigError
 from ..target import Target
-from . import nn
+from . import checks, nn
 from .runner import Pipeline, PipelineOptions
 
 
@@ -123,7 +123,7 @@ def training_model(blocks, loss, optimizer, strategy: PipelinedExecution | None 
     ``TensorLocationSettings().useReplicatedTensorSharding(True)`` for the optimiser state.
     ``emulate=True`` runs the stages as Poplar programs on the emulator (:mod:`.emulated`).
     """
-    blocks = list(blocks)
+    blocks = checks.blocks(blocks, Block)
     strategy = strategy or _auto_stages(blocks)
     layers, mapping = strategy.resolve(blocks)
     options = PipelineOptions(
@@ -151,7 +151,7 @@ def inference_model(blocks, strategy: PipelinedExecution | None = None,
     Kit convention: the device iterations are the pipeline's micro-batches (one pipeline
     run per call), as PopART runs them.
     """
-    blocks = list(blocks)
+    blocks = checks.blocks(blocks, Block)
     strategy = strategy or _auto_stages(blocks)
     layers, mapping = strategy.resolve(blocks)
     options = PipelineOptions(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numbers
 
-from ..errors import PipelineConfigError, PipelineTypeError
+from ..errors import PipelineConfigError, PipelineConfigTypeError
 from ..target import Target
 from .runner import ALL_DEVICES, ORDER_HINT, Pipeline, PipelineOptions, _check_mapping
 from .schedule import is_count
@@ -76,7 +76,7 @@ def pipeline(computational_stages, device_mapping=None, gradient_accumulation_co
         raise PipelineConfigError(f"gradient_accumulation_count is required.{hint}")
     if device_mapping is not None and not isinstance(device_mapping, (list, tuple)):
         hint = f" {ORDER_HINT}" if isinstance(device_mapping, numbers.Number) else ""
-        raise PipelineTypeError(  # pipelining_ops.py, word for word, then the fix
+        raise PipelineConfigTypeError(  # pipelining_ops.py, word for word, then the fix
             "device_mapping argument needs to be a list or a tuple. Got "
             f"{type(device_mapping).__name__} {device_mapping!r}: pass one IPU (or a list "
             f"of IPUs, or _ALL_DEVICES) per computational stage, e.g. [0, 1].{hint}")

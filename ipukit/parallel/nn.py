@@ -24,11 +24,31 @@ Dense) and :class:`SoftmaxCrossEntropy`. Parameters are float32 by default; pass
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
 from .. import backend
 from ..errors import IpuError
+
+
+def check_size(value, what: str) -> int:
+    """``value`` as an int if it is a positive whole number (NumPy ints too), else IpuError."""
+    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1):
+        raise IpuError(f"{what} must be a positive whole number, got {value!r}")
+    return int(value)
+
+
+def check_dtype(dtype, what: str) -> np.dtype:
+    """A floating-point parameter dtype, else IpuError (gradients need fractions)."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt is None or dt.kind != "f":
+        raise IpuError(f"{what}: dtype {dtype!r} is not a floating-point type; use "
+                       "'float32' (the default), 'float16' or 'float64'")
+    return dt
 
 
 def _rng(rng) -> np.random.Generator:
@@ -79,6 +99,9 @@ class Dense(Layer):
 
     def __init__(self, in_features: int, out_features: int, rng=0, dtype="float32"):
         super().__init__()
+        in_features = check_size(in_features, "Dense in_features")
+        out_features = check_size(out_features, "Dense out_features")
+        dtype = check_dtype(dtype, f"Dense({in_features}, {out_features})")
         self.in_features, self.out_features = in_features, out_features
         rng = _rng(rng)
         shape = (in_features, out_features)
@@ -147,6 +170,11 @@ class Conv2D(Layer):
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, rng=0,
                  dtype="float32"):
         super().__init__()
+        in_channels, out_channels, kernel_size = (
+            check_size(v, f"Conv2D {w}") for v, w in ((in_channels, "in_channels"),
+                                                      (out_channels, "out_channels"),
+                                                      (kernel_size, "kernel_size")))
+        dtype = check_dtype(dtype, f"Conv2D({in_channels}, {out_channels}, {kernel_size})")
         self.cin, self.cout, self.k = in_channels, out_channels, kernel_size
         rng = _rng(rng)
         fan_in = in_channels * kernel_size * kernel_size

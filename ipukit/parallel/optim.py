@@ -19,7 +19,22 @@ link's bandwidth).
 
 from __future__ import annotations
 
+import math
+import numbers
+
 from .. import backend
+from ..errors import IpuError
+
+
+def _check(value, what: str, low: float = 0.0, below: float | None = None) -> float:
+    """PyTorch's checks: ``Invalid learning rate: -1.0`` for a value outside its range."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    ok = ok and math.isfinite(value) and value >= low and (below is None or value < below)
+    if not ok:
+        want = f"in [{low}, {below})" if below is not None else f">= {low}"
+        raise IpuError(f"Invalid {what}: {value!r} (it must be a number {want}, as in "
+                       "torch.optim)")
+    return float(value)
 
 
 class Optimizer:
@@ -30,7 +45,7 @@ class Optimizer:
     flops_per_element = 2
 
     def __init__(self, lr: float):
-        self.lr = lr
+        self.lr = _check(lr, "learning rate")
         self.state: dict = {}
 
     def step(self, params: dict, grads: dict) -> None:
@@ -55,6 +70,8 @@ class SGD(Optimizer):
 
     def __init__(self, lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0):
         super().__init__(lr)
+        momentum = _check(momentum, "momentum value")
+        weight_decay = _check(weight_decay, "weight_decay value")
         self.momentum, self.weight_decay = momentum, weight_decay
         self.slots = 1 if momentum else 0
         self.flops_per_element = 4 if momentum else 2
@@ -87,6 +104,13 @@ class Adam(Optimizer):
     def __init__(self, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0):
         super().__init__(lr)
+        if not (isinstance(betas, tuple | list) and len(betas) == 2):
+            raise IpuError(f"Adam betas must be a pair (beta1, beta2), e.g. (0.9, 0.999), got "
+                           f"{betas!r}")
+        betas = tuple(_check(b, f"beta parameter at index {i}", 0.0, 1.0)
+                      for i, b in enumerate(betas))
+        eps = _check(eps, "epsilon value")
+        weight_decay = _check(weight_decay, "weight_decay value")
         self.betas, self.eps, self.weight_decay = betas, eps, weight_decay
 
     def _update(self, key, p, g):

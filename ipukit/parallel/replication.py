@@ -54,7 +54,7 @@ from enum import Enum
 
 import numpy as np
 
-from .. import cost
+from .. import cost as cost_model
 from ..errors import PipelineConfigError
 from .schedule import is_count
 
@@ -86,19 +86,20 @@ def combined_batch_size(batch_size: int, gradient_accumulation: int = 1,
     return batch_size * gradient_accumulation * device_iterations * replication_factor
 
 
-def _factors(p, batch_size=None) -> str:
+def _factors(o, batch_size=None) -> str:
     head = f"batch_size {batch_size} × " if batch_size is not None else ""
-    return (f"{head}gradient_accumulation {p.gradient_accumulation} × device_iterations "
-            f"{p.repeat_count} × replication_factor {p.replication_factor}")
+    return (f"{head}gradient_accumulation {o.gradient_accumulation} × device_iterations "
+            f"{o.repeat_count} × replication_factor {o.replication_factor}")
 
 
-def check_samples(p, num_samples: int, num_labels: int) -> int:
-    """The micro-batch size of a call of ``num_samples``; PipelineConfigError if none fits."""
-    n = p.samples_per_run
+def check_samples(o, num_samples: int, num_labels: int) -> int:
+    """The micro-batch size of a call of ``num_samples`` under options ``o`` (a
+    ``PipelineOptions``); PipelineConfigError if none fits."""
+    n = combined_batch_size(1, o.gradient_accumulation, o.repeat_count, o.replication_factor)
     if num_samples == 0 or num_samples % n or num_labels != num_samples:
         raise PipelineConfigError(
             f"got {num_samples} samples and {num_labels} labels; a call takes a multiple of "
-            f"{_factors(p)} = {n} samples (the multiple is the micro-batch size), with one "
+            f"{_factors(o)} = {n} samples (the multiple is the micro-batch size), with one "
             "label per sample"
         )
     return num_samples // n
@@ -108,7 +109,8 @@ class DataLoader:
     """``poptorch.DataLoader(options, dataset, batch_size, shuffle, drop_last)`` for a model.
 
     Iterating yields ``(x, labels)`` of ``combined_batch_size`` samples, one call of
-    ``model.run`` each. ``batch_size`` is the micro-batch size.
+    ``model.run`` each. ``batch_size`` is the micro-batch size. ``model`` is a Pipeline
+    (its ``options`` are read) or a ``PipelineOptions``.
 
     >>> from ipukit.parallel import nn, optim, pipeline
     >>> p = pipeline([[nn.Dense(2, 2)], [nn.Dense(2, 2)]], None, 4, device_iterations=2,
@@ -127,28 +129,29 @@ class DataLoader:
             raise PipelineConfigError(f"the dataset has {len(x)} samples but {len(labels)} "
                                       "labels; give one label per sample")
         self.model, self.x, self.labels = model, x, labels
+        self.options = o = getattr(model, "options", model)
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.rng = np.random.default_rng(seed)
         n = self.combined_batch_size
         if not drop_last and len(x) % n:
             raise PipelineConfigError(
                 f"The number of elements in the dataset ({len(x)}) is not divisible by the "
-                f"number of elements processed per step ({n} = {_factors(model, batch_size)})"
+                f"number of elements processed per step ({n} = {_factors(o, batch_size)})"
                 " and drop_last=False. Switch to drop_last=True."
             )
         if len(x) < n:
             raise PipelineConfigError(
                 f"the dataset has {len(x)} elements but one step processes {n} "
-                f"({_factors(model, batch_size)}); use a smaller batch_size, "
+                f"({_factors(o, batch_size)}); use a smaller batch_size, "
                 "gradient_accumulation, device_iterations or replication_factor"
             )
 
     @property
     def combined_batch_size(self) -> int:
         """``poptorch.DataLoader.combinedBatchSize``: samples one call consumes."""
-        m = self.model
-        return combined_batch_size(self.batch_size, m.gradient_accumulation, m.repeat_count,
-                                   m.replication_factor)
+        o = self.options
+        return combined_batch_size(self.batch_size, o.gradient_accumulation, o.repeat_count,
+                                   o.replication_factor)
 
     def __len__(self) -> int:
         return len(self.x) // self.combined_batch_size
@@ -248,10 +251,12 @@ def accumulation_dtypes(stages, setting) -> list[dict]:
                 dt = value.dtype
             try:
                 dtypes[name] = np.dtype(dt)
+                if dtypes[name].kind != "f":
+                    raise TypeError
             except TypeError:
                 raise PipelineConfigError(
                     f"gradient_accumulation_dtype gave {dt!r} for {s.index}.{name}; use a "
-                    "NumPy dtype such as 'float32', or None for the variable's dtype"
+                    "floating-point dtype such as 'float32', or None for the variable's dtype"
                 ) from None
         out.append(dtypes)
     return out
@@ -263,84 +268,85 @@ def shard_bounds(size: int, num_shards: int) -> list[tuple[int, int]]:
     return [(min(r * step, size), min((r + 1) * step, size)) for r in range(num_shards)]
 
 
-def apply_update(p, grads: list[list[dict]]) -> None:
-    """Reduce the replicas' accumulated gradients, cast them, run the optimiser.
+def apply_update(stages, grads: list[list[dict]], optimizer, options) -> None:
+    """Reduce the replicas' accumulated gradients, cast them, run ``optimizer``.
 
-    ``grads[replica][stage]`` maps parameter names to accumulators. With RTS the optimiser
-    sees replica r's shard of every weight (state keys ``"<key>/rts<r>"``).
+    ``grads[replica][stage]`` maps parameter names to accumulators; ``options`` (a
+    ``PipelineOptions``) gives the replica reduction and RTS. With RTS the optimiser sees
+    replica r's shard of every weight (state keys ``"<key>/rts<r>"``).
     """
-    update = {}
-    for k, stage in enumerate(p.stages):
+    update, params = {}, {}
+    for k, stage in enumerate(stages):
         for name in grads[0][k]:
             total = grads[0][k][name]
             if len(grads) > 1:
                 total = total.copy()
                 for g in grads[1:]:
                     total += g[k][name]
-                if p.replica_reduction == "MEAN":
+                if options.replica_reduction == "MEAN":
                     total *= 1.0 / len(grads)
             update[f"{k}.{name}"] = total.astype(stage.params[name].dtype, copy=False)
-    params = p.params
-    r_count = p.replication_factor
-    if not (p.replicated_optimizer_state_sharding and r_count > 1):
-        p.optimizer.step(params, update)
+        params.update({f"{stage.index}.{n}": v for n, v in stage.params.items()})
+    r_count = options.replication_factor
+    if not (options.replicated_optimizer_state_sharding and r_count > 1):
+        optimizer.step(params, update)
         return
     for key, value in params.items():
         flat, g = value.reshape(-1), update[key].reshape(-1)
         shards = {f"{key}/rts{r}": (lo, hi)
                   for r, (lo, hi) in enumerate(shard_bounds(value.size, r_count)) if hi > lo}
-        p.optimizer.step({s: flat[lo:hi] for s, (lo, hi) in shards.items()},
-                         {s: g[lo:hi] for s, (lo, hi) in shards.items()})
+        optimizer.step({s: flat[lo:hi] for s, (lo, hi) in shards.items()},
+                       {s: g[lo:hi] for s, (lo, hi) in shards.items()})
         value[...] = flat.reshape(value.shape)  # a no-op when reshape gave a view
 
 
-def _optimizer_share(p, stages) -> tuple[int, int]:
-    """(state bytes, FLOPs) of the optimiser for ``stages`` on one replica: with RTS the
-    share of one shard, ``ceil(size / R)`` elements of each tensor."""
-    r = p.replication_factor if p.replicated_optimizer_state_sharding else 1
+def optimizer_share(stages, optimizer, shards: int = 1) -> tuple[int, int]:
+    """(state bytes, FLOPs) of ``optimizer`` for ``stages`` on one replica: with RTS over
+    ``shards`` replicas the share of one shard, ``ceil(size / R)`` elements per tensor."""
     state = flops = 0
     for s in stages:
         for name, value in s.params.items():
             one, size = {name: value}, max(int(value.size), 1)
-            shard = -(-size // r)  # ceil, in integers
-            state += -(-p.optimizer.state_bytes(one) * shard // size)
-            flops += -(-p.optimizer.flops(one) * shard // size)
+            shard = -(-size // shards)  # ceil, in integers
+            state += -(-optimizer.state_bytes(one) * shard // size)
+            flops += -(-optimizer.flops(one) * shard // size)
     return state, flops
 
 
-def static_bytes(p, stages) -> tuple[int, int, int]:
-    """(weights, gradient accumulators, optimiser state) bytes of ``stages`` on one IPU."""
+def static_bytes(stages, dtypes, optimizer_state: int = 0) -> tuple[int, int, int]:
+    """(weights, gradient accumulators, optimiser state) bytes of ``stages`` on one IPU;
+    ``dtypes[stage index]`` are the accumulators' dtypes (:func:`accumulation_dtypes`)."""
     w = g = 0
     for s in stages:
-        dtypes = p.accumulation_dtypes[s.index]
         for name, value in s.params.items():
             w += int(value.nbytes)
-            g += int(value.size) * dtypes[name].itemsize
-    return w, g, (0 if p.offload else _optimizer_share(p, stages)[0])
+            g += int(value.size) * dtypes[s.index][name].itemsize
+    return w, g, optimizer_state
 
 
-def weight_update_steps(p, stages) -> list[tuple[str, float, int]]:
-    """``(kind, cycles, bytes)`` of the weight update of ``stages`` on one IPU, in order.
+def weight_update_steps(weight_bytes: int, gradient_bytes: int, optimizer_flops: float,
+                        offloaded_state: int, replicas: int, rts: bool,
+                        cost) -> list[tuple[str, float, int]]:
+    """``(kind, cycles, bytes)`` of one IPU's weight update, in order (``cost``: a
+    :class:`~ipukit.cost.CostModel`).
 
     Replicated: ``allreduce`` (ring: 2(R−1)/R of the gradient bytes sent), or with RTS
     ``reducescatter`` then ``allgather`` ((R−1)/R of the gradient, then weight, bytes).
-    ``optimizer``: its FLOPs (÷ R with RTS) plus offloaded state streamed in and out.
+    ``optimizer``: its FLOPs plus offloaded state streamed in and out over the host link.
     """
-    cm, r = p.cost, p.replication_factor
-    w, g, _ = static_bytes(p, stages)
-    state, flops = _optimizer_share(p, stages)
-    state = state if p.offload else 0
-    update = ("optimizer", cm.compute(flops) + 2 * cm.host(state), state)
-    if r == 1:
+    update = ("optimizer", cost.compute(optimizer_flops) + 2 * cost.host(offloaded_state),
+              offloaded_state)
+    if replicas == 1:
         return [update]
 
     def collective(kind, nbytes):
-        sent = cost.ring_bytes(kind, nbytes, r)
-        return kind, cm.collective(sent), sent
+        sent = cost_model.ring_bytes(kind, nbytes, replicas)
+        return kind, cost.collective(sent), sent
 
-    if not p.replicated_optimizer_state_sharding:
-        return [collective("allreduce", g), update]
-    return [collective("reducescatter", g), update, collective("allgather", w)]
+    if not rts:
+        return [collective("allreduce", gradient_bytes), update]
+    return [collective("reducescatter", gradient_bytes), update,
+            collective("allgather", weight_bytes)]
 
 
 # -- the cost of one call --------------------------------------------------------------
@@ -375,17 +381,19 @@ def call_cost(p, sample_shape, micro_batch_size: int, dtype="float32") -> CallCo
     Replicas stream their own data in parallel, so the host-link time is one replica's:
     ``DI × G × mb`` samples and labels in, ``outputs_per_call / R`` float32 losses out.
     """
-    per_replica = p.repeat_count * p.gradient_accumulation * micro_batch_size
+    o, cost = p.options, p.cost
+    per_replica = o.repeat_count * o.gradient_accumulation * micro_batch_size
     sample_bytes = math.prod(sample_shape) * np.dtype(dtype).itemsize
-    out = outputs_per_call(p.output_mode, p.repeat_count, p.gradient_accumulation, 1,
-                           p.output_return_period)
-    io = p.cost.host(per_replica * (sample_bytes + LABEL_BYTES)) + p.cost.host(out * OUTPUT_BYTES)
-    device = p.repeat_count * p.cycles_per_run(sample_shape, micro_batch_size, dtype)
-    return CallCost(per_replica * p.replication_factor, float(p.target.host_sync_cycles),
+    out = outputs_per_call(o.output_mode, o.repeat_count, o.gradient_accumulation, 1,
+                           o.output_return_period)
+    io = cost.host(per_replica * (sample_bytes + LABEL_BYTES)) + cost.host(out * OUTPUT_BYTES)
+    device = o.repeat_count * p.cycles_per_run(sample_shape, micro_batch_size, dtype)
+    return CallCost(per_replica * o.replication_factor, float(p.target.host_sync_cycles),
                     float(io), float(device), p.target.clock_hz)
 
 
 __all__ = ["CallCost", "DataLoader", "OutputMode", "REPLICA_REDUCTIONS",
            "accumulation_dtypes", "apply_update", "call_cost", "check_output_mode",
-           "check_replication", "check_samples", "combined_batch_size", "outputs_per_call",
+           "check_replication", "check_samples", "combined_batch_size", "optimizer_share",
+           "outputs_per_call",
            "select_outputs", "shard_bounds", "static_bytes", "weight_update_steps"]

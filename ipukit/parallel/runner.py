@@ -66,7 +66,7 @@ from ..cost import CostModel
 from ..errors import IpuError, OutOfMemoryError, PipelineConfigError
 from ..target import IPUModel, Target
 from ..timeline import Span, Timeline
-from . import concurrent, replication
+from . import checks, concurrent, replication
 from .schedule import Schedule, is_count, schedule, simulate
 
 REDUCTIONS = ("SUM", "MEAN", "RUNNING_MEAN")
@@ -253,6 +253,8 @@ class Pipeline:
                 "outputs are its logits): pass optimizer=... and loss=..., or neither for "
                 "an inference pipeline"
             )
+        if options.training:
+            checks.optimizer_and_loss(optimizer, loss)
         self.options = o = options
         stage_ipus = _check_mapping(device_mapping, stages)  # a tuple of IPUs per stage
         mapping = [max(q) for q in stage_ipus]  # each stage's highest IPU
@@ -326,6 +328,9 @@ class Pipeline:
 
     def predict(self, x, batch_size: int = 1000) -> np.ndarray:
         """Logits of ``x`` (host arrays in, NumPy out): every stage's forward in turn."""
+        batch_size = checks.batch_size(batch_size)
+        x = checks.features(x)
+        self._shapes((min(batch_size, len(x)),) + x.shape[1:])  # a mismatch names the stage
         out = []
         for i in range(0, len(x), batch_size):
             h = backend.asarray(x[i:i + batch_size])
@@ -349,12 +354,11 @@ class Pipeline:
                     "inference pipelines (no optimizer) are not emulated yet; drop "
                     "emulate=True")
             return self._infer(x, labels)
-        if labels is None:
-            raise PipelineConfigError("a training pipeline's run(x, labels) needs labels")
+        x, labels = checks.samples(x, labels)
         if self.options.emulate:
             from . import emulated  # noqa: PLC0415 - emulated.py imports this module
             return emulated.run(self, x, labels)
-        mb = replication.check_samples(self, len(x), len(labels))
+        mb = replication.check_samples(self.options, len(x), len(labels))
         self._shapes((mb,) + tuple(np.shape(x)[1:]))  # a mismatch raises before arithmetic
         shape = (self.repeat_count, self.replication_factor, self.gradient_accumulation, mb)
         xs = np.asarray(x).reshape(shape + tuple(np.shape(x)[1:]))
@@ -372,7 +376,7 @@ class Pipeline:
             _, end, finish = self._op_times(xs.shape[4:], mb, dtype, now, timeline)
             self._record_memory(end, stash, now, memory)
             self._check_memory(memory)
-            replication.apply_update(self, grads)
+            replication.apply_update(self.stages, grads, self.optimizer, self.options)
             now = self._update_times(finish, timeline)
         host = self._optimizer_bytes() if self.offload else 0
         outputs = replication.select_outputs(losses, self.output_mode, self.output_return_period)
@@ -382,7 +386,7 @@ class Pipeline:
     def _infer(self, x, labels) -> RunResult:
         """Forward stages only, in the schedule's order (TF's inference pipeline, PopTorch's
         ``inferenceModel``): no stash, no gradients, no weight update."""
-        mb = replication.check_samples(self, len(x), len(x if labels is None else labels))
+        mb = replication.check_samples(self.options, len(x), len(x if labels is None else labels))
         self._shapes((mb,) + tuple(np.shape(x)[1:]))
         shape = (self.repeat_count, self.replication_factor, self.gradient_accumulation, mb)
         xs = np.asarray(x).reshape(shape + tuple(np.shape(x)[1:]))
@@ -568,7 +572,28 @@ class Pipeline:
 
     def _static_bytes(self, ipu):
         """(weights, gradient accumulators, optimiser state) bytes on ``ipu``."""
-        return replication.static_bytes(self, [s.on(ipu) for s in self.stages if ipu in s.ipus])
+        return self.static_bytes([s.on(ipu) for s in self.stages if ipu in s.ipus])
+
+    def static_bytes(self, stages) -> tuple[int, int, int]:
+        """(weights, gradient accumulators, optimiser state) bytes of ``stages`` (or the
+        parts of stages) on one IPU; offloaded optimiser state is not on the IPU."""
+        state = 0 if self.offload else self._optimizer_share(stages)[0]
+        return replication.static_bytes(stages, self.accumulation_dtypes, state)
+
+    def weight_update_steps(self, stages) -> list[tuple[str, float, int]]:
+        """``(kind, cycles, bytes)`` of the weight update of ``stages`` on one IPU
+        (:func:`replication.weight_update_steps`)."""
+        o = self.options
+        w, g, _ = self.static_bytes(stages)
+        state, flops = self._optimizer_share(stages)
+        return replication.weight_update_steps(
+            w, g, flops, state if o.offload_optimizer_state else 0, o.replication_factor,
+            o.replicated_optimizer_state_sharding, self.cost)
+
+    def _optimizer_share(self, stages):
+        o = self.options
+        shards = o.replication_factor if o.replicated_optimizer_state_sharding else 1
+        return replication.optimizer_share(stages, self.optimizer, shards)
 
     def _optimizer_bytes(self) -> int:
         return sum(self.optimizer.state_bytes(s.params) for s in self.stages)
@@ -592,7 +617,7 @@ class Pipeline:
         for q in self.ipus:
             t = now
             on = [s.on(q) for s in self.stages if q in s.ipus]
-            for kind, cycles, nbytes in replication.weight_update_steps(self, on):
+            for kind, cycles, nbytes in self.weight_update_steps(on):
                 timeline.append(Span(q, kind, t, cycles, bytes=nbytes))
                 t += cycles
             done = max(done, t)

@@ -57,7 +57,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import PipelineConfigError, PipelineTypeError
+from ..errors import PipelineConfigError, PipelineConfigTypeError
 from ..timeline import MemorySample, Span, Timeline
 
 KINDS = ("grouped", "interleaved", "sequential", "poptorch", "gpipe", "1f1b")
@@ -107,7 +107,7 @@ def resolve_recomputation_mode(kind: str, mode=None) -> RecomputationMode:
     if isinstance(mode, str) and mode in RecomputationMode.__members__:
         mode = RecomputationMode[mode]
     if not isinstance(mode, RecomputationMode):
-        raise PipelineTypeError(
+        raise PipelineConfigTypeError(
             "The given recomputation_mode is not a member of the RecomputationMode "
             f"enumeration: got {mode!r}; use one of "
             f"{', '.join(RecomputationMode.__members__)}")
@@ -160,9 +160,12 @@ class Schedule:
         ``t_F``/``t_B``/``t_R`` are one duration or one per stage (``t_R`` defaults to t_F).
         """
         n = self.num_stages
-        table = {"F": _per_stage(t_F, n), "B": _per_stage(t_B, n)}
-        table["R"] = table["F"] if t_R is None else _per_stage(t_R, n)
+        table = {"F": _per_stage(t_F, n, "t_F"), "B": _per_stage(t_B, n, "t_B")}
+        table["R"] = table["F"] if t_R is None else _per_stage(t_R, n, "t_R")
         dur = np.array([table[o.phase][o.stage] for o in self.ops], dtype=np.float64)
+        if not dur.any():
+            raise PipelineConfigError(f"all durations are 0 (t_F={t_F!r}, t_B={t_B!r}): "
+                                      "there is nothing to time; give t_F or t_B > 0")
         return simulate(self, dur)
 
     def timeline(self, t_F=1.0, t_B=2.0, t_R=None) -> Timeline:
@@ -242,12 +245,19 @@ class Schedule:
 
 
 
-def _per_stage(t, n: int) -> np.ndarray:
-    if isinstance(t, numbers.Real):
-        return np.full(n, float(t))
-    arr = np.asarray(t, dtype=np.float64)
-    if arr.shape != (n,):
-        raise PipelineConfigError(f"expected one duration or {n} (one per stage), got {t!r}")
+def _per_stage(t, n: int, what: str = "duration") -> np.ndarray:
+    if isinstance(t, numbers.Real) and not isinstance(t, bool):
+        arr = np.full(n, float(t))
+    else:
+        try:
+            arr = np.asarray(t, dtype=np.float64)
+        except (TypeError, ValueError):
+            arr = None
+        if arr is None or arr.shape != (n,) or isinstance(t, str):
+            raise PipelineConfigError(f"{what}: expected one duration or {n} (one per stage), "
+                                      f"got {t!r}")
+    if not (np.isfinite(arr).all() and (arr >= 0).all()):
+        raise PipelineConfigError(f"{what} = {t!r}: durations must be finite and >= 0")
     return arr
 
 
@@ -328,6 +338,7 @@ def schedule(kind: str, num_stages: int, gradient_accumulation: int, training: b
     forward from its stashed input; ``recomputation_mode`` (a :class:`RecomputationMode`,
     default Auto) is checked against the schedule as TensorFlow does.
     """
+    kind = kind.lower() if isinstance(kind, str) else kind
     if kind not in KINDS:
         raise PipelineConfigError(
             f"unknown pipeline schedule {kind!r}; use one of {', '.join(KINDS)}"

@@ -25,6 +25,7 @@ columns is never gathered on one IPU: the softmax needs only each row's max and 
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import replace
 
 from .. import backend, cost
@@ -50,11 +51,13 @@ class CollectiveLog:
     """
 
     def __init__(self, num_shards: int, target: Target | None = None, ipus=None):
-        if not (isinstance(num_shards, int) and num_shards >= 2):
+        if not (isinstance(num_shards, numbers.Integral) and not isinstance(num_shards, bool)
+                and num_shards >= 2):
             raise IpuError(
                 f"sharding needs at least 2 IPUs, got {num_shards!r} (createIpuShards "
                 "throws with one IPU). Use 2 or more IPUs, or the dense op on one IPU."
             )
+        num_shards = int(num_shards)
         self.ipus = list(range(num_shards)) if ipus is None else [int(i) for i in ipus]
         if len(self.ipus) != num_shards or len(set(self.ipus)) != num_shards:
             raise IpuError(
@@ -151,6 +154,9 @@ def shard(x, num_shards: int, axis: int, name: str = "tensor") -> list:
     """Lay ``x`` out over ``num_shards`` IPUs in equal slices along ``axis`` (host side)."""
     xp = backend.get_xp()
     x = xp.asarray(x)
+    if not (isinstance(axis, numbers.Integral) and -x.ndim <= axis < x.ndim):
+        raise IpuError(f"cannot shard {name}: axis {axis!r} of a {x.ndim}-D array of shape "
+                       f"{list(x.shape)}; use an axis in {-x.ndim}..{x.ndim - 1}")
     check_even(x.shape[axis], num_shards, f"{name} {list(x.shape)} along dimension {axis}")
     return [xp.ascontiguousarray(p) for p in xp.split(x, num_shards, axis=axis)]
 
@@ -185,6 +191,17 @@ def _check_parts(parts, log: CollectiveLog, name: str, ndim: int) -> None:
             f"{name}: every shard must have the same {ndim}-D shape, got "
             f"{[tuple(p.shape) for p in parts]}"
         )
+
+
+def _check_indices(idx_parts, name: str, rows: int | None = None) -> None:
+    """Indices are integers and, for a per-row lookup, one per row."""
+    idx = idx_parts[0]
+    if idx.dtype.kind not in "iu":
+        raise IpuError(f"{name} must hold integer row/class numbers, got {idx.dtype}; "
+                       "convert with .astype(np.int32)")
+    if rows is not None and idx.shape[0] != rows:
+        raise IpuError(f"{name}: got {idx.shape[0]} for {rows} row{'s' * (rows != 1)} of the "
+                       "input; give one per row")
 
 
 def _check_range(indices, limit: int, name: str) -> None:
@@ -255,6 +272,7 @@ def embedding(w_parts: list, idx_parts: list, log: CollectiveLog, name: str = "e
     xp = backend.get_xp()
     _check_parts(w_parts, log, f"{name} weights", 2)
     _check_parts(idx_parts, log, f"{name} indices", 1)
+    _check_indices(idx_parts, f"{name} indices")
     size = w_parts[0].shape[0]
     _check_range(idx_parts[0], size * log.num_shards, f"{name} indices")
     local = [local_indices(idx, s, size) for s, idx in enumerate(idx_parts)]
@@ -307,6 +325,7 @@ def take_last(x_parts: list, idx_parts: list, log: CollectiveLog, name: str = "t
     xp = backend.get_xp()
     _check_parts(x_parts, log, f"{name} input", 2)
     _check_parts(idx_parts, log, f"{name} indices", 1)
+    _check_indices(idx_parts, f"{name} indices", x_parts[0].shape[0])
     size = x_parts[0].shape[1]
     _check_range(idx_parts[0], size * log.num_shards, f"{name} indices")
     rows = xp.arange(x_parts[0].shape[0])
@@ -340,6 +359,9 @@ def log_softmax_cross_entropy(
     the labels it owns, so no vocabulary-sized tensor ever crosses between IPUs.
     """
     xp = backend.get_xp()
+    _check_parts(logits_parts, log, f"{name} logits", 2)
+    _check_parts(label_parts, log, f"{name} labels", 1)
+    _check_indices(label_parts, f"{name} labels", logits_parts[0].shape[0])
     log_probs, _ = log_softmax(logits_parts, log, name)
     nls = [-a for a in log_probs]
     ce, _ = take_last(nls, label_parts, log, name)

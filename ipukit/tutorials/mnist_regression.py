@@ -13,13 +13,13 @@ to 50 epochs of all images).
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
 
 import ipukit as ipu
 from ipukit.data import FILES, cache_dir, load_raw
+from ipukit.examples._cli import Parser, positive_int
 from ipukit.poplibs import poplin, popnn, popops, poputil
 
 BATCH_SIZE = 300  # samples per Engine.run (the Repeat count)
@@ -81,8 +81,10 @@ def build(device):
 def train(epochs: int = 50, percent: float = 100.0, profile: bool = False,
           seed: int = 0) -> list[tuple[int, int, int]]:
     """Train and print ``Epoch E (P%), accuracy A%`` lines; returns them as tuples."""
+    if not (isinstance(epochs, int | np.integer) and epochs >= 1):
+        raise ipu.IpuError(f"epochs={epochs!r}: train at least 1 epoch")
     data, labels = load_images()
-    num_images = int(np.floor(percent / 100.0 * len(data)))
+    num_images = int(np.floor(percent / 100.0 * len(data))) if np.isfinite(percent) else 0
     if not 1 <= num_images <= len(data):
         raise ipu.IpuError(
             f"percent={percent} of the {len(data):,} images gives {num_images:,} images; "
@@ -120,9 +122,8 @@ def train(epochs: int = 50, percent: float = 100.0, profile: bool = False,
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="mnist_regression",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("epochs", type=int, nargs="?", default=50)
+    parser = Parser(prog="mnist_regression", description=__doc__.splitlines()[0])
+    parser.add_argument("epochs", type=positive_int, nargs="?", default=50)
     parser.add_argument("percent", type=float, nargs="?", default=100.0,
                         help="the share of the images to train on, in percent")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)

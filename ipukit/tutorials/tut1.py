@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 import ipukit as ipu
+from ipukit.examples._cli import Parser
 
 
 def fmt_float(x: float) -> str:
@@ -19,6 +20,7 @@ def fmt_float(x: float) -> str:
 
 
 def main(argv=None) -> int:
+    Parser(prog="tut1", description=__doc__.splitlines()[0]).parse_args(argv)  # no arguments
     device = ipu.IPUModel().create_device()
     graph = ipu.Graph(device.target)
 

@@ -9,10 +9,12 @@ Run: ``python -m ipukit.tutorials.tut2``
 from __future__ import annotations
 
 import ipukit as ipu
+from ipukit.examples._cli import Parser
 from ipukit.poplibs import popops
 
 
 def main(argv=None) -> int:
+    Parser(prog="tut2", description=__doc__.splitlines()[0]).parse_args(argv)  # no arguments
     device = ipu.IPUModel().create_device()
     graph = ipu.Graph(device.target)
 

@@ -9,6 +9,7 @@ Run: ``python -m ipukit.tutorials.tut3``
 from __future__ import annotations
 
 import ipukit as ipu
+from ipukit.examples._cli import Parser
 
 
 class SumVertex(ipu.Vertex):
@@ -22,6 +23,7 @@ class SumVertex(ipu.Vertex):
 
 
 def main(argv=None) -> int:
+    Parser(prog="tut3", description=__doc__.splitlines()[0]).parse_args(argv)  # no arguments
     device = ipu.IPUModel().create_device()
     graph = ipu.Graph(device.target)
 

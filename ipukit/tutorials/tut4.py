@@ -11,6 +11,7 @@ Run: ``python -m ipukit.tutorials.tut4``
 from __future__ import annotations
 
 import ipukit as ipu
+from ipukit.examples._cli import Parser
 from ipukit.poplibs import poplin, poputil
 
 
@@ -29,6 +30,7 @@ def build(device):
 
 
 def main(argv=None) -> int:
+    Parser(prog="tut4", description=__doc__.splitlines()[0]).parse_args(argv)  # no arguments
     device = ipu.IPUModel().create_device()
     graph, prog, _ = build(device)
     engine = ipu.Engine(graph, prog, {"debug.retainDebugInformation": "true"})

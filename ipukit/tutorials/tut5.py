@@ -13,6 +13,7 @@ import sys
 import numpy as np
 
 import ipukit as ipu
+from ipukit.examples._cli import Parser, check_fits, positive_int, run
 from ipukit.poplibs import poputil
 
 
@@ -53,13 +54,29 @@ def build_multiply_program(graph, matrix, vector, out):
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: tut5 numRows numCols", file=sys.stderr)
-        return 1
-    rows, cols = int(argv[0]), int(argv[1])
-    print(f"Multiplying matrix of size {rows}x{cols} by vector of size {cols}")
+    parser = Parser(prog="tut5", description=__doc__.splitlines()[0])
+    parser.add_argument("numRows", type=positive_int)
+    parser.add_argument("numCols", type=positive_int)
+    return run(_main, sys.argv[1:] if argv is None else argv, parser)
+
+
+def check_sizes(target, rows: int, cols: int) -> None:
+    """One vertex per row on tile ``row`` (as in the C++): rows must fit the tiles, and the
+    data the IPU's memory, before anything is allocated."""
+    if rows > target.num_tiles:
+        raise ipu.TileMappingError(
+            f"numRows {rows:,}: tut5 puts the vertex of row i on tile i, and the IPU Model "
+            f"has {target.num_tiles:,} tiles; use at most {target.num_tiles:,} rows (tut6 "
+            "spreads any number of rows)")
+    check_fits(f"a {rows:,}x{cols:,} matrix-vector multiply", target,
+               4 * (rows * cols + cols + rows), 16 * (rows * cols + cols + rows))
+
+
+def _main(args) -> int:
+    rows, cols = args.numRows, args.numCols
     device = ipu.IPUModel().create_device()
+    check_sizes(device.target, rows, cols)
+    print(f"Multiplying matrix of size {rows}x{cols} by vector of size {cols}")
     print("Creating new graph object and compiling vertex program additions")
     graph = ipu.Graph(device.target)
     print("Constructing full compute graph and control program")

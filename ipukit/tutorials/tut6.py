@@ -11,12 +11,12 @@ Run: ``python -m ipukit.tutorials.tut6 10000 1000 [--device model-ipu1|model-ipu
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
 
 import ipukit as ipu
+from ipukit.examples._cli import Parser, check_fits, positive_int, run
 from ipukit.tutorials.tut5 import DotProductVertex
 
 
@@ -149,16 +149,21 @@ def build(rows: int, cols: int, version: str = "ipu2", split: int | None = None)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="tut6", description=__doc__.splitlines()[0])
-    parser.add_argument("rows", type=int)
-    parser.add_argument("cols", type=int)
+    parser = Parser(prog="tut6", description=__doc__.splitlines()[0])
+    parser.add_argument("rows", type=positive_int)
+    parser.add_argument("cols", type=positive_int)
     parser.add_argument("--device", default="model-ipu2", choices=["model-ipu1", "model-ipu2"])
     parser.add_argument("--no-profile", action="store_true",
                         help="skip the profile summary at the end")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.rows <= 0 or args.cols <= 0:
-        print("Missing rows/cols arguments")
-        return 1
+    return run(_main, sys.argv[1:] if argv is None else argv, parser)
+
+
+def _main(args) -> int:
+    n = args.rows * args.cols + args.cols + 2 * args.rows
+    # device: 4 B an element; host: the data, the emulator's addresses and tiles, the check
+    check_fits(f"a {args.rows:,}x{args.cols:,} matrix-vector multiply",
+               ipu.IPUModel(args.device.removeprefix("model-")).create_device().target,
+               4 * n, 32 * n)
     print(f"Device {args.device}")
     print(f"Multiplying matrix of size {args.rows}x{args.cols} by vector of size {args.cols}")
     print("Constructing compute graph and control program")

@@ -1,4 +1,4 @@
-"""Widgets that animate what a run did; they read a Trace, Schedule or run result only.
+"""Widgets that play what a run did in the browser; they read a Trace, Schedule or run only.
 
 * :class:`BSPView` (a :class:`ipukit.trace.Trace`): supersteps and their sync, exchange
   and compute phases on the tile grid.
@@ -7,8 +7,10 @@
   measures and stashed activations over time.
 * :class:`MemoryMap` (a Trace, Executable or Graph): per-tile memory by category.
 
-Each is an ipywidgets box with a Play button and a slider; ``to_html()`` and ``static()``
-give an animated PNG for GitHub and nbviewer.
+Each is an ``anywidget.AnyWidget``: Python sends the data once, the browser plays it
+(Play, scrub, speed, hover, click) with no kernel round trip. ``frame``, ``playing`` and
+``selected`` sync both ways; ``save_html(path)`` writes a page that plays offline; the cell
+output also carries that page (``text/html``, for nbconvert) and a PNG (``static()``).
 """
 
 from .bsp_view import BSPFrame, BSPView

@@ -1,10 +1,17 @@
-"""What every ipukit widget shares: a Play button and a step slider over frames, one PNG per
-frame (drawn by matplotlib's Agg canvas, no pyplot), colours (the BSP phases' are
-``ipukit.report.PHASE_COLOURS``) and the static fallback (an
-animated PNG that GitHub and nbviewer show without a kernel).
+"""What every ipukit widget shares: an ``anywidget.AnyWidget`` whose front end is the ES
+module ``static/ipukit_widgets.js`` (shipped as is: no build step, nothing fetched).
 
-A widget subclasses :class:`Player` and implements ``num_frames()``, ``draw(k)`` (update
-the artists of ``self.fig`` for frame ``k``) and ``caption(k)`` (one line of HTML).
+Python sends the run's data once (``_payload``: a ``meta`` dict and binary ``arrays``, each
+in the smallest integer type that holds it); the browser draws it on a canvas with
+requestAnimationFrame and plays, pauses, scrubs and answers hover on its own. ``frame``,
+``playing``, ``speed`` and ``selected`` (the clicked tile or op) sync both ways.
+
+Beyond the kernel: :meth:`Widget.save_html` writes one self-contained page that plays
+offline, and the widget's cell output carries the same page fragment as ``text/html`` (what
+``jupyter nbconvert --to html`` shows, playing, where no widget state is saved) and a
+matplotlib PNG (``image/png``, for nbval, PDF and GitHub). A subclass implements
+``num_frames()``, ``payload()`` (the data for the browser), ``draw(k)`` (the matplotlib
+figure ``self.fig`` for frame ``k``), ``caption(k)`` and ``static_frame()``.
 """
 
 from __future__ import annotations
@@ -12,18 +19,28 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
+import uuid
+from pathlib import Path
 
 import numpy as np
 
 try:
-    import ipywidgets as widgets
+    import anywidget
     import matplotlib  # noqa: F401
+    import traitlets
 except ImportError as e:  # the "lab" extra
-    raise ImportError(f"ipukit.widgets needs ipywidgets and matplotlib ({e}); install them "
+    raise ImportError(f"ipukit.widgets needs anywidget and matplotlib ({e}); install them "
                       "with: pip install 'ipukit[lab]'") from e
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
+
+STATIC = Path(__file__).parent / "static"
+JS = STATIC / "ipukit_widgets.js"
+CSS = STATIC / "ipukit_widgets.css"
+#: Seconds the whole run takes to play at speed 1.
+PLAY_SECONDS = 10.0
 
 #: An idle tile, the slowest tile and IPU-Link traffic.
 IDLE = "#E4E4E4"
@@ -60,65 +77,95 @@ def esc(text) -> str:
     return html.escape(str(text))
 
 
-class Player(widgets.VBox):
-    """A Play button linked to a step slider, the frame as one PNG, a caption underneath.
+_INTS = [("u1", np.uint8), ("u2", np.uint16), ("u4", np.uint32), ("i1", np.int8),
+         ("i2", np.int16), ("i4", np.int32)]
 
-    ``widgets.link`` (not ``jslink``) ties Play to the slider so that setting either from
-    Python moves both, as in the browser. ``value`` is the current frame.
-    """
 
-    def __init__(self, controls=(), interval: int = 500, label: str = "step"):
-        n = self.num_frames()  # the subclass has set up its data and ``self.fig``
-        self.play = widgets.Play(min=0, max=max(n - 1, 0), interval=interval, step=1,
-                                 description="Play", tooltip="Play")
-        self.slider = widgets.IntSlider(min=0, max=max(n - 1, 0), description=label,
-                                        layout=widgets.Layout(width="420px"))
-        widgets.link((self.play, "value"), (self.slider, "value"))
-        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
-        self.text = widgets.HTML()
-        self.slider.observe(lambda change: self.show(change["new"]), names="value")
-        rows = [widgets.HBox([self.play, self.slider])]
-        if controls:
-            rows.append(widgets.HBox(list(controls)))
-        super().__init__(rows + [self.image, self.text])
-        self.show(0)
+def pack(values) -> dict:
+    """A flat array for the browser, in the smallest type that holds it exactly."""
+    a = np.asarray(values).reshape(-1)
+    if a.dtype.kind in "iub":
+        lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
+        for code, dt in _INTS:
+            info = np.iinfo(dt)
+            if info.min <= lo and hi <= info.max:
+                return {"dtype": code, "data": a.astype(dt).astype(f"<{code}").tobytes()}
+    return {"dtype": "f8", "data": a.astype("<f8").tobytes()}
+
+
+def unpack(a: dict) -> np.ndarray:
+    """What the browser reads from :func:`pack` (for tests)."""
+    return np.frombuffer(a["data"], np.dtype(f"<{a['dtype']}"))
+
+
+def _jsonable(payload: dict) -> dict:
+    arrays = {k: {"dtype": v["dtype"], "data": base64.b64encode(v["data"]).decode("ascii")}
+              for k, v in payload["arrays"].items()}
+    return {"meta": payload["meta"], "arrays": arrays}
+
+
+class Widget(anywidget.AnyWidget):
+    """A widget whose browser side plays the run; ``frame`` is the frame shown."""
+
+    _esm = JS
+    _css = CSS
+    _payload = traitlets.Dict().tag(sync=True)
+    frame = traitlets.Int(0).tag(sync=True)
+    playing = traitlets.Bool(False).tag(sync=True)
+    speed = traitlets.Float(1.0).tag(sync=True)
+    duration = traitlets.Float(PLAY_SECONDS).tag(sync=True)
+    selected = traitlets.Dict().tag(sync=True)
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.fig = None
+        self._drawn = None
+        self._payload = self.payload()
+
+    @traitlets.validate("frame")
+    def _valid_frame(self, proposal):
+        k, n = proposal["value"], self.num_frames()
+        if not 0 <= k < n:
+            raise ValueError(f"frame {k}: {type(self).__name__} has frames 0..{n - 1}")
+        return k
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.num_frames()} frames)"
 
     # -- to implement --------------------------------------------------------------------
     def num_frames(self) -> int:
         raise NotImplementedError
 
+    def payload(self) -> dict:
+        raise NotImplementedError
+
     def draw(self, k: int) -> None:
         raise NotImplementedError
 
-    def caption(self, k: int) -> str:
+    def caption(self, k: int | None = None) -> str:
         raise NotImplementedError
+
+    def static_frame(self) -> int:
+        return self.frame
 
     # -- shared ----------------------------------------------------------------------------
     @property
     def value(self) -> int:
-        return self.slider.value
+        """The frame shown (``frame``)."""
+        return self.frame
 
-    def show(self, k: int) -> None:
-        """Draw frame ``k`` into the image and caption (what the slider does)."""
+    @value.setter
+    def value(self, k: int) -> None:
+        self.frame = k
+
+    def render(self, k: int | None = None) -> bytes:
+        """Frame ``k`` (default: the one shown) as a matplotlib PNG."""
+        k = self.frame if k is None else k
+        if not 0 <= k < self.num_frames():
+            raise ValueError(f"frame {k}: {type(self).__name__} has frames 0.."
+                             f"{self.num_frames() - 1}")
         self.draw(k)
-        self.image.value = png(self.fig)
-        self.text.value = self.caption(k)
-
-    def render(self, k: int) -> bytes:
-        """Frame ``k`` as PNG bytes, without moving the slider."""
-        self.draw(k)
-        out = png(self.fig)
-        self.draw(self.value)
-        return out
-
-    def reset_frames(self) -> None:
-        """Call after the data changed: new slider range, frame 0 drawn."""
-        self.play.playing = False
-        if self.slider.value:
-            self.play.value = 0  # moves the linked slider, which shows frame 0
-        else:
-            self.show(0)
-        self.play.max = self.slider.max = max(self.num_frames() - 1, 0)
+        return png(self.fig)
 
     def to_png(self, max_frames: int = 40, ms_per_frame: int = 400) -> bytes:
         """The animation as one animated PNG (APNG: every browser plays it, no kernel)."""
@@ -132,15 +179,50 @@ class Player(widgets.VBox):
                        duration=ms_per_frame, loop=0)
         return buf.getvalue()
 
-    def to_html(self, max_frames: int = 40, ms_per_frame: int = 400) -> str:
-        """Static fallback for GitHub and nbviewer: the animated PNG and the last caption."""
-        data = base64.b64encode(self.to_png(max_frames, ms_per_frame)).decode("ascii")
-        last = self.caption(self.num_frames() - 1)
-        return (f'<figure style="margin:0"><img src="data:image/png;base64,{data}" '
-                f'style="max-width:100%"/><figcaption>{last}</figcaption></figure>')
-
-    def static(self, max_frames: int = 40, ms_per_frame: int = 400):
-        """An ``IPython.display.Image`` of the animated PNG (an image/png cell output)."""
+    def static(self):
+        """An ``IPython.display.Image`` of the static picture (an image/png output)."""
         from IPython.display import Image
 
-        return Image(data=self.to_png(max_frames, ms_per_frame), format="png")
+        return Image(data=self.render(self.static_frame()), format="png")
+
+    def _state(self) -> dict:
+        payload = _jsonable(self._payload)
+        payload["meta"] = dict(payload["meta"], controls=None)  # no kernel to ask
+        return {"_payload": payload, "frame": int(self.frame), "playing": False,
+                "speed": float(self.speed), "duration": float(self.duration),
+                "selected": {}, "settings": {}, "error": ""}
+
+    def to_html(self, picture: bytes | None = None) -> str:
+        """One self-contained HTML fragment that plays this widget with no kernel.
+
+        ``picture`` (PNG bytes) is shown where scripts do not run (GitHub, a sanitiser).
+        """
+        uid = f"ipukit-{uuid.uuid4().hex[:12]}"
+        state = json.dumps(self._state(), separators=(",", ":")).replace("</", "<\\/")
+        js = JS.read_text(encoding="utf-8").replace("</script", "<\\/script")
+        img = ""
+        if picture is not None:
+            img = (f'<img alt="{esc(repr(self))}" style="max-width:100%" '
+                   f'src="data:image/png;base64,{base64.b64encode(picture).decode("ascii")}"/>')
+        return (f'<style>{CSS.read_text(encoding="utf-8")}</style>'
+                f'<div class="ipukit-standalone" id="{uid}">{img}</div>'
+                f'<script type="application/json" id="{uid}-state">{state}</script>'
+                f'<script type="module">\n{js}\nstandalone(document.getElementById("{uid}"), '
+                f'JSON.parse(document.getElementById("{uid}-state").textContent));\n</script>')
+
+    def save_html(self, path) -> Path:
+        """Write one self-contained page that plays this widget offline; returns its path."""
+        path = Path(path)
+        title = esc(repr(self))
+        path.write_text(f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+                        f"<title>{title}</title></head><body>{self.to_html()}</body></html>\n",
+                        encoding="utf-8")
+        return path
+
+    def _repr_mimebundle_(self, **kwargs):
+        out = super()._repr_mimebundle_(**kwargs)
+        data, metadata = out if isinstance(out, tuple) else (out, {})
+        picture = self.render(self.static_frame())
+        data["image/png"] = base64.b64encode(picture).decode("ascii")
+        data["text/html"] = self.to_html(picture)
+        return data, metadata

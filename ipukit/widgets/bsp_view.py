@@ -10,7 +10,10 @@ who sends to whom; bytes crossing IPUs go over an IPU-Link (blue). The strip at 
 is the whole run, one bar per executed superstep, with a running cycle counter.
 
 This is the execution view of Graphcore's PopVision Graph Analyser, animated. It reads a
-:class:`ipukit.trace.Trace` only (``engine.trace``), never the Engine.
+:class:`ipukit.trace.Trace` only (``engine.trace``), never the Engine, and keeps the events
+it was given: a later ``engine.run()`` does not change what the view plays. In the browser,
+hover a tile for its bytes in and out, cycles and memory by category; click one to read it
+as ``view.selected``; click a superstep in the strip to jump to it.
 
 >>> import ipukit as ipu
 >>> from ipukit.widgets import BSPView
@@ -21,8 +24,8 @@ This is the execution view of Graphcore's PopVision Graph Analyser, animated. It
 ...     g.set_tile_mapping(v[i], i)
 >>> eng = ipu.Engine(g, ipu.Copy(v[0:2], v[2:4])); eng.load(dev); eng.run()
 >>> view = BSPView(eng.trace)
->>> view.slider.value = view.frame_index(1, "exchange")
->>> view.frame().tiles_busy().tolist()
+>>> view.frame = view.frame_index(1, "exchange")
+>>> view.frame_at().tiles_busy().tolist()
 [0, 1, 2, 3]
 """
 
@@ -38,7 +41,7 @@ from matplotlib.ticker import MaxNLocator
 
 from ..report import PHASE_COLOURS
 from ..trace import Step, Trace
-from ._player import IDLE, LINK, SLOWEST, Player, esc, new_figure, tint
+from ._player import IDLE, LINK, SLOWEST, Widget, esc, new_figure, pack, tint
 
 PHASES = ("sync", "exchange", "compute")
 #: Targets up to this many tiles get per-tile numbers and transfer arrows.
@@ -144,15 +147,15 @@ class BSPFrame:
         return float(self.idle.sum() / (self.cycles * self.busy.size)) if self.cycles else 0.0
 
 
-class BSPView(Player):
-    """The supersteps of a Trace as an animated tile grid; ``value`` is the frame index.
+class BSPView(Widget):
+    """The supersteps of a Trace as an animated tile grid; ``frame`` is the frame shown.
 
     Frame ``3 * e + p`` is phase ``PHASES[p]`` of the ``e``-th executed step
-    (``self.events[e]``: every event of the trace, or those of Engine.run call ``run``).
-    ``interval`` is the milliseconds between frames when playing.
+    (``self.events[e]``: every event of the trace when the view was made, or those of
+    Engine.run call ``run``). The whole run plays in ``duration`` seconds (10 by default).
     """
 
-    def __init__(self, trace: Trace, run: int | None = None, interval: int = 600):
+    def __init__(self, trace: Trace, run: int | None = None, **kwargs):
         if not isinstance(trace, Trace):
             raise TypeError(f"BSPView needs an ipukit Trace (engine.trace), got {trace!r}")
         if len(trace) == 0:
@@ -163,8 +166,10 @@ class BSPView(Player):
             raise ValueError(f"run={run!r}: the trace has Engine.run calls 0.."
                              f"{trace.num_runs - 1}")
         self.layout_ = TileLayout(self.target)
-        self._build_figure()
-        super().__init__(interval=interval, label="phase")
+        last = self.events[-1]
+        #: The cycle counter at the end of the last event shown (not the live trace's total).
+        self.total_cycles = int(last.start + trace.steps[last.step].cycles)
+        super().__init__(**kwargs)
 
     # -- the model ---------------------------------------------------------------------------
     def num_frames(self) -> int:
@@ -173,9 +178,9 @@ class BSPView(Player):
     def frame_index(self, event: int, phase: str) -> int:
         return 3 * event + PHASES.index(phase)
 
-    def frame(self, k: int | None = None) -> BSPFrame:
-        """What frame ``k`` (default: the slider's) shows."""
-        k = self.value if k is None else k
+    def frame_at(self, k: int | None = None) -> BSPFrame:
+        """What frame ``k`` (default: the frame shown) shows."""
+        k = self.frame if k is None else k
         if not 0 <= k < self.num_frames():
             raise ValueError(f"frame {k}: 0..{self.num_frames() - 1}")
         e, p = divmod(k, 3)
@@ -230,6 +235,7 @@ class BSPView(Player):
         self.phase_line = bars.axhline(0, color=SLOWEST, lw=1.5, ls="--",
                                        label="end of phase")
         bars.set_xlim(-0.5, t.num_tiles - 0.5)
+        bars.xaxis.set_major_locator(MaxNLocator(integer=True))  # no fractional tile numbers
         bars.set_xlabel("tile", fontsize=10)
         bars.set_ylabel("cycles in this phase", fontsize=10)
         bars.legend(loc="upper right", fontsize=8, framealpha=0.9)
@@ -281,8 +287,53 @@ class BSPView(Player):
             rgba[busy, :3] = pale + (base - pale) * share[busy, None]
         return rgba
 
+    def static_frame(self) -> int:
+        """The frame shown, else the longest compute phase (the static picture's frame)."""
+        if self.frame:
+            return self.frame
+        compute = [self.trace.steps[e.step].compute_cycles for e in self.events]
+        return self.frame_index(int(np.argmax(compute)), "compute")
+
+    def payload(self) -> dict:
+        """The events, the executed steps' per-tile arrays and the tile memory, once."""
+        t, lay = self.target, self.layout_
+        used = sorted({e.step for e in self.events})
+        index = {s: i for i, s in enumerate(used)}
+        steps = [self.trace.steps[s] for s in used]
+        meta = {
+            "kind": "bsp", "total": self.total_cycles, "clock_hz": t.clock_hz,
+            "layout": {"num_ipus": t.num_ipus, "tiles_per_ipu": t.tiles_per_ipu,
+                       "cols": lay.cols, "rows": lay.rows, "gap": lay.GAP},
+            "events": [[index[e.step], int(e.start), int(e.run)] for e in self.events],
+            "steps": [{"name": s.name, "kind": s.kind, "sync": int(s.sync_cycles),
+                       "exchange": int(s.exchange_cycles), "compute": int(s.compute_cycles),
+                       "inter_ipu_bytes": int(s.inter_ipu_bytes),
+                       "host_bytes": int(s.host_bytes),
+                       "vertices": int(sum(n for n, _ in s.vertex_types.values()))}
+                      for s in steps],
+            "colours": dict(PHASE_COLOURS),
+            "categories": list(self.trace.memory.categories),
+        }
+        arrays = {
+            "compute": pack([s.tile_compute_cycles for s in steps]),
+            "exchange": pack([s.tile_exchange_cycles(t) for s in steps]),
+            "bytes_in": pack([s.tile_bytes_in for s in steps]),
+            "bytes_out": pack([s.tile_bytes_out for s in steps]),
+            "memory": pack([v for v in self.trace.memory.categories.values()]),
+            "vertices": pack([np.zeros(t.num_tiles, np.int64) if s.tile_vertices is None
+                              else s.tile_vertices for s in steps]),
+        }
+        if t.num_tiles <= SMALL:  # arrows: the biggest transfers of each step
+            rows = [s.transfers[np.argsort(-s.transfers[:, 2], kind="stable")[:MAX_ARROWS]]
+                    if s.transfers.size else np.zeros((0, 3), np.int64) for s in steps]
+            arrays["transfers"] = pack(np.concatenate(rows) if rows else np.zeros(0))
+            arrays["transfer_offsets"] = pack(np.cumsum([0] + [len(r) for r in rows]))
+        return {"meta": meta, "arrays": arrays}
+
     def draw(self, k: int) -> None:
-        f = self.frame(k)
+        if self.fig is None:
+            self._build_figure()
+        f = self.frame_at(k)
         t, lay, s = self.target, self.layout_, f.step
         self.im.set_data(lay.image(self._tile_colours(f)))
         slow = f.slowest
@@ -306,8 +357,8 @@ class BSPView(Player):
         e = len(self.events)
         self.title.set_text(f"Superstep {f.event + 1}/{e}: {s.name}")
         self.title.set_color("black")
-        self.counter.set_text(f"cycle {f.end:>{len(f'{self.trace.total_cycles:,}')},} / "
-                              f"{self.trace.total_cycles:,}")
+        self.counter.set_text(f"cycle {f.end:>{len(f'{self.total_cycles:,}')},} / "
+                              f"{self.total_cycles:,}")
         self.subtitle.set_text(f"{f.phase.upper()} phase · {f.cycles:,} cycles · "
                                f"{t.cycles_to_us(f.end):,.2f} µs into the run")
         self.subtitle.set_color(colour)
@@ -367,12 +418,13 @@ class BSPView(Player):
         return (f"slowest: tile {f.slowest} ({most:,} cycles); "
                 f"{100 * f.idle_fraction():.0f}% of tile time idle")
 
-    def caption(self, k: int) -> str:
-        f = self.frame(k)
+    def caption(self, k: int | None = None) -> str:
+        """What the browser writes under frame ``k`` (default: the frame shown), as HTML."""
+        f = self.frame_at(k)
         s, n = f.step, self.target.num_tiles
         head = (f"<b>{esc(s.name)}</b> ({s.kind}) · <b style='color:"
                 f"{PHASE_COLOURS[f.phase]}'>{f.phase}</b> · {f.cycles:,} cycles · "
-                f"cycle counter {f.end:,} / {self.trace.total_cycles:,}")
+                f"cycle counter {f.end:,} / {self.total_cycles:,}")
         if f.phase == "sync":
             what = ("the host synchronises with the device (one Engine.run call)"
                     if s.kind == "host" else f"all {n} tiles wait until every tile is ready")

@@ -5,32 +5,32 @@ PopVision's memory report as a widget: the heat map of :func:`ipukit.report.tile
 :class:`ipukit.trace.TileMemory` ("variables", "constants", "vertex state", "vertex code",
 "exchange buffers") or their total, the fullest tiles outlined and numbered, and the worst
 tiles as stacked bars against the tile's memory. Play (or the category buttons) steps
-through the categories.
+through the categories; hover a tile for its bytes by category, click it to read it as
+``view.selected``.
 
-It reads a Trace (``engine.trace``), an Executable (``ipu.compile_graph``) or a Graph
-(compiled without programs: variables and constants only).
+It reads a Trace (``engine.trace``) or an Executable (``ipu.compile_graph``); it never
+compiles (compile a Graph with ``ipu.compile_graph(graph, [])`` to see its variables).
 
 >>> import ipukit as ipu
 >>> from ipukit.widgets import MemoryMap
 >>> g = ipu.Graph(ipu.IPUModel(tiles_per_ipu=4).create_device().target)
 >>> v = g.add_variable(ipu.FLOAT, [6], "v")
 >>> g.set_tile_mapping(v[:4], 0); g.set_tile_mapping(v[4:], 3)
->>> m = MemoryMap(g)
+>>> m = MemoryMap(ipu.compile_graph(g, []))
 >>> m.worst(2)
 [(0, 16), (3, 8)]
 """
 
 from __future__ import annotations
 
-import ipywidgets as widgets
 import numpy as np
 from matplotlib.patches import Rectangle
 
 from .. import report
-from ..compile import Executable, compile_graph
-from ..graph import Graph
+from ..compile import Executable
 from ..trace import Trace
-from ._player import Player, esc, new_figure
+from ._player import Widget, esc, new_figure, pack
+from .bsp_view import TileLayout
 
 CATEGORY_COLOURS = {"variables": "#0072B2", "constants": "#56B4E9", "vertex state": "#E69F00",
                     "vertex code": "#CC79A7", "exchange buffers": "#009E73"}
@@ -39,26 +39,30 @@ MARK = "#00B4F0"  # outline of the fullest tiles: visible on light and dark cell
 
 
 def _compiled(source) -> Trace | Executable:
-    """Something with ``.memory`` and ``.target``: a Trace, Executable or compiled Graph."""
+    """Something with ``.memory`` and ``.target``: a Trace or an Executable."""
     if isinstance(source, Trace | Executable):
         return source
-    if isinstance(source, Graph):
-        return compile_graph(source, [])
-    raise TypeError(f"MemoryMap needs a Trace, Executable or Graph, got {source!r}")
+    raise TypeError(f"MemoryMap needs a Trace or an Executable (ipu.compile_graph(graph, "
+                    f"programs)), got {source!r}")
 
 
-class MemoryMap(Player):
+class MemoryMap(Widget):
     """Per-tile memory of a compiled graph; frame ``k`` shows ``self.names[k]``."""
 
-    def __init__(self, source, interval: int = 1200):
+    def __init__(self, source, **kwargs):
         self.compiled = _compiled(source)
         self.memory, self.target = self.compiled.memory, self.compiled.target
         self.names = ["total"] + list(self.memory.categories)
-        self.fig = new_figure(11.5, 4.6)
-        self.buttons = widgets.ToggleButtons(options=self.names, value="total",
-                                             style={"button_width": "115px"})
-        super().__init__(controls=[self.buttons], interval=interval, label="category")
-        widgets.link((self.buttons, "index"), (self.slider, "value"))
+        super().__init__(**kwargs)
+
+    def payload(self) -> dict:
+        t, lay = self.target, TileLayout(self.target)
+        meta = {"kind": "memory", "names": self.names,
+                "categories": list(self.memory.categories),
+                "category_colours": CATEGORY_COLOURS, "bytes_per_tile": t.bytes_per_tile,
+                "layout": {"num_ipus": t.num_ipus, "tiles_per_ipu": t.tiles_per_ipu,
+                           "cols": lay.cols, "rows": lay.rows, "gap": lay.GAP}}
+        return {"meta": meta, "arrays": {"memory": pack(list(self.memory.categories.values()))}}
 
     # -- the model ---------------------------------------------------------------------------
     def num_frames(self) -> int:
@@ -66,19 +70,21 @@ class MemoryMap(Player):
 
     def bytes(self, k: int | None = None) -> np.ndarray:
         """Bytes per tile of category ``names[k]`` (default: the slider's)."""
-        name = self.names[self.value if k is None else k]
+        name = self.names[self.frame if k is None else k]
         return self.memory.total if name == "total" else self.memory.categories[name]
 
     def worst(self, n: int = WORST, k: int | None = None) -> list[tuple[int, int]]:
         """The ``n`` fullest tiles in category ``k`` as (tile, bytes), fullest first."""
-        b = self.bytes(k)
-        order = np.argsort(-b, kind="stable")[:n]
-        return [(int(t), int(b[t])) for t in order if b[t] > 0]
+        name = self.names[self.value if k is None else k]
+        worst = self.memory.worst(n, None if name == "total" else name)
+        return [(t, b) for t, b in worst if b > 0]
 
     # -- drawing -----------------------------------------------------------------------------
     def draw(self, k: int) -> None:
         """Frame ``k``: ipukit.report's tile memory map (a fresh axes, as it adds a colour
         bar), the IPU boundaries, the fullest tiles outlined, and the worst tiles' bars."""
+        if self.fig is None:
+            self.fig = new_figure(11.5, 4.6)
         fig, t = self.fig, self.target
         fig.clf()
         gs = fig.add_gridspec(1, 2, width_ratios=[1.45, 1], left=0.06, right=0.97, top=0.86,
@@ -125,7 +131,8 @@ class MemoryMap(Player):
         bars.legend(fontsize=8, loc="lower right", framealpha=0.9)
         bars.set_title("fullest tiles", fontsize=10)
 
-    def caption(self, k: int) -> str:
+    def caption(self, k: int | None = None) -> str:
+        k = self.frame if k is None else k
         rows = "".join(
             f"<tr><td>{tile}</td><td>{self.target.ipu_of_tile(tile)}</td><td>{v:,}</td>"
             f"<td>{100 * int(self.memory.total[tile]) / self.target.bytes_per_tile:.1f}%</td>"

@@ -6,7 +6,9 @@ and coloured per micro-batch, as in the schedule figures of Graphcore's and PopT
 pipelining tutorials. Play moves a play head that reveals the timeline; the panel below
 shows the stashed activations of every IPU over time, in sync with the play head. The
 three bubble measures (bubble ÷ total time, ÷ ideal time, and the zero-bubble paper's
-per-stage span) and the utilisation are printed with it.
+per-stage span) and the utilisation are printed with it and explained: bubble ÷ ideal
+time above 100 % means the IPUs wait longer than the busiest one works (782.6 % of ideal:
+the run takes 8.83× the busiest IPU's own work).
 
 A bare :class:`~ipukit.parallel.schedule.Schedule` is drawn with unit durations (every
 op one step, as the published diagrams; pass ``t_B=2`` for the literature's convention)
@@ -18,18 +20,18 @@ copies, syncs and weight update, and its stash in bytes.
 >>> from ipukit.parallel.schedule import schedule
 >>> from ipukit.widgets import PipelineTimeline
 >>> view = PipelineTimeline(schedule("grouped", 2, 4))
->>> view.slider.value = 4
+>>> view.frame = 200  # half way: frame k of 401 is time 10 * k / 400
 >>> view.time(), [(b.ipu, b.label) for b in view.under_play_head()]
-(4.0, [(0, 'B0'), (1, 'B1')])
+(5.0, [(0, 'F3'), (1, 'F2')])
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-import ipywidgets as widgets
 import matplotlib
 import numpy as np
+import traitlets
 from matplotlib.collections import PolyCollection
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
@@ -37,17 +39,22 @@ from matplotlib.ticker import MaxNLocator
 from ..errors import IpuError
 from ..parallel.schedule import KINDS, Schedule, schedule
 from ..timeline import Span, Timeline
-from ._player import LINK, SLOWEST, Player, esc, mb_colour, new_figure, tint
+from ._player import LINK, SLOWEST, Widget, esc, mb_colour, new_figure, pack, tint
 
-COMPUTE = ("F", "B", "R")
-#: Above this many play-head positions the play head moves in even steps instead.
-MAX_FRAMES = 240
+#: Spans that are work: a pipeline's F/B/R (and W), an emulated run's compute phases.
+COMPUTE = ("F", "B", "R", "W", "compute")
+#: Play-head positions: frame k is time makespan * k / (FRAMES - 1).
+FRAMES = 401
 MAX_LABELS = 600
+#: No op is drawn narrower than this many pixels (in the browser too).
+MIN_OP_PX = 2
 
 
 def label(span: Span) -> str:
     """What a box shows: ``F3`` for an op on micro-batch 3, else its kind."""
-    return f"{span.kind}{span.microbatch}" if span.kind in COMPUTE else span.kind
+    if span.kind in COMPUTE and span.microbatch >= 0:
+        return f"{span.kind}{span.microbatch}"
+    return span.label or span.kind
 
 
 @dataclass(frozen=True, eq=False)
@@ -141,51 +148,62 @@ def _timeline(obj, t_F, t_B, t_R) -> Panel:
     return from_run(obj)
 
 
-class PipelineTimeline(Player):
-    """A schedule or run timeline, animated; ``compare`` puts a second one beside it.
+class PipelineTimeline(Widget):
+    """A schedule or run timeline, animated; ``compare`` puts a second one below it.
 
-    ``value`` is the frame; ``time()`` the play head's time. With ``controls=True`` (the
-    default for a Schedule) the kind, number of stages, gradient accumulation count,
-    recomputation and the schedule to compare with can be changed with the mouse.
+    ``frame`` is the play head's position: frame ``k`` of ``FRAMES`` is time
+    ``makespan * k / (FRAMES - 1)`` (``time()``), and the whole run plays in ``duration``
+    seconds (10 by default). With ``controls=True`` (the default for a Schedule) the kind,
+    number of stages, gradient accumulation count, recomputation and the schedule to
+    compare with can be changed in the browser (``settings``; a bad one sets ``error``).
+    In the browser: wheel to zoom (labels appear when the ops are wide enough), drag to
+    pan, hover an op for its IPU, stage, micro-batch, start, duration and bytes, click it to
+    read it as ``view.selected`` (and, with :meth:`link`, to show its supersteps).
     """
 
+    settings = traitlets.Dict().tag(sync=True)
+    error = traitlets.Unicode("").tag(sync=True)
+
     def __init__(self, schedule_or_run, compare=None, t_F=1.0, t_B=1.0, t_R=None,
-                 controls: bool | None = None, interval: int = 500):
+                 controls: bool | None = None, **kwargs):
         self.durations = (t_F, t_B, t_R)
         self.sources = [schedule_or_run] + ([compare] if compare is not None else [])
         self.timelines = [_timeline(s, t_F, t_B, t_R) for s in self.sources]
         if len({tl.time_unit for tl in self.timelines}) > 1:
             raise ValueError("compare a schedule with a schedule and a run with a run: one "
                              "is timed in steps, the other in cycles")
-        self._times = self._frame_times()
-        self.error = widgets.HTML()
         if controls is None:
             controls = isinstance(schedule_or_run, Schedule)
-        self.controls = self._make_controls(schedule_or_run) if controls else {}
-        self.fig = new_figure(12, 4)
-        self._build_figure()
-        super().__init__(controls=list(self.controls.values()), interval=interval,
-                         label="time")
-        if self.controls:  # a bad setting is explained under the controls
-            self.children = self.children[:2] + (self.error,) + self.children[2:]
+        if controls and not isinstance(schedule_or_run, Schedule):
+            raise TypeError("controls need a Schedule; a run's timeline is fixed")
+        self.has_controls = bool(controls)
+        self._times = self._frame_times()
+        super().__init__(**kwargs)
+        if self.has_controls:
+            s = schedule_or_run
+            self.settings = {"kind": s.kind, "stages": s.num_stages,
+                             "ga": s.gradient_accumulation, "recompute": s.recomputation,
+                             "compare": self.sources[1].kind if compare is not None else "none"}
+            self.observe(self._on_settings, names="settings")
 
     # -- the model ---------------------------------------------------------------------------
     def _frame_times(self) -> np.ndarray:
-        edges = {0.0}
-        for tl in self.timelines:
-            edges.update(b.start for b in tl.compute)
-            edges.update(b.end for b in tl.boxes)
-        times = np.array(sorted(edges))
-        if times.size > MAX_FRAMES:
-            times = np.linspace(0.0, times[-1], MAX_FRAMES)
-        return times
+        return np.linspace(0.0, max(tl.makespan for tl in self.timelines), FRAMES)
 
     def num_frames(self) -> int:
         return len(self._times)
 
+    def static_frame(self) -> int:
+        """The frame shown, else the last: the whole run revealed."""
+        return self.frame or self.num_frames() - 1
+
     def time(self, k: int | None = None) -> float:
-        """The play head's time at frame ``k`` (default: the slider's)."""
-        return float(self._times[self.value if k is None else k])
+        """The play head's time at frame ``k`` (default: the frame shown)."""
+        return float(self._times[self.frame if k is None else k])
+
+    def frame_of_time(self, t: float) -> int:
+        """The first frame whose play head is at or after time ``t``."""
+        return int(min(np.searchsorted(self._times, t - 1e-9), self.num_frames() - 1))
 
     def under_play_head(self, k: int | None = None, which: int = 0) -> list[Span]:
         """The F/B/R boxes running at the play head (start <= t < end), by IPU."""
@@ -202,49 +220,98 @@ class PipelineTimeline(Player):
         """Each IPU's stash at the play head (what the memory panel marks)."""
         return self.timelines[which].stash_at(self.time(k))
 
-    # -- controls ----------------------------------------------------------------------------
-    def _make_controls(self, s) -> dict:
-        if not isinstance(s, Schedule):
-            raise TypeError("controls need a Schedule; a run's timeline is fixed")
-        other = self.sources[1].kind if len(self.sources) > 1 else "none"
-        style = {"description_width": "initial"}
-        c = {
-            "kind": widgets.Dropdown(options=KINDS, value=s.kind, description="schedule",
-                                     style=style, layout=widgets.Layout(width="190px")),
-            "stages": widgets.BoundedIntText(s.num_stages, min=1, max=16, description="stages",
-                                             style=style, layout=widgets.Layout(width="110px")),
-            "ga": widgets.BoundedIntText(s.gradient_accumulation, min=1, max=512,
-                                         description="gradient accumulation", style=style,
-                                         layout=widgets.Layout(width="210px")),
-            "recompute": widgets.Checkbox(s.recomputation, description="recomputation",
-                                          indent=False, layout=widgets.Layout(width="120px")),
-            "compare": widgets.Dropdown(options=("none",) + KINDS, value=other,
-                                        description="compare with", style=style,
-                                        layout=widgets.Layout(width="200px")),
-        }
-        for w in c.values():
-            w.observe(self._on_control, names="value")
-        return c
+    def selected_box(self) -> Span | None:
+        """The op clicked in the browser (``selected``), as a Span, else None."""
+        sel = self.selected
+        if sel.get("kind") != "span":
+            return None
+        return self.timelines[sel["panel"]].boxes[sel["index"]]
 
-    def _on_control(self, _change=None) -> None:
-        c = self.controls
-        kinds = [c["kind"].value] + ([c["compare"].value] if c["compare"].value != "none"
-                                     else [])
+    def link(self, view) -> None:
+        """Clicking an op moves ``view`` (a BSPView of the run's trace) to the superstep
+        that runs at the op's start cycle (to its phase, for an emulated run's spans)."""
+        def follow(_change):
+            box = self.selected_box()
+            if box is None:
+                return
+            starts = [e.start for e in view.events]
+            e = max(int(np.searchsorted(starts, box.start, side="right")) - 1, 0)
+            phase = box.kind if box.kind in ("sync", "exchange", "compute") else "sync"
+            view.frame = view.frame_index(e, phase)
+        self.observe(follow, names="selected")
+
+    # -- the browser's data --------------------------------------------------------------------
+    def payload(self) -> dict:
+        """Every panel's spans as flat arrays (one entry per span) and stash curves."""
+        kinds = sorted({b.kind for tl in self.timelines for b in tl.boxes})
+        code = {k: i for i, k in enumerate(kinds)}
+        panels, arrays, cols = [], {}, {k: [] for k in ("ipu", "kind", "stage", "microbatch",
+                                                        "start", "duration", "bytes")}
+        offset = 0
+        for i, tl in enumerate(self.timelines):
+            boxes = tl.boxes
+            cols["ipu"] += [b.ipu for b in boxes]
+            cols["kind"] += [code[b.kind] for b in boxes]
+            cols["stage"] += [b.stage for b in boxes]
+            cols["microbatch"] += [b.microbatch for b in boxes]
+            cols["start"] += [b.start for b in boxes]
+            cols["duration"] += [b.end - b.start for b in boxes]
+            cols["bytes"] += [b.bytes for b in boxes]
+            memory = []
+            for q, (times, values) in sorted(tl.stash.items()):
+                arrays[f"mem_t_{i}_{q}"] = pack(np.asarray(times, np.float64))
+                arrays[f"mem_v_{i}_{q}"] = pack(np.asarray(values, np.float64))
+                memory.append({"ipu": int(q)})
+            panel = {"title": tl.title, "num_spans": len(boxes), "offset": offset,
+                     "rows": [int(q) for q in tl.ipus],
+                     "measures": {k: float(v) for k, v in tl.measures().items()
+                                  if k in ("total", "ideal", "span", "utilisation")},
+                     "stash_unit": tl.stash_unit, "memory": memory}
+            if any(b.label for b in boxes):
+                panel["labels"] = [b.label for b in boxes]
+            panels.append(panel)
+            offset += len(boxes)
+        for k in ("ipu", "kind", "stage", "microbatch"):
+            arrays[k] = pack(np.asarray(cols[k], np.int64))
+        for k in ("start", "duration", "bytes"):
+            arrays[k] = {"dtype": "f8",
+                         "data": np.asarray(cols[k], "<f8").tobytes()}
+        controls = None
+        if self.has_controls:
+            st = self.settings or {}
+            s = self.sources[0]
+            controls = {"kinds": list(KINDS), "kind": st.get("kind", s.kind),
+                        "stages": st.get("stages", s.num_stages),
+                        "ga": st.get("ga", s.gradient_accumulation),
+                        "recompute": st.get("recompute", s.recomputation),
+                        "compare": st.get("compare", "none")}
+        meta = {"kind": "timeline", "kinds": kinds, "panels": panels,
+                "makespan": float(self._times[-1]), "num_frames": self.num_frames(),
+                "time_unit": self.timelines[0].time_unit, "controls": controls}
+        return {"meta": meta, "arrays": arrays}
+
+    def _on_settings(self, change) -> None:
+        c = change["new"]
+        kinds = [c["kind"]] + ([c["compare"]] if c.get("compare", "none") != "none" else [])
         try:
-            sources = [schedule(k, c["stages"].value, c["ga"].value,
-                                recomputation=c["recompute"].value) for k in kinds]
+            sources = [schedule(k, int(c["stages"]), int(c["ga"]),
+                                recomputation=bool(c["recompute"])) for k in kinds]
         except IpuError as e:
-            self.error.value = f"<span style='color:{SLOWEST}'>{esc(e)}</span>"
+            self.error = str(e)
             return
-        self.error.value = ""
+        self.error = ""
         self.sources = sources
         self.timelines = [_timeline(s, *self.durations) for s in sources]
         self._times = self._frame_times()
-        self._build_figure()
-        self.reset_frames()
+        self.fig = None
+        self.playing = False
+        self.frame = 0
+        self._payload = self.payload()
 
     # -- drawing -----------------------------------------------------------------------------
     def _build_figure(self):
+        if self.fig is None:
+            self.fig = new_figure(12, 4)
         fig, tls = self.fig, self.timelines
         fig.clf()
         rows = max(len(tl.ipus) for tl in tls)
@@ -277,8 +344,8 @@ class PipelineTimeline(Player):
             verts, colours = [], []
             for b in tl.compute:
                 if (b.kind == "R") == bool(hatch):
-                    y = row[b.ipu]
-                    verts.append([(b.start, y - 0.42), (b.end, y - 0.42), (b.end, y + 0.42),
+                    y, end = row[b.ipu], max(b.end, b.start + MIN_OP_PX / px)
+                    verts.append([(b.start, y - 0.42), (end, y - 0.42), (end, y + 0.42),
                                   (b.start, y + 0.42)])
                     colours.append(tint(mb_colour(b.microbatch),
                                         1.0 if b.kind == "B" else 0.45))
@@ -288,8 +355,10 @@ class PipelineTimeline(Player):
                                                  linewidths=0 if thin else 0.8))
         other = [b for b in tl.boxes if b.kind not in COMPUTE]
         if other:
-            verts = [[(b.start, row[b.ipu] + 0.3), (b.end, row[b.ipu] + 0.3),
-                      (b.end, row[b.ipu] + 0.48), (b.start, row[b.ipu] + 0.48)] for b in other]
+            ends = [max(b.end, b.start + MIN_OP_PX / px) for b in other]
+            verts = [[(b.start, row[b.ipu] + 0.3), (e, row[b.ipu] + 0.3),
+                      (e, row[b.ipu] + 0.48), (b.start, row[b.ipu] + 0.48)]
+                     for b, e in zip(other, ends)]
             colours = [LINK if b.kind == "link" else "#7f7f7f" for b in other]
             ax.add_collection(PolyCollection(verts, facecolors=colours, linewidths=0))
         if len(tl.compute) <= MAX_LABELS:
@@ -307,9 +376,7 @@ class PipelineTimeline(Player):
         ax.tick_params(axis="x", labelbottom=False)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         m = tl.measures()
-        ax.set_title(f"{tl.title}\nbubble {100 * m['total']:.1f}% of total · "
-                     f"{100 * m['ideal']:.1f}% of ideal · span {100 * m['span']:.1f}% · "
-                     f"utilisation {100 * m['utilisation']:.1f}%", fontsize=9.5, loc="left")
+        ax.set_title(f"{tl.title}\n{measures_text(m)}", fontsize=9.5, loc="left")
         curtains = []
         for a in (ax, mem):
             curtains.append(a.add_patch(Rectangle((0, 0), xmax * 2, 1, fc="white", alpha=0.82,
@@ -341,6 +408,8 @@ class PipelineTimeline(Player):
                 "scale": 1024 if tl.stash_unit == "bytes" else 1}
 
     def draw(self, k: int) -> None:
+        if self.fig is None:
+            self._build_figure()
         t = self.time(k)
         for i, p in enumerate(self.panels):
             for c in p["curtains"]:
@@ -352,18 +421,26 @@ class PipelineTimeline(Player):
         unit = self.timelines[0].time_unit
         self.clock.set_text(f"t = {t:,.{0 if unit == 'cycles' else 1}f} {unit}")
 
-    def caption(self, k: int) -> str:
+    def caption(self, k: int | None = None) -> str:
+        """The measures and what runs at the play head of frame ``k``, as HTML."""
+        k = self.frame if k is None else k
         parts = []
         for i, tl in enumerate(self.timelines):
             m = tl.measures()
             running = ", ".join(f"IPU {b.ipu}: {label(b)}" for b in self.under_play_head(k, i))
             stash = ", ".join(f"IPU {q}: {v:,.0f}" for q, v in self.stash(k, i).items())
             parts.append(
-                f"<b>{esc(tl.title)}</b>: bubble {100 * m['total']:.1f}% of total time, "
-                f"{100 * m['ideal']:.1f}% of ideal time, span {100 * m['span']:.1f}%; "
-                f"utilisation {100 * m['utilisation']:.1f}%.<br>At the play head: "
+                f"<b>{esc(tl.title)}</b>: {esc(measures_text(m))}.<br>At the play head: "
                 f"{esc(running) or 'no op running'}. Stashed ({tl.stash_unit}): {esc(stash)}.")
         return "<br>".join(parts)
+
+
+def measures_text(m: dict) -> str:
+    """The bubble measures in words: bubble ÷ ideal above 100 % means the IPUs wait longer
+    than the busiest one works, and the run takes (1 + that) × the ideal time."""
+    return (f"bubble {100 * m['total']:.1f}% of total · {100 * m['ideal']:.1f}% of ideal "
+            f"(the run takes {1 + m['ideal']:.2f}× the busiest IPU's work) · span "
+            f"{100 * m['span']:.1f}% · utilisation {100 * m['utilisation']:.1f}%")
 
 
 def _ipu_colour(i: int, n: int):

@@ -1,0 +1,1239 @@
+// ipukit widgets' front end: BSPView, PipelineTimeline and MemoryMap (an anywidget ES
+// module, shipped as is: no build step, nothing fetched). Python sends the run's data once
+// (`_payload`: `meta` plus binary `arrays`); this file draws it on a canvas with
+// requestAnimationFrame and plays, pauses, scrubs, zooms and answers hover without the
+// kernel. The same file runs in a saved page (`save_html`) with a local stand-in model.
+
+const DTYPES = {
+  u1: Uint8Array, u2: Uint16Array, u4: Uint32Array, i1: Int8Array, i2: Int16Array,
+  i4: Int32Array, f4: Float32Array, f8: Float64Array,
+};
+const MIN_OP_PX = 2; // an op is never drawn narrower than this (no hairlines)
+const LABEL_PX = 22; // an op this wide (or wider) gets its label
+const SPEEDS = [0.25, 0.5, 1, 2, 4];
+
+function bytesOf(data) {
+  if (typeof data === "string") { // base64 (a saved page)
+    const s = atob(data);
+    const out = new Uint8Array(s.length);
+    for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i);
+    return out.buffer;
+  }
+  if (data instanceof ArrayBuffer) return data;
+  // a DataView or typed array (the widget comm): copy, so the offset is aligned
+  return new Uint8Array(data.buffer, data.byteOffset, data.byteLength).slice().buffer;
+}
+
+export function decode(payload) {
+  const arrays = {};
+  for (const [name, a] of Object.entries(payload.arrays || {})) {
+    arrays[name] = new DTYPES[a.dtype](bytesOf(a.data));
+  }
+  return { meta: payload.meta, arrays };
+}
+
+function h(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "style") Object.assign(e.style, v);
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (v !== null && v !== undefined && v !== false) e.setAttribute(k, v);
+  }
+  for (const c of children) e.append(c);
+  return e;
+}
+
+const fmt = (x, digits = 0) => Number(x).toLocaleString("en-US", {
+  minimumFractionDigits: digits, maximumFractionDigits: digits });
+const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;",
+  ">": "&gt;", '"': "&quot;" })[c]);
+
+function rgb(hex) {
+  const n = parseInt(hex.slice(1), 16);
+  return [(n >> 16) & 255, (n >> 8) & 255, n & 255];
+}
+function mix(hex, amount) { // the colour mixed with white: 0 is white, 1 the colour
+  const [r, g, b] = rgb(hex);
+  const f = (c) => Math.round(255 - amount * (255 - c));
+  return `rgb(${f(r)},${f(g)},${f(b)})`;
+}
+
+// Integer ticks ("nice" steps 1, 2, 5 x 10^k): never a fractional tile number.
+export function integerTicks(lo, hi, most = 6) {
+  const span = Math.max(hi - lo, 1);
+  let step = 1;
+  for (let p = 1; ; p *= 10) {
+    const s = [p, 2 * p, 5 * p].find((c) => span / c <= most);
+    if (s) { step = s; break; }
+  }
+  const out = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi; v += step) out.push(v);
+  return out;
+}
+
+// ---- the tile grid (BSPView and MemoryMap): IPUs side by side, tiles row by row -----------
+function gridGeometry(meta, x0, y0, w, hgt) {
+  const { num_ipus: n, cols, rows, gap } = meta.layout;
+  const width = n * cols + (n - 1) * gap;
+  const cell = Math.max(1, Math.min(w / width, (hgt - 16) / rows));
+  return { x0, y0: y0 + 16, cell, cols, rows, gap, width, n, tpi: meta.layout.tiles_per_ipu };
+}
+function tileXY(g, tile) {
+  const q = Math.floor(tile / g.tpi);
+  const local = tile % g.tpi;
+  return [g.x0 + (q * (g.cols + g.gap) + (local % g.cols)) * g.cell,
+    g.y0 + Math.floor(local / g.cols) * g.cell];
+}
+function tileAt(g, x, y) {
+  const cx = Math.floor((x - g.x0) / g.cell);
+  const cy = Math.floor((y - g.y0) / g.cell);
+  if (cx < 0 || cy < 0 || cy >= g.rows || cx >= g.width) return -1;
+  const q = Math.floor(cx / (g.cols + g.gap));
+  const col = cx - q * (g.cols + g.gap);
+  if (col >= g.cols || q >= g.n) return -1;
+  const local = cy * g.cols + col;
+  return local < g.tpi ? q * g.tpi + local : -1;
+}
+function drawIpuFrames(ctx, g) {
+  ctx.save();
+  ctx.strokeStyle = "#555";
+  ctx.lineWidth = 1;
+  ctx.fillStyle = "#333";
+  ctx.font = "12px sans-serif";
+  ctx.textAlign = "center";
+  for (let q = 0; q < g.n; q++) {
+    const x = g.x0 + q * (g.cols + g.gap) * g.cell;
+    ctx.strokeRect(x - 1.5, g.y0 - 1.5, g.cols * g.cell + 3, g.rows * g.cell + 3);
+    ctx.fillText(`IPU ${q}  (tiles ${fmt(q * g.tpi)}–${fmt((q + 1) * g.tpi - 1)})`,
+      x + g.cols * g.cell / 2, g.y0 - 5);
+  }
+  ctx.restore();
+}
+
+// ---- the player shared by the three widgets ---------------------------------------------
+function player(model, el, view) {
+  const root = h("div", { class: "ipukit-widget", "data-ipukit-frame": "0",
+    "data-ipukit-kind": view.kind });
+  const play = h("button", { class: "ipukit-play", type: "button", "aria-label": "Play",
+    "aria-pressed": "false", title: "Play / pause (space)" }, "▶");
+  const scrub = h("input", { class: "ipukit-scrub", type: "range", min: "0",
+    max: String(view.numFrames - 1), step: "1", value: "0", "aria-label": "Frame" });
+  const speed = h("select", { class: "ipukit-speed", "aria-label": "Speed" },
+    ...SPEEDS.map((s) => h("option", { value: String(s), selected: s === 1 ? "" : null },
+      `${s}×`)));
+  const readout = h("span", { class: "ipukit-readout" });
+  const bar = h("div", { class: "ipukit-bar" }, play, scrub, speed, readout);
+  const header = h("div", { class: "ipukit-header" });
+  const canvas = h("canvas", { class: "ipukit-canvas", tabindex: "0" });
+  const tip = h("div", { class: "ipukit-tooltip", role: "tooltip", hidden: "" });
+  const stage = h("div", { class: "ipukit-stage" }, canvas, tip);
+  const caption = h("div", { class: "ipukit-caption", "aria-live": "polite" });
+  root.append(bar);
+  if (view.extraControls) root.append(view.extraControls);
+  root.append(header, stage, caption);
+  if (view.help) root.append(view.help);
+  el.append(root);
+
+  const ctx = canvas.getContext("2d");
+  let pos = Math.min(model.get("frame") || 0, view.numFrames - 1);
+  let playing = false;
+  let last = null;
+  let dirty = true;
+  let shownFrame = -1;
+  let sentFrame = pos;
+  let sentAt = 0;
+  let width = 0;
+  let fpsCount = 0;
+  let fpsStart = 0;
+  let raf = 0;
+  let hover = null;
+  let textsDue = true;
+  let textsAt = 0;
+  // A frame's share of the play time: 1, or less for a frame with nothing in it (a phase
+  // of 0 cycles); the whole run still takes `duration` seconds.
+  const weights = Array.from({ length: view.numFrames }, (_, k) => (view.weight ? view.weight(k) : 1));
+  const totalWeight = weights.reduce((a, b) => a + b, 0) || 1;
+  const perSecond = () => totalWeight / Math.max(model.get("duration") || 10, 0.1);
+
+  function syncFrame(force) {
+    const k = Math.floor(pos);
+    const now = performance.now();
+    if (k !== sentFrame && (force || now - sentAt > 250)) {
+      sentFrame = k;
+      sentAt = now;
+      model.set("frame", k);
+      model.save_changes();
+    }
+  }
+  function setPlaying(on) {
+    if (on && pos >= view.numFrames - 1) pos = 0; // Play at the end starts again
+    playing = on;
+    last = null;
+    play.textContent = on ? "❚❚" : "▶";
+    play.setAttribute("aria-pressed", String(on));
+    root.dataset.ipukitPlaying = String(on);
+    fpsCount = 0;
+    fpsStart = performance.now();
+    if (model.get("playing") !== on) {
+      model.set("playing", on);
+      if (!on) syncFrame(true);
+      model.save_changes();
+    }
+    dirty = true;
+  }
+  function seek(k) {
+    pos = Math.max(0, Math.min(view.numFrames - 1, k));
+    dirty = true;
+    syncFrame(true);
+  }
+  function resize() {
+    const w = Math.max(320, Math.floor(stage.clientWidth || el.clientWidth || 900));
+    if (w === width) return;
+    width = w;
+    const hgt = view.height(w);
+    const r = window.devicePixelRatio || 1;
+    canvas.width = Math.round(w * r);
+    canvas.height = Math.round(hgt * r);
+    canvas.style.width = `${w}px`;
+    canvas.style.height = `${hgt}px`;
+    ctx.setTransform(r, 0, 0, r, 0, 0);
+    view.resized && view.resized(w, hgt);
+    dirty = true;
+  }
+  function tick(ts) {
+    raf = requestAnimationFrame(tick);
+    if (!el.isConnected && shownFrame >= 0) return;
+    resize();
+    if (playing) {
+      if (last !== null) {
+        let budget = ((ts - last) / 1000) * perSecond() * (model.get("speed") || 1);
+        while (budget > 0 && pos < view.numFrames - 1) { // walk frame by frame, by weight
+          const k = Math.floor(pos);
+          const step = Math.min(budget / weights[k], k + 1 - pos);
+          pos += step;
+          budget -= step * weights[k];
+        }
+      }
+      last = ts;
+      if (pos >= view.numFrames - 1) {
+        pos = view.numFrames - 1;
+        setPlaying(false);
+      }
+      syncFrame(false);
+      dirty = true;
+    }
+    if (!dirty) return;
+    dirty = false;
+    ctx.clearRect(0, 0, width, canvas.height);
+    view.draw(ctx, pos, width, hover);
+    const k = Math.floor(pos);
+    if (k !== shownFrame) {
+      shownFrame = k;
+      root.dataset.ipukitFrame = String(k);
+      scrub.value = String(k);
+      textsDue = true;
+    }
+    if (textsDue && (!playing || ts - textsAt > 100)) { // words at most 10 times a second
+      textsDue = false;
+      textsAt = ts;
+      readout.textContent = view.readout(k);
+      header.innerHTML = view.header(k);
+      caption.innerHTML = view.caption(k);
+    }
+    if (playing) {
+      fpsCount += 1;
+      const dt = ts - fpsStart;
+      if (dt > 1000) {
+        root.dataset.ipukitFps = (1000 * fpsCount / dt).toFixed(1);
+        fpsCount = 0;
+        fpsStart = ts;
+      }
+    }
+  }
+
+  play.addEventListener("click", () => setPlaying(!playing));
+  scrub.addEventListener("input", () => { setPlaying(false); seek(Number(scrub.value)); });
+  speed.addEventListener("change", () => {
+    model.set("speed", Number(speed.value));
+    model.save_changes();
+  });
+  canvas.addEventListener("keydown", (e) => {
+    if (e.key === " ") { e.preventDefault(); setPlaying(!playing); }
+    if (e.key === "ArrowRight") seek(Math.floor(pos) + 1);
+    if (e.key === "ArrowLeft") seek(Math.floor(pos) - 1);
+  });
+  function local(e) {
+    const r = canvas.getBoundingClientRect();
+    return [e.clientX - r.left, e.clientY - r.top];
+  }
+  canvas.addEventListener("mousemove", (e) => {
+    const [x, y] = local(e);
+    if (view.drag && view.drag(x, y, e)) { dirty = true; return; }
+    const item = view.hit(x, y, Math.floor(pos));
+    hover = item;
+    dirty = true;
+    if (!item) { tip.hidden = true; return; }
+    tip.innerHTML = view.tooltip(item, Math.floor(pos));
+    tip.hidden = false;
+    const left = Math.min(x + 14, width - tip.offsetWidth - 4);
+    tip.style.left = `${Math.max(0, left)}px`;
+    tip.style.top = `${y + 14}px`;
+  });
+  canvas.addEventListener("mouseleave", () => {
+    tip.hidden = true; hover = null; dirty = true;
+    view.dragEnd && view.dragEnd();
+  });
+  canvas.addEventListener("mousedown", (e) => view.dragStart && view.dragStart(...local(e)));
+  canvas.addEventListener("mouseup", () => view.dragEnd && view.dragEnd());
+  canvas.addEventListener("click", (e) => {
+    if (view.wasDragged && view.wasDragged()) return;
+    const item = view.hit(...local(e), Math.floor(pos));
+    if (!item) return;
+    const jump = view.select(item, Math.floor(pos));
+    model.set("selected", view.selection(item, Math.floor(pos)));
+    model.save_changes();
+    if (jump !== undefined && jump !== null) { setPlaying(false); seek(jump); }
+  });
+  canvas.addEventListener("wheel", (e) => {
+    if (!view.zoom) return;
+    e.preventDefault();
+    view.zoom(local(e)[0], e.deltaY < 0 ? 1.25 : 0.8);
+    dirty = true;
+  }, { passive: false });
+  canvas.addEventListener("dblclick", () => { if (view.zoomReset) { view.zoomReset(); dirty = true; } });
+
+  const onFrame = () => {
+    const k = model.get("frame");
+    if (k !== Math.floor(pos)) { pos = Math.max(0, Math.min(view.numFrames - 1, k)); }
+    sentFrame = k;
+    dirty = true;
+  };
+  const onPlaying = () => { if (model.get("playing") !== playing) setPlaying(model.get("playing")); };
+  const onSpeed = () => { speed.value = String(model.get("speed")); };
+  model.on("change:frame", onFrame);
+  model.on("change:playing", onPlaying);
+  model.on("change:speed", onSpeed);
+  onSpeed();
+  const api = { redraw() { dirty = true; }, root };
+  view.root = root;
+  if (view.showWindow) view.showWindow();
+  view.redraw = api.redraw;
+  raf = requestAnimationFrame(tick);
+  if (model.get("playing")) setPlaying(true);
+  return () => {
+    cancelAnimationFrame(raf);
+    model.off("change:frame", onFrame);
+    model.off("change:playing", onPlaying);
+    model.off("change:speed", onSpeed);
+  };
+}
+
+// ---- BSPView --------------------------------------------------------------------------
+const PHASES = ["sync", "exchange", "compute"];
+
+function bspView(meta, A) {
+  const ev = meta.events; // [step, start, run]
+  const steps = meta.steps;
+  const T = meta.layout.num_ipus * meta.layout.tiles_per_ipu;
+  const colours = meta.colours;
+  const small = T <= 32;
+  let g = null;
+  let bars = null;
+  let strip = null;
+  let layer = null;
+  const row = (name, s) => A[name].subarray(s * T, (s + 1) * T);
+
+  function frame(k) {
+    const e = Math.floor(k / 3);
+    const phase = PHASES[k % 3];
+    const [si, start] = ev[e];
+    const s = steps[si];
+    let busy;
+    let cycles;
+    let t0 = start;
+    if (phase === "sync") { cycles = s.sync; busy = null; }
+    else if (phase === "exchange") { cycles = s.exchange; busy = row("exchange", si); t0 += s.sync; }
+    else { cycles = s.compute; busy = row("compute", si); t0 += s.sync + s.exchange; }
+    let most = 0;
+    let slowest = -1;
+    if (busy) {
+      for (let t = 0; t < T; t++) if (busy[t] > most) { most = busy[t]; slowest = t; }
+    }
+    if (phase === "sync" || most < cycles) slowest = -1; // the links set the length
+    return { e, phase, si, s, cycles, busy, most, slowest, start: t0, end: t0 + cycles };
+  }
+
+  const view = {
+    kind: "bsp",
+    numFrames: 3 * ev.length,
+    weight: (k) => (frame(k).cycles > 0 ? 1 : 0.2), // an empty phase flashes by
+    height: (w) => (small ? 430 : 470),
+    resized(w, hgt) {
+      g = gridGeometry(meta, 10, 8, w * 0.56, hgt - 130);
+      bars = { x0: w * 0.62, y0: 30, w: w * 0.36, h: hgt - 190 };
+      strip = { x0: 50, y0: hgt - 88, w: w - 70, h: 64 };
+    },
+    draw(ctx, pos, w, hover) {
+      const k = Math.floor(pos);
+      const f = frame(k);
+      if (!layer || layer.k !== k || layer.w !== w) {
+        layer = document.createElement("canvas");
+        const r = window.devicePixelRatio || 1;
+        layer.width = ctx.canvas.width;
+        layer.height = ctx.canvas.height;
+        const lc = layer.getContext("2d");
+        lc.setTransform(r, 0, 0, r, 0, 0);
+        this.drawFrame(lc, f);
+        layer.k = k;
+        layer.w = w;
+      }
+      ctx.drawImage(layer, 0, 0, w, ctx.canvas.height / (window.devicePixelRatio || 1));
+      if (hover && hover.tile >= 0) {
+        const [x, y] = tileXY(g, hover.tile);
+        ctx.strokeStyle = "#000";
+        ctx.lineWidth = 1.5;
+        ctx.strokeRect(x - 1, y - 1, g.cell + 2, g.cell + 2);
+      }
+      // the play head moves through the phase in the strip
+      const bw = strip.w / ev.length;
+      const x = strip.x0 + (f.e + (PHASES.indexOf(f.phase) + pos - k) / 3) * bw;
+      ctx.strokeStyle = "#D62728";
+      ctx.lineWidth = 2;
+      ctx.beginPath();
+      ctx.moveTo(x, strip.y0 - 4);
+      ctx.lineTo(x, strip.y0 + strip.h + 4);
+      ctx.stroke();
+    },
+    drawFrame(ctx, f) {
+      const base = colours[f.phase];
+      if (!small) { // one pixel per tile, scaled up: fast for thousands of tiles
+        const img = new ImageData(g.width, g.rows);
+        const [br, bg, bb] = rgb(base);
+        const idle = rgb("#E4E4E4");
+        for (let t = 0; t < T; t++) {
+          const q = Math.floor(t / g.tpi);
+          const local = t % g.tpi;
+          const i = 4 * ((Math.floor(local / g.cols)) * g.width + q * (g.cols + g.gap) + (local % g.cols));
+          let c = idle;
+          if (f.phase === "sync") c = [br, bg, bb];
+          else if (f.busy[t] > 0) {
+            const a = 0.25 + 0.75 * f.busy[t] / Math.max(f.most, 1);
+            c = [255 - a * (255 - br), 255 - a * (255 - bg), 255 - a * (255 - bb)];
+          }
+          img.data[i] = c[0]; img.data[i + 1] = c[1]; img.data[i + 2] = c[2]; img.data[i + 3] = 255;
+        }
+        const off = document.createElement("canvas");
+        off.width = g.width;
+        off.height = g.rows;
+        off.getContext("2d").putImageData(img, 0, 0);
+        ctx.imageSmoothingEnabled = false;
+        ctx.drawImage(off, g.x0, g.y0, g.width * g.cell, g.rows * g.cell);
+      }
+      for (let t = 0; small && t < T; t++) {
+        let c = "#E4E4E4";
+        if (f.phase === "sync") c = base;
+        else if (f.busy[t] > 0) c = mix(base, 0.25 + 0.75 * f.busy[t] / Math.max(f.most, 1));
+        const [x, y] = tileXY(g, t);
+        ctx.fillStyle = c;
+        const pad = g.cell >= 6 ? 1 : 0;
+        ctx.fillRect(x + pad, y + pad, g.cell - 2 * pad, g.cell - 2 * pad);
+        if (small) {
+          ctx.fillStyle = "#1a1a1a";
+          ctx.font = `${g.cell > 60 ? 12 : 10}px sans-serif`;
+          ctx.textAlign = "center";
+          const lines = [`T${t}`];
+          if (f.phase === "exchange") {
+            const i = row("bytes_in", f.si)[t];
+            const o = row("bytes_out", f.si)[t];
+            if (i || o) lines.push(`↓${fmt(i)} B`, `↑${fmt(o)} B`);
+          } else if (f.phase === "compute" && f.busy[t]) lines.push(`${fmt(f.busy[t])} cyc`);
+          lines.forEach((l, j) => ctx.fillText(l, x + g.cell / 2, y + 14 + 13 * j));
+        }
+      }
+      if (small && f.phase === "exchange" && A.transfers) this.arrows(ctx, f);
+      if (f.slowest >= 0) {
+        const [x, y] = tileXY(g, f.slowest);
+        ctx.strokeStyle = "#D62728";
+        ctx.lineWidth = 2.5;
+        const s = Math.max(g.cell, 5);
+        ctx.strokeRect(x + g.cell / 2 - s / 2, y + g.cell / 2 - s / 2, s, s);
+      }
+      drawIpuFrames(ctx, g);
+      ctx.fillStyle = "#0072B2";
+      ctx.font = "12px sans-serif";
+      ctx.textAlign = "left";
+      if (f.phase === "exchange" && f.s.inter_ipu_bytes) {
+        ctx.fillText(`${fmt(f.s.inter_ipu_bytes)} bytes cross IPUs over IPU-Links`,
+          g.x0, g.y0 + g.rows * g.cell + 18);
+      } else if (f.phase === "exchange" && f.s.host_bytes) {
+        ctx.fillText(`${fmt(f.s.host_bytes)} bytes over the host link (PCIe)`,
+          g.x0, g.y0 + g.rows * g.cell + 18);
+      }
+      this.drawBars(ctx, f);
+      this.drawStrip(ctx, f);
+    },
+    arrows(ctx, f) {
+      const off = A.transfer_offsets;
+      const rows = A.transfers;
+      const lo = off[f.si];
+      const hi = off[f.si + 1];
+      let most = 1;
+      for (let i = lo; i < hi; i++) most = Math.max(most, rows[3 * i + 2]);
+      for (let i = lo; i < Math.min(hi, lo + 40); i++) {
+        const [src, dst, b] = [rows[3 * i], rows[3 * i + 1], rows[3 * i + 2]];
+        const [x1, y1] = tileXY(g, src);
+        const [x2, y2] = tileXY(g, dst);
+        const cross = Math.floor(src / g.tpi) !== Math.floor(dst / g.tpi);
+        ctx.strokeStyle = cross ? "rgba(0,114,178,0.75)" : "rgba(122,74,0,0.7)";
+        ctx.lineWidth = 1 + 3 * b / most;
+        const [ax, ay, bx, by] = [x1 + g.cell / 2, y1 + g.cell * 0.75, x2 + g.cell / 2,
+          y2 + g.cell * 0.75];
+        const mx = (ax + bx) / 2 - (by - ay) * 0.2;
+        const my = (ay + by) / 2 + (bx - ax) * 0.2;
+        ctx.beginPath();
+        ctx.moveTo(ax, ay);
+        ctx.quadraticCurveTo(mx, my, bx, by);
+        ctx.stroke();
+        const ang = Math.atan2(by - my, bx - mx);
+        ctx.beginPath();
+        ctx.moveTo(bx, by);
+        ctx.lineTo(bx - 9 * Math.cos(ang - 0.4), by - 9 * Math.sin(ang - 0.4));
+        ctx.lineTo(bx - 9 * Math.cos(ang + 0.4), by - 9 * Math.sin(ang + 0.4));
+        ctx.closePath();
+        ctx.fillStyle = ctx.strokeStyle;
+        ctx.fill();
+      }
+    },
+    drawBars(ctx, f) {
+      const b = bars;
+      const top = Math.max(f.cycles, 1) * 1.3;
+      const y = (v) => b.y0 + b.h - (v / top) * b.h;
+      const x = (t) => b.x0 + (t / T) * b.w;
+      const bw = Math.max(b.w / T, 0.5);
+      const per = Math.max(1, Math.floor(T / b.w)); // tiles per bar: the busiest one shows
+      ctx.fillStyle = "#E4E4E4";
+      ctx.fillRect(b.x0, y(f.cycles), b.w, b.y0 + b.h - y(f.cycles));
+      ctx.fillStyle = colours[f.phase];
+      for (let t = 0; t < T; t += per) {
+        let busy = 0;
+        for (let u = t; u < Math.min(T, t + per); u++) {
+          busy = Math.max(busy, f.phase === "sync" ? f.cycles : f.busy[u]);
+        }
+        ctx.fillRect(x(t), y(busy), bw * per, b.y0 + b.h - y(busy));
+      }
+      ctx.strokeStyle = "#D62728";
+      ctx.setLineDash([5, 4]);
+      ctx.beginPath();
+      ctx.moveTo(b.x0, y(f.cycles));
+      ctx.lineTo(b.x0 + b.w, y(f.cycles));
+      ctx.stroke();
+      ctx.setLineDash([]);
+      ctx.strokeStyle = "#333";
+      ctx.lineWidth = 1;
+      ctx.strokeRect(b.x0, b.y0, b.w, b.h);
+      ctx.fillStyle = "#333";
+      ctx.font = "11px sans-serif";
+      ctx.textAlign = "center";
+      for (const t of integerTicks(0, T - 1, 6)) {
+        ctx.fillText(String(t), x(t) + bw / 2, b.y0 + b.h + 13);
+      }
+      ctx.fillText("tile", b.x0 + b.w / 2, b.y0 + b.h + 27);
+      ctx.textAlign = "left";
+      ctx.fillText(`cycles in this phase (dashed: the phase's ${fmt(f.cycles)}; grey: idle)`,
+        b.x0, b.y0 - 6);
+    },
+    drawStrip(ctx, f) {
+      const s = strip;
+      const n = ev.length;
+      const device = ev.map(([si]) => steps[si]).filter((st) => st.kind !== "host");
+      const tallest = Math.max(1, ...(device.length ? device : ev.map(([si]) => steps[si]))
+        .map((st) => st.sync + st.exchange + st.compute));
+      const top = tallest * 1.25;
+      const bw = s.w / n;
+      for (let e = 0; e < n; e++) {
+        const st = steps[ev[e][0]];
+        let acc = 0;
+        for (const p of PHASES) {
+          const v = st[p];
+          const y0 = s.y0 + s.h - (Math.min(acc, top) / top) * s.h;
+          const y1 = s.y0 + s.h - (Math.min(acc + v, top) / top) * s.h;
+          ctx.fillStyle = colours[p];
+          ctx.fillRect(s.x0 + e * bw + (bw > 4 ? 1 : 0), y1, Math.max(bw - (bw > 4 ? 2 : 0), 0.5),
+            y0 - y1);
+          acc += v;
+        }
+      }
+      ctx.strokeStyle = "#000";
+      ctx.lineWidth = 2;
+      ctx.strokeRect(s.x0 + f.e * bw, s.y0, Math.max(bw, 2), s.h);
+      ctx.fillStyle = "#333";
+      ctx.font = "11px sans-serif";
+      ctx.textAlign = "left";
+      ctx.fillText("executed supersteps (click one to jump; host syncs clipped)", s.x0, s.y0 - 6);
+      ctx.textAlign = "center";
+      for (const e of integerTicks(0, n - 1, 10)) ctx.fillText(String(e + 1), s.x0 + (e + 0.5) * bw, s.y0 + s.h + 14);
+    },
+    hit(x, y, k) {
+      if (x >= strip.x0 && x <= strip.x0 + strip.w && y >= strip.y0 && y <= strip.y0 + strip.h) {
+        const e = Math.floor(((x - strip.x0) / strip.w) * ev.length);
+        return { event: Math.min(e, ev.length - 1), tile: -1 };
+      }
+      let t = tileAt(g, x, y);
+      if (t < 0 && x >= bars.x0 && x < bars.x0 + bars.w && y >= bars.y0 && y <= bars.y0 + bars.h) {
+        t = Math.min(T - 1, Math.floor(((x - bars.x0) / bars.w) * T));
+      }
+      return t >= 0 ? { tile: t } : null;
+    },
+    tooltip(item, k) {
+      if (item.tile < 0) {
+        const [si, start] = ev[item.event];
+        const s = steps[si];
+        return `<b>superstep ${item.event + 1}: ${esc(s.name)}</b> (${esc(s.kind)})<br>` +
+          `starts at cycle ${fmt(start)}; sync ${fmt(s.sync)}, exchange ${fmt(s.exchange)}, ` +
+          `compute ${fmt(s.compute)} cycles`;
+      }
+      const f = frame(k);
+      const t = item.tile;
+      const i = row("bytes_in", f.si)[t];
+      const o = row("bytes_out", f.si)[t];
+      const c = row("compute", f.si)[t];
+      const x = row("exchange", f.si)[t];
+      const v = row("vertices", f.si)[t];
+      const mem = meta.categories.map((name, j) =>
+        `<tr><td>${esc(name)}</td><td>${fmt(A.memory[j * T + t])} B</td></tr>`).join("");
+      const who = f.slowest === t ? " — the slowest tile: everyone waits for it" : "";
+      return `<b>tile ${t}</b> (IPU ${Math.floor(t / meta.layout.tiles_per_ipu)})${who}<br>` +
+        `superstep ${f.e + 1}: ${esc(f.s.name)}, ${f.phase} phase<br>` +
+        `bytes in ${fmt(i)} · bytes out ${fmt(o)} · exchange ${fmt(x)} cycles<br>` +
+        `compute ${fmt(c)} cycles · ${fmt(v)} vertices (of ${fmt(f.s.vertices)} in this superstep)<br>` +
+        `<table class="ipukit-mem"><tr><th colspan="2">memory by category</th></tr>${mem}</table>`;
+    },
+    select(item, k) {
+      return item.tile < 0 ? 3 * item.event + PHASES.indexOf(frame(k).phase) : null;
+    },
+    selection(item, k) {
+      const f = frame(k);
+      if (item.tile < 0) return { kind: "superstep", event: item.event, step: ev[item.event][0] };
+      const t = item.tile;
+      return { kind: "tile", tile: t, ipu: Math.floor(t / meta.layout.tiles_per_ipu),
+        event: f.e, step: f.si, phase: f.phase, bytes_in: row("bytes_in", f.si)[t],
+        bytes_out: row("bytes_out", f.si)[t], compute_cycles: row("compute", f.si)[t],
+        exchange_cycles: row("exchange", f.si)[t], vertices: row("vertices", f.si)[t] };
+    },
+    readout: (k) => `phase ${k + 1} / ${3 * ev.length}`,
+    header(k) {
+      const f = frame(k);
+      const width = fmt(meta.total).length;
+      return `<span class="ipukit-title">Superstep ${f.e + 1}/${ev.length}: ${esc(f.s.name)}</span>` +
+        ` <span style="color:${colours[f.phase]}"><b>${f.phase.toUpperCase()}</b> phase · ` +
+        `${fmt(f.cycles)} cycles</span>` +
+        `<span class="ipukit-counter">cycle ${fmt(f.end).padStart(width, "\u2007")} / ` +
+        `${fmt(meta.total)} · ${fmt(f.end / meta.clock_hz * 1e6, 2)} µs</span>`;
+    },
+    caption(k) {
+      const f = frame(k);
+      const s = f.s;
+      if (f.phase === "sync") {
+        return s.kind === "host" ? "The host synchronises with the device (one Engine.run call)."
+          : `All ${fmt(T)} tiles wait at the barrier until every tile is ready.`;
+      }
+      let busyTiles = 0;
+      let idle = 0;
+      for (let t = 0; t < T; t++) { if (f.busy[t] > 0) busyTiles++; idle += f.cycles - f.busy[t]; }
+      if (!busyTiles) return `No tile has anything to ${f.phase === "exchange" ? "send" : "compute"}.`;
+      const verb = f.phase === "exchange" ? "send or receive" : "compute";
+      let out = `${fmt(busyTiles)} of ${fmt(T)} tiles ${verb}; `;
+      out += f.cycles > f.most
+        ? `the tiles are done after ${fmt(f.most)} cycles and the links need ${fmt(f.cycles - f.most)} more: `
+        : `tile ${f.slowest} is the slowest (${fmt(f.most)} cycles) and the others wait for it: `;
+      out += `${Math.round(100 * idle / Math.max(f.cycles * T, 1))}% of tile time is idle.`;
+      return out;
+    },
+  };
+  return view;
+}
+
+// ---- PipelineTimeline ---------------------------------------------------------------------
+const MB = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+  "#bcbd22", "#17becf"];
+const IPU_COLOURS = ["#222222", "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00",
+  "#56B4E9", "#9E9E00"];
+
+function timelineView(meta, A) {
+  const panels = meta.panels.map((p, i) => {
+    const n = p.num_spans;
+    const o = p.offset;
+    const kinds = meta.kinds;
+    return { ...p, ipu: A.ipu.subarray(o, o + n), kind: A.kind.subarray(o, o + n),
+      stage: A.stage.subarray(o, o + n), mb: A.microbatch.subarray(o, o + n),
+      start: A.start.subarray(o, o + n), dur: A.duration.subarray(o, o + n),
+      bytes: A.bytes.subarray(o, o + n), kinds, index: i,
+      memT: p.memory.map((m) => A[`mem_t_${i}_${m.ipu}`]),
+      memV: p.memory.map((m) => A[`mem_v_${i}_${m.ipu}`]) };
+  });
+  const makespan = meta.makespan;
+  const N = meta.num_frames;
+  let x0 = 0; // the visible time window
+  let x1 = makespan;
+  let layout = [];
+  let W = 900;
+  let drag = null;
+  let dragged = false;
+  const compute = new Set(["F", "B", "R", "W", "compute"]);
+  const PHASE = { compute: "#009E73", exchange: "#E69F00", sync: "#8E6BBE", host: "#7f7f7f" };
+  const opName = (p, i) => {
+    const k = p.kinds[p.kind[i]];
+    if (compute.has(k) && p.mb[i] >= 0) return `${k}${p.mb[i]}`;
+    return (p.labels && p.labels[i]) || k;
+  };
+  const timeAt = (k) => (makespan * k) / (N - 1);
+  const LEFT = 62;
+
+  function panelRects(w) {
+    let y = 4;
+    layout = panels.map((p) => {
+      const rowH = Math.max(12, Math.min(30, 260 / p.rows.length));
+      const spans = { y: y + 18, h: rowH * p.rows.length };
+      const mem = { y: spans.y + spans.h + 8, h: 70 };
+      y = mem.y + mem.h + 26;
+      return { p, rowH, spans, mem };
+    });
+    return y;
+  }
+  const X = (t) => LEFT + ((t - x0) / (x1 - x0)) * (W - LEFT - 20);
+  const T_ = (x) => x0 + ((x - LEFT) / (W - LEFT - 20)) * (x1 - x0);
+  let cache = null;
+
+  function colourOf(p, i) {
+    const k = p.kinds[p.kind[i]];
+    if (p.mb[i] < 0 && PHASE[k]) return PHASE[k];
+    if (k === "F") return mix(MB[p.mb[i] % MB.length], 0.45);
+    if (k === "B") return MB[p.mb[i] % MB.length];
+    if (k === "R") return mix(MB[p.mb[i] % MB.length], 0.7);
+    if (k === "link") return "#0072B2";
+    return "#7f7f7f";
+  }
+  function spanBox(L, i) { // [x, y, w, h] of span i of panel L
+    const p = L.p;
+    const r = p.rowOf[p.ipu[i]];
+    const k = p.kinds[p.kind[i]];
+    const xa = X(p.start[i]);
+    const w = Math.max(X(p.start[i] + p.dur[i]) - xa, MIN_OP_PX);
+    const y = L.spans.y + r * L.rowH;
+    if (compute.has(k)) return [xa, y + 1, w, L.rowH * 0.72];
+    return [xa, y + L.rowH * 0.76, w, L.rowH * 0.22];
+  }
+  function renderSpans() { // the spans of the visible window, drawn once per zoom / size
+    const r = window.devicePixelRatio || 1;
+    const c = document.createElement("canvas");
+    c.width = Math.round(W * r);
+    c.height = Math.round(height * r);
+    const g = c.getContext("2d");
+    g.setTransform(r, 0, 0, r, 0, 0);
+    g.font = "10px sans-serif";
+    g.textAlign = "center";
+    g.textBaseline = "middle";
+    for (const L of layout) {
+      const p = L.p;
+      g.save();
+      g.beginPath();
+      g.rect(LEFT, L.spans.y, W - LEFT - 20, L.spans.h);
+      g.clip();
+      for (let i = 0; i < p.num_spans; i++) {
+        if (p.start[i] + p.dur[i] < x0 || p.start[i] > x1) continue;
+        const [x, y, w, hh] = spanBox(L, i);
+        g.fillStyle = colourOf(p, i);
+        g.fillRect(x, y, w, hh);
+        if (w >= 6 && compute.has(p.kinds[p.kind[i]])) {
+          g.strokeStyle = "white";
+          g.lineWidth = 1;
+          g.strokeRect(x + 0.5, y + 0.5, w - 1, hh - 1);
+        }
+        if (w >= LABEL_PX && compute.has(p.kinds[p.kind[i]]) && hh >= 9) {
+          const text = opName(p, i);
+          if (g.measureText(text).width <= w - 4) {
+            g.fillStyle = p.kinds[p.kind[i]] === "B" || p.mb[i] < 0 ? "white" : "#1a1a1a";
+            g.fillText(text, x + w / 2, y + hh / 2);
+          }
+        }
+      }
+      g.restore();
+      g.strokeStyle = "#bbb";
+      g.lineWidth = 1;
+      g.strokeRect(LEFT, L.spans.y, W - LEFT - 20, L.spans.h);
+      g.fillStyle = "#333";
+      g.textAlign = "right";
+      g.font = "11px sans-serif";
+      p.rows.forEach((q, r2) => g.fillText(`IPU ${q}`, LEFT - 6, L.spans.y + (r2 + 0.4) * L.rowH));
+      g.fillStyle = "#111";
+      g.textAlign = "left";
+      g.font = "bold 12px sans-serif";
+      g.fillText(p.title, LEFT, L.spans.y - 6);
+      view.drawMemory(g, L);
+      g.textAlign = "center";
+      g.font = "10px sans-serif";
+    }
+    g.fillStyle = "#333";
+    g.font = "11px sans-serif";
+    g.textAlign = "center";
+    const last = layout[layout.length - 1];
+    for (const v of niceTicks(x0, x1, 8)) g.fillText(fmtTime(v), X(v), last.mem.y + last.mem.h + 14);
+    g.textAlign = "right";
+    g.fillText(`time (${meta.time_unit})${x1 - x0 < makespan * 0.999 ? " · zoomed: double-click to reset" : " · wheel to zoom, drag to pan"}`,
+      W - 20, last.mem.y + last.mem.h + 26);
+    return c;
+  }
+  let height = 300;
+
+  const view = {
+    kind: "timeline",
+    numFrames: N,
+    height(w) {
+      W = w;
+      panels.forEach((p) => { p.rowOf = {}; p.rows.forEach((q, r) => { p.rowOf[q] = r; }); });
+      height = panelRects(w) + 16;
+      return height;
+    },
+    resized(w) { W = w; cache = null; },
+    draw(ctx, pos, w, hover) {
+      if (!cache) cache = renderSpans();
+      ctx.drawImage(cache, 0, 0, W, height);
+      const t = timeAt(pos);
+      const xt = X(t);
+      for (const L of layout) {
+        // the curtain: what has not happened yet is pale
+        if (xt < W - 20) {
+          ctx.fillStyle = "rgba(255,255,255,0.78)";
+          const xa = Math.max(xt, LEFT);
+          ctx.fillRect(xa, L.spans.y + 0.5, W - 20 - xa - 0.5, L.spans.h - 1);
+        }
+        if (xt >= LEFT && xt <= W - 20) {
+          ctx.strokeStyle = "#D62728";
+          ctx.lineWidth = 2;
+          ctx.beginPath();
+          ctx.moveTo(xt, L.spans.y - 2);
+          ctx.lineTo(xt, L.mem.y + L.mem.h + 2);
+          ctx.stroke();
+          const p = L.p;
+          p.memT.forEach((ts, j) => { // each IPU's stash now
+            ctx.fillStyle = IPU_COLOURS[j % IPU_COLOURS.length];
+            ctx.beginPath();
+            ctx.arc(xt, L.memY(stashAt(ts, p.memV[j], t)), 4, 0, 2 * Math.PI);
+            ctx.fill();
+          });
+        }
+      }
+      if (hover && hover.span >= 0) {
+        const L = layout[hover.panel];
+        const [x, y, ww, hh] = spanBox(L, hover.span);
+        ctx.strokeStyle = "#000";
+        ctx.lineWidth = 2;
+        ctx.strokeRect(x - 1, y - 1, ww + 2, hh + 2);
+      }
+    },
+    drawMemory(ctx, L) {
+      const p = L.p;
+      const m = L.mem;
+      let top = 1;
+      p.memV.forEach((v) => { for (let i = 0; i < v.length; i++) top = Math.max(top, v[i]); });
+      const Y = (v) => m.y + m.h - (v / top) * m.h;
+      L.memY = Y;
+      ctx.save();
+      ctx.beginPath();
+      ctx.rect(LEFT, m.y - 4, W - LEFT - 20, m.h + 8);
+      ctx.clip();
+      p.memT.forEach((ts, j) => {
+        const vs = p.memV[j];
+        ctx.strokeStyle = IPU_COLOURS[j % IPU_COLOURS.length];
+        ctx.lineWidth = 1.5;
+        ctx.beginPath();
+        ctx.moveTo(X(0), Y(0));
+        for (let i = 0; i < ts.length; i++) {
+          ctx.lineTo(X(ts[i]), Y(i ? vs[i - 1] : 0));
+          ctx.lineTo(X(ts[i]), Y(vs[i]));
+        }
+        ctx.lineTo(X(makespan), Y(vs.length ? vs[vs.length - 1] : 0));
+        ctx.stroke();
+      });
+      ctx.restore();
+      ctx.strokeStyle = "#bbb";
+      ctx.strokeRect(LEFT, m.y, W - LEFT - 20, m.h);
+      ctx.fillStyle = "#333";
+      ctx.textAlign = "right";
+      ctx.font = "10px sans-serif";
+      const kib = p.stash_unit === "bytes";
+      ctx.fillText(fmt(kib ? top / 1024 : top, kib ? 1 : 0), LEFT - 6, m.y + 9);
+      ctx.fillText("stashed", LEFT - 6, m.y + m.h / 2 + 2);
+      ctx.fillText(kib ? "(KiB)" : "(micro-b.)", LEFT - 6, m.y + m.h / 2 + 14);
+      ctx.fillText("0", LEFT - 6, m.y + m.h);
+    },
+    hit(x, y) {
+      for (const L of layout) {
+        if (y < L.spans.y || y > L.spans.y + L.spans.h || x < LEFT) continue;
+        const p = L.p;
+        const r = Math.floor((y - L.spans.y) / L.rowH);
+        const q = p.rows[r];
+        const t = T_(x);
+        const tol = (x1 - x0) * MIN_OP_PX / (W - LEFT - 20);
+        let best = -1;
+        for (let i = 0; i < p.num_spans; i++) {
+          if (p.ipu[i] !== q) continue;
+          if (t >= p.start[i] - 0.01 * tol && t <= p.start[i] + Math.max(p.dur[i], tol)) {
+            const [, by, , bh] = spanBox(L, i);
+            if (y >= by - 1 && y <= by + bh + 1) { best = i; if (compute.has(p.kinds[p.kind[i]])) break; }
+          }
+        }
+        return best >= 0 ? { panel: p.index, span: best } : null;
+      }
+      return null;
+    },
+    tooltip(item) {
+      const p = panels[item.panel];
+      const i = item.span;
+      const k = p.kinds[p.kind[i]];
+      const u = meta.time_unit;
+      const what = compute.has(k) && p.mb[i] >= 0 ? `${k}${p.mb[i]}` : k;
+      return `<b>${esc(what)}</b> on IPU ${p.ipu[i]}` +
+        (p.labels && p.labels[i] && p.labels[i] !== what ? ` — ${esc(p.labels[i])}` : "") + "<br>" +
+        `stage ${p.stage[i] >= 0 ? p.stage[i] : "–"} · micro-batch ${p.mb[i] >= 0 ? p.mb[i] : "–"}<br>` +
+        `start ${fmtTime(p.start[i])} ${u} · duration ${fmtTime(p.dur[i])} ${u}<br>` +
+        `${fmt(p.bytes[i])} bytes`;
+    },
+    select(item) {
+      const p = panels[item.panel];
+      return Math.round((p.start[item.span] / makespan) * (N - 1));
+    },
+    selection(item) {
+      const p = panels[item.panel];
+      const i = item.span;
+      return { kind: "span", panel: item.panel, index: i, op: p.kinds[p.kind[i]], ipu: p.ipu[i],
+        stage: p.stage[i], microbatch: p.mb[i], start: p.start[i], duration: p.dur[i],
+        bytes: p.bytes[i] };
+    },
+    showWindow() {
+      if (view.root) view.root.dataset.ipukitWindow = `${x0.toFixed(3)},${x1.toFixed(3)}`;
+    },
+    zoom(x, factor) {
+      const t = T_(x);
+      const w = Math.max((x1 - x0) / factor, makespan / 5000);
+      const f = (t - x0) / (x1 - x0);
+      x0 = Math.max(0, t - f * w);
+      x1 = Math.min(makespan, x0 + w);
+      x0 = Math.max(0, x1 - w);
+      cache = null;
+      this.showWindow();
+    },
+    zoomReset() { x0 = 0; x1 = makespan; cache = null; this.showWindow(); },
+    dragStart(x) { drag = { x, x0, x1 }; dragged = false; },
+    drag(x) {
+      if (!drag) return false;
+      const dt = ((drag.x - x) / (W - LEFT - 20)) * (drag.x1 - drag.x0);
+      if (Math.abs(drag.x - x) < 3 && !dragged) return false;
+      dragged = true;
+      const w = drag.x1 - drag.x0;
+      x0 = Math.max(0, Math.min(makespan - w, drag.x0 + dt));
+      x1 = x0 + w;
+      cache = null;
+      view.showWindow();
+      return true;
+    },
+    dragEnd() { drag = null; },
+    wasDragged() { const d = dragged; dragged = false; return d; },
+    readout: (k) => `t = ${fmtTime(timeAt(k))} / ${fmtTime(makespan)} ${meta.time_unit}`,
+    header: () => "",
+    caption(k) {
+      const t = timeAt(k);
+      return panels.map((p) => {
+        const running = [];
+        for (let i = 0; i < p.num_spans; i++) {
+          const kk = p.kinds[p.kind[i]];
+          if (compute.has(kk) && p.start[i] <= t && t < p.start[i] + p.dur[i]) running.push([p.ipu[i], `IPU ${p.ipu[i]}: ${opName(p, i)}`]);
+        }
+        running.sort((a, b) => a[0] - b[0]);
+        const stash = p.memT.map((ts, j) => `IPU ${p.memory[j].ipu}: ${fmt(stashAt(ts, p.memV[j], t))}`).join(", ");
+        return `<b>${esc(p.title)}</b> — at the play head: ${running.map((r) => r[1]).join(", ") || "no op running"}. ` +
+          `Stashed (${p.stash_unit}): ${stash}.`;
+      }).join("<br>");
+    },
+  };
+  return view;
+}
+
+function stashAt(ts, vs, t) {
+  let lo = 0;
+  let hi = ts.length; // first index with ts > t
+  while (lo < hi) { const mid = (lo + hi) >> 1; if (ts[mid] <= t) lo = mid + 1; else hi = mid; }
+  return lo ? vs[lo - 1] : 0;
+}
+function niceTicks(lo, hi, most) {
+  const span = Math.max(hi - lo, 1e-9);
+  const p = Math.pow(10, Math.floor(Math.log10(span / most)));
+  const step = [1, 2, 5, 10].map((m) => m * p).find((s) => span / s <= most) || 10 * p;
+  const out = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + 1e-9; v += step) out.push(v);
+  return out;
+}
+function fmtTime(v) { return Math.abs(v) >= 100 || Number.isInteger(v) ? fmt(v) : fmt(v, 1); }
+
+function measuresHelp(meta) {
+  const rows = meta.panels.map((p) => {
+    const m = p.measures;
+    return `<tr><td>${esc(p.title)}</td><td>${(100 * m.total).toFixed(1)}%</td>` +
+      `<td>${(100 * m.ideal).toFixed(1)}%</td><td>${(100 * m.span).toFixed(1)}%</td>` +
+      `<td>${(100 * m.utilisation).toFixed(1)}%</td><td>${(1 + m.ideal).toFixed(2)}×</td></tr>`;
+  }).join("");
+  const example = meta.panels.find((p) => p.measures.ideal > 1);
+  const above = example
+    ? `Here "${(100 * example.measures.ideal).toFixed(1)}% of ideal" means the run lasts ` +
+      `${(1 + example.measures.ideal).toFixed(2)}× the ideal time.` : "";
+  return h("details", { class: "ipukit-help", open: "" },
+    h("summary", {}, "Bubble measures: what the percentages mean"),
+    Object.assign(h("div"), { innerHTML:
+      `<table class="ipukit-measures"><tr><th></th><th>bubble ÷ total</th><th>bubble ÷ ideal</th>` +
+      `<th>span</th><th>utilisation</th><th>run ÷ ideal</th></tr>${rows}</table>` +
+      "<p>The <b>bubble</b> is the time the IPUs sit idle. <b>Ideal time</b> is the busiest " +
+      "IPU's own work (the run could not be shorter). <b>Bubble ÷ total</b> is the share of " +
+      "the run that is bubble (always below 100%). <b>Bubble ÷ ideal</b> compares the bubble " +
+      "with the ideal time: <b>above 100% the IPUs wait longer than the busiest one works</b>, " +
+      `and the run takes (1 + that fraction) × the ideal time. ${above} <b>Span</b> is the ` +
+      "same as bubble ÷ total but measured per stage, from its first to its last op " +
+      "(the zero-bubble paper's measure). <b>Utilisation</b> is busy time ÷ (IPUs × run time).</p>" }));
+}
+
+function timelineControls(model, meta) {
+  const c = meta.controls;
+  if (!c) return null;
+  const sel = (name, opts, value) => h("select", { "aria-label": name, "data-setting": name },
+    ...opts.map((o) => h("option", { value: String(o), selected: String(o) === String(value) ? "" : null }, String(o))));
+  const num = (name, value, max) => h("input", { type: "number", min: "1", max: String(max),
+    value: String(value), "aria-label": name, "data-setting": name, style: { width: "4.5em" } });
+  const kind = sel("schedule", c.kinds, c.kind);
+  const stages = num("stages", c.stages, 16);
+  const ga = num("gradient accumulation", c.ga, 512);
+  const rec = h("input", { type: "checkbox", "aria-label": "recomputation", checked: c.recompute ? "" : null });
+  const cmp = sel("compare with", ["none", ...c.kinds], c.compare);
+  const error = h("span", { class: "ipukit-error" });
+  const send = () => {
+    model.set("settings", { kind: kind.value, stages: Number(stages.value), ga: Number(ga.value),
+      recompute: rec.checked, compare: cmp.value });
+    model.save_changes();
+  };
+  for (const e of [kind, stages, ga, rec, cmp]) e.addEventListener("change", send);
+  const onError = () => { error.textContent = model.get("error") || ""; };
+  model.on("change:error", onError);
+  onError();
+  const lab = (text, e) => h("label", {}, text, " ", e);
+  return h("div", { class: "ipukit-controls" }, lab("schedule", kind), lab("stages", stages),
+    lab("gradient accumulation", ga), lab("recomputation", rec), lab("compare with", cmp), error);
+}
+
+// ---- MemoryMap -------------------------------------------------------------------------
+const MAGMA = ["#fcfdbf", "#fec287", "#fc8961", "#e24f5c", "#b73779", "#812581", "#51127c",
+  "#1d1147", "#000004"];
+function magma(f) {
+  const x = Math.max(0, Math.min(1, f)) * (MAGMA.length - 1);
+  const i = Math.min(Math.floor(x), MAGMA.length - 2);
+  const a = rgb(MAGMA[i]);
+  const b = rgb(MAGMA[i + 1]);
+  const u = x - i;
+  return `rgb(${a.map((c, j) => Math.round(c + (b[j] - c) * u)).join(",")})`;
+}
+
+function memoryView(meta, A) {
+  const T = meta.layout.num_ipus * meta.layout.tiles_per_ipu;
+  const names = meta.names; // "total" then the categories
+  const cats = meta.categories;
+  const values = (k) => {
+    if (k === 0) {
+      const out = new Float64Array(T);
+      for (let j = 0; j < cats.length; j++) for (let t = 0; t < T; t++) out[t] += A.memory[j * T + t];
+      return out;
+    }
+    return A.memory.subarray((k - 1) * T, k * T);
+  };
+  const cache = names.map((_, k) => values(k));
+  const worst = (k, n) => Array.from(cache[k].keys()).sort((a, b) => cache[k][b] - cache[k][a] || a - b)
+    .slice(0, n).filter((t) => cache[k][t] > 0);
+  let g = null;
+  let bars = null;
+  let layer = null;
+  const buttons = h("div", { class: "ipukit-categories", role: "group", "aria-label": "category" });
+  const view = {
+    kind: "memory",
+    numFrames: names.length,
+    extraControls: buttons,
+    height: () => 360,
+    resized(w, hgt) {
+      g = gridGeometry(meta, 10, 8, w * 0.55, hgt - 50);
+      bars = { x0: w * 0.66, y0: 30, w: w * 0.31, h: hgt - 80 };
+    },
+    draw(ctx, pos, w, hover) {
+      const k = Math.floor(pos);
+      if (!layer || layer.k !== k || layer.w !== w) {
+        layer = document.createElement("canvas");
+        layer.width = ctx.canvas.width;
+        layer.height = ctx.canvas.height;
+        const lc = layer.getContext("2d");
+        const r = window.devicePixelRatio || 1;
+        lc.setTransform(r, 0, 0, r, 0, 0);
+        this.drawFrame(lc, k, w);
+        layer.k = k;
+        layer.w = w;
+      }
+      ctx.drawImage(layer, 0, 0, w, ctx.canvas.height / (window.devicePixelRatio || 1));
+      if (hover && hover.tile >= 0) {
+        const [x, y] = tileXY(g, hover.tile);
+        ctx.strokeStyle = "#000";
+        ctx.lineWidth = 1.5;
+        ctx.strokeRect(x - 1, y - 1, g.cell + 2, g.cell + 2);
+      }
+    },
+    drawFrame(ctx, k, w) {
+      const v = cache[k];
+      let top = 1;
+      for (let t = 0; t < T; t++) top = Math.max(top, v[t]);
+      for (let t = 0; t < T; t++) {
+        const [x, y] = tileXY(g, t);
+        ctx.fillStyle = magma(v[t] / top);
+        ctx.fillRect(x, y, g.cell, g.cell);
+      }
+      drawIpuFrames(ctx, g);
+      worst(k, 5).forEach((t, r) => {
+        const [x, y] = tileXY(g, t);
+        const s = g.cell < 6 ? 3 * g.cell : g.cell;
+        ctx.strokeStyle = "#00B4F0";
+        ctx.lineWidth = 2.2;
+        ctx.strokeRect(x + g.cell / 2 - s / 2, y + g.cell / 2 - s / 2, s, s);
+        if (g.cell > 36) {
+          ctx.fillStyle = v[t] / top > 0.45 ? "white" : "black";
+          ctx.font = "bold 11px sans-serif";
+          ctx.textAlign = "center";
+          ctx.fillText(`#${r + 1}`, x + g.cell / 2, y + g.cell / 2 - 2);
+          ctx.fillText(`tile ${t}`, x + g.cell / 2, y + g.cell / 2 + 11);
+        }
+      });
+      // the colour bar
+      const cy = g.y0 + g.rows * g.cell + 14;
+      for (let i = 0; i < 100; i++) {
+        ctx.fillStyle = magma(i / 99);
+        ctx.fillRect(g.x0 + i * 2, cy, 2, 10);
+      }
+      ctx.fillStyle = "#333";
+      ctx.font = "11px sans-serif";
+      ctx.textAlign = "left";
+      ctx.fillText(`0 … ${fmt(top)} B (${esc(names[k])}; a tile has ${fmt(meta.bytes_per_tile / 1024)} KiB)`,
+        g.x0 + 210, cy + 9);
+      this.drawBars(ctx);
+    },
+    drawBars(ctx) {
+      const ws = worst(0, 8);
+      const b = bars;
+      let top = 1;
+      ws.forEach((t) => { top = Math.max(top, cache[0][t]); });
+      const rowH = b.h / 9;
+      ctx.font = "11px sans-serif";
+      ws.forEach((t, r) => {
+        let x = b.x0;
+        cats.forEach((c, j) => {
+          const w = (A.memory[j * T + t] / top) * b.w;
+          ctx.fillStyle = meta.category_colours[c] || "#999";
+          ctx.fillRect(x, b.y0 + r * rowH, w, rowH * 0.75);
+          x += w;
+        });
+        ctx.fillStyle = "#333";
+        ctx.textAlign = "right";
+        ctx.fillText(`tile ${t}`, b.x0 - 4, b.y0 + r * rowH + rowH * 0.5);
+      });
+      ctx.textAlign = "left";
+      ctx.fillText("fullest tiles (all categories)", b.x0, b.y0 - 8);
+      cats.forEach((c, j) => {
+        const y = b.y0 + 8 * rowH + 4 + j * 13;
+        ctx.fillStyle = meta.category_colours[c] || "#999";
+        ctx.fillRect(b.x0, y, 10, 10);
+        ctx.fillStyle = "#333";
+        ctx.fillText(c, b.x0 + 14, y + 9);
+      });
+    },
+    hit(x, y) { const t = tileAt(g, x, y); return t >= 0 ? { tile: t } : null; },
+    tooltip(item, k) {
+      const t = item.tile;
+      const rows = cats.map((c, j) => `<tr><td>${esc(c)}</td><td>${fmt(A.memory[j * T + t])} B</td></tr>`).join("");
+      return `<b>tile ${t}</b> (IPU ${Math.floor(t / meta.layout.tiles_per_ipu)}): ` +
+        `${fmt(cache[0][t])} B, ${(100 * cache[0][t] / meta.bytes_per_tile).toFixed(1)}% full` +
+        `<table class="ipukit-mem">${rows}</table>`;
+    },
+    select: () => null,
+    selection(item) {
+      const t = item.tile;
+      const out = { kind: "tile", tile: t, ipu: Math.floor(t / meta.layout.tiles_per_ipu), total: cache[0][t] };
+      cats.forEach((c, j) => { out[c] = A.memory[j * T + t]; });
+      return out;
+    },
+    readout: (k) => names[k],
+    header: (k) => `<span class="ipukit-title">Tile memory: ${esc(names[k])} (${meta.layout.num_ipus} IPU${meta.layout.num_ipus > 1 ? "s" : ""} × ${fmt(meta.layout.tiles_per_ipu)} tiles)</span>`,
+    caption(k) {
+      const rows = worst(k, 5).map((t) => `<tr><td>${t}</td><td>${Math.floor(t / meta.layout.tiles_per_ipu)}</td>` +
+        `<td>${fmt(cache[k][t])}</td><td>${(100 * cache[0][t] / meta.bytes_per_tile).toFixed(1)}%</td></tr>`).join("");
+      return `<b>Fullest tiles (${esc(names[k])})</b><table><tr><th>tile</th><th>IPU</th><th>bytes</th>` +
+        `<th>tile full (all categories)</th></tr>${rows}</table>`;
+    },
+  };
+  return view;
+}
+
+// ---- entry points -------------------------------------------------------------------------
+function build(model, el) {
+  const { meta, arrays } = decode(model.get("_payload"));
+  el.replaceChildren();
+  let view;
+  if (meta.kind === "bsp") view = bspView(meta, arrays);
+  else if (meta.kind === "timeline") {
+    view = timelineView(meta, arrays);
+    view.extraControls = timelineControls(model, meta);
+    view.help = measuresHelp(meta);
+  } else view = memoryView(meta, arrays);
+  const dispose = player(model, el, view);
+  if (meta.kind === "memory") {
+    const box = view.extraControls;
+    const buttons = meta.names.map((name, k) => h("button", { type: "button",
+      "data-frame": String(k), "aria-pressed": "false",
+      onclick: () => { model.set("frame", k); model.save_changes(); } }, name));
+    box.append(...buttons);
+    const mark = () => buttons.forEach((b, k) => b.setAttribute("aria-pressed",
+      String(k === Number(view.root.dataset.ipukitFrame))));
+    new MutationObserver(mark).observe(view.root, { attributes: true,
+      attributeFilter: ["data-ipukit-frame"] });
+    mark();
+  }
+  return dispose;
+}
+
+function render({ model, el }) {
+  let dispose = build(model, el);
+  const rebuild = () => { dispose(); dispose = build(model, el); };
+  model.on("change:_payload", rebuild);
+  return () => { dispose(); model.off("change:_payload", rebuild); };
+}
+
+// A stand-in for the widget model in a saved page: the same get/set/on, no kernel.
+export function localModel(state) {
+  const handlers = {};
+  return {
+    get: (k) => state[k],
+    set(k, v) {
+      const old = state[k];
+      state[k] = v;
+      if (old !== v) (handlers[`change:${k}`] || []).slice().forEach((f) => f());
+    },
+    save_changes() {},
+    on(evt, f) { (handlers[evt] = handlers[evt] || []).push(f); },
+    off(evt, f) { handlers[evt] = (handlers[evt] || []).filter((x) => x !== f); },
+  };
+}
+
+export function standalone(el, state) {
+  el.replaceChildren(); // the static picture, shown where scripts do not run
+  return render({ model: localModel(state), el });
+}
+
+export default { render };

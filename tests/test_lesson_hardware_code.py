@@ -1,0 +1,51 @@
+"""Every lesson shows, next to the ipukit code, what a learner writes on hardware (issue 18).
+
+Lessons 01-06 show Poplar C++ (a Graph, an Engine, codelets where they have vertices);
+07-12 show PopTorch and/or TensorFlow for IPU. Each such cell labels what ipukit does
+differently as a "Kit convention:".
+"""
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("[01][0-9]_*.ipynb"))
+
+#: API names each lesson's hardware cell must show (Graphcore's spelling).
+MUST_SHOW = {
+    "01": ["addCodelets", "Graph graph", "Engine engine", "setTileMapping", "addVertex"],
+    "02": ["addVariable", "addConstant", "PrintTensor", "addHostToDeviceFIFO",
+           "connectStream"],
+    "03": ["addCodelets", "class SumVertex : public Vertex", "setPerfEstimate",
+           "setInitialValue"],
+    "04": ["addComputeSet", "program::Execute", "program::Copy"],
+    "05": ["popops::addCodelets", "poplin::matMul", "mapTensorLinearly",
+           "printProfileSummary"],
+    "06": ["program::Repeat", "IPUInfeedQueue", "loops.repeat", "deviceIterations"],
+    "07": ["poptorch.Block", "poptorch.ShardedExecution", "poptorch.trainingModel",
+           "ipu_shard"],
+    "08": ["pipelining_ops.pipeline", "optimizer_function", "IPUConfig",
+           "poptorch.PipelinedExecution", "gradientAccumulation"],
+    "09": ["allow_recompute", "RecomputationMode", "offload_weight_update_variables",
+           "setOptimizerLocation"],
+    "10": ["replicationFactor", "auto_select_ipus", "CrossReplicaOptimizer",
+           "replicated_optimizer_state_sharding"],
+    "11": ["computational_stages", "device_mapping=[0, [1, 2], 2]", "_ALL_DEVICES"],
+    "12": ["_ALL_DEVICES", "pipelining_ops.pipeline", "outfeed_loss"],
+}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_lesson_shows_the_graphcore_code(path):
+    nb = nbformat.read(path, as_version=4)
+    cells = [c.source for c in nb.cells
+             if c.cell_type == "markdown" and c.source.startswith("### On hardware")]
+    assert len(cells) == 1, f"{path.name}: one '### On hardware' cell"
+    text = cells[0]
+    fence = "```cpp" if path.name < "07" else "```python"
+    assert fence in text and text.count("```") % 2 == 0
+    for name in MUST_SHOW[path.name[:2]]:
+        assert name in text, f"{path.name}: the hardware code does not show {name!r}"
+    assert re.search(r"Kit convention: ", text), f"{path.name}: label the kit's difference"
