@@ -282,8 +282,45 @@ def test_sharded_mnist_basic_emulated_has_the_same_loss_profile():
     assert isinstance(result.trace, ipu.Trace) and p.target.tiles_per_ipu == 16
 
 
-def test_concurrent_stages_are_refused_clearly():
+@pytest.mark.parametrize("last", [True, False])
+def test_concurrent_stages_equal_the_numpy_runner(last):
+    from ipukit.parallel.concurrent import ShardedSoftmaxCrossEntropy, split_dense
+
+    target = ipu.IPUModel(num_ipus=4, tiles_per_ipu=4).create_device().target
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(48, 4)).astype("float32")
+    y = rng.integers(0, 4, 48)
+
+    def make(emulate):
+        if last:
+            st = [[nn.Dense(4, 8, rng=1), nn.ReLU()], split_dense(nn.Dense(8, 4, rng=2), 2)]
+            mapping, loss = [0, [1, 2]], ShardedSoftmaxCrossEntropy()
+        else:
+            st = [[nn.Dense(4, 8, rng=1), nn.ReLU()], split_dense(nn.Dense(8, 6, rng=2), 2),
+                  [nn.ReLU(), nn.Dense(6, 4, rng=3)]]
+            mapping, loss = [0, [1, 2], 3], nn.SoftmaxCrossEntropy()
+        return pipeline(st, mapping, gradient_accumulation_count=12,
+                        optimizer=optim.SGD(0.1), loss=loss, target=target, repeat_count=2,
+                        replication_factor=1, emulate=emulate)
+
+    pair = both(make, x, y)
+    assert_same(pair)
+    steps = pair[1][0].trace.executed_steps()
+    busy = {q for s in steps if s.kind == "compute" for q in s.ipus}
+    assert {1, 2} <= busy  # both members computed on their own IPUs
+
+
+def test_sharded_mnist_concurrent_emulated_has_the_same_loss_profile():
+    from ipukit.data import load_mnist
     from ipukit.examples import sharded_mnist
 
-    rc = sharded_mnist.main(["--pipeline-mode", "concurrent", "--emulate", "--epochs", "0.01"])
-    assert rc != 0
+    data = load_mnist()
+    images, labels = data.train_images[:960], data.train_labels[:960]
+    means = {}
+    for emulate in ([], ["--emulate"]):
+        args = sharded_mnist.parser().parse_args(
+            ["--pipeline-mode", "concurrent", "--hidden-sizes", "32", "16", "--repeat-count",
+             "2", "--epochs", "0.4", *emulate])
+        _, means[bool(emulate)], _ = sharded_mnist.train("concurrent", args, images, labels,
+                                                         out=io.StringIO())
+    np.testing.assert_allclose(means[True], means[False], rtol=1e-4)

@@ -26,8 +26,12 @@ Conv2D is a matrix product with an im2col view of its input (as poplin plans it)
 input gradient a col2im of adds; MaxPool2D a MAX reduce over 2x2 window views, its
 gradient a small vertex routing each window's gradient to its first maximum.
 
-Not emulated (a clear :class:`~ipukit.errors.IpuError` says so): concurrent stages,
-float64 weights, inference pipelines. Offloaded optimiser state
+A concurrent stage's members run on their own IPUs (:class:`_ConcurrentStage`); as the
+last stage, its sharded softmax cross-entropy uses the collectives of
+:mod:`.emulated_sharded`.
+
+Not emulated (a clear :class:`~ipukit.errors.IpuError` says so): concurrent stages in a
+replicated pipeline, float64 weights, inference pipelines. Offloaded optimiser state
 (``offload_optimizer_state``) stays in tile memory here (kit convention: the emulator has
 no Streaming Memory); the numbers are the same.
 """
@@ -46,7 +50,7 @@ from ..graph import Graph
 from ..poplibs import poplin, popnn, popops, poputil
 from ..poplibs.expr import Expr, Sqrt, _1, _2, _3, _4
 from ..program import Copy, Execute, Program, Sequence
-from ..tensor import FLOAT, UNSIGNED_INT, Tensor
+from ..tensor import FLOAT, INT, UNSIGNED_INT, Tensor
 from ..timeline import MemorySample, Span, Timeline
 from ..trace import Step, Trace
 from ..vertex import Input, Output, Vector, Vertex
@@ -192,17 +196,26 @@ class _Slots:
 class _Stage:
     """One stage's tensors and programs on its IPU's virtual graph."""
 
-    def __init__(self, emu, stage, in_shape, replica: int = 0):
-        self.k, self.net, self.emu, self.replica = stage.index, stage.net, emu, replica
-        self.ipu = replica * emu.ipus_per_replica + stage.ipus[0]
+    def __init__(self, emu, stage, in_shape, replica: int = 0, member=None):
+        # member: (index s, layer, IPU) of a concurrent stage's member, built as a stage
+        # without a loss whose parameters are named "<s>.<name>"
+        self.k, self.emu, self.replica = stage.index, emu, replica
+        self.net = stage.net if member is None else member[1]
+        self.prefix = "" if member is None else f"{member[0]}."
+        self.ipu = replica * emu.ipus_per_replica + (stage.ipus[0] if member is None
+                                                     else member[2])
         g, tpi = emu.graph, emu.target.tiles_per_ipu
         self.vg = vg = g.create_virtual_graph(self.ipu * tpi, (self.ipu + 1) * tpi)
         p, k = emu.pipeline, self.k
         self.pre = pre = f"replica{replica}/" if replica else ""
-        self.last = k == len(p.stages) - 1
+        if member is not None:
+            self.pre = pre = f"{pre}member{member[0]}/"
+        self.last = k == len(p.stages) - 1 and member is None
         self.params: dict[str, Tensor] = {}
         self.accs: dict[str, Tensor] = {}
-        for name, value in stage.params.items():
+        values = stage.params if member is None else {
+            self.prefix + n: v for n, v in member[1].params.items()}
+        for name, value in values.items():
             if np.dtype(value.dtype) != np.float32:
                 raise IpuError(
                     f"stage {k} parameter '{name}' is {value.dtype}: the emulator runs "
@@ -217,8 +230,9 @@ class _Stage:
                     "accumulates in float32 or float16; use emulate=False for others"
                 )
             self.accs[name] = _linear(vg, acc_dtype, value.shape, f"{pre}stage{k}/{name}/accum")
-            g.create_host_write(f"{pre}{k}.{name}", self.params[name])
-            g.create_host_read(f"{pre}{k}.{name}", self.params[name])
+            handle = f"{self.pre if member is None else pre.rpartition('member')[0]}{k}.{name}"
+            g.create_host_write(handle, self.params[name])
+            g.create_host_read(handle, self.params[name])
         self.count = _linear(vg, FLOAT, [1], f"{pre}stage{k}/accumulated")  # RUNNING_MEAN's n
         self.input = _linear(vg, FLOAT, in_shape, f"{pre}stage{k}/input")
         self.forward = Sequence()
@@ -239,8 +253,8 @@ class _Stage:
         for i, layer in enumerate(_layers(self.net)):
             x, name = acts[-1], f"{self.pre}stage{k}/{i}.{type(layer).__name__}"
             if isinstance(layer, nn.Dense):
-                w = self.params[_param_key(self.net, i, "weight")]
-                b = self.params[_param_key(self.net, i, "bias")]
+                w = self.params[self.prefix + _param_key(self.net, i, "weight")]
+                b = self.params[self.prefix + _param_key(self.net, i, "bias")]
                 y = poplin.mat_mul(vg, x, w, prog, name)
                 popops.add_in_place(vg, y, b, prog, name + "/bias")
                 self._save(x)
@@ -250,8 +264,8 @@ class _Stage:
             elif isinstance(layer, nn.Flatten):
                 y = x.reshape([x.shape[0], math.prod(x.shape[1:])])
             elif isinstance(layer, nn.Conv2D):
-                w = self.params[_param_key(self.net, i, "weight")]
-                b = self.params[_param_key(self.net, i, "bias")]
+                w = self.params[self.prefix + _param_key(self.net, i, "weight")]
+                b = self.params[self.prefix + _param_key(self.net, i, "bias")]
                 y = _conv_forward(vg, layer, x, w, b, prog, name)
                 self._save(x)
             elif isinstance(layer, nn.MaxPool2D):
@@ -265,6 +279,14 @@ class _Stage:
                 )
             acts.append(y)
         return acts
+
+    def vg_of(self, t: Tensor):
+        """The virtual graph holding ``t`` (this stage's)."""
+        return self.vg
+
+    def sends(self, dst: Tensor) -> list:
+        """Copies of this stage's output into the next stage's inbox slot ``dst``."""
+        return [Copy(self.output, dst)]
 
     def _save(self, t: Tensor) -> None:
         if not any(t is s for s in self.saved):
@@ -305,10 +327,10 @@ class _Stage:
             name = f"{pre}/{i}.{type(layer).__name__}/grad"
             first = i == 0 and k == 0  # nothing to send back: skip the input gradient
             if isinstance(layer, nn.Dense):
-                w = self.params[_param_key(self.net, i, "weight")]
-                grads[_param_key(self.net, i, "weight")] = poplin.mat_mul(
+                w = self.params[self.prefix + _param_key(self.net, i, "weight")]
+                grads[self.prefix + _param_key(self.net, i, "weight")] = poplin.mat_mul(
                     vg, x.transpose(), dy, prog, name + "/weight")
-                grads[_param_key(self.net, i, "bias")] = popops.reduce(
+                grads[self.prefix + _param_key(self.net, i, "bias")] = popops.reduce(
                     vg, dy, [0], popops.Operation.ADD, prog, name + "/bias")
                 dy = None if first else poplin.mat_mul(vg, dy, w.transpose(), prog,
                                                        name + "/input")
@@ -316,10 +338,10 @@ class _Stage:
                 dy = popnn.non_linearity_input_gradient(vg, popnn.NonLinearityType.RELU, y,
                                                         dy, prog, name)
             elif isinstance(layer, nn.Conv2D):
-                w = self.params[_param_key(self.net, i, "weight")]
+                w = self.params[self.prefix + _param_key(self.net, i, "weight")]
                 gw, gb, dy = _conv_backward(vg, layer, x, w, dy, prog, name, first)
-                grads[_param_key(self.net, i, "weight")] = gw
-                grads[_param_key(self.net, i, "bias")] = gb
+                grads[self.prefix + _param_key(self.net, i, "weight")] = gw
+                grads[self.prefix + _param_key(self.net, i, "bias")] = gb
             elif isinstance(layer, nn.MaxPool2D):
                 dy = None if first else _maxpool_backward(vg, x, dy, prog, name)
             else:  # Flatten
@@ -375,6 +397,137 @@ class _Stage:
                 opt.build(vg, f"{k}.{name}/rts{self.replica}", w.flatten()[lo:hi],
                           g.flatten()[lo:hi], prog, 0)
         return prog
+
+
+class _ConcurrentStage:
+    """A concurrent stage: members side by side on their IPUs (``device_mapping`` entry
+    ``[1, 2]``). The input is copied from the first member's IPU to the others (to_all),
+    outputs go to the next stage as slices of its inbox (concatenated), the output
+    gradient's slices go to the members and their input gradients are added onto the
+    first IPU. As the last stage its loss is the sharded softmax cross-entropy (all-reduce
+    MAX and ADD as inter-IPU copies and reductions, the logits never gathered)."""
+
+    def __init__(self, emu, stage, in_shape, replica: int = 0):
+        from . import emulated_sharded as es  # noqa: PLC0415 - its vertices and collectives
+
+        p = emu.pipeline
+        self.emu, self.k, self.replica = emu, stage.index, replica
+        self.members = [_Stage(emu, stage, in_shape, replica, (j, m, q))
+                        for j, (m, q) in enumerate(zip(stage.net.members, stage.ipus))]
+        first = self.members[0]
+        self.vg, self.ipu, self.pre = first.vg, first.ipu, first.pre.rpartition("member")[0]
+        self.last = self.k == len(p.stages) - 1
+        self.params = {n: t for m in self.members for n, t in m.params.items()}
+        self.accs = {n: t for m in self.members for n, t in m.accs.items()}
+        self.input = first.input
+        pre = f"{self.pre}stage{self.k}"
+        self.forward, self.backward = Sequence(), Sequence()
+        for m in self.members[1:]:
+            self.forward.add(Copy(self.input, m.input))  # to_all
+        for m in self.members:
+            self.forward.add(m.forward)
+        self.saved = [t for m in self.members for t in m.saved]
+        self.dy = None
+        if self.last:
+            self._build_sharded_loss(es, pre)
+        else:
+            widths = [m.output.shape[-1] for m in self.members]
+            self.bounds = np.cumsum([0] + widths)
+            shape = self.members[0].output.shape[:-1] + (int(self.bounds[-1]),)
+            self.output = None
+            self.dy = _linear(self.vg, FLOAT, shape, f"{pre}/output grad")
+            for m, c0, c1 in zip(self.members, self.bounds, self.bounds[1:]):
+                self.backward.add(Copy(self.dy[..., int(c0):int(c1)], m.dy))
+        for m in self.members:
+            self.backward.add(m.backward)
+        self.dx = None
+        if self.k > 0:  # to_all's backward: the members' input gradients added on IPU 0
+            sh = es._Shards.__new__(es._Shards)
+            sh.vgs, sh.prog = [m.vg for m in self.members], self.backward
+            self.dx = sh.reduce_onto_first([m.dx for m in self.members], f"{pre}/input grad")
+
+    def _build_sharded_loss(self, es, pre):
+        members, prog = self.members, self.forward
+        mb, size = members[0].output.shape
+        sh = es._Shards.__new__(es._Shards)
+        sh.vgs, sh.prog = [m.vg for m in members], prog
+        self.labels = _linear(self.vg, UNSIGNED_INT, [mb], f"{pre}/labels")
+        labels = popops.cast(self.vg, self.labels, INT, prog, f"{pre}/labels as int")
+        label_parts = sh.broadcast(labels, f"{pre}/labels")
+        offs = []
+        for j, (m, lab) in enumerate(zip(members, label_parts)):
+            off = m.vg.add_variable(UNSIGNED_INT, [mb], f"{pre}/local labels {j}")
+            m.vg.set_tile_mapping(off, 0)
+            cs = m.vg.add_compute_set(f"{pre}/local labels {j}")
+            v = m.vg.add_vertex(cs, es.LocalOffsets, {"idx": lab, "out": off}, tile=0)
+            m.vg.set_initial_value(v["first"], j * size)
+            prog.add(Execute(cs))
+            offs.append(off)
+        logits = [m.output for m in members]
+        row_max = sh.all_reduce([popops.reduce(m.vg, lg, [1], popops.Operation.MAX, prog,
+                                               f"{pre}/max {j}")
+                                 for j, (m, lg) in enumerate(zip(members, logits))],
+                                f"{pre}/all-reduce max", es.Max(_1, _2))
+        shifted = [popops.map(m.vg, _1 - _2, [lg, mx.reshape([mb, 1])], prog,
+                              f"{pre}/shifted {j}")
+                   for j, (m, lg, mx) in enumerate(zip(members, logits, row_max))]
+        denom = sh.all_reduce([popops.reduce(m.vg, popops.map(m.vg, es.Exp(_1), [t], prog,
+                                                              f"{pre}/exp {j}"),
+                                             [1], popops.Operation.ADD, prog, f"{pre}/sum {j}")
+                               for j, (m, t) in enumerate(zip(members, shifted))],
+                              f"{pre}/all-reduce sum")
+        logp = [popops.map(m.vg, _1 - es.Log(_2), [t, d.reshape([mb, 1])], prog,
+                           f"{pre}/log_softmax {j}")
+                for j, (m, t, d) in enumerate(zip(members, shifted, denom))]
+        ce_parts, self.dlogits = [], []
+        for j, m in enumerate(members):
+            ce = m.vg.add_variable(FLOAT, [mb], f"{pre}/cross_entropy partial {j}")
+            rows = poputil.tile_of_elements(m.vg, logp[j]).reshape(mb, size)[:, 0]
+            cs = m.vg.add_compute_set(f"{pre}/take_last {j}")
+            for b in range(mb):
+                m.vg.set_tile_mapping(ce[b], int(rows[b]))
+                m.vg.add_vertex(cs, es.PickColumn, {"row": logp[j][b], "col": offs[j][b],
+                                                    "out": ce[b]}, tile=int(rows[b]))
+            prog.add(Execute(cs))
+            ce_parts.append(ce)
+            # the fused backward: (softmax - one-hot) / micro-batch, on each member
+            d = popops.map(m.vg, es.Exp(_1) * (1.0 / mb), [logp[j]], prog,
+                           f"{pre}/softmax grad {j}")
+            g = m.vg.add_constant(FLOAT, [mb], np.full(mb, 1.0 / mb, np.float32),
+                                  f"{pre}/dce {j}")
+            poputil.map_tensor_linearly(m.vg, g)
+            cs = m.vg.add_compute_set(f"{pre}/minus one-hot {j}")
+            for b in range(mb):
+                m.vg.add_vertex(cs, es.SubtractAtColumn, {"row": d[b], "col": offs[j][b],
+                                                          "g": g[b]}, tile=int(rows[b]))
+            prog.add(Execute(cs))
+            self.dlogits.append(d)
+            m._save(d)
+            self.backward.add(Copy(d, m.dy))
+        ce = sh.reduce_onto_first(ce_parts, f"{pre}/cross_entropy")
+        total = popops.reduce(self.vg, ce, [0], popops.Operation.ADD, prog, f"{pre}/loss sum")
+        self.loss = popops.map(self.vg, _1 * (1.0 / mb), [total.reshape([1])], prog,
+                               f"{pre}/mean loss")
+        self.saved = [t for m in members for t in m.saved]
+
+    def vg_of(self, t: Tensor):
+        for m in self.members:
+            if any(t is u for u in m.saved) or t is m.input:
+                return m.vg
+        return self.vg
+
+    def sends(self, dst: Tensor) -> list:
+        return [Copy(m.output, dst[..., int(c0):int(c1)])
+                for m, c0, c1 in zip(self.members, self.bounds, self.bounds[1:])]
+
+    def zero_program(self) -> Sequence:
+        return Sequence(*(m.zero_program() for m in self.members))
+
+    def mean_program(self) -> Sequence:
+        return Sequence(*(m.mean_program() for m in self.members))
+
+    def update_program(self, opt, shards: int = 1) -> Sequence:
+        return Sequence(*(m.update_program(opt, shards) for m in self.members))
 
 
 class _Optimizer:
@@ -499,14 +652,16 @@ class Emulation:
 
     def __init__(self, pipeline, micro_batch: int, sample_shape: tuple):
         p = self.pipeline = pipeline
-        if any(len(s.ipus) > 1 for s in p.stages):
-            raise IpuError("concurrent stages are not emulated yet; use emulate=False")
+        if p.replication_factor > 1 and any(len(s.ipus) > 1 for s in p.stages):
+            raise IpuError("replicated pipelines with a concurrent stage are not emulated "
+                           "yet; use emulate=False, or replication_factor=1")
         self.target = p.target
-        self.ipus_per_replica = max(s.ipus[0] for s in p.stages) + 1
+        self.ipus_per_replica = max(q for s in p.stages for q in s.ipus) + 1
         self.device = _Device(p.target)
         self.graph = g = Graph(p.target)
         shapes = p._shapes((micro_batch,) + tuple(sample_shape))
-        self.replicas = [[_Stage(self, s, shape, rep) for s, shape in zip(p.stages, shapes)]
+        self.replicas = [[(_ConcurrentStage if len(s.ipus) > 1 else _Stage)(self, s, shape, rep)
+                          for s, shape in zip(p.stages, shapes)]
                          for rep in range(p.replication_factor)]
         self.stages = self.replicas[0]
         self.opt = _Optimizer(self, p.optimizer)
@@ -580,7 +735,8 @@ class Emulation:
                 else s.saved
             cap = fifo_slots[s.k].size
             pre = f"{s.pre}stage{s.k}"
-            s.fifo = [_buffer(s.vg, t, cap, f"{pre}/stash FIFO {t.name}") for t in s.stash]
+            s.fifo = [_buffer(s.vg_of(t), t, cap, f"{pre}/stash FIFO {t.name}")
+                      for t in s.stash]
             s.inbox = _buffer(s.vg, s.input, inbox[s.k].size, f"{pre}/inbox") \
                 if s.k else None
             s.gradbox = _buffer(s.vg, s.dy, gradbox[s.k].size, f"{pre}/grad inbox") \
@@ -631,7 +787,8 @@ class Emulation:
             for t, f in zip(s.stash, s.fifo):
                 prog.add(Copy(t, f[slots["push"]]))
         if op.phase == "F" and "send" in slots:
-            prog.add(Copy(s.output, stages[s.k + 1].inbox[slots["send"]]))
+            for c in s.sends(stages[s.k + 1].inbox[slots["send"]]):
+                prog.add(c)
         if op.phase == "B":
             if "dy" in slots:
                 prog.add(Copy(s.gradbox[slots["dy"]], s.dy))
