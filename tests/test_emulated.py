@@ -308,6 +308,11 @@ def test_concurrent_stages_equal_the_numpy_runner(last):
     steps = pair[1][0].trace.executed_steps()
     busy = {q for s in steps if s.kind == "compute" for q in s.ipus}
     assert {1, 2} <= busy  # both members computed on their own IPUs
+    r = pair[1][0]
+    f1 = sorted((sp for sp in r.timeline if sp.kind == "F" and sp.stage == 1
+                 and sp.microbatch == 0), key=lambda sp: sp.start)[:2]  # run 0's
+    assert sorted(sp.ipu for sp in f1) == [1, 2]  # one box per member, opening the same op
+    assert r.span_steps(f1[0]) == r.span_steps(f1[1])
 
 
 def test_sharded_mnist_concurrent_emulated_has_the_same_loss_profile():

@@ -877,7 +877,7 @@ class EmulatedRunResult(RunResult):
         """The schedule op (and its trace events) behind an F, B or R timeline record."""
         op = next((o for o in self.op_steps if o.phase == span.kind and span.kind in "FBR"
                    and o.stage == span.stage and o.microbatch == span.microbatch
-                   and self._start(o) == span.start), None)
+                   and self._start(o, span.ipu) == span.start), None)
         if op is None:
             raise IpuError(f"{span!r} is not an F, B or R span of this emulated run; pass "
                            "one of result.timeline's records with kind F, B or R")
@@ -887,8 +887,8 @@ class EmulatedRunResult(RunResult):
         """The supersteps behind a timeline record (an F, B or R span of this run)."""
         return steps_of(self.trace, self.op_of(span))
 
-    def _start(self, o: OpSteps) -> float:
-        ext = _extent(self.trace, o, o.ipu)
+    def _start(self, o: OpSteps, ipu: int) -> float:
+        ext = _extent(self.trace, o, ipu)
         return -1.0 if ext is None else ext[0] - self.origin
 
 
@@ -929,6 +929,10 @@ def _extent(trace, o: OpSteps, ipu: int) -> tuple[float, float] | None:
     return float(min(a for a, _ in times)), float(max(b for _, b in times))
 
 
+def _stage_ipus(stage) -> list[int]:
+    return [m.ipu for m in getattr(stage, "members", [stage])]
+
+
 def _timeline(emu, trace, ops, t0) -> Timeline:
     """F/B/R spans from the trace events each op made (on its IPU's clock), the IPU-Link
     copies among them, and each IPU's weight update; memory: each IPU's bytes."""
@@ -940,11 +944,12 @@ def _timeline(emu, trace, ops, t0) -> Timeline:
                 ext = _extent(trace, o, q)
                 if ext:
                     spans.append(Span(q, "optimizer", ext[0] - t0, ext[1] - ext[0]))
-        else:
-            ext = _extent(trace, o, o.ipu)
-            if ext is not None:
-                spans.append(Span(o.ipu, o.phase, ext[0] - t0, ext[1] - ext[0], o.stage,
-                                  o.microbatch))
+        else:  # one span per IPU of the stage (the members of a concurrent stage)
+            for q in _stage_ipus(emu.stages[o.stage]):
+                ext = _extent(trace, o, q)
+                if ext is not None:
+                    spans.append(Span(q, o.phase, ext[0] - t0, ext[1] - ext[0], o.stage,
+                                      o.microbatch))
         for i, t in zip(trace._step_ids[o.first:o.end], trace._starts[o.first:o.end]):
             st = trace.steps[i]
             if st.inter_ipu_bytes and (o.ipu in st.ipus or o.phase == "optimizer"):
