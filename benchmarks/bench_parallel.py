@@ -7,6 +7,10 @@
    micro-batch 8, AdamW) through ``Pipeline.run`` (schedule order, FIFOs, costs, timeline,
    memory record) against the same arithmetic without scheduling: each micro-batch's
    forward and backward through the same layers, gradients summed, AdamW once.
+3. The same pipeline on the emulator (``emulate=True``) against the NumPy runner: lesson
+   08's MNIST classifier (Dense 784-256-256-256-10, 4 IPUs of 16 tiles, G=8, micro-batch
+   32), the first call (building and compiling the Poplar programs, then running) and
+   later calls (running only).
 Medians of repeated runs, measured side by side in one process.
 """
 
@@ -17,6 +21,7 @@ import time
 
 import numpy as np
 
+import ipukit as ipu
 from ipukit import backend
 from ipukit.data import load_mnist
 from ipukit.examples import pipelined_mnist
@@ -93,7 +98,47 @@ def bench_runner(repeats=15):
     assert isinstance(model.optimizer, optim.AdamW)
 
 
+def lesson08_model(strategy, emulate):
+    from ipukit.parallel.pipelining import (
+        Block,
+        PipelinedExecution,
+        ShardedExecution,
+        training_model,
+    )
+
+    blocks = [Block("L0", nn.Dense(784, 256, rng=0), nn.ReLU()),
+              Block("L1", nn.Dense(256, 256, rng=1), nn.ReLU()),
+              Block("L2", nn.Dense(256, 256, rng=2), nn.ReLU()),
+              Block("L3", nn.Dense(256, 10, rng=3))]
+    target = ipu.IPUModel("ipu2", num_ipus=4, tiles_per_ipu=16).create_device().target
+    cls = PipelinedExecution if strategy == "pipelined" else ShardedExecution
+    return training_model(blocks, nn.SoftmaxCrossEntropy(), optim.SGD(0.5),
+                          cls("L0", "L1", "L2", "L3"), gradient_accumulation=8,
+                          target=target, emulate=emulate)
+
+
+def bench_emulated(repeats=3, calls=5):
+    d = load_mnist()
+    x = (d.train_images[:256].reshape(256, 784) / 255).astype(np.float32)
+    y = d.train_labels[:256]
+    print(f"\nLesson 08's MNIST pipeline on the emulator vs the NumPy runner (4 IPUs x 16 "
+          f"tiles, G=8, micro-batch 32); medians of {repeats}")
+    print(f"{'strategy':<10} {'numpy ms':>9} {'emulated first ms':>18} {'later ms':>9} "
+          f"{'first/numpy':>12} {'later/numpy':>12}")
+    for strategy in ("pipelined", "sharded"):
+        firsts, laters, plains = [], [], []
+        for _ in range(repeats):
+            ref, emu = lesson08_model(strategy, False), lesson08_model(strategy, True)
+            plains.append(median_time(lambda ref=ref: ref.run(x, y), calls))
+            firsts.append(median_time(lambda emu=emu: emu.run(x, y), 1))
+            laters.append(median_time(lambda emu=emu: emu.run(x, y), calls))
+        plain, first, later = (statistics.median(v) for v in (plains, firsts, laters))
+        print(f"{strategy:<10} {1e3 * plain:9.1f} {1e3 * first:18.1f} {1e3 * later:9.1f} "
+              f"{first / plain:12.1f} {later / plain:12.1f}")
+
+
 if __name__ == "__main__":
     print(f"backend: {backend.name()}, numpy {np.__version__}")
     bench_schedules()
     bench_runner()
+    bench_emulated()

@@ -167,13 +167,15 @@ def compile_graph(graph: Graph, programs, options: dict | None = None) -> Execut
     tutorial 4; Poplar turns ``debug.allowOutOfMemory`` on when profiling, and ipukit
     always profiles): the profile and memory map show the over-full tiles. The option
     ``{"debug.allowOutOfMemory": "false"}`` raises :class:`OutOfMemoryError` instead, as
-    compiling for hardware does.
+    compiling for hardware does. A virtual graph compiles its whole parent (they share
+    every tensor and vertex).
     """
     allow = str((options or {}).get("debug.allowOutOfMemory", "true")).lower()
     if allow not in ("true", "false"):
         raise IpuError(f"engine option 'debug.allowOutOfMemory' must be \"true\" or "
                        f"\"false\", got {allow!r}")
-    return _Compiler(graph, allow_out_of_memory=allow == "true").run(programs)
+    return _Compiler(getattr(graph, "root", graph),
+                     allow_out_of_memory=allow == "true").run(programs)
 
 
 class _Compiler:

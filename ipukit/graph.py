@@ -117,6 +117,9 @@ class DataStream:
 class Graph:
     """``poplar::Graph(target)``: the program's data and computation, before compilation."""
 
+    def _offset_of(self) -> int:
+        return 0
+
     def __init__(self, target: Target | Device):
         self.target = target.target if isinstance(target, Device) else target
         self.pools: dict[np.dtype, Pool] = {}
@@ -144,7 +147,7 @@ class Graph:
         pool = self._pool(dtype)
         var = pool.alloc(name or f"var{len(pool.variables)}", shape)
         idx = np.arange(var.start, var.start + var.size, dtype=np.int64).reshape(shape)
-        return Tensor(self, pool.dtype, idx, var.name)
+        return Tensor(self.root, pool.dtype, idx, var.name)
 
     def add_constant(self, dtype, shape, values, name: str = "") -> Tensor:
         """``Graph::addConstant``: a tensor with fixed values (map it to a tile too)."""
@@ -161,7 +164,7 @@ class Graph:
         pool = self._pool(dtype)
         var = pool.alloc(name or f"const{len(pool.variables)}", shape, values.reshape(shape))
         idx = np.arange(var.start, var.start + var.size, dtype=np.int64).reshape(shape)
-        return Tensor(self, dtype, idx, var.name)
+        return Tensor(self.root, dtype, idx, var.name)
 
     def set_tile_mapping(self, tensor_or_vertex, tile: int) -> None:
         """``Graph::setTileMapping``: put every element of a tensor (or a vertex) on ``tile``."""
@@ -236,7 +239,7 @@ class Graph:
     def add_vertex(self, cs: ComputeSet, vertex_class, connections: dict | None = None,
                    tile: int | None = None) -> VertexRef:
         """``Graph::addVertex(cs, "Name", {{field, tensor}})``: a vertex in a compute set."""
-        if not (isinstance(cs, ComputeSet) and cs.graph is self):
+        if not (isinstance(cs, ComputeSet) and cs.graph is self.root):
             raise GraphConnectionError(
                 f"add_vertex needs a ComputeSet of this graph (graph.add_compute_set), "
                 f"got {cs!r}"
@@ -269,7 +272,7 @@ class Graph:
     def _connect(self, vid: int, name: str, tensor: Tensor) -> None:
         field = self.v_cls[vid].fields.get(name)
         ok = (field is not None and field.kind != "state" and type(tensor) is Tensor
-              and tensor.graph is self and tensor.dtype == field.dtype
+              and tensor.graph is self.root and tensor.dtype == field.dtype
               and (field.vector or tensor.idx.size == 1))
         if not ok:
             self._connection_error(vid, name, tensor)
@@ -347,7 +350,7 @@ class Graph:
     def _own(self, tensor, what) -> Tensor:
         if not isinstance(tensor, Tensor):
             raise IpuError(f"{what} needs a Tensor, got {tensor!r}")
-        if tensor.graph is not self:
+        if tensor.graph is not self.root:
             raise TileMappingError(f"{what}: tensor '{tensor.name}' belongs to another graph")
         return tensor
 
@@ -356,7 +359,7 @@ class Graph:
         if not isinstance(ref, VertexRef):
             raise GraphConnectionError(f"{what} needs a vertex (from graph.add_vertex), "
                                        f"got {ref!r}")
-        if ref.graph is not self:
+        if ref.graph is not self.root:
             raise GraphConnectionError(f"{what}: the vertex belongs to another graph")
         return ref.id
 
@@ -384,6 +387,25 @@ class Graph:
         """Per vertex on ``tile`` (in the order added): elements connected to each field."""
         return [{f: int(idx.size) for f, idx in self.v_conn[v].items()}
                 for v in range(self.num_vertices) if self.v_tile[v] == tile]
+
+    # -- virtual graphs ------------------------------------------------------------------
+    @property
+    def root(self) -> Graph:
+        """The top-level graph that holds every tensor and vertex (``self`` here)."""
+        return self
+
+    def create_virtual_graph(self, lower_tile: int, upper_tile: int):
+        """``Graph::createVirtualGraph(lowerTile, upperTile)``: this graph's tiles
+        ``[lower_tile, upper_tile)`` seen as a graph of their own, numbered from 0.
+
+        Tensors, compute sets and vertices made on it belong to this (the parent) graph,
+        so programs and Copies mix them freely; only tile numbers are relative. One
+        virtual graph per IPU (``lower = ipu * tiles_per_ipu``) is how TensorFlow's IPU
+        backend builds its shards.
+        """
+        from .virtual_graph import VirtualGraph  # noqa: PLC0415 - it subclasses Graph
+
+        return VirtualGraph(self, lower_tile, upper_tile)
 
 
 def out_of_range(values, dtype) -> str | None:

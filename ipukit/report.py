@@ -13,6 +13,8 @@ What PopVision Graph Analyser shows, as static figures a learner can put in a no
 * :func:`compute_set_table`: one row per compute set (PopVision's table).
 * :func:`compare`: two runs side by side (PopVision's report comparison): which compute
   sets and which tiles got better or worse.
+* :func:`span_supersteps`: one F, B or R op of an emulated pipeline run opened as the
+  supersteps that made it, under the run's timeline with the op marked.
 
 Drawing functions take an ``ax`` (or make one) and return it, so widgets can reuse them.
 
@@ -133,6 +135,55 @@ def execution_trace(trace: Trace, ax=None, run: int | None = None, max_labels: i
     ax.legend(loc="lower right", fontsize=8)
     ax.figure.tight_layout()
     return ax
+
+
+def span_supersteps(result, span, max_steps: int = 40):
+    """An emulated run's timeline (F/B/R per IPU) above the supersteps of one ``span``.
+
+    ``result`` is what ``pipeline(..., emulate=True).run`` returns; ``span`` one of its
+    F, B or R timeline records. The lower panel draws the op's steps (compute sets, copies
+    and stream copies, in order) split into sync, exchange and compute, on the same cycle
+    axis as the trace. Returns the figure.
+    """
+    plt = _plt()
+    op = result.op_of(span)
+    fig, (top, low) = plt.subplots(2, 1, figsize=(10, 6.5),
+                                   gridspec_kw={"height_ratios": [1, 2]})
+    colours = {"F": "#56B4E9", "B": "#D55E00", "R": "#F0E442", "optimizer": "#999999"}
+    for rec in result.timeline:
+        if rec.kind in colours:
+            chosen = rec is span or rec == span
+            top.barh(rec.ipu, rec.duration, left=rec.start, color=colours[rec.kind],
+                     edgecolor="black" if chosen else "white", linewidth=2 if chosen else 0.3)
+    top.set_yticks(sorted({r.ipu for r in result.timeline if r.ipu >= 0}))
+    top.set_yticklabels([f"IPU {q}" for q in top.get_yticks()])
+    top.invert_yaxis()
+    top.set_xlabel("cycles (this run)")
+    top.set_title(f"Pipeline run: {span.kind}{span.microbatch} of stage {span.stage} "
+                  f"(outlined) on IPU {span.ipu}")
+    trace = result.trace
+    ids = trace._step_ids[op.first:op.end][:max_steps]
+    starts = trace._starts[op.first:op.end][:max_steps]
+    seen = set()
+    for row, (sid, start) in enumerate(zip(ids, starts)):
+        step = trace.steps[sid]
+        for phase in ("sync", "exchange", "compute"):
+            width = getattr(step, f"{phase}_cycles")
+            if width:
+                low.barh(row, width, left=start, color=PHASE_COLOURS[phase], height=0.8,
+                         label=None if phase in seen else phase)
+                seen.add(phase)
+            start += width
+    low.set_yticks(range(len(ids)))
+    low.set_yticklabels([trace.steps[i].name[:40] for i in ids], fontsize=7)
+    low.invert_yaxis()
+    low.set_xlabel("cycles (trace)")
+    total = sum(trace.steps[i].cycles for i in trace._step_ids[op.first:op.end])
+    low.set_title(f"Its {op.end - op.first} supersteps and copies, {total:,} cycles")
+    if seen:
+        low.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 def liveness(trace: Trace, ax=None, run: int | None = None):

@@ -9,6 +9,10 @@ contributions) are checked against a dense NumPy reference.
     python -m ipukit.examples.sharded_embedding
     python -m ipukit.examples.sharded_embedding --ipus 4 --vocab-size 8000 \\
         --feature-size 768 --sequence-length 256
+    python -m ipukit.examples.sharded_embedding --emulate
+
+``--emulate`` builds the same stage as Poplar programs on the emulator, one virtual graph
+per IPU (:mod:`ipukit.parallel.emulated_sharded`), and runs the same checks.
 
 >>> features, indices = make_data(20, 3, 7)
 >>> indices.tolist()
@@ -114,6 +118,29 @@ def print_memory(result: ShardedRun) -> None:
     print_collectives(log)
 
 
+def auto_tiles(vocab: int, channels: int, length: int, ipus: int, bytes_per_tile: int) -> int:
+    """Tiles per emulated IPU for ``--emulate``: a power of two from 16 with room for the
+    shard's tensors (table, gradients, logits and their softmax temporaries) and the
+    exchange buffers of its matrix products (about 4x the tensors: kit convention)."""
+    rows = vocab // ipus
+    need = 4 * 4 * (3 * rows * channels + 7 * length * rows + 4 * length * channels)
+    tiles = 16
+    while tiles * bytes_per_tile < need and tiles < 1024:
+        tiles *= 2
+    return tiles
+
+
+def print_emulation(result, ipus: int) -> None:
+    """What the emulator ran: supersteps, cycles, inter-IPU bytes, the fullest tile."""
+    trace, t = result.trace, result.trace.target
+    summary = trace.summary()
+    cross = sum(s.inter_ipu_bytes for s in trace.executed_steps())
+    print(f"Emulated on {ipus} IPUs x {t.tiles_per_ipu} tiles ({t.version}): "
+          f"{len(trace) - 1} supersteps and copies, {trace.total_cycles:,} cycles "
+          f"({t.cycles_to_us(trace.total_cycles):,.1f} us), {cross:,} B between IPUs; "
+          f"fullest tile {summary['memory_max']:,} of {t.bytes_per_tile:,} B")
+
+
 def check_sizes(args, dtype) -> None:
     """Say what the sizes would need before allocating anything (issue 12)."""
     v, c, n, s = args.vocab_size, args.feature_size, args.sequence_length, args.ipus
@@ -130,8 +157,19 @@ def _main(args) -> int:
     check_sizes(args, dtype)
     features, indices = make_data(args.vocab_size, args.feature_size, args.sequence_length)
     features = features.astype(dtype)
-    result = sharded_tied_embedding(features, indices, args.ipus)
-    print_memory(result)
+    if args.emulate:
+        from ..parallel import emulated_sharded  # noqa: PLC0415 - only with --emulate
+
+        tiles = args.tiles_per_ipu or auto_tiles(args.vocab_size, args.feature_size,
+                                                 args.sequence_length, args.ipus,
+                                                 IPUModel("ipu2").create_device()
+                                                 .target.bytes_per_tile)
+        result = emulated_sharded.tied_embedding(features, indices, args.ipus,
+                                                 tiles_per_ipu=tiles)
+        print_emulation(result, args.ipus)
+    else:
+        result = sharded_tied_embedding(features, indices, args.ipus)
+        print_memory(result)
     if args.no_checks:
         print(f"Our loss: {result.loss}")
         return 0
@@ -161,6 +199,10 @@ def main(argv=None) -> int:
     parser.add_argument("--vocab-size", type=positive_int, default=20)
     parser.add_argument("--feature-size", type=positive_int, default=3)
     parser.add_argument("--sequence-length", type=positive_int, default=7)
+    parser.add_argument("--emulate", action="store_true",
+                        help="run as Poplar programs on the IPU emulator")
+    parser.add_argument("--tiles-per-ipu", type=positive_int, default=None,
+                        help="tiles of each emulated IPU (default: enough for the shard)")
     return run(_main, argv, parser)
 
 

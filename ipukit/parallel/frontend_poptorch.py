@@ -111,7 +111,7 @@ def training_model(blocks, loss, optimizer, strategy: PipelinedExecution | None 
                    recomputation: bool = False, offload_optimizer_state: bool = False,
                    target: Target | None = None,
                    replicated_tensor_sharding: bool = False, output_mode="final",
-                   output_return_period: int = 1) -> Pipeline:
+                   output_return_period: int = 1, emulate: bool = False) -> Pipeline:
     """``poptorch.trainingModel``: ``blocks`` split into stages by ``strategy``.
 
     ``options.Training.gradientAccumulation``, ``options.deviceIterations`` and
@@ -121,6 +121,7 @@ def training_model(blocks, loss, optimizer, strategy: PipelinedExecution | None 
     replication_factor samples and returns ``outputs`` by ``options.outputMode`` (FINAL by
     default, as for PopTorch's training models). ``replicated_tensor_sharding`` plays
     ``TensorLocationSettings().useReplicatedTensorSharding(True)`` for the optimiser state.
+    ``emulate=True`` runs the stages as Poplar programs on the emulator (:mod:`.emulated`).
     """
     blocks = checks.blocks(blocks, Block)
     strategy = strategy or _auto_stages(blocks)
@@ -132,7 +133,8 @@ def training_model(blocks, loss, optimizer, strategy: PipelinedExecution | None 
         replication_factor=replication_factor, repeat_count=device_iterations,
         replica_reduction="SUM" if str(reduction).upper() == "SUM" else "MEAN",
         replicated_optimizer_state_sharding=replicated_tensor_sharding,
-        output_mode=output_mode, output_return_period=output_return_period)
+        output_mode=output_mode, output_return_period=output_return_period,
+        emulate=emulate)
     return Pipeline(layers, mapping, options, optimizer, loss, target)
 
 

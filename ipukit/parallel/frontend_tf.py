@@ -36,7 +36,8 @@ def pipeline(computational_stages, device_mapping=None, gradient_accumulation_co
              target: Target | None = None, replica_reduction: str = "MEAN",
              replicated_optimizer_state_sharding: bool = False,
              gradient_accumulation_dtype=None, output_mode=None,
-             output_return_period: int = 1, recomputation_mode=None) -> Pipeline:
+             output_return_period: int = 1, recomputation_mode=None,
+             emulate: bool = False) -> Pipeline:
     """``tensorflow.python.ipu.pipelining_ops.pipeline`` with layers instead of functions.
 
     Each computational stage is a list of layers; the last stage's output are logits for
@@ -45,7 +46,8 @@ def pipeline(computational_stages, device_mapping=None, gradient_accumulation_co
     schedule defaults to Grouped (TensorFlow's ``None``). ``device_iterations`` is
     PopTorch's name for ``repeat_count``. Reduction defaults to SUM, as in TensorFlow.
     Replicas, RTS, accumulation dtype and output modes: see :mod:`.replication`; every
-    loss is returned (``output_mode`` ALL) unless told otherwise.
+    loss is returned (``output_mode`` ALL) unless told otherwise. ``emulate=True`` runs
+    the stages as Poplar programs on the emulator (:mod:`.emulated`).
 
     As TensorFlow's:
 
@@ -103,7 +105,7 @@ def pipeline(computational_stages, device_mapping=None, gradient_accumulation_co
         replicated_optimizer_state_sharding=replicated_optimizer_state_sharding,
         gradient_accumulation_dtype=gradient_accumulation_dtype,
         output_mode=output_mode, output_return_period=output_return_period,
-        recomputation_mode=recomputation_mode, training=training)
+        recomputation_mode=recomputation_mode, training=training, emulate=emulate)
     return Pipeline(stages, device_mapping, options, optimizer, loss, target)
 
 

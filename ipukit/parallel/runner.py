@@ -99,6 +99,7 @@ class PipelineOptions:
     output_return_period: int = 1
     recomputation_mode: object = None  # a schedule.RecomputationMode (None: Auto)
     training: bool = True  # False: an inference pipeline, forward stages only
+    emulate: bool = False  # run the stages as Poplar programs on the emulator (emulated.py)
 
     def __post_init__(self):
         reduction = str(self.reduction).upper()
@@ -348,8 +349,15 @@ class Pipeline:
         (and the losses when it has a loss and ``labels``).
         """
         if not self.options.training:
+            if self.options.emulate:
+                raise PipelineConfigError(
+                    "inference pipelines (no optimizer) are not emulated yet; drop "
+                    "emulate=True")
             return self._infer(x, labels)
         x, labels = checks.samples(x, labels)
+        if self.options.emulate:
+            from . import emulated  # noqa: PLC0415 - emulated.py imports this module
+            return emulated.run(self, x, labels)
         mb = replication.check_samples(self.options, len(x), len(labels))
         self._shapes((mb,) + tuple(np.shape(x)[1:]))  # a mismatch raises before arithmetic
         shape = (self.repeat_count, self.replication_factor, self.gradient_accumulation, mb)

@@ -102,6 +102,43 @@ def non_linearity(graph, nl_type, t: Tensor, prog: Sequence, debug_name: str = "
     return popops.map(graph, _1 * (scale / _2), [e, s.expand(last)], prog, name + "/divide")
 
 
+class ReluGrad(Vertex):
+    """``popnn::NonLinearityGrad`` for RELU: ``in_grad = out_grad * (out > 0)``."""
+
+    out = Input(Vector(FLOAT))
+    out_grad = Input(Vector(FLOAT))
+    in_grad = Output(Vector(FLOAT))
+
+    def compute(self):
+        self.in_grad[...] = self.out_grad * (self.out > 0)
+
+
+def non_linearity_input_gradient(graph, nl_type, out: Tensor, out_gradient: Tensor,
+                                 prog: Sequence, debug_name: str = "") -> Tensor:
+    """``popnn::nonLinearityInputGradient(graph, type, out, outGradient, prog)``: the
+    gradient at the non-linearity's input from its output and the output's gradient
+    (RELU: ``outGradient * (out > 0)``); a new tensor mapped like ``out``."""
+    nl = str(nl_type).upper().removeprefix("NONLINEARITYTYPE.")
+    name = debug_name or nl.lower() + "/grad"
+    if nl != "RELU":
+        raise IpuError(f"{name}: ipukit has the input gradient of RELU only, got {nl_type!r}")
+    tiles = poputil.check_mapped(graph, out, name, "out")
+    poputil.check_mapped(graph, out_gradient, name, "outGradient")
+    if tuple(out.shape) != tuple(out_gradient.shape) or out.dtype != FLOAT \
+            or out_gradient.dtype != FLOAT:
+        raise IpuError(f"{name}: out '{out.name}' {out.shape} and outGradient "
+                       f"'{out_gradient.name}' {out_gradient.shape} must be float tensors of "
+                       "one shape")
+    grad = graph.add_variable(FLOAT, out.shape, name)
+    popops._map_elements(graph, grad, tiles)
+    cs = graph.add_compute_set(name)
+    popops.add_per_tile_vertices(graph, cs, ReluGrad, {
+        "out": out.flatten(), "out_grad": out_gradient.flatten(), "in_grad": grad.flatten()},
+        tiles, grain=poputil.vector_width(FLOAT))
+    prog.add(Execute(cs))
+    return grad
+
+
 class CalcLoss(Vertex):
     """One sample of the loss layer (``popnn::CalcLoss``): loss, delta and correct.
 
@@ -206,9 +243,11 @@ def calc_loss(graph, model_outputs: Tensor, expected: Tensor, loss: Tensor, delt
     for b in range(batch):
         graph.set_tile_mapping(correct[b], int(delta_tiles[b]))
     cs = graph.add_compute_set(name + "/LossLayer")
-    popops.add_per_tile_vertices(graph, cs, cls, {
-        "probs": outs, "label": expected.flatten(), "loss": loss.flatten(),
-        "delta": delta, "correct": correct}, delta_tiles)
+    labels, losses = expected.flatten(), loss.flatten()
+    for b in range(batch):  # one vertex per sample (its scalar fields hold one element)
+        graph.add_vertex(cs, cls, {"probs": outs[b], "label": labels[b], "loss": losses[b],
+                                   "delta": delta[b], "correct": correct[b]},
+                         tile=int(delta_tiles[b]))
     count = graph.add_compute_set(name + "/NumCorrect")
     tile = int(poputil.tile_of_elements(graph, num_correct)[0])
     graph.add_vertex(count, AddCount, {"correct": correct, "total": num_correct.reshape(())},

@@ -276,9 +276,17 @@ def _map_elements(graph, t: Tensor, tiles: np.ndarray) -> None:
     if tiles.size == 0:
         return
     cuts = np.flatnonzero(np.diff(tiles)) + 1
-    for b, e in zip(np.concatenate([[0], cuts]).tolist(),
-                    np.concatenate([cuts, [tiles.size]]).tolist()):
-        graph.set_tile_mapping(flat[b:e], int(tiles[b]))
+    if len(cuts) < 16:
+        for b, e in zip(np.concatenate([[0], cuts]).tolist(),
+                        np.concatenate([cuts, [tiles.size]]).tolist()):
+            graph.set_tile_mapping(flat[b:e], int(tiles[b]))
+        return
+    order = np.argsort(tiles, kind="stable")  # many runs: one call per tile instead
+    sorted_tiles = tiles[order]
+    edges = np.flatnonzero(np.diff(sorted_tiles)) + 1
+    for b, e in zip(np.concatenate([[0], edges]).tolist(),
+                    np.concatenate([edges, [tiles.size]]).tolist()):
+        graph.set_tile_mapping(poputil.take(flat, order[b:e]), int(sorted_tiles[b]))
 
 
 def _binary(op, name):

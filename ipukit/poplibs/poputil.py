@@ -106,7 +106,7 @@ def check_mapped(graph, t: Tensor, op: str, role: str) -> np.ndarray:
     """
     if not isinstance(t, Tensor):
         raise IpuError(f"{op}: {role} must be a Tensor, got {t!r}")
-    if t.graph is not graph:
+    if t.graph is not graph.root:
         raise IpuError(f"{op}: {role} '{t.name}' belongs to another graph")
     tiles = tile_of_elements(graph, t)
     unmapped = np.flatnonzero(tiles < 0)

@@ -1,0 +1,974 @@
+"""Pipelines on the emulator: ``pipeline(..., emulate=True)``.
+
+Every stage becomes Poplar programs on the tiles of its IPU (a virtual graph,
+``Graph::createVirtualGraph``) built from PopLibs-style ops: Dense is ``poplin.mat_mul``
+plus a bias add, ReLU ``popnn.non_linearity`` (its backward
+``popnn.non_linearity_input_gradient``), Flatten a reshape, the loss a softmax and
+``popnn.calc_loss``. The stash of each stage is a FIFO of tile variables (one slot per
+micro-batch in flight, as TensorFlow's ``PipelineFIFOInserter`` allocates them), so a
+stash that does not fit shows up, by name, in the compiler's out-of-memory report.
+Activations and gradients cross IPUs as ``Copy`` programs; samples and labels come in
+over host streams (infeeds) and the losses go out over one (an outfeed). The ops run in
+the schedule's order: one program per op of the schedule, run in one ``Engine.run`` per
+pipeline run (so the trace shows, for any F, B or R op, the supersteps that made it:
+:meth:`EmulatedRunResult.steps_of`).
+
+Gradients are accumulated on the device (SUM, MEAN, RUNNING_MEAN, in the accumulator
+dtype) and the optimiser (SGD with momentum and weight decay, Adam, AdamW) updates the
+weights on the device once per run. Losses and weights equal the NumPy runner's to float32
+tolerance.
+
+Replicas are copies of the stages on their own IPUs; their gradients are all-reduced by
+inter-IPU copies and adds (with replicated tensor sharding, each replica updates its
+shard of every weight and the shards are gathered by copies).
+
+Conv2D is a matrix product with an im2col view of its input (as poplin plans it), its
+input gradient a col2im of adds; MaxPool2D a MAX reduce over 2x2 window views, its
+gradient a small vertex routing each window's gradient to its first maximum.
+
+A concurrent stage's members run on their own IPUs (:class:`_ConcurrentStage`); as the
+last stage, its sharded softmax cross-entropy uses the collectives of
+:mod:`.emulated_sharded`.
+
+Not emulated (a clear :class:`~ipukit.errors.IpuError` says so): concurrent stages in a
+replicated pipeline, float64 weights, inference pipelines. Offloaded optimiser state
+(``offload_optimizer_state``) stays in tile memory here (kit convention: the emulator has
+no Streaming Memory); the numbers are the same.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import backend
+from ..engine import Engine
+from ..errors import IpuError
+from ..graph import Graph
+from ..poplibs import poplin, popnn, popops, poputil
+from ..poplibs.expr import Expr, Sqrt, _1, _2, _3, _4
+from ..program import Copy, Execute, Program, Sequence
+from ..tensor import FLOAT, INT, UNSIGNED_INT, Tensor
+from ..timeline import MemorySample, Span, Timeline
+from ..trace import Step, Trace
+from ..vertex import Input, Output, Vector, Vertex
+from . import nn, optim, replication
+from .runner import MemoryRecord, RunResult
+
+# Poplar's programs (Copy, Execute, stream copies) each compile to one step; our op
+# programs hold nothing else, so counting them tells which trace events an op made.
+_LEAVES = (Copy, Execute)
+_5 = Expr("ARG", 5)  # popops' placeholders go on: _5 is the fifth operand
+
+
+def _leaves(prog: Program) -> int:
+    if isinstance(prog, Sequence):
+        return sum(_leaves(p) for p in prog.programs)
+    return 1 if isinstance(prog, _LEAVES) else 0
+
+
+def _layers(net) -> list:
+    return list(net.layers) if isinstance(net, nn.Sequential) else [net]
+
+
+def _param_key(net, i: int, name: str) -> str:
+    return f"{i}.{name}" if isinstance(net, nn.Sequential) else name
+
+
+def _map_like(vg: Graph, dst: Tensor, src: Tensor) -> None:
+    """Map ``dst``'s elements to the tiles of ``src``'s (same number of elements)."""
+    popops._map_elements(vg, dst, poputil.tile_of_elements(vg, src))
+
+
+def _buffer(vg: Graph, like: Tensor, slots: int, name: str) -> Tensor:
+    """``slots`` tile variables shaped and mapped like ``like`` (a FIFO or an inbox)."""
+    t = vg.add_variable(like.dtype, (max(slots, 1),) + tuple(like.shape), name)
+    for j in range(max(slots, 1)):
+        _map_like(vg, t[j], like)
+    return t
+
+
+def _linear(vg: Graph, dtype, shape, name: str) -> Tensor:
+    t = vg.add_variable(dtype, shape, name)
+    poputil.map_tensor_linearly(vg, t)
+    return t
+
+
+def _cols(x: Tensor, k: int) -> Tensor:
+    """im2col as a view: (C*k*k, B*Ho*Wo), element [c*k*k + i*k + j, (b, h, w)] being
+    ``x[b, c, h + i, w + j]`` (the k*k shifted views of nn.Conv2D, no copy)."""
+    bsz, c, h, w = x.shape
+    ho, wo = h - k + 1, w - k + 1
+    idx = np.stack([x.idx[:, :, i:i + ho, j:j + wo] for i in range(k) for j in range(k)],
+                   axis=2)  # (B, C, k*k, Ho, Wo)
+    idx = idx.transpose(1, 2, 0, 3, 4).reshape(c * k * k, bsz * ho * wo)
+    return Tensor(x.graph, x.dtype, idx, f"{x.name}/im2col")
+
+
+def _conv_forward(vg, layer, x, w, b, prog, name) -> Tensor:
+    """nn.Conv2D as poplin does it: a matrix product of the weights and the im2col view."""
+    bsz, _, h, wd = x.shape
+    k, cout = layer.k, layer.cout
+    ho, wo = h - k + 1, wd - k + 1
+    y2 = poplin.mat_mul(vg, w.reshape([cout, -1]), _cols(x, k), prog, name)
+    y = y2.reshape([cout, bsz, ho, wo]).dim_shuffle([1, 0, 2, 3])
+    popops.add_in_place(vg, y, b.reshape([1, cout, 1, 1]), prog, name + "/bias")
+    return y
+
+
+def _conv_backward(vg, layer, x, w, dy, prog, name, first):
+    """(weight gradient, bias gradient, input gradient or None) of nn.Conv2D."""
+    bsz, c, h, wd = x.shape
+    k, cout = layer.k, layer.cout
+    ho, wo = h - k + 1, wd - k + 1
+    dy2 = dy.dim_shuffle([1, 0, 2, 3]).reshape([cout, bsz * ho * wo])
+    gw = poplin.mat_mul(vg, dy2, _cols(x, k).transpose(), prog, name + "/weight")
+    gb = popops.reduce(vg, dy, [0, 2, 3], popops.Operation.ADD, prog, name + "/bias")
+    gw = gw.reshape(list(w.shape))
+    if first:
+        return gw, gb, None
+    dcols = poplin.mat_mul(vg, w.reshape([cout, -1]).transpose(), dy2, prog, name + "/input")
+    dcols = dcols.reshape([c, k * k, bsz, ho, wo])
+    dx = _linear(vg, FLOAT, x.shape, name + "/input grad")
+    popops.zero(vg, dx, prog, name + "/input grad zero")
+    for i in range(k):  # col2im: each shifted view's gradient added where it came from
+        for j in range(k):
+            part = dcols[:, i * k + j].dim_shuffle([1, 0, 2, 3])
+            popops.add_in_place(vg, dx.slice([0, 0, i, j], [bsz, c, i + ho, j + wo]), part,
+                                prog, f"{name}/col2im {i},{j}")
+    return gw, gb, dx
+
+
+def _windows(x: Tensor) -> Tensor:
+    """The 2x2 windows of nn.MaxPool2D as a view (B, C, H/2, W/2, 4)."""
+    bsz, c, h, w = x.shape
+    return (x.reshape([bsz, c, h // 2, 2, w // 2, 2]).dim_shuffle([0, 1, 2, 4, 3, 5])
+            .reshape([bsz, c, h // 2, w // 2, 4]))
+
+
+class MaxPoolGrad(Vertex):
+    """The gradient of a 2x2 max pool: ``dy`` to the first maximum of each window."""
+
+    win = Input(Vector(FLOAT))
+    dy = Input(Vector(FLOAT))
+    dx = Output(Vector(FLOAT))
+
+    def compute(self):
+        n = self.win.shape[0]
+        win = self.win.reshape(n, -1, 4)
+        hit = self.xp.arange(4) == win.argmax(axis=-1)[..., None]
+        self.dx[...] = (hit * self.dy.reshape(n, -1)[..., None]).reshape(n, -1)
+
+
+def _maxpool_backward(vg, x, dy, prog, name) -> Tensor:
+    dx = vg.add_variable(FLOAT, x.shape, name + "/input grad")
+    _map_like(vg, dx, x)
+    win, dwin = _windows(x), _windows(dx)
+    rows = math.prod(win.shape[:4])
+    tiles = poputil.tile_of_elements(vg, dwin).reshape(rows, 4)[:, 0]
+    cs = vg.add_compute_set(name)
+    popops.add_per_tile_vertices(vg, cs, MaxPoolGrad, {
+        "win": win.reshape([rows, 4]), "dy": dy.reshape([rows, 1]),
+        "dx": dwin.reshape([rows, 4])}, tiles)
+    prog.add(Execute(cs))
+    return dx
+
+
+class _Slots:
+    """Which slot of a buffer each micro-batch uses: the lowest free one, in op order."""
+
+    def __init__(self):
+        self.held: dict[int, int] = {}
+        self.size = 0
+
+    def put(self, m: int) -> int:
+        free = sorted(set(range(self.size + 1)) - set(self.held.values()))[0]
+        self.held[m] = free
+        self.size = max(self.size, free + 1)
+        return free
+
+    def take(self, m: int) -> int:
+        return self.held.pop(m)
+
+
+class _Stage:
+    """One stage's tensors and programs on its IPU's virtual graph."""
+
+    def __init__(self, emu, stage, in_shape, replica: int = 0, member=None):
+        # member: (index s, layer, IPU) of a concurrent stage's member, built as a stage
+        # without a loss whose parameters are named "<s>.<name>"
+        self.k, self.emu, self.replica = stage.index, emu, replica
+        self.net = stage.net if member is None else member[1]
+        self.prefix = "" if member is None else f"{member[0]}."
+        self.ipu = replica * emu.ipus_per_replica + (stage.ipus[0] if member is None
+                                                     else member[2])
+        g, tpi = emu.graph, emu.target.tiles_per_ipu
+        self.vg = vg = g.create_virtual_graph(self.ipu * tpi, (self.ipu + 1) * tpi)
+        p, k = emu.pipeline, self.k
+        self.pre = pre = f"replica{replica}/" if replica else ""
+        if member is not None:
+            self.pre = pre = f"{pre}member{member[0]}/"
+        self.last = k == len(p.stages) - 1 and member is None
+        self.params: dict[str, Tensor] = {}
+        self.accs: dict[str, Tensor] = {}
+        values = stage.params if member is None else {
+            self.prefix + n: v for n, v in member[1].params.items()}
+        for name, value in values.items():
+            if np.dtype(value.dtype) != np.float32:
+                raise IpuError(
+                    f"stage {k} parameter '{name}' is {value.dtype}: the emulator runs "
+                    "float32 weights (Poplar's FLOAT); build the layers with dtype='float32' "
+                    "or use emulate=False"
+                )
+            self.params[name] = _linear(vg, FLOAT, value.shape, f"{pre}stage{k}/{name}")
+            acc_dtype = np.dtype(p.accumulation_dtypes[k][name])
+            if acc_dtype not in (np.float32, np.float16):
+                raise IpuError(
+                    f"gradient_accumulation_dtype {acc_dtype} for {k}.{name}: the emulator "
+                    "accumulates in float32 or float16; use emulate=False for others"
+                )
+            self.accs[name] = _linear(vg, acc_dtype, value.shape, f"{pre}stage{k}/{name}/accum")
+            handle = f"{self.pre if member is None else pre.rpartition('member')[0]}{k}.{name}"
+            g.create_host_write(handle, self.params[name])
+            g.create_host_read(handle, self.params[name])
+        self.count = _linear(vg, FLOAT, [1], f"{pre}stage{k}/accumulated")  # RUNNING_MEAN's n
+        self.input = _linear(vg, FLOAT, in_shape, f"{pre}stage{k}/input")
+        self.forward = Sequence()
+        self.saved: list[Tensor] = []  # what the backward reads: the stash of one op
+        self.acts = self._build_forward(in_shape)
+        self.output = self.acts[-1]
+        if self.last:
+            self._build_loss()
+        self.backward = Sequence()
+        self.dy = None if self.last else _linear(vg, FLOAT, self.output.shape,
+                                                 f"{pre}stage{k}/output grad")
+        self.dx = self._build_backward()
+
+    # -- forward ------------------------------------------------------------------------
+    def _build_forward(self, shape) -> list[Tensor]:
+        vg, prog, k = self.vg, self.forward, self.k
+        acts = [self.input]
+        for i, layer in enumerate(_layers(self.net)):
+            x, name = acts[-1], f"{self.pre}stage{k}/{i}.{type(layer).__name__}"
+            if isinstance(layer, nn.Dense):
+                w = self.params[self.prefix + _param_key(self.net, i, "weight")]
+                b = self.params[self.prefix + _param_key(self.net, i, "bias")]
+                y = poplin.mat_mul(vg, x, w, prog, name)
+                popops.add_in_place(vg, y, b, prog, name + "/bias")
+                self._save(x)
+            elif isinstance(layer, nn.ReLU):
+                y = popnn.non_linearity(vg, popnn.NonLinearityType.RELU, x, prog, name)
+                self._save(y)
+            elif isinstance(layer, nn.Flatten):
+                y = x.reshape([x.shape[0], math.prod(x.shape[1:])])
+            elif isinstance(layer, nn.Conv2D):
+                w = self.params[self.prefix + _param_key(self.net, i, "weight")]
+                b = self.params[self.prefix + _param_key(self.net, i, "bias")]
+                y = _conv_forward(vg, layer, x, w, b, prog, name)
+                self._save(x)
+            elif isinstance(layer, nn.MaxPool2D):
+                y = popops.reduce(vg, _windows(x), [4], popops.Operation.MAX, prog, name)
+                self._save(x)
+            else:
+                raise IpuError(
+                    f"stage {k} layer {i} is {layer!r}: the emulator builds Dense, ReLU, "
+                    "Flatten, Conv2D and MaxPool2D from PopLibs ops (poplin.mat_mul, popnn, "
+                    "popops); run this model with emulate=False"
+                )
+            acts.append(y)
+        return acts
+
+    def vg_of(self, t: Tensor):
+        """The virtual graph holding ``t`` (this stage's)."""
+        return self.vg
+
+    def sends(self, dst: Tensor) -> list:
+        """Copies of this stage's output into the next stage's inbox slot ``dst``."""
+        return [Copy(self.output, dst)]
+
+    def _save(self, t: Tensor) -> None:
+        if not any(t is s for s in self.saved):
+            self.saved.append(t)
+
+    def _build_loss(self):
+        vg, prog, k = self.vg, self.forward, f"{self.pre}stage{self.k}"
+        logits = self.output
+        if logits.rank != 2:
+            raise IpuError(f"the last stage's outputs have shape {logits.shape}; the loss "
+                           "takes (micro-batch, classes) logits")
+        mb = logits.shape[0]
+        self.labels = _linear(vg, UNSIGNED_INT, [mb], f"{k}/labels")
+        probs = popnn.non_linearity(vg, popnn.NonLinearityType.SOFTMAX, logits, prog,
+                                    f"{k}/softmax")
+        per_sample = _linear(vg, FLOAT, [mb], f"{k}/loss per sample")
+        delta = vg.add_variable(FLOAT, logits.shape, f"{k}/delta")
+        _map_like(vg, delta, logits)
+        correct = _linear(vg, UNSIGNED_INT, [1], f"{k}/num correct")
+        prog.add(popnn.calc_loss(vg, probs, self.labels, per_sample, delta, correct,
+                                 popnn.CROSS_ENTROPY_LOSS, f"{k}/calcLoss"))
+        total = popops.reduce(vg, per_sample, [0], popops.Operation.ADD, prog,
+                              f"{k}/loss sum")
+        self.loss = popops.map(vg, _1 * (1.0 / mb), [total.reshape([1])], prog,
+                               f"{k}/mean loss")
+        self.dlogits = popops.map(vg, _1 * (1.0 / mb), [delta], prog, f"{k}/dlogits")
+        self._save(self.dlogits)
+
+    # -- backward -----------------------------------------------------------------------
+    def _build_backward(self) -> Tensor | None:
+        vg, prog, k, p = self.vg, self.backward, self.k, self.emu.pipeline
+        pre = f"{self.pre}stage{k}"
+        dy = self.dlogits if self.last else self.dy
+        grads: dict[str, Tensor] = {}
+        layers = _layers(self.net)
+        for i in reversed(range(len(layers))):
+            layer, x, y = layers[i], self.acts[i], self.acts[i + 1]
+            name = f"{pre}/{i}.{type(layer).__name__}/grad"
+            first = i == 0 and k == 0  # nothing to send back: skip the input gradient
+            if isinstance(layer, nn.Dense):
+                w = self.params[self.prefix + _param_key(self.net, i, "weight")]
+                grads[self.prefix + _param_key(self.net, i, "weight")] = poplin.mat_mul(
+                    vg, x.transpose(), dy, prog, name + "/weight")
+                grads[self.prefix + _param_key(self.net, i, "bias")] = popops.reduce(
+                    vg, dy, [0], popops.Operation.ADD, prog, name + "/bias")
+                dy = None if first else poplin.mat_mul(vg, dy, w.transpose(), prog,
+                                                       name + "/input")
+            elif isinstance(layer, nn.ReLU):
+                dy = popnn.non_linearity_input_gradient(vg, popnn.NonLinearityType.RELU, y,
+                                                        dy, prog, name)
+            elif isinstance(layer, nn.Conv2D):
+                w = self.params[self.prefix + _param_key(self.net, i, "weight")]
+                gw, gb, dy = _conv_backward(vg, layer, x, w, dy, prog, name, first)
+                grads[self.prefix + _param_key(self.net, i, "weight")] = gw
+                grads[self.prefix + _param_key(self.net, i, "bias")] = gb
+            elif isinstance(layer, nn.MaxPool2D):
+                dy = None if first else _maxpool_backward(vg, x, dy, prog, name)
+            else:  # Flatten
+                dy = dy.reshape(x.shape)
+            if dy is None:
+                break
+        for name, g in grads.items():
+            acc = self.accs[name]
+            if g.dtype != acc.dtype:
+                g = popops.cast(vg, g, acc.dtype, prog, f"{pre}/{name}/cast")
+            if p.reduction == "RUNNING_MEAN":
+                n = self.count.reshape([1] * acc.rank)
+                if acc.dtype != np.float32:
+                    n = popops.cast(vg, n, acc.dtype, prog, f"{pre}/{name}/n")
+                popops.map(vg, _1 * (_3 / (_3 + 1.0)) + _2 * (1.0 / (_3 + 1.0)), [acc, g, n],
+                           prog, f"{pre}/{name}/running mean", inplace=True)
+            else:
+                popops.add_in_place(vg, acc, g, prog, f"{pre}/{name}/accumulate")
+        if p.reduction == "RUNNING_MEAN":
+            popops.add_in_place(vg, self.count, 1.0, prog, f"{pre}/count")
+        return dy
+
+    # -- once per run -------------------------------------------------------------------
+    def zero_program(self) -> Sequence:
+        prog, pre = Sequence(), f"{self.pre}stage{self.k}"
+        for name, acc in self.accs.items():
+            popops.zero(self.vg, acc, prog, f"{pre}/{name}/zero")
+        popops.zero(self.vg, self.count, prog, f"{pre}/zero count")
+        return prog
+
+    def mean_program(self) -> Sequence:
+        """MEAN: the accumulators divided by the number of micro-batches."""
+        p, prog = self.emu.pipeline, Sequence()
+        if p.reduction == "MEAN":
+            for name, g in self.accs.items():
+                popops.map(self.vg, _1 * (1.0 / p.gradient_accumulation), [g], prog,
+                           f"{self.pre}stage{self.k}/{name}/mean", inplace=True)
+        return prog
+
+    def update_program(self, opt, shards: int = 1) -> Sequence:
+        """The optimiser on this replica's weights (its shard of each with RTS)."""
+        vg, k, prog = self.vg, self.k, Sequence()
+        for name, w in self.params.items():
+            g = self.accs[name]
+            if g.dtype != w.dtype:
+                g = popops.cast(vg, g, w.dtype, prog,
+                                f"{self.pre}stage{k}/{name}/to weight type")
+            if shards == 1:
+                opt.build(vg, f"{k}.{name}", w, g, prog, self.replica)
+                continue
+            lo, hi = replication.shard_bounds(w.num_elements(), shards)[self.replica]
+            if hi > lo:
+                opt.build(vg, f"{k}.{name}/rts{self.replica}", w.flatten()[lo:hi],
+                          g.flatten()[lo:hi], prog, 0)
+        return prog
+
+
+class _ConcurrentStage:
+    """A concurrent stage: members side by side on their IPUs (``device_mapping`` entry
+    ``[1, 2]``). The input is copied from the first member's IPU to the others (to_all),
+    outputs go to the next stage as slices of its inbox (concatenated), the output
+    gradient's slices go to the members and their input gradients are added onto the
+    first IPU. As the last stage its loss is the sharded softmax cross-entropy (all-reduce
+    MAX and ADD as inter-IPU copies and reductions, the logits never gathered)."""
+
+    def __init__(self, emu, stage, in_shape, replica: int = 0):
+        from . import emulated_sharded as es  # noqa: PLC0415 - its vertices and collectives
+
+        p = emu.pipeline
+        self.emu, self.k, self.replica = emu, stage.index, replica
+        self.members = [_Stage(emu, stage, in_shape, replica, (j, m, q))
+                        for j, (m, q) in enumerate(zip(stage.net.members, stage.ipus))]
+        first = self.members[0]
+        self.vg, self.ipu, self.pre = first.vg, first.ipu, first.pre.rpartition("member")[0]
+        self.last = self.k == len(p.stages) - 1
+        self.params = {n: t for m in self.members for n, t in m.params.items()}
+        self.accs = {n: t for m in self.members for n, t in m.accs.items()}
+        self.input = first.input
+        pre = f"{self.pre}stage{self.k}"
+        self.forward, self.backward = Sequence(), Sequence()
+        for m in self.members[1:]:
+            self.forward.add(Copy(self.input, m.input))  # to_all
+        for m in self.members:
+            self.forward.add(m.forward)
+        self.saved = [t for m in self.members for t in m.saved]
+        self.dy = None
+        if self.last:
+            self._build_sharded_loss(es, pre)
+        else:
+            widths = [m.output.shape[-1] for m in self.members]
+            self.bounds = np.cumsum([0] + widths)
+            shape = self.members[0].output.shape[:-1] + (int(self.bounds[-1]),)
+            self.output = None
+            self.dy = _linear(self.vg, FLOAT, shape, f"{pre}/output grad")
+            for m, c0, c1 in zip(self.members, self.bounds, self.bounds[1:]):
+                self.backward.add(Copy(self.dy[..., int(c0):int(c1)], m.dy))
+        for m in self.members:
+            self.backward.add(m.backward)
+        self.dx = None
+        if self.k > 0:  # to_all's backward: the members' input gradients added on IPU 0
+            sh = es._Shards.__new__(es._Shards)
+            sh.vgs, sh.prog = [m.vg for m in self.members], self.backward
+            self.dx = sh.reduce_onto_first([m.dx for m in self.members], f"{pre}/input grad")
+
+    def _build_sharded_loss(self, es, pre):
+        members, prog = self.members, self.forward
+        mb, size = members[0].output.shape
+        sh = es._Shards.__new__(es._Shards)
+        sh.vgs, sh.prog = [m.vg for m in members], prog
+        self.labels = _linear(self.vg, UNSIGNED_INT, [mb], f"{pre}/labels")
+        labels = popops.cast(self.vg, self.labels, INT, prog, f"{pre}/labels as int")
+        label_parts = sh.broadcast(labels, f"{pre}/labels")
+        offs = []
+        for j, (m, lab) in enumerate(zip(members, label_parts)):
+            off = m.vg.add_variable(UNSIGNED_INT, [mb], f"{pre}/local labels {j}")
+            m.vg.set_tile_mapping(off, 0)
+            cs = m.vg.add_compute_set(f"{pre}/local labels {j}")
+            v = m.vg.add_vertex(cs, es.LocalOffsets, {"idx": lab, "out": off}, tile=0)
+            m.vg.set_initial_value(v["first"], j * size)
+            prog.add(Execute(cs))
+            offs.append(off)
+        logits = [m.output for m in members]
+        row_max = sh.all_reduce([popops.reduce(m.vg, lg, [1], popops.Operation.MAX, prog,
+                                               f"{pre}/max {j}")
+                                 for j, (m, lg) in enumerate(zip(members, logits))],
+                                f"{pre}/all-reduce max", es.Max(_1, _2))
+        shifted = [popops.map(m.vg, _1 - _2, [lg, mx.reshape([mb, 1])], prog,
+                              f"{pre}/shifted {j}")
+                   for j, (m, lg, mx) in enumerate(zip(members, logits, row_max))]
+        denom = sh.all_reduce([popops.reduce(m.vg, popops.map(m.vg, es.Exp(_1), [t], prog,
+                                                              f"{pre}/exp {j}"),
+                                             [1], popops.Operation.ADD, prog, f"{pre}/sum {j}")
+                               for j, (m, t) in enumerate(zip(members, shifted))],
+                              f"{pre}/all-reduce sum")
+        logp = [popops.map(m.vg, _1 - es.Log(_2), [t, d.reshape([mb, 1])], prog,
+                           f"{pre}/log_softmax {j}")
+                for j, (m, t, d) in enumerate(zip(members, shifted, denom))]
+        ce_parts, self.dlogits = [], []
+        for j, m in enumerate(members):
+            ce = m.vg.add_variable(FLOAT, [mb], f"{pre}/cross_entropy partial {j}")
+            rows = poputil.tile_of_elements(m.vg, logp[j]).reshape(mb, size)[:, 0]
+            cs = m.vg.add_compute_set(f"{pre}/take_last {j}")
+            for b in range(mb):
+                m.vg.set_tile_mapping(ce[b], int(rows[b]))
+                m.vg.add_vertex(cs, es.PickColumn, {"row": logp[j][b], "col": offs[j][b],
+                                                    "out": ce[b]}, tile=int(rows[b]))
+            prog.add(Execute(cs))
+            ce_parts.append(ce)
+            # the fused backward: (softmax - one-hot) / micro-batch, on each member
+            d = popops.map(m.vg, es.Exp(_1) * (1.0 / mb), [logp[j]], prog,
+                           f"{pre}/softmax grad {j}")
+            g = m.vg.add_constant(FLOAT, [mb], np.full(mb, 1.0 / mb, np.float32),
+                                  f"{pre}/dce {j}")
+            poputil.map_tensor_linearly(m.vg, g)
+            cs = m.vg.add_compute_set(f"{pre}/minus one-hot {j}")
+            for b in range(mb):
+                m.vg.add_vertex(cs, es.SubtractAtColumn, {"row": d[b], "col": offs[j][b],
+                                                          "g": g[b]}, tile=int(rows[b]))
+            prog.add(Execute(cs))
+            self.dlogits.append(d)
+            m._save(d)
+            self.backward.add(Copy(d, m.dy))
+        ce = sh.reduce_onto_first(ce_parts, f"{pre}/cross_entropy")
+        total = popops.reduce(self.vg, ce, [0], popops.Operation.ADD, prog, f"{pre}/loss sum")
+        self.loss = popops.map(self.vg, _1 * (1.0 / mb), [total.reshape([1])], prog,
+                               f"{pre}/mean loss")
+        self.saved = [t for m in members for t in m.saved]
+
+    def vg_of(self, t: Tensor):
+        for m in self.members:
+            if any(t is u for u in m.saved) or t is m.input:
+                return m.vg
+        return self.vg
+
+    def sends(self, dst: Tensor) -> list:
+        return [Copy(m.output, dst[..., int(c0):int(c1)])
+                for m, c0, c1 in zip(self.members, self.bounds, self.bounds[1:])]
+
+    def zero_program(self) -> Sequence:
+        return Sequence(*(m.zero_program() for m in self.members))
+
+    def mean_program(self) -> Sequence:
+        return Sequence(*(m.mean_program() for m in self.members))
+
+    def update_program(self, opt, shards: int = 1) -> Sequence:
+        return Sequence(*(m.update_program(opt, shards) for m in self.members))
+
+
+class _Optimizer:
+    """The weight update on the device, with the optimiser's state in tile variables.
+
+    Every replica holds its own copy of the state (the same values); with RTS each holds
+    the state of its shard only (keys ``"<key>/rts<r>"``, as the NumPy runner's)."""
+
+    def __init__(self, emu, opt):
+        self.opt, self.emu = opt, emu
+        self.state: dict[tuple[str, int], dict[str, Tensor]] = {}
+        self.kind = type(opt)
+        if self.kind not in (optim.SGD, optim.Momentum, optim.Adam, optim.AdamW):
+            raise IpuError(f"the emulator updates weights with SGD, Momentum, Adam or AdamW, "
+                           f"got {opt!r}; use emulate=False")
+
+    @staticmethod
+    def handle(key, replica, s) -> str:
+        return f"optimizer/{key}/{s}" + (f"@replica{replica}" if replica else "")
+
+    def build(self, vg, key, w, g, prog, replica):
+        o, name = self.opt, (f"replica{replica}/" if replica else "") + f"optimizer/{key}"
+        graph = self.emu.graph
+        st = {}
+        if issubclass(self.kind, optim.SGD):
+            if o.weight_decay:
+                g = popops.map(vg, _1 + o.weight_decay * _2, [g, w], prog, name + "/decay")
+            if o.momentum:
+                st["buf"] = buf = vg.add_variable(FLOAT, w.shape, f"{name}/momentum")
+                _map_like(vg, buf, w)
+                popops.map(vg, o.momentum * _1 + _2, [buf, g], prog, name + "/momentum",
+                           inplace=True)
+                g = buf
+            popops.map(vg, _1 - o.lr * _2, [w, g], prog, name + "/sgd", inplace=True)
+        else:
+            b1, b2 = o.betas
+            if o.weight_decay and o.decoupled:
+                popops.map(vg, _1 * (1 - o.lr * o.weight_decay), [w], prog, name + "/decay",
+                           inplace=True)
+            elif o.weight_decay:
+                g = popops.map(vg, _1 + o.weight_decay * _2, [g, w], prog, name + "/decay")
+            for s in ("m", "v"):
+                st[s] = vg.add_variable(FLOAT, w.shape, f"{name}/{s}")
+                _map_like(vg, st[s], w)
+            st["corr"] = vg.add_variable(FLOAT, [2], f"{name}/bias correction 1 - beta^t")
+            vg.set_tile_mapping(st["corr"], int(poputil.tile_of_elements(vg, w)[0]))
+            popops.map(vg, b1 * _1 + (1 - b1) * _2, [st["m"], g], prog, name + "/m",
+                       inplace=True)
+            popops.map(vg, b2 * _1 + (1 - b2) * _2 * _2, [st["v"], g], prog, name + "/v",
+                       inplace=True)
+            c1 = st["corr"][0].reshape([1] * w.rank)
+            c2 = st["corr"][1].reshape([1] * w.rank)
+            popops.map(vg, _1 - o.lr * (_2 / _4) / (Sqrt(_3 / _5) + o.eps),
+                       [w, st["m"], st["v"], c1, c2], prog, name + "/adam", inplace=True)
+        self.state[(key, replica)] = st
+        for s, t in st.items():
+            graph.create_host_write(self.handle(key, replica, s), t)
+            graph.create_host_read(self.handle(key, replica, s), t)
+
+    # host <-> device state, so that the optimiser object stays the one truth between calls
+    def write(self, eng) -> dict:
+        """Write the host state to every replica; returns Adam's step count per key."""
+        host, steps = self.opt.state, {}
+        for (key, rep), st in self.state.items():
+            have = host.get(key)
+            if "buf" in st:
+                eng.write_tensor(self.handle(key, rep, "buf"),
+                                 np.zeros(st["buf"].shape, np.float32) if have is None
+                                 else backend.to_numpy(have))
+            elif "m" in st:
+                steps[key] = 0 if have is None else have["step"]
+                for m in ("m", "v"):
+                    eng.write_tensor(self.handle(key, rep, m),
+                                     np.zeros(st[m].shape, np.float32) if have is None
+                                     else backend.to_numpy(have[m]))
+        return steps
+
+    def before_update(self, eng, steps: dict, r: int):
+        b1, b2 = getattr(self.opt, "betas", (0, 0))
+        for (key, rep), st in self.state.items():
+            if "corr" in st:
+                t = steps[key] + r + 1
+                eng.write_tensor(self.handle(key, rep, "corr"),
+                                 np.array([1 - b1**t, 1 - b2**t], np.float32))
+
+    def read(self, eng, steps: dict, runs: int):
+        xp = backend.get_xp()
+        for (key, rep), st in self.state.items():
+            if rep:
+                continue  # every replica holds the same state: read replica 0's
+            if "buf" in st:
+                self.opt.state[key] = xp.asarray(eng.read_tensor(self.handle(key, 0, "buf")))
+            elif "m" in st:
+                self.opt.state[key] = {
+                    "step": steps[key] + runs,
+                    "m": xp.asarray(eng.read_tensor(self.handle(key, 0, "m"))),
+                    "v": xp.asarray(eng.read_tensor(self.handle(key, 0, "v")))}
+
+
+@dataclass(frozen=True)
+class OpSteps:
+    """The trace events (``[first, end)`` in ``trace.events``) one schedule op made."""
+
+    run: int  # the pipeline run (repeat) it belongs to
+    phase: str
+    stage: int
+    microbatch: int
+    ipu: int
+    first: int
+    end: int
+
+
+
+
+class Emulation:
+    """A pipeline built once as Poplar programs for one micro-batch shape; ``run`` trains.
+
+    With replication every replica is a copy of the stages on its own IPUs; each op runs
+    on every replica, and the accumulated gradients are all-reduced by inter-IPU copies
+    and adds before the weight update (with RTS: reduced, updated and gathered by shard).
+    """
+
+    def __init__(self, pipeline, micro_batch: int, sample_shape: tuple):
+        p = self.pipeline = pipeline
+        if p.replication_factor > 1 and any(len(s.ipus) > 1 for s in p.stages):
+            raise IpuError("replicated pipelines with a concurrent stage are not emulated "
+                           "yet; use emulate=False, or replication_factor=1")
+        self.target = p.target
+        self.ipus_per_replica = max(q for s in p.stages for q in s.ipus) + 1
+        self.device = _Device(p.target)
+        self.graph = g = Graph(p.target)
+        shapes = p._shapes((micro_batch,) + tuple(sample_shape))
+        self.replicas = [[(_ConcurrentStage if len(s.ipus) > 1 else _Stage)(self, s, shape, rep)
+                          for s, shape in zip(p.stages, shapes)]
+                         for rep in range(p.replication_factor)]
+        self.stages = self.replicas[0]
+        self.opt = _Optimizer(self, p.optimizer)
+        n_in = math.prod(self.stages[0].input.shape)
+        self.streams = []
+        for rep in range(p.replication_factor):
+            pre = self.replicas[rep][0].pre
+            self.streams.append((
+                g.add_host_to_device_fifo(pre + "samples", FLOAT, n_in),
+                g.add_host_to_device_fifo(pre + "labels", UNSIGNED_INT, micro_batch),
+                g.add_device_to_host_fifo(pre + "losses", FLOAT, 1)))
+        self.ops, programs = self._unroll()
+        zero = Sequence(*(s.zero_program() for st in self.replicas for s in st))
+        update = Sequence(*(s.mean_program() for st in self.replicas for s in st))
+        update.add(self._all_reduce())
+        rts = p.replication_factor if (p.replicated_optimizer_state_sharding
+                                       and p.replication_factor > 1) else 1
+        update.add(Sequence(*(s.update_program(self.opt, rts)
+                              for st in self.replicas for s in st)))
+        if rts > 1:
+            update.add(self._all_gather())
+        self.counts = [_leaves(zero)] + [_leaves(q) for q in programs] + [_leaves(update)]
+        # program 0 zeroes the accumulators and runs every op; program 1 updates weights
+        self.engine = Engine(g, [Sequence(zero, *programs), update])
+        self.engine.load(self.device)
+
+    def _all_reduce(self) -> Sequence:
+        """Sum (or average) the replicas' accumulators: copies into replica 0, adds there,
+        copies back (the all-reduce as inter-IPU copies and reductions)."""
+        p, prog = self.pipeline, Sequence()
+        if p.replication_factor == 1:
+            return prog
+        for k, s0 in enumerate(self.stages):
+            for name, acc in s0.accs.items():
+                pre = f"all-reduce/stage{k}/{name}"
+                for rep in range(1, p.replication_factor):
+                    other = _buffer(s0.vg, acc, 1, f"{pre}/from replica {rep}")[0]
+                    prog.add(Copy(self.replicas[rep][k].accs[name], other))
+                    popops.add_in_place(s0.vg, acc, other, prog, f"{pre}/add replica {rep}")
+                if p.replica_reduction == "MEAN":
+                    popops.map(s0.vg, _1 * (1.0 / p.replication_factor), [acc], prog,
+                               f"{pre}/mean", inplace=True)
+                for rep in range(1, p.replication_factor):
+                    prog.add(Copy(acc, self.replicas[rep][k].accs[name]))
+        return prog
+
+    def _all_gather(self) -> Sequence:
+        """RTS: every replica's updated shard of each weight copied to the others."""
+        prog, count = Sequence(), self.pipeline.replication_factor
+        for k, s0 in enumerate(self.stages):
+            for name, w in s0.params.items():
+                bounds = replication.shard_bounds(w.num_elements(), count)
+                for r, (lo, hi) in enumerate(bounds):
+                    src = self.replicas[r][k].params[name].flatten()[lo:hi]
+                    for j in range(count):
+                        if j != r and hi > lo:
+                            prog.add(Copy(src, self.replicas[j][k].params[name].flatten()[lo:hi]))
+        return prog
+
+    def _unroll(self):
+        """One program per schedule op, with its FIFO and inbox slots fixed in advance."""
+        p, st = self.pipeline, self.stages
+        fifo_slots = [_Slots() for _ in st]
+        inbox = [_Slots() for _ in st]  # activations waiting for stage k
+        gradbox = [_Slots() for _ in st]  # gradients waiting for stage k
+        plan = []
+        for op in p.schedule.ops:
+            plan.append((op, self._plan_op(op, fifo_slots[op.stage], inbox, gradbox)))
+        for s in (s for stages in self.replicas for s in stages):  # buffers, sizes known
+            s.stash = [s.input] + ([s.labels] if s.last else []) if p.recomputation \
+                else s.saved
+            cap = fifo_slots[s.k].size
+            pre = f"{s.pre}stage{s.k}"
+            s.fifo = [_buffer(s.vg_of(t), t, cap, f"{pre}/stash FIFO {t.name}")
+                      for t in s.stash]
+            s.inbox = _buffer(s.vg, s.input, inbox[s.k].size, f"{pre}/inbox") \
+                if s.k else None
+            s.gradbox = _buffer(s.vg, s.dy, gradbox[s.k].size, f"{pre}/grad inbox") \
+                if not s.last else None
+        programs = [Sequence(*(self._op_program(op, slots, rep)
+                               for rep in range(p.replication_factor)))
+                    for op, slots in plan]
+        return [op for op, _ in plan], programs
+
+    def _plan_op(self, op, fifo, inbox, gradbox) -> dict:
+        k, m, last = op.stage, op.microbatch, len(self.stages) - 1
+        slots = {}
+        if op.phase == "F":
+            if k > 0:
+                slots["in"] = inbox[k].take(m)
+            slots["push"] = fifo.put(m)
+            if k < last:
+                slots["send"] = inbox[k + 1].put(m)
+        elif op.phase == "R":
+            slots["pop"] = fifo.take(m)
+        else:
+            if not self.pipeline.recomputation:
+                slots["pop"] = fifo.take(m)
+            if k < last:
+                slots["dy"] = gradbox[k].take(m)
+            if k > 0:
+                slots["send"] = gradbox[k - 1].put(m)
+        return slots
+
+    def _op_program(self, op, slots, rep) -> Sequence:
+        stages = self.replicas[rep]
+        s = stages[op.stage]
+        x_stream, y_stream, loss_stream = self.streams[rep]
+        prog = Sequence()
+        if "pop" in slots:
+            for t, f in zip(s.stash, s.fifo):
+                prog.add(Copy(f[slots["pop"]], t))
+        if op.phase == "F":
+            prog.add(Copy(x_stream, s.input) if s.k == 0
+                     else Copy(s.inbox[slots["in"]], s.input))
+            if s.last:
+                prog.add(Copy(y_stream, s.labels))
+        if op.phase in ("F", "R"):
+            prog.add(s.forward)
+            if s.last and op.phase == "F":
+                prog.add(Copy(s.loss, loss_stream))
+        if "push" in slots:
+            for t, f in zip(s.stash, s.fifo):
+                prog.add(Copy(t, f[slots["push"]]))
+        if op.phase == "F" and "send" in slots:
+            for c in s.sends(stages[s.k + 1].inbox[slots["send"]]):
+                prog.add(c)
+        if op.phase == "B":
+            if "dy" in slots:
+                prog.add(Copy(s.gradbox[slots["dy"]], s.dy))
+            prog.add(s.backward)
+            if "send" in slots:
+                prog.add(Copy(s.dx, stages[s.k - 1].gradbox[slots["send"]]))
+        return prog
+
+    # -- running --------------------------------------------------------------------------
+    def run(self, xs, ys):
+        """Train on ``xs[r, replica, m]`` for every pipeline run ``r``; returns the losses
+        ``(repeat, replica, micro-batch)`` and, per op, the trace events it made."""
+        p, eng = self.pipeline, self.engine
+        for st in self.replicas:
+            for s in st:
+                for name in s.params:
+                    eng.write_tensor(f"{s.pre}{s.k}.{name}",
+                                     backend.to_numpy(p.stages[s.k].params[name]))
+        steps = self.opt.write(eng)
+        f0 = [o.microbatch for o in self.ops if o.phase == "F" and o.stage == 0]
+        fl = [o.microbatch for o in self.ops if o.phase == "F" and o.stage == len(p.stages) - 1]
+        losses = np.zeros((p.repeat_count, p.replication_factor, p.gradient_accumulation))
+        records = []
+        for r in range(p.repeat_count):
+            outs = []
+            for rep, st in enumerate(self.replicas):
+                pre = st[0].pre
+                eng.connect_stream(pre + "samples",
+                                   np.ascontiguousarray(xs[r, rep][f0], np.float32))
+                eng.connect_stream(pre + "labels",
+                                   np.ascontiguousarray(ys[r, rep][fl]).astype(np.uint32))
+                outs.append(np.zeros(len(fl), np.float32))
+                eng.connect_stream(pre + "losses", outs[-1])
+            pos = len(eng.trace) + 1 + self.counts[0]  # after the host sync and the zeroing
+            eng.run(0)
+            self.opt.before_update(eng, steps, r)
+            eng.run(1)
+            for rep, out in enumerate(outs):
+                losses[r, rep, fl] = out
+            for i, op in enumerate(self.ops):
+                n = self.counts[i + 1]
+                records.append(OpSteps(r, op.phase, op.stage, op.microbatch,
+                                       self.stages[op.stage].ipu, pos, pos + n))
+                pos += n
+            records.append(OpSteps(r, "optimizer", -1, -1, -1, pos + 1,
+                                   pos + 1 + self.counts[-1]))
+        self.opt.read(eng, steps, p.repeat_count)
+        xp = backend.get_xp()
+        for s in self.stages:
+            for name in s.params:
+                p.stages[s.k].params[name][...] = xp.asarray(eng.read_tensor(f"{s.k}.{name}"))
+        return losses, records
+
+
+class _Device:
+    def __init__(self, target):
+        self.target = target
+
+
+def steps_of(trace, op: OpSteps) -> list[Step]:
+    """The compiled steps (supersteps and copies) that ``op`` executed, in order."""
+    ids = trace._step_ids[op.first:op.end]
+    return [trace.steps[i] for i in ids]
+
+
+@dataclass(frozen=True)
+class EmulatedRunResult(RunResult):
+    """A :class:`~ipukit.parallel.pipelining.RunResult` with the run's ``trace`` (an
+    ``ipu.Trace``: ``BSPView(result.trace)`` works) and, per schedule op, the trace events
+    it made (``op_steps``); the timeline's durations are those events' cycles."""
+
+    trace: Trace | None = None
+    op_steps: tuple[OpSteps, ...] = ()
+    origin: float = 0.0  # the trace cycle where this run's timeline starts
+
+    def steps_of(self, phase: str, stage: int, microbatch: int, run: int = 0) -> list[Step]:
+        """The supersteps (compute sets, copies, stream copies) of one F, B or R op."""
+        for o in self.op_steps:
+            if (o.phase, o.stage, o.microbatch, o.run) == (phase, stage, microbatch, run):
+                return steps_of(self.trace, o)
+        raise IpuError(f"no {phase} op of stage {stage} on micro-batch {microbatch} in run "
+                       f"{run}; the schedule's ops are (phase, stage, micro-batch) with phase "
+                       "F, B or R")
+
+    def op_of(self, span) -> OpSteps:
+        """The schedule op (and its trace events) behind an F, B or R timeline record."""
+        op = next((o for o in self.op_steps if o.phase == span.kind and span.kind in "FBR"
+                   and o.stage == span.stage and o.microbatch == span.microbatch
+                   and self._start(o, span.ipu) == span.start), None)
+        if op is None:
+            raise IpuError(f"{span!r} is not an F, B or R span of this emulated run; pass "
+                           "one of result.timeline's records with kind F, B or R")
+        return op
+
+    def span_steps(self, span) -> list[Step]:
+        """The supersteps behind a timeline record (an F, B or R span of this run)."""
+        return steps_of(self.trace, self.op_of(span))
+
+    def _start(self, o: OpSteps, ipu: int) -> float:
+        ext = _extent(self.trace, o, ipu)
+        return -1.0 if ext is None else ext[0] - self.origin
+
+
+def run(p, x, labels) -> EmulatedRunResult:
+    """``Pipeline.run`` on the emulator (``pipeline(..., emulate=True)``)."""
+    mb = replication.check_samples(p.options, len(x), len(labels))
+    sample_shape = tuple(np.shape(x)[1:])
+    key = (mb, sample_shape)
+    cache = p.__dict__.setdefault("_emulations", {})
+    if key not in cache:
+        cache[key] = Emulation(p, mb, sample_shape)
+    emu = cache[key]
+    shape = (p.repeat_count, p.replication_factor, p.gradient_accumulation, mb)
+    xs = np.asarray(x).reshape(shape + sample_shape)
+    ys = np.asarray(labels).reshape(shape)
+    start = len(emu.engine.trace)
+    losses, ops = emu.run(xs, ys)
+    trace = emu.engine.trace
+    ops = tuple(OpSteps(o.run, o.phase, o.stage, o.microbatch, o.ipu, o.first, o.end)
+                for o in ops)
+    origin = float(trace._starts[start])  # the host sync of this call
+    timeline = _timeline(emu, trace, ops, origin)
+    memory = tuple(MemoryRecord(0.0, s.ipu, *_bytes(emu, s)) for s in emu.stages)
+    cycles = float(trace.total_cycles - trace._starts[start]) if len(trace) > start else 0.0
+    outputs = replication.select_outputs(losses, p.output_mode, p.output_return_period)
+    return EmulatedRunResult(losses, timeline, memory, cycles, 0, p.target.clock_hz, outputs,
+                             trace, ops, origin)
+
+
+def _extent(trace, o: OpSteps, ipu: int) -> tuple[float, float] | None:
+    """(start, end) on ``ipu``'s clock of the steps of ``o`` that run on ``ipu`` alone (its
+    copies to other IPUs are "link" spans: they wait for the receiver)."""
+    times = [(t, t + trace.steps[i].cycles) for i, t in
+             zip(trace._step_ids[o.first:o.end], trace._starts[o.first:o.end])
+             if tuple(trace.steps[i].ipus) == (ipu,)]
+    if not times:
+        return None
+    return float(min(a for a, _ in times)), float(max(b for _, b in times))
+
+
+def _stage_ipus(stage) -> list[int]:
+    return [m.ipu for m in getattr(stage, "members", [stage])]
+
+
+def _timeline(emu, trace, ops, t0) -> Timeline:
+    """F/B/R spans from the trace events each op made (on its IPU's clock), the IPU-Link
+    copies among them, and each IPU's weight update; memory: each IPU's bytes."""
+    spans = []
+    ipus = sorted({s.ipu for st in emu.replicas for s in st})
+    for o in ops:
+        if o.phase == "optimizer":
+            for q in ipus:
+                ext = _extent(trace, o, q)
+                if ext:
+                    spans.append(Span(q, "optimizer", ext[0] - t0, ext[1] - ext[0]))
+        else:  # one span per IPU of the stage (the members of a concurrent stage)
+            for q in _stage_ipus(emu.stages[o.stage]):
+                ext = _extent(trace, o, q)
+                if ext is not None:
+                    spans.append(Span(q, o.phase, ext[0] - t0, ext[1] - ext[0], o.stage,
+                                      o.microbatch))
+        for i, t in zip(trace._step_ids[o.first:o.end], trace._starts[o.first:o.end]):
+            st = trace.steps[i]
+            if st.inter_ipu_bytes and (o.ipu in st.ipus or o.phase == "optimizer"):
+                spans.append(Span(st.ipus[0] if o.ipu < 0 else o.ipu, "link", float(t - t0),
+                                  float(st.cycles), o.stage, o.microbatch,
+                                  int(st.inter_ipu_bytes), st.name))
+    memory = [MemorySample(0.0, s.ipu, dict(zip(("weights", "stash", "gradients",
+                                                 "optimizer"), _bytes(emu, s))))
+              for s in emu.stages]
+    return Timeline(spans, memory, emu.target.clock_hz)
+
+
+def _bytes(emu, s) -> tuple[int, int, int, int]:
+    """(weights, stash, gradient accumulators, optimiser state) bytes of stage ``s``."""
+    def size(ts):
+        return sum(t.num_elements() * t.dtype.itemsize for t in ts)
+
+    bufs = list(s.fifo) + [b for b in (s.inbox, s.gradbox) if b is not None]
+    state = [t for (key, rep), st in emu.opt.state.items()
+             if key.startswith(f"{s.k}.") and rep == 0 and key.rpartition("/rts")[2] in ("", "0")
+             for t in st.values()]
+    return size(s.params.values()), size(bufs), size(s.accs.values()), size(state)

@@ -1,0 +1,331 @@
+"""The sharded tied embedding on the emulator: ``sharded_embedding --emulate``.
+
+The same computation as :func:`ipukit.examples.sharded_embedding.sharded_tied_embedding`
+(Graphcore's ``sharded_embedding_tool.py``), built as Poplar programs on one virtual graph
+per IPU (``graph.create_virtual_graph``). Shard s of the table W [V/S, C] lives on IPU s,
+spread over its tiles by columns (every tile holds all V/S rows of a few features, as
+popops' embedding plan does when the rows are few), so a lookup needs no partial results
+per tile. The collectives of :mod:`.sharded` become inter-IPU ``Copy`` programs plus
+popops reductions:
+
+* ``to_all`` (broadcast): a copy from IPU 0 to every other IPU;
+* ``reduce_add``: copies of the other IPUs' partials to IPU 0, added there in shard order;
+* ``all_reduce`` (MAX, ADD): a reduce onto IPU 0 then a broadcast back (kit convention:
+  GCL runs a ring; the values are the same, the traffic pattern is not).
+
+Look-ups of indices a shard does not own give zeros and their gradients are dropped on
+that shard (the unsigned ``index - first row < rows`` test), so the V logits are never
+gathered on one IPU.
+
+>>> from ipukit.examples.sharded_embedding import make_data
+>>> features, indices = make_data(20, 3, 7)
+>>> round(tied_embedding(features, indices, 2).loss, 5)
+2.31536
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..engine import Engine
+from ..errors import IpuError
+from ..graph import Graph
+from ..poplibs import poplin, popops, poputil
+from ..poplibs.expr import Exp, Log, Max, _1, _2
+from ..program import Copy, Execute, Sequence
+from ..target import IPUModel, Target
+from ..tensor import FLOAT, INT, UNSIGNED_INT, Tensor
+from ..trace import Trace
+from ..vertex import InOut, Input, Output, State, Vector, Vertex
+from . import sharded
+
+
+class LocalOffsets(Vertex):
+    """``out = index - first`` as unsigned ints: indices below the shard wrap to huge
+    numbers, so one test ``out < rows`` says whether the shard owns the row."""
+
+    idx = Input(Vector(INT))
+    out = Output(Vector(UNSIGNED_INT))
+    first = State(INT)
+
+    def compute(self):
+        self.out[...] = (self.idx.astype(np.int64) - self.first[:, None]).astype(np.uint32)
+
+
+class LookupColumns(Vertex):
+    """``out[n] = base[offsets[n]]`` for owned rows, zeros for the others; ``base`` is the
+    tile's block of columns of every row (``rows`` x k), ``out`` N x k."""
+
+    offsets = Input(Vector(UNSIGNED_INT))
+    base = Input(Vector(FLOAT))
+    out = Output(Vector(FLOAT))
+    rows = State(INT)
+
+    def compute(self):
+        xp, n, r = self.xp, self.base.shape[0], int(self.rows[0])
+        base = self.base.reshape(n, r, -1)
+        off = self.offsets.astype(np.int64)
+        hit = off < r
+        rows = xp.take_along_axis(base, xp.where(hit, off, 0)[:, :, None], axis=1)
+        self.out[...] = (rows * hit[:, :, None]).reshape(n, -1)
+
+
+class UpdateAddColumns(Vertex):
+    """``base[offsets[n]] += sub[n]`` for the owned rows (repeated indices add up)."""
+
+    offsets = Input(Vector(UNSIGNED_INT))
+    sub = Input(Vector(FLOAT))
+    base = InOut(Vector(FLOAT))
+    rows = State(INT)
+
+    def compute(self):
+        xp, n, r = self.xp, self.base.shape[0], int(self.rows[0])
+        base = self.base.reshape(n, r, -1)
+        sub = self.sub.reshape(n, self.offsets.shape[1], -1)
+        off = self.offsets.astype(np.int64)
+        for i in range(n):
+            hit = off[i] < r
+            xp.add.at(base[i], off[i][hit], sub[i][hit])
+        self.base[...] = base.reshape(n, -1)
+
+
+class PickColumn(Vertex):
+    """``out = -row[col]`` where the shard owns column ``col``, else 0 (``take_last`` of
+    the negated log-probabilities)."""
+
+    row = Input(Vector(FLOAT))
+    col = Input(UNSIGNED_INT)
+    out = Output(FLOAT)
+
+    def compute(self):
+        xp, k = self.xp, self.row.shape[1]
+        col = self.col.astype(np.int64)
+        hit = col < k
+        picked = self.row[xp.arange(len(col)), xp.where(hit, col, 0)]
+        self.out[...] = xp.where(hit, -picked, 0)
+
+
+class SubtractAtColumn(Vertex):
+    """``row[col] -= g`` where the shard owns column ``col`` (the fused cross-entropy
+    backward: softmax minus one-hot, scaled by g)."""
+
+    row = InOut(Vector(FLOAT))
+    col = Input(UNSIGNED_INT)
+    g = Input(FLOAT)
+
+    def compute(self):
+        xp, k = self.xp, self.row.shape[1]
+        col = self.col.astype(np.int64)
+        hit = xp.flatnonzero(col < k)
+        self.row[hit, col[hit]] -= self.g[hit]
+
+
+@dataclass
+class EmulatedShardedRun:
+    """What the emulated sharded stage leaves on the IPUs (one array per IPU per list),
+    with the run's trace."""
+
+    loss: float
+    weights: list
+    logits: list
+    grad: list
+    trace: Trace
+    graph: Graph
+
+
+def _by_columns(vg, t: Tensor) -> None:
+    """Map a (rows, C) tensor so that each tile holds all rows of a block of columns."""
+    c = t.shape[1]
+    tiles = min(c, vg.target.num_tiles)
+    for i in range(tiles):
+        c0, c1 = i * c // tiles, (i + 1) * c // tiles
+        vg.set_tile_mapping(t.slice([0, c0], [t.shape[0], c1]), i)
+
+
+def _like(vg, t: Tensor, name: str) -> Tensor:
+    out = vg.add_variable(t.dtype, t.shape, name)
+    popops._map_elements(vg, out, poputil.tile_of_elements(vg, t))
+    return out
+
+
+class _Shards:
+    """One virtual graph per IPU and the collectives between them as programs."""
+
+    def __init__(self, graph: Graph, num_ipus: int, prog: Sequence):
+        tpi = graph.target.tiles_per_ipu
+        self.vgs = [graph.create_virtual_graph(s * tpi, (s + 1) * tpi) for s in range(num_ipus)]
+        self.prog = prog
+
+    def broadcast(self, t: Tensor, name: str) -> list[Tensor]:
+        """``t`` (on IPU 0) copied to every IPU: one tensor per shard."""
+        out = [t]
+        for s, vg in enumerate(self.vgs[1:], 1):
+            c = vg.add_variable(t.dtype, t.shape, f"{name}@ipu{s}")
+            poputil.map_tensor_linearly(vg, c)
+            self.prog.add(Copy(t, c))
+            out.append(c)
+        return out
+
+    def reduce_onto_first(self, parts: list[Tensor], name: str, op=None) -> Tensor:
+        """``parts[0] op= parts[s]`` for s = 1.. (copied to IPU 0 first): the total, in
+        place of ``parts[0]``. ``op`` is an expression of (_1 total, _2 part); ADD by
+        default."""
+        vg0 = self.vgs[0]
+        for s, part in enumerate(parts[1:], 1):
+            here = _like(vg0, parts[0], f"{name}/from ipu{s}")
+            self.prog.add(Copy(part, here))
+            popops.map(vg0, op if op is not None else _1 + _2, [parts[0], here], self.prog,
+                       f"{name}/combine ipu{s}", inplace=True)
+        return parts[0]
+
+    def all_reduce(self, parts: list[Tensor], name: str, op=None) -> list[Tensor]:
+        total = self.reduce_onto_first(parts, name, op)
+        for part in parts[1:]:
+            self.prog.add(Copy(total, part))
+        return parts
+
+
+def tied_embedding(features, indices, num_ipus: int, target: Target | None = None,
+                   tiles_per_ipu: int | None = None) -> EmulatedShardedRun:
+    """Forward and backward of the tied embedding on ``num_ipus`` emulated IPUs."""
+    features = np.asarray(features)
+    if features.dtype != np.float32:
+        raise IpuError(f"the emulated sharded embedding runs float32 tables, got "
+                       f"{features.dtype}; drop --fp16 with --emulate")
+    vocab, channels = features.shape
+    size = sharded.check_even(vocab, num_ipus, f"the embedding table {list(features.shape)} "
+                              "along dimension 0")
+    sharded.CollectiveLog(num_ipus)  # the same checks (at least 2 IPUs)
+    indices = np.asarray(indices)
+    if indices.min() < 0 or indices.max() >= vocab:
+        bad = int(indices.min() if indices.min() < 0 else indices.max())
+        raise IpuError(f"embedding indices holds {bad}, outside 0..{vocab - 1} (the {vocab} "
+                       "rows/classes over all shards)")
+    if target is None:
+        target = IPUModel("ipu2", num_ipus=num_ipus,
+                          tiles_per_ipu=tiles_per_ipu).create_device().target
+    n = len(indices)
+    g = Graph(target)
+    prog = Sequence()
+    sh = _Shards(g, num_ipus, prog)
+    vgs = sh.vgs
+    weights = []
+    for s, vg in enumerate(vgs):
+        w = vg.add_variable(FLOAT, [size, channels], f"embedding shard {s}")
+        _by_columns(vg, w)
+        g.create_host_write(f"w{s}", w)
+        weights.append(w)
+    idx0 = vgs[0].add_variable(INT, [n], "indices")
+    vgs[0].set_tile_mapping(idx0, 0)
+    g.create_host_write("indices", idx0)
+    idx = sh.broadcast(idx0, "indices")  # to_all
+    local, lookups = [], []
+    for s, vg in enumerate(vgs):  # masked lookup: the rows each shard owns
+        off = vg.add_variable(UNSIGNED_INT, [n], f"local indices {s}")
+        vg.set_tile_mapping(off, 0)
+        cs = vg.add_compute_set(f"embedding/local indices {s}")
+        v = vg.add_vertex(cs, LocalOffsets, {"idx": idx[s], "out": off}, tile=0)
+        vg.set_initial_value(v["first"], s * size)
+        prog.add(Execute(cs))
+        local.append(off)
+        part = vg.add_variable(FLOAT, [n, channels], f"embedding/partial {s}")
+        _by_columns(vg, part)
+        cs = vg.add_compute_set(f"embedding/lookup {s}")
+        tiles = min(channels, vg.target.num_tiles)
+        for i in range(tiles):
+            c0, c1 = i * channels // tiles, (i + 1) * channels // tiles
+            v = vg.add_vertex(cs, LookupColumns, {
+                "offsets": off, "base": weights[s].slice([0, c0], [size, c1]).flatten(),
+                "out": part.slice([0, c0], [n, c1]).flatten()}, tile=i)
+            vg.set_initial_value(v["rows"], size)
+        prog.add(Execute(cs))
+        lookups.append(part)
+    x = sh.reduce_onto_first(lookups, "embedding")  # partials added onto IPU 0
+    xs = sh.broadcast(x, "embedded")  # to_all
+    logits = [poplin.mat_mul(vg, xs[s], weights[s].transpose(), prog, f"projection {s}")
+              for s, vg in enumerate(vgs)]
+    # log-softmax over the sharded vocabulary: all-reduce MAX, then ADD of partial sums
+    row_max = sh.all_reduce([popops.reduce(vg, lg, [1], popops.Operation.MAX, prog,
+                                           f"cross_entropy max {s}")
+                             for s, (vg, lg) in enumerate(zip(vgs, logits))],
+                            "cross_entropy max", Max(_1, _2))
+    shifted = [popops.map(vg, _1 - _2, [lg, m.reshape([n, 1])], prog, f"shifted {s}")
+               for s, (vg, lg, m) in enumerate(zip(vgs, logits, row_max))]
+    denom = sh.all_reduce([popops.reduce(vg, popops.map(vg, Exp(_1), [t], prog, f"exp {s}"),
+                                         [1], popops.Operation.ADD, prog, f"sum {s}")
+                           for s, (vg, t) in enumerate(zip(vgs, shifted))],
+                          "cross_entropy sum")
+    logp = [popops.map(vg, _1 - Log(_2), [t, d.reshape([n, 1])], prog, f"log_softmax {s}")
+            for s, (vg, t, d) in enumerate(zip(vgs, shifted, denom))]
+    ce_parts = []
+    for s, vg in enumerate(vgs):  # take_last: -log p of the label, on its shard
+        ce = vg.add_variable(FLOAT, [n], f"cross_entropy partial {s}")
+        rows = poputil.tile_of_elements(vg, logp[s]).reshape(n, size)[:, 0]
+        cs = vg.add_compute_set(f"cross_entropy take_last {s}")
+        for b in range(n):
+            vg.set_tile_mapping(ce[b], int(rows[b]))
+            vg.add_vertex(cs, PickColumn, {"row": logp[s][b], "col": local[s][b],
+                                           "out": ce[b]}, tile=int(rows[b]))
+        prog.add(Execute(cs))
+        ce_parts.append(ce)
+    ce = sh.reduce_onto_first(ce_parts, "cross_entropy")
+    total = popops.reduce(vgs[0], ce, [0], popops.Operation.ADD, prog, "loss sum")
+    loss = popops.map(vgs[0], _1 * (1.0 / n), [total.reshape([1])], prog, "mean loss")
+    g.create_host_read("loss", loss)
+    # backward: the mean's gradient broadcast, the fused cross-entropy backward per shard
+    g0 = vgs[0].add_constant(FLOAT, [n], np.full(n, 1.0 / n, np.float32), "dloss/dce")
+    poputil.map_tensor_linearly(vgs[0], g0)
+    gs = sh.broadcast(g0, "cross_entropy grad")
+    dlogits = []
+    for s, vg in enumerate(vgs):
+        d = popops.map(vg, Exp(_1) * _2, [logp[s], gs[s].reshape([n, 1])], prog,
+                       f"softmax x grad {s}")
+        rows = poputil.tile_of_elements(vg, d).reshape(n, size)[:, 0]
+        cs = vg.add_compute_set(f"cross_entropy minus one-hot {s}")
+        for b in range(n):
+            vg.add_vertex(cs, SubtractAtColumn, {"row": d[b], "col": local[s][b],
+                                                 "g": gs[s][b]}, tile=int(rows[b]))
+        prog.add(Execute(cs))
+        dlogits.append(d)
+    dx_parts = [poplin.mat_mul(vg, dlogits[s], weights[s], prog, f"projection grad x {s}")
+                for s, vg in enumerate(vgs)]
+    dw_proj = [poplin.mat_mul(vg, dlogits[s].transpose(), xs[s], prog,
+                              f"projection grad w {s}") for s, vg in enumerate(vgs)]
+    dx = sh.reduce_onto_first(dx_parts, "embedded grad")  # to_all's backward
+    dxs = sh.broadcast(dx, "embedding grad")  # the lookup's backward: scatter-add
+    grads = []
+    for s, vg in enumerate(vgs):
+        dw = vg.add_variable(FLOAT, [size, channels], f"embedding grad {s}")
+        _by_columns(vg, dw)
+        popops.zero(vg, dw, prog, f"embedding grad zero {s}")
+        cs = vg.add_compute_set(f"embedding grad scatter-add {s}")
+        tiles = min(channels, vg.target.num_tiles)
+        for i in range(tiles):
+            c0, c1 = i * channels // tiles, (i + 1) * channels // tiles
+            v = vg.add_vertex(cs, UpdateAddColumns, {
+                "offsets": local[s], "sub": dxs[s].slice([0, c0], [n, c1]).flatten(),
+                "base": dw.slice([0, c0], [size, c1]).flatten()}, tile=i)
+            vg.set_initial_value(v["rows"], size)
+        prog.add(Execute(cs))
+        popops.add_in_place(vg, dw, dw_proj[s], prog, f"tied grad {s}")  # both uses of W
+        g.create_host_read(f"grad{s}", dw)
+        g.create_host_read(f"logits{s}", logits[s])
+        grads.append(dw)
+    eng = Engine(g, prog)
+    eng.load(_Device(target))
+    parts = sharded.shard(features, num_ipus, axis=0, name="the embedding table")
+    for s, p in enumerate(parts):
+        eng.write_tensor(f"w{s}", np.asarray(p))
+    eng.write_tensor("indices", indices.astype(np.int32))
+    eng.run()
+    return EmulatedShardedRun(
+        float(eng.read_tensor("loss")[0]), [np.asarray(p) for p in parts],
+        [eng.read_tensor(f"logits{s}") for s in range(num_ipus)],
+        [eng.read_tensor(f"grad{s}") for s in range(num_ipus)], eng.trace, g)
+
+
+class _Device:
+    def __init__(self, target):
+        self.target = target

@@ -1,0 +1,331 @@
+"""Pipelines on the emulator (``emulate=True``) against the NumPy runner."""
+
+import io
+import warnings
+
+import numpy as np
+import pytest
+
+import ipukit as ipu
+from ipukit.parallel import nn, optim
+from ipukit.parallel.emulated import steps_of
+from ipukit.parallel.pipelining import Block, pipeline, training_model
+from ipukit.parallel.schedule import KINDS
+from ipukit.widgets import BSPView
+
+TARGET = ipu.IPUModel(num_ipus=3, tiles_per_ipu=4).create_device().target
+
+
+def stages():
+    return [[nn.Dense(6, 8, rng=1), nn.ReLU()],
+            [nn.Dense(8, 8, rng=2), nn.ReLU()],
+            [nn.Dense(8, 3, rng=3)]]
+
+
+def data(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 6)).astype("float32"), rng.integers(0, 3, n)
+
+
+def both(make, x, y):
+    """Run the same pipeline with the NumPy runner and on the emulator."""
+    out = []
+    for emulate in (False, True):
+        p = make(emulate)
+        out.append((p.run(x, y), p))
+    return out
+
+
+def assert_same(pair):
+    (a, pa), (b, pb) = pair
+    np.testing.assert_allclose(b.losses, a.losses, rtol=1e-4, atol=1e-6)
+    assert pa.params.keys() == pb.params.keys()
+    for k in pa.params:
+        np.testing.assert_allclose(pb.params[k], pa.params[k], rtol=1e-4, atol=1e-6,
+                                   err_msg=k)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_schedule_equals_the_numpy_runner(kind):
+    x, y = data(6 * 2 * 4)
+    ga = 6
+
+    def make(emulate):
+        return pipeline(stages(), None, gradient_accumulation_count=ga, pipeline_schedule=kind,
+                        optimizer=optim.SGD(0.1), loss=nn.SoftmaxCrossEntropy(),
+                        target=TARGET, repeat_count=2, emulate=emulate)
+
+    pair = both(make, x, y)
+    assert_same(pair)
+    (a, pa), (b, _) = pair
+    assert not np.allclose(pa.params["0.0.weight"], stages()[0][0].params["weight"])  # trained
+    ops = [(o.phase, o.stage, o.microbatch) for o in b.op_steps if o.run == 0 and o.stage >= 0]
+    assert ops == [(o.phase, o.stage, o.microbatch) for o in pa.schedule.ops]
+
+
+@pytest.mark.parametrize("reduction", ["SUM", "MEAN", "RUNNING_MEAN"])
+@pytest.mark.parametrize("recomputation", [False, True])
+def test_reductions_and_recomputation(reduction, recomputation):
+    x, y = data(4 * 6 * 2, seed=1)
+
+    def make(emulate):
+        return pipeline(stages(), None, gradient_accumulation_count=6,
+                        pipeline_schedule="grouped", reduction_method=reduction,
+                        recomputation=recomputation, optimizer=optim.SGD(0.05),
+                        loss=nn.SoftmaxCrossEntropy(), target=TARGET, device_iterations=2,
+                        emulate=emulate)
+
+    pair = both(make, x, y)
+    assert_same(pair)
+    if recomputation:
+        assert any(o.phase == "R" for o in pair[1][0].op_steps)
+
+
+@pytest.mark.parametrize("opt", [lambda: optim.SGD(0.1, momentum=0.9, weight_decay=0.01),
+                                 lambda: optim.Adam(0.01, weight_decay=0.01),
+                                 lambda: optim.AdamW(0.01)])
+def test_optimisers_and_state_across_calls(opt):
+    x, y = data(6 * 2, seed=2)
+
+    def make(emulate):
+        return pipeline(stages(), None, gradient_accumulation_count=6,
+                        pipeline_schedule="interleaved", optimizer=opt(),
+                        loss=nn.SoftmaxCrossEntropy(), target=TARGET, repeat_count=2,
+                        emulate=emulate)
+
+    (a, pa), (b, pb) = both(make, x, y)
+    a2, b2 = pa.run(x, y), pb.run(x, y)  # the optimiser state carries over
+    assert_same([(a2, pa), (b2, pb)])
+
+
+def test_accumulator_dtype_and_poptorch_front_end():
+    x, y = data(3 * 5 * 2, seed=3)
+
+    def make(emulate):
+        blocks = [Block("a", nn.Dense(6, 8, rng=4), nn.ReLU(), ipu_id=0),
+                  Block("b", nn.Dense(8, 8, rng=5), nn.ReLU(), ipu_id=1),
+                  Block("c", nn.Dense(8, 3, rng=6), ipu_id=2)]
+        return training_model(blocks, nn.SoftmaxCrossEntropy(), optim.SGD(0.1),
+                              gradient_accumulation=5, device_iterations=2, target=TARGET,
+                              emulate=emulate)
+
+    assert_same(both(make, x, y))
+    x, y = data(6 * 2, seed=4)
+
+    def make16(emulate):
+        return pipeline(stages(), None, gradient_accumulation_count=6,
+                        gradient_accumulation_dtype="float16", optimizer=optim.SGD(0.1),
+                        loss=nn.SoftmaxCrossEntropy(), target=TARGET, repeat_count=2,
+                        emulate=emulate)
+
+    (a, pa), (b, pb) = both(make16, x, y)
+    np.testing.assert_allclose(b.losses, a.losses, rtol=1e-3)
+    for k in pa.params:
+        np.testing.assert_allclose(pb.params[k], pa.params[k], rtol=1e-3, atol=1e-4)
+
+
+def test_the_trace_holds_every_op_as_supersteps():
+    x, y = data(6, seed=5)
+    p = pipeline(stages(), None, gradient_accumulation_count=6, optimizer=optim.SGD(0.1),
+                 loss=nn.SoftmaxCrossEntropy(), target=TARGET, emulate=True)
+    r = p.run(x, y)
+    assert isinstance(r.trace, ipu.Trace)
+    steps = r.steps_of("F", 1, 0)
+    names = [s.name for s in steps]
+    assert any("stage1/0.Dense" in n and s.kind == "compute" for n, s in zip(names, steps))
+    assert any(s.kind == "copy" and s.inter_ipu_bytes == 8 * 1 * 4 for s in steps)  # to IPU 2
+    # IPU 1's tiles do all the compute of stage 1's forward
+    tiles = TARGET.tiles_per_ipu
+    for s in steps:
+        if s.kind == "compute":
+            busy = np.flatnonzero(s.tile_compute_cycles)
+            assert busy.min() >= tiles and busy.max() < 2 * tiles
+    span = next(t for t in r.timeline if t.kind == "B" and t.stage == 2)
+    assert r.span_steps(span) == r.steps_of("B", 2, span.microbatch)
+    local = [s for s in r.span_steps(span) if tuple(s.ipus) == (2,)]
+    assert span.duration == sum(s.cycles for s in local)  # stage 2 has nothing to wait for
+    BSPView(r.trace)  # the widget takes the whole run
+    with pytest.raises(ipu.IpuError, match="not an F, B or R span"):
+        r.span_steps(next(t for t in r.timeline if t.kind == "optimizer"))
+
+
+def test_report_opens_a_span_as_its_supersteps(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    from ipukit import report
+
+    x, y = data(6, seed=5)
+    p = pipeline(stages(), None, gradient_accumulation_count=6, optimizer=optim.SGD(0.1),
+                 loss=nn.SoftmaxCrossEntropy(), target=TARGET, emulate=True)
+    r = p.run(x, y)
+    span = next(t for t in r.timeline if t.kind == "F" and t.stage == 1 and t.microbatch == 2)
+    fig = report.span_supersteps(r, span)
+    low = fig.axes[1]
+    names = [t.get_text() for t in low.get_yticklabels()]
+    assert names == [s.name[:40] for s in r.span_steps(span)]
+    assert f"{sum(s.cycles for s in r.span_steps(span)):,} cycles" in low.get_title()
+    fig.savefig(tmp_path / "span.png")
+
+
+def test_a_stash_that_does_not_fit_names_the_fifo():
+    tiny = ipu.IPUModel(num_ipus=2, tiles_per_ipu=1).create_device().target
+    big = [[nn.Dense(64, 64, rng=0), nn.ReLU()], [nn.Dense(64, 4, rng=1)]]
+    x = np.zeros((8 * 200, 64), np.float32)
+    p = pipeline(big, None, gradient_accumulation_count=8, optimizer=optim.SGD(0.1),
+                 loss=nn.SoftmaxCrossEntropy(), target=tiny, emulate=True)
+    # an error, or a warning where the engine lets a graph run out of memory (Poplar's
+    # debug.allowOutOfMemory): either way the report names the stash
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            p.run(x, np.zeros(len(x), np.int64))
+            message = " ".join(str(w.message) for w in caught)
+        except ipu.OutOfMemoryError as e:
+            message = str(e)
+    assert "Out of memory" in message and "stage0/stash FIFO" in message
+
+
+@pytest.mark.parametrize("kind", ["grouped", "1f1b"])
+def test_conv_and_maxpool_stages_equal_the_numpy_runner(kind):
+    target = ipu.IPUModel(num_ipus=3, tiles_per_ipu=4).create_device().target
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(6 * 2, 2, 10, 10)).astype("float32")
+    y = rng.integers(0, 4, len(x))
+
+    def make(emulate):
+        conv = [[nn.Conv2D(2, 3, 3, rng=1), nn.MaxPool2D(), nn.ReLU()],
+                [nn.Conv2D(3, 4, 3, rng=2), nn.ReLU(), nn.Flatten()],
+                [nn.Dense(4 * 2 * 2, 4, rng=3)]]
+        return pipeline(conv, None, gradient_accumulation_count=6, pipeline_schedule=kind,
+                        optimizer=optim.SGD(0.05), loss=nn.SoftmaxCrossEntropy(),
+                        target=target, emulate=emulate)
+
+    assert_same(both(make, x, y))
+
+
+def test_layers_the_emulator_does_not_build_are_refused():
+    class Odd(nn.Layer):
+        def forward(self, x):
+            return x, None
+
+    p = pipeline([[Odd()], [nn.Dense(4, 2, rng=1)]], None, gradient_accumulation_count=4,
+                 optimizer=optim.SGD(0.1), loss=nn.SoftmaxCrossEntropy(), emulate=True)
+    with pytest.raises(ipu.IpuError, match="Odd.*emulate=False"):
+        p.run(np.zeros((4, 4), np.float32), np.zeros(4, np.int64))
+
+
+@pytest.mark.parametrize("rts", [False, True])
+@pytest.mark.parametrize("reduction", ["SUM", "MEAN"])
+def test_replication_and_rts(rts, reduction):
+    target = ipu.IPUModel(num_ipus=6, tiles_per_ipu=2).create_device().target
+    x, y = data(2 * 2 * 6 * 2, seed=6)
+
+    def make(emulate):
+        return pipeline(stages(), None, gradient_accumulation_count=6,
+                        pipeline_schedule="grouped", optimizer=optim.Adam(0.01),
+                        loss=nn.SoftmaxCrossEntropy(), target=target, replication_factor=2,
+                        replica_reduction=reduction, repeat_count=2,
+                        replicated_optimizer_state_sharding=rts, emulate=emulate)
+
+    (a, pa), (b, pb) = pair = both(make, x, y)
+    assert_same(pair)
+    assert b.losses.shape == (2, 2, 6)
+    assert sorted(pb.optimizer.state) == sorted(pa.optimizer.state)
+    # the replicas' stages run on IPUs 3..5 and their gradients cross to IPUs 0..2
+    stage_ipus = {o.ipu for o in b.op_steps if o.stage >= 0}
+    assert stage_ipus == {0, 1, 2}
+    steps = [s for o in b.op_steps if o.phase == "optimizer" for s in steps_of(b.trace, o)]
+    assert any(s.kind == "copy" and s.inter_ipu_bytes for s in steps)
+
+
+def test_grouped_beats_sequential_because_stages_overlap_on_per_ipu_clocks():
+    x, y = data(6 * 8, seed=7)
+    runs = {}
+    for kind in ("grouped", "sequential"):
+        wide = [[nn.Dense(6, 64, rng=1), nn.ReLU()], [nn.Dense(64, 64, rng=2), nn.ReLU()],
+                [nn.Dense(64, 3, rng=3)]]
+        runs[kind] = pipeline(wide, None, gradient_accumulation_count=6,
+                              pipeline_schedule=kind, optimizer=optim.SGD(0.1),
+                              loss=nn.SoftmaxCrossEntropy(), target=TARGET,
+                              emulate=True).run(x, y)
+
+    def overlaps(tl):
+        ops = [s for s in tl if s.kind in ("F", "B")]
+        return sum(a.ipu != b.ipu and a.start < b.end and b.start < a.end
+                   for a in ops for b in ops)
+
+    g, s = runs["grouped"], runs["sequential"]
+    assert g.cycles == g.timeline.makespan and s.cycles == s.timeline.makespan
+    assert overlaps(g.timeline) > 0 and overlaps(s.timeline) == 0
+    assert g.cycles < 0.9 * s.cycles
+    # the same work: every F and B lasts as long in both (only their placement differs)
+    work = {k: sorted(sp.duration for sp in r.timeline if sp.kind in "FB")
+            for k, r in runs.items()}
+    assert sum(work["grouped"]) == pytest.approx(sum(work["sequential"]), rel=0.05)
+
+
+def test_sharded_mnist_basic_emulated_has_the_same_loss_profile():
+    from ipukit.data import load_mnist
+    from ipukit.examples import sharded_mnist
+
+    data = load_mnist()
+    images, labels = data.train_images[:960], data.train_labels[:960]
+    means = {}
+    for emulate in ([], ["--emulate"]):
+        args = sharded_mnist.parser().parse_args(
+            ["--pipeline-mode", "basic", "--hidden-sizes", "32", "16", "--repeat-count", "2",
+             "--epochs", "0.4", *emulate])
+        p, means[bool(emulate)], result = sharded_mnist.train("basic", args, images, labels,
+                                                               out=io.StringIO())
+    assert len(means[True]) == 2
+    np.testing.assert_allclose(means[True], means[False], rtol=1e-4)
+    assert isinstance(result.trace, ipu.Trace) and p.target.tiles_per_ipu == 16
+
+
+@pytest.mark.parametrize("last", [True, False])
+def test_concurrent_stages_equal_the_numpy_runner(last):
+    from ipukit.parallel.concurrent import ShardedSoftmaxCrossEntropy, split_dense
+
+    target = ipu.IPUModel(num_ipus=4, tiles_per_ipu=4).create_device().target
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(48, 4)).astype("float32")
+    y = rng.integers(0, 4, 48)
+
+    def make(emulate):
+        if last:
+            st = [[nn.Dense(4, 8, rng=1), nn.ReLU()], split_dense(nn.Dense(8, 4, rng=2), 2)]
+            mapping, loss = [0, [1, 2]], ShardedSoftmaxCrossEntropy()
+        else:
+            st = [[nn.Dense(4, 8, rng=1), nn.ReLU()], split_dense(nn.Dense(8, 6, rng=2), 2),
+                  [nn.ReLU(), nn.Dense(6, 4, rng=3)]]
+            mapping, loss = [0, [1, 2], 3], nn.SoftmaxCrossEntropy()
+        return pipeline(st, mapping, gradient_accumulation_count=12,
+                        optimizer=optim.SGD(0.1), loss=loss, target=target, repeat_count=2,
+                        replication_factor=1, emulate=emulate)
+
+    pair = both(make, x, y)
+    assert_same(pair)
+    steps = pair[1][0].trace.executed_steps()
+    busy = {q for s in steps if s.kind == "compute" for q in s.ipus}
+    assert {1, 2} <= busy  # both members computed on their own IPUs
+    r = pair[1][0]
+    f1 = sorted((sp for sp in r.timeline if sp.kind == "F" and sp.stage == 1
+                 and sp.microbatch == 0), key=lambda sp: sp.start)[:2]  # run 0's
+    assert sorted(sp.ipu for sp in f1) == [1, 2]  # one box per member, opening the same op
+    assert r.span_steps(f1[0]) == r.span_steps(f1[1])
+
+
+def test_sharded_mnist_concurrent_emulated_has_the_same_loss_profile():
+    from ipukit.data import load_mnist
+    from ipukit.examples import sharded_mnist
+
+    data = load_mnist()
+    images, labels = data.train_images[:960], data.train_labels[:960]
+    means = {}
+    for emulate in ([], ["--emulate"]):
+        args = sharded_mnist.parser().parse_args(
+            ["--pipeline-mode", "concurrent", "--hidden-sizes", "32", "16", "--repeat-count",
+             "2", "--epochs", "0.4", *emulate])
+        _, means[bool(emulate)], _ = sharded_mnist.train("concurrent", args, images, labels,
+                                                         out=io.StringIO())
+    np.testing.assert_allclose(means[True], means[False], rtol=1e-4)
