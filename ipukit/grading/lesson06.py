@@ -52,11 +52,14 @@ def _stream_cases():
     yield "ipu2", 8, rng.integers(1, 3000, 8), False
 
 
-@exercise("06.1", "the cost of a stream copy", points=2,
-          hint="A stream copy is one superstep: target.sync_cycles, then an exchange that "
-               "lasts as long as the slower of (a) the busiest tile, ceil(max bytes of one "
-               "tile / exchange_bytes_per_cycle), and (b) the PCIe link, which carries ALL "
-               "the bytes: ceil(total bytes / target.host_link_bytes_per_cycle).")
+@exercise("06.1", "the cost of a stream copy", points=2, hints=(
+    "Two things carry the bytes one after the other: the PCIe link and the tiles. Which "
+    "one limits the step?",
+    "A stream copy is one superstep: a sync, then an exchange as long as the slower of "
+    "the busiest tile (its own bytes, 4 per cycle) and the host link, which carries ALL "
+    "the bytes at target.host_link_bytes_per_cycle.",
+    "target.sync_cycles + max(ceil(max bytes of one tile / exchange_bytes_per_cycle), "
+    "ceil(total bytes / host_link_bytes_per_cycle))."))
 def check_stream_copy_cycles(stream_copy_cycles):
     """Exercise 06.1: ``stream_copy_cycles(target, tile_bytes)`` → cycles of a StreamCopy."""
 
@@ -140,10 +143,12 @@ def _smallest_steps(version: str, k: int, efficiency: float) -> tuple[int, int]:
     return B, n
 
 
-@exercise("06.2", "how many steps per host call", points=2,
-          hint="One Engine.run of N steps takes H + N*B cycles (H = "
-               "target.host_sync_cycles), of which N*B are spent on the device. Solve "
-               "N*B / (H + N*B) >= efficiency for the smallest whole N >= 1.")
+@exercise("06.2", "how many steps per host call", points=2, hints=(
+    "Write down how long one call of N steps takes, and how much of it the device works.",
+    "One Engine.run of N steps takes H + N*B cycles (H = target.host_sync_cycles), of "
+    "which N*B are on the device; the share grows with N, so look for the first N that "
+    "reaches the efficiency.",
+    "Solve N*B / (H + N*B) >= e for N: N >= e*H / ((1 - e)*B); round up, and at least 1."))
 def check_steps_per_call(steps_per_call):
     """Exercise 06.2: ``steps_per_call(target, step_cycles, efficiency)`` → smallest N."""
 
