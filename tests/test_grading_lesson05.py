@@ -20,7 +20,8 @@ NOTEBOOK = "05_poplibs_profiling.ipynb"
 CHECKS = {"05.1": ("check_add_cycles", "add_compute_cycles"),
           "05.2": ("check_split_cost", "split_cost"),
           "05.3": ("check_reduce_rows", "reduce_rows"),
-          "05.4": ("check_bottleneck", "bottleneck")}
+          "05.4": ("check_bottleneck", "bottleneck"),
+          "05.5": ("check_log_softmax", "log_softmax")}
 MK2 = ipu.IPUModel("ipu2").create_device().target
 MK1 = ipu.IPUModel("ipu1").create_device().target
 
@@ -28,7 +29,7 @@ MK1 = ipu.IPUModel("ipu1").create_device().target
 @SOLVED_AND_UNTOUCHED
 def test_solutions_pass_and_untouched_exercises_are_not_solved(folder, status):
     rows = grade_exercises(lesson05, "05", NOTEBOOK, CHECKS, folder, status)
-    assert sum(r.max_points for r in rows) == 10
+    assert sum(r.max_points for r in rows) == 13
 
 
 # -- references against Graphcore's numbers ------------------------------------------------
@@ -237,3 +238,36 @@ def test_docstring_examples_run():
 
     result = doctest.testmod(lesson05)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_log_softmax_mistakes_lose_the_points():
+    from ipukit.poplibs import expr, popops
+
+    a, b = expr._1, expr._2
+
+    def log_add(graph, x, prog):  # popops' own stable log-sum-exp: fewer ops, the star
+        lse = popops.reduce(graph, x, [1], popops.Operation.LOG_ADD, prog)
+        return popops.map(graph, a - b, [x, lse.reshape([x.shape[0], 1])], prog)
+
+    r = lesson05.check_log_softmax(log_add)
+    assert r.passed and r.star
+
+    def unstable(graph, x, prog):
+        s = popops.reduce(graph, popops.map(graph, expr.Exp(a), [x], prog), [1],
+                          popops.Operation.ADD, prog)
+        return popops.map(graph, a - expr.Log(b), [x, s.reshape([x.shape[0], 1])], prog)
+
+    assert "holds inf or nan" in lesson05.check_log_softmax(unstable).message
+
+    def softmax(graph, x, prog):
+        lse = popops.reduce(graph, x, [1], popops.Operation.LOG_ADD, prog)
+        return popops.map(graph, expr.Exp(a - b), [x, lse.reshape([x.shape[0], 1])], prog)
+
+    assert "that is softmax" in lesson05.check_log_softmax(softmax).message
+
+    def wrong_axis(graph, x, prog):
+        lse = popops.reduce(graph, x, [0], popops.Operation.LOG_ADD, prog)
+        return popops.map(graph, a - b, [x, lse.reshape([1, x.shape[1]])], prog)
+
+    r = lesson05.check_log_softmax(wrong_axis)
+    assert r.status == "failed" and "out[0, 0]: expected" in r.message

@@ -19,7 +19,7 @@ import numpy as np
 
 import ipukit as ipu
 from ipukit.poplibs import poplin, popnn, popops, poputil
-from ipukit.poplibs.expr import _1
+from ipukit.poplibs.expr import Exp, Log, _1, _2, _3
 
 from .feedback import Cost, Wrong, as_int, as_ints, exercise, first_mismatch, library_error
 
@@ -405,3 +405,66 @@ def _check_bottleneck(trace, ref, got, what):
         mine = int(per_tile[tile]) if 0 <= tile < len(per_tile) else "no such tile"
         raise Wrong(f"{what}: in {name!r} tile {min(tiles)} has the longest {phase} "
                     f"({int(per_tile.max()):,} cycles); tile {tile} has {mine}")
+
+
+# -- 05.5: a PopLibs-style op from PopLibs ops ---------------------------------------------------
+
+def _log_softmax_reference_prog(g, x, prog):
+    """The budget: max, exp(x - max), sum, x - max - log(sum): four popops ops."""
+    rows = x.shape[0]
+    m = popops.reduce(g, x, [1], popops.Operation.MAX, prog, "max").reshape([rows, 1])
+    e = popops.map(g, Exp(_1 - _2), [x, m], prog, "exp")
+    s = popops.reduce(g, e, [1], popops.Operation.ADD, prog, "sum").reshape([rows, 1])
+    return popops.map(g, _1 - _2 - Log(_3), [x, m, s], prog, "log softmax")
+
+
+@exercise("05.5", "a log-softmax op from popops ops", points=3, budget="cycles", hints=(
+    "Try a row like [1000, 1001, 1002]: does your op still give finite numbers?",
+    "log_softmax(x) = x - c - log(sum(exp(x - c))) for any constant c per row; the row "
+    "maximum keeps every exponent ≤ 0. Reductions run along dims [1]; their [rows] "
+    "results reshape to [rows, 1] to broadcast against x in popops.map.",
+    "m = popops.reduce(graph, x, [1], MAX, prog).reshape([rows, 1]); e = popops.map(exp(x "
+    "- m)); s = popops.reduce(e, [1], ADD).reshape([rows, 1]); return popops.map(x - m - "
+    "log(s)) (or look at popops.Operation.LOG_ADD)."))
+def check_log_softmax(log_softmax):
+    """Exercise 05.5: ``log_softmax(graph, x, prog)`` adds popops ops to ``prog`` and
+    returns the tensor log_softmax(x) along each row of the 2-D ``x``. Budget: the cycles
+    of four popops ops (max, exp, sum, subtract and log)."""
+    rng = np.random.default_rng(505)
+    used = budget = 0
+    cases = [(4, 30, 4, rng.normal(size=(4, 30))),
+             (3, 17, 8, 1000 + 3 * rng.normal(size=(3, 17))),
+             (5, 8, 5, rng.normal(scale=40, size=(5, 8)))]
+    for rows, cols, tiles, data in cases:
+        xv = data.astype(np.float32)
+        what = f"x of shape [{rows}, {cols}] (values up to {float(np.abs(xv).max()):.0f})"
+        cycles = []
+        for mine in (True, False):
+            dev, g, x = _reduce_graph(rows, cols, tiles)
+            prog = ipu.Sequence()
+            out = log_softmax(g, x, prog) if mine else _log_softmax_reference_prog(g, x, prog)
+            if not isinstance(out, ipu.Tensor) or tuple(out.shape) != (rows, cols):
+                raise Wrong(f"{what}: return a tensor of shape [{rows}, {cols}], got {out!r}")
+            g.create_host_read("out", out)
+            try:
+                eng = ipu.Engine(g, prog)
+            except ipu.IpuError as exc:
+                raise Wrong(library_error(f"{what}: your program does not compile", exc)) \
+                    from None
+            eng.load(dev)
+            eng.write_tensor("x", xv)
+            with np.errstate(all="ignore"):
+                eng.run()
+            cycles.append(_device_cycles(eng))
+            if mine:
+                got = eng.read_tensor("out")
+                z = xv.astype(np.float64) - xv.max(axis=1, keepdims=True)
+                want = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+                if not np.isfinite(got).all():
+                    raise Wrong(f"{what}: your output holds inf or nan "
+                                f"({int((~np.isfinite(got)).sum())} elements)")
+                if np.allclose(got, np.exp(want), rtol=1e-3, atol=1e-5):
+                    raise Wrong(f"{what}: that is softmax; take its logarithm")
+                first_mismatch(want, got, f"{what}: out", rtol=1e-4, atol=1e-4)
+        used, budget = used + cycles[0], budget + cycles[1]
+    return Cost(used, budget, "cycle")
