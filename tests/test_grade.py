@@ -225,3 +225,11 @@ def test_a_notebook_whose_lesson_cannot_be_told_is_a_clear_error(tmp_path, name)
     with pytest.raises(GradingError):
         with contextlib.redirect_stdout(io.StringIO()):
             grade(path)
+
+
+def test_stars_travel_through_the_signed_channel():
+    """Issue 16: a budget exercise passed within its budget carries its star to the CLI."""
+    report = graded(ROOT / "solutions" / "01_ipu_and_bsp.ipynb")
+    assert (report["score"], report["max_score"]) == (9, 9)
+    assert {e["id"]: e["star"] for e in report["exercises"]} == {
+        "01.1": True, "01.2": True, "01.3": False, "01.4": False}
