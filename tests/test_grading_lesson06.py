@@ -24,7 +24,8 @@ NAME = "06_host_and_ipu.ipynb"
 CHECKS = {"06.1": ("stream_copy_cycles", lesson06.check_stream_copy_cycles),
           "06.2": ("steps_per_call", lesson06.check_steps_per_call),
           "06.3": ("build_loop", lesson06.check_infeed_loop),
-          "06.4": ("build_running_max", lesson06.check_running_max)}
+          "06.4": ("build_running_max", lesson06.check_running_max),
+          "06.5": ("build_sgd", lesson06.check_sgd)}
 
 
 def failure(exercise: str, answer) -> str:
@@ -35,7 +36,7 @@ def failure(exercise: str, answer) -> str:
 
 def test_registered_with_points_and_doctest():
     assert {i: feedback.EXERCISES[i].points for i in CHECKS} == {
-        "06.1": 2, "06.2": 2, "06.3": 3, "06.4": 3}
+        "06.1": 2, "06.2": 2, "06.3": 3, "06.4": 3, "06.5": 3}
     assert doctest.testmod(lesson06).failed == 0
 
 
@@ -218,6 +219,53 @@ def test_running_max_solution_and_mistakes():
     assert "expected the on-device loop" in failure("06.4", lambda g, i, o, n: None)
 
 
+# -- 06.5 -----------------------------------------------------------------------------------
+def sgd(mean=True, update_first=False, no_two=False):
+    """The solution to 06.5, with one mistake."""
+    from ipukit.poplibs import expr, poplin, popops, poputil
+
+    def build(graph, infeed, outfeed, iterations, lr, d):
+        w = graph.add_variable(ipu.FLOAT, [d, 1], "w")
+        poputil.map_tensor_linearly(graph, w)
+        graph.set_initial_value(w, np.zeros((d, 1), np.float32))
+        a, b = expr._1, expr._2
+
+        def body(w, x, y):
+            prog = ipu.Sequence()
+            n = x.shape[0]
+
+            def error():
+                return popops.map(graph, a - b, [poplin.mat_mul(graph, x, w, prog),
+                                                 y.reshape([n, 1])], prog)
+
+            err = error()
+            if update_first:
+                grad = poplin.mat_mul(graph, x.transpose(), err, prog)
+                popops.scaled_add_to(graph, w, grad, -2.0 * lr / n, prog)
+                err = error()
+            total = popops.reduce(graph, popops.map(graph, a * a, [err], prog), [0, 1],
+                                  popops.Operation.ADD, prog)
+            loss = popops.map(graph, a * (1.0 / n), [total], prog) if mean else total
+            if not update_first:
+                grad = poplin.mat_mul(graph, x.transpose(), err, prog)
+                popops.scaled_add_to(graph, w, grad, (-1.0 if no_two else -2.0) * lr / n,
+                                     prog)
+            prog.add(outfeed.enqueue(loss))
+            return prog
+
+        return loops.repeat(iterations, body, [w], infeed), w
+
+    return build
+
+
+def test_sgd_solution_and_mistakes():
+    assert lesson06.check_sgd(sgd()).passed
+    assert "your losses are 8 x too big" in failure("06.5", sgd(mean=False))
+    assert "the losses outfed by call 1[0]" in failure("06.5", sgd(update_first=True))
+    assert "the losses outfed by call 1[1]: expected" in failure("06.5", sgd(no_two=True))
+    assert "return a pair" in failure("06.5", lambda *args: None)
+
+
 # -- modes and the grader -------------------------------------------------------------------
 def test_raise_mode_raises_after_showing(capsys):
     feedback.set_mode("raise")
@@ -230,7 +278,7 @@ def test_grader_cli_scores_the_solutions_in_a_fresh_process():
     out = subprocess.run([sys.executable, "-m", "ipukit.grade", str(ROOT / "solutions" / NAME),
                           "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     report = json.loads(out.stdout)
-    assert (report["lesson"], report["score"], report["max_score"]) == ("06", 10, 10)
+    assert (report["lesson"], report["score"], report["max_score"]) == ("06", 13, 13)
     assert [(e["id"], e["status"]) for e in report["exercises"]] == [
         (ex, "passed") for ex in CHECKS]
     assert report["errors"] == []

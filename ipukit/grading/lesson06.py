@@ -278,3 +278,76 @@ def check_running_max(build_running_max):
                 raise Wrong(f"{what}: after call 1 every pixel's maximum is 0, but every "
                             "pixel is negative: where does the maximum start?")
             first_mismatch(want, got, f"{what}: the running maximum after call {r + 1}")
+
+
+# -- 06.5: a training loop on the device --------------------------------------------------------
+
+def sgd_reference(x, y, iterations: int, batch: int, lr: float, w0):
+    """Float64 NumPy: per batch, the mean squared error before the step, then
+    w -= lr * 2/b * x^T (x w - y). Returns (losses, w)."""
+    w, losses = np.asarray(w0, np.float64).copy(), []
+    for k in range(iterations):
+        xb, yb = x[k * batch:(k + 1) * batch].astype(np.float64), y[k * batch:(k + 1) * batch]
+        err = xb @ w - yb
+        losses.append(float((err ** 2).mean()))
+        w -= lr * 2 / batch * xb.T @ err
+    return np.array(losses), w
+
+
+@exercise("06.5", "linear regression trained on the device", points=3, hints=(
+    "Per iteration: the prediction, the error, the loss to outfeed, the gradient, the "
+    "update. Which of these must survive to the next iteration and the next call?",
+    "The weights are a variable (initial value zero) passed to loops.repeat as an input; "
+    "body(w, x, y) builds one step with poplin.mat_mul and popops ops; the loss is the "
+    "batch's mean squared error BEFORE the update; d(loss)/dw = 2/b x^T (x w - y).",
+    "pred = mat_mul(x, w); err = map(_1 - _2, [pred, y.reshape([b, 1])]); loss = "
+    "reduce(map(_1 * _1, [err]), [0, 1], ADD) scaled by 1/b; grad = mat_mul(x.transpose(), "
+    "err); popops.scaled_add_to(w, grad, -2 * lr / b); enqueue the loss; return "
+    "(loops.repeat(iterations, body, [w], infeed), w)."))
+def check_sgd(build_sgd):
+    """Exercise 06.5: ``build_sgd(graph, infeed, outfeed, iterations, learning_rate,
+    num_features)`` → ``(program, w)``: an on-device loop of SGD steps on batches (x, y)
+    from the infeed, outfeeding each batch's mean squared error, with the weights ``w``
+    (zero at first) kept on the device across calls."""
+    rng = np.random.default_rng(605)
+    for d, batch, iterations, lr in [(3, 8, 4, 0.05), (5, 4, 3, 0.1)]:
+        calls = 2
+        x = rng.normal(size=(calls * iterations * batch, d)).astype(np.float32)
+        y = (x @ rng.normal(size=d) + 0.1 * rng.normal(size=len(x))).astype(np.float32)
+        dev = ipu.IPUModel("ipu2", tiles_per_ipu=4).create_device()
+        g = ipu.Graph(dev.target)
+        infeed = InfeedQueue((x, y), batch_size=batch)
+        outfeed = OutfeedQueue(OutfeedMode.ALL)
+        what = f"{d} features, batches of {batch}, {iterations} iterations, lr {lr}"
+        got = build_sgd(g, infeed, outfeed, iterations, lr, d)
+        if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], ipu.Tensor)):
+            raise Wrong(f"{what}: return a pair (the loop program, the weights tensor), got "
+                        f"{got!r}")
+        prog, w = got
+        if not isinstance(prog, ipu.Repeat) or prog.count != iterations:
+            raise Wrong(f"{what}: expected the on-device loop ipu.Repeat({iterations}, ...) "
+                        f"that loops.repeat returns, got {prog!r}")
+        if w.num_elements() != d:
+            raise Wrong(f"{what}: the weights should hold {d} numbers, got shape {w.shape}")
+        g.create_host_read("w", w)
+        try:
+            eng = ipu.Engine(g, prog)
+        except ipu.IpuError as exc:
+            raise Wrong(library_error(f"{what}: your loop does not compile", exc)) from None
+        eng.load(dev)
+        infeed.connect(eng)
+        outfeed.connect(eng)
+        w_ref = np.zeros(d)
+        for c in range(calls):
+            eng.run()
+            part = slice(c * iterations * batch, (c + 1) * iterations * batch)
+            losses, w_ref = sgd_reference(x[part], y[part], iterations, batch, lr, w_ref)
+            got_losses = np.asarray(outfeed.dequeue(), np.float64).reshape(-1)
+            if got_losses.size == losses.size and np.allclose(got_losses, losses * batch,
+                                                              rtol=1e-3):
+                raise Wrong(f"{what}: your losses are {batch} x too big: outfeed the MEAN "
+                            "squared error of the batch")
+            first_mismatch(losses, got_losses, f"{what}: the losses outfed by call {c + 1}",
+                           rtol=1e-3, atol=1e-5)
+            first_mismatch(w_ref, eng.read_tensor("w").reshape(-1),
+                           f"{what}: w after call {c + 1}", rtol=1e-3, atol=1e-5)
