@@ -1,15 +1,16 @@
 """The ``check_*`` functions of lesson 05: PopLibs and profiling.
 
 The references are measured, not recomputed from the learner's formula: 05.1 compiles a
-real ``popops.add`` and reads each tile's compute cycles from the step; 05.2 and 05.3 use
+real ``popops.add`` and reads each tile's compute cycles from the step; 05.2 uses
 Graphcore's integer cost function of tut6 (``estimateCycles`` in ``tut6.cpp``, whose
-10000×1000 numbers are in Graphcore's tests: split 7 on Mk2, total 3996); 05.4 reads
+10000×1000 numbers are in Graphcore's tests: split 7 on Mk2, total 3996); 05.3 measures
+the learner's reduction against ``popops.reduce``'s cycles; 05.4 reads
 the Trace of programs built from PopLibs ops.
 
 >>> from ipukit.grading import lesson05
->>> r = lesson05.check_best_split(lambda target, rows, cols: 1)  # doctest: +ELLIPSIS
-❌ Exercise 05.3 · the best column split of tut6: 0/1 points
-   ...
+>>> r = lesson05.check_split_cost(lambda target, rows, cols, split: {}, show=False)
+>>> print(r.text().splitlines()[0])
+WRONG · Exercise 05.2 · tut6's integer cost of a split: 0/2 points
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import numpy as np
 
 import ipukit as ipu
 from ipukit.poplibs import poplin, popnn, popops, poputil
-from ipukit.poplibs.expr import _1
+from ipukit.poplibs.expr import Exp, Log, _1, _2, _3
 
-from .feedback import Wrong, as_int, as_ints, exercise, run
+from .feedback import Cost, Wrong, as_int, as_ints, exercise, first_mismatch, library_error
 
 
 def _target(tiles: int | None = None, version: str = "ipu2"):
@@ -61,29 +62,29 @@ def _add_cases():
     yield [int(c) for c in rng.integers(0, 200, 6)]
 
 
-@exercise("05.1", "the compute cycles of popops.add", points=2,
-          hint="poputil.split_regions(e, 2, 6) gives the pieces popops makes of a tile's e "
-               "elements (whole grains of 2 floats, at most one piece per worker). A piece "
-               "of s elements costs 10 + 3*s cycles (2*s read, s written); each piece runs "
-               "on its own worker, so the tile takes 6 x the largest piece's cycles.")
+@exercise("05.1", "the compute cycles of popops.add", points=2, hints=(
+    "How many vertices does popops.add put on a tile, and how are they shared by the "
+    "tile's workers?",
+    "popops cuts a tile's elements into at most 6 pieces of whole grains (2 floats): "
+    "poputil.split_regions gives them. Each piece is one vertex on its own worker, and a "
+    "vertex reads two elements and writes one per element of its piece.",
+    "For e elements: pieces = poputil.split_regions(e, 2, 6); a piece of s elements "
+    "costs 10 + 3*s; the tile takes 6 x the largest piece's cost (0 for no pieces)."))
 def check_add_cycles(add_compute_cycles):
     """Exercise 05.1: ``add_compute_cycles(elements_per_tile)`` → the compute cycles of
     every tile in the compute set of ``popops.add(a, b)``."""
 
-    def body():
-        for counts in _add_cases():
-            g, step = _compiled_add(counts)
-            what = f"add_compute_cycles({counts})"
-            got = as_ints(add_compute_cycles(list(counts)), len(counts), what)
-            for tile, (want, mine) in enumerate(zip(step.tile_compute_cycles.tolist(), got)):
-                if want != mine:
-                    sizes = _vertex_sizes(g, tile)
-                    raise Wrong(f"{what}: tile {tile} holds {counts[tile]} elements of a and b; "
-                                f"popops.add gave it {len(sizes)} vertices writing {sizes} "
-                                f"elements, so its compute phase takes {want} cycles; you said "
-                                f"{mine}" + _add_diagnosis(counts[tile], sizes, mine))
-
-    return run("05.1", body)
+    for counts in _add_cases():
+        g, step = _compiled_add(counts)
+        what = f"add_compute_cycles({counts})"
+        got = as_ints(add_compute_cycles(list(counts)), len(counts), what)
+        for tile, (want, mine) in enumerate(zip(step.tile_compute_cycles.tolist(), got)):
+            if want != mine:
+                sizes = _vertex_sizes(g, tile)
+                raise Wrong(f"{what}: tile {tile} holds {counts[tile]} elements of a and b; "
+                            f"popops.add gave it {len(sizes)} vertices writing {sizes} "
+                            f"elements, so its compute phase takes {want} cycles; you said "
+                            f"{mine}" + _add_diagnosis(counts[tile], sizes, mine))
 
 
 def _add_diagnosis(e: int, sizes: list[int], got: int) -> str:
@@ -137,36 +138,35 @@ def _tname(target) -> str:
     return f"{target.version} ({target.num_tiles} tiles)"
 
 
-@exercise("05.2", "tut6's integer cost of a split", points=2,
-          hint="Work in integers as the C++ does: ceil_div(a, b) = (a + b - 1) // b and // "
-               "for every division. maxV = max(ceil(R*split/T), 1); compute = "
-               "ceil(maxV/W)*W*(5 + (ceil(C/split) + 1)//2); exchange = "
-               "ceil(maxV/R)*ceil(C/split)*4//X; with maxR = max(ceil(R/T), 1): reduce "
-               "exchange = maxR*split*4//X, reduce compute = ceil(maxR/W)*W*(5 + (split+1)//2).")
+@exercise("05.2", "tut6's integer cost of a split", points=2, hints=(
+    "The C++ works in unsigned integers: which of your divisions round, and which way?",
+    "ceil_div(a, b) = (a + b - 1) // b wherever the formula says ⌈a/b⌉, and // for every "
+    "other division, exactly in the order the formula gives (integer division does not "
+    "commute with multiplication).",
+    "maxV = max(ceil(R*split/T), 1); compute = ceil(maxV/W)*W*(5 + (ceil(C/split) + 1)//2); "
+    "exchange = ceil(maxV/R)*ceil(C/split)*4//X; maxR = max(ceil(R/T), 1): reduce exchange "
+    "= maxR*split*4//X, reduce compute = ceil(maxR/W)*W*(5 + (split+1)//2)."))
 def check_split_cost(split_cost):
     """Exercise 05.2: ``split_cost(target, rows, cols, split)`` → dict with the four parts
     of Graphcore's estimate: compute, exchange, reduce_exchange, reduce_compute."""
 
-    def body():
-        for target, rows, cols, split in _split_cases():
-            what = f"split_cost({_tname(target)}, rows={rows}, cols={cols}, split={split})"
-            got = split_cost(target, rows, cols, split)
-            if not isinstance(got, dict) or set(COST_KEYS) - set(got):
-                raise Wrong(f"{what}: return a dict with the keys {list(COST_KEYS)}, got "
-                            f"{got!r}")
-            want = split_costs(target, rows, cols, split)
-            for key in COST_KEYS:
-                value = got[key]
-                if isinstance(value, float | np.floating) and value != int(value):
-                    raise Wrong(f"{what}: {key} = {value!r} is not a whole number. Graphcore's "
-                                "estimate uses unsigned integer arithmetic: round divisions "
-                                "up with ceil_div or down with //, as the C++ does.")
-                if as_int(value, f"{what}['{key}']") != want[key]:
-                    raise Wrong(f"{what}: {key} cost should be {want[key]}, you said "
-                                f"{int(value)} (the other parts: "
-                                f"{ {k: v for k, v in want.items() if k != key} })")
-
-    return run("05.2", body)
+    for target, rows, cols, split in _split_cases():
+        what = f"split_cost({_tname(target)}, rows={rows}, cols={cols}, split={split})"
+        got = split_cost(target, rows, cols, split)
+        if not isinstance(got, dict) or set(COST_KEYS) - set(got):
+            raise Wrong(f"{what}: return a dict with the keys {list(COST_KEYS)}, got "
+                        f"{got!r}")
+        want = split_costs(target, rows, cols, split)
+        for key in COST_KEYS:
+            value = got[key]
+            if isinstance(value, float | np.floating) and value != int(value):
+                raise Wrong(f"{what}: {key} = {value!r} is not a whole number. Graphcore's "
+                            "estimate uses unsigned integer arithmetic: round divisions "
+                            "up with ceil_div or down with //, as the C++ does.")
+            if as_int(value, f"{what}['{key}']") != want[key]:
+                raise Wrong(f"{what}: {key} cost should be {want[key]}, you said "
+                            f"{int(value)} (the other parts: "
+                            f"{ {k: v for k, v in want.items() if k != key} })")
 
 
 def best_split(target, rows: int, cols: int) -> int:
@@ -181,30 +181,67 @@ def _best_cases():
             (mk2, 40, 50), (_target(4), 4, 300), (_target(16), 3, 90), (_target(64), 10, 1000)]
 
 
-@exercise("05.3", "the best column split of tut6", points=1,
-          hint="Try every split from 1 to cols - 1 and keep the FIRST one with the least total "
-               "cost (tut6.cpp compares with a strict <). min(range(1, cols), key=...) does "
-               "exactly that.")
-def check_best_split(best_split_fn):
-    """Exercise 05.3: ``best_split(target, rows, cols)`` → tut6's ``calcOptimalColAxisSplit``."""
+# -- 05.3: a PopLibs-style reduction built from vertices --------------------------------------
 
-    def body():
-        for target, rows, cols in _best_cases():
-            what = f"best_split({_tname(target)}, rows={rows}, cols={cols})"
-            want = best_split(target, rows, cols)
-            got = as_int(best_split_fn(target, rows, cols), what)
-            if got == want:
-                continue
-            cost = {s: sum(split_costs(target, rows, cols, s).values()) for s in (want, got)
-                    if 1 <= s < cols}
-            if got not in cost:
-                raise Wrong(f"{what}: tut6 tries splits 1 to {cols - 1}; you returned {got}")
-            tie = (" Both cost the same: tut6 keeps the first (strict <)."
-                   if cost[got] == cost[want] else "")
-            raise Wrong(f"{what}: expected split {want} (cost {cost[want]}), you returned "
-                        f"{got} (cost {cost[got]}).{tie}")
+def _reduce_graph(rows, cols, tiles):
+    dev = ipu.IPUModel("ipu2", tiles_per_ipu=tiles).create_device()
+    g = ipu.Graph(dev.target)
+    x = g.add_variable(ipu.FLOAT, [rows, cols], "x")
+    poputil.map_tensor_linearly(g, x, min_elements_per_tile=1, grain_size=1)
+    g.create_host_write("x", x)
+    return dev, g, x
 
-    return run("05.3", body)
+
+def _device_cycles(eng) -> int:
+    return sum(s.cycles for s in eng.trace.executed_steps() if s.kind != "host")
+
+
+@exercise("05.3", "a row sum built like popops.reduce", points=3, budget="cycles", hints=(
+    "A row of x may be spread over several tiles. Sum what each tile holds where it "
+    "lives first; only then bring the few partial results together.",
+    "Two compute sets, as popops.reduce builds them: partial sums of each (row, tile) "
+    "piece on its tile, into a partials tensor mapped there; then one vertex per row "
+    "adds that row's partials. A row that lives on one tile needs no second stage.",
+    "Walk graph.get_tile_mapping(x) (flat runs per tile), cut each run at row boundaries "
+    "(row = flat index // cols), add a vertex per piece; map out[row] to the tile of its "
+    "first piece; return out after adding Execute(first) and Execute(second) to prog."))
+def check_reduce_rows(reduce_rows):
+    """Exercise 05.3: ``reduce_rows(graph, x, prog)`` adds to ``prog`` what computes
+    out = x.sum(axis=1) for a 2-D ``x`` mapped linearly over the tiles, and returns
+    ``out``. Budget: the cycles of ``popops.reduce(graph, x, [1], ADD, prog)``."""
+    rng = np.random.default_rng(503)
+    used = budget = 0
+    for rows, cols, tiles in [(6, 100, 4), (3, 50, 8), (10, 7, 5), (1, 64, 4), (7, 13, 6)]:
+        what = f"x of shape [{rows}, {cols}] on {tiles} tiles"
+        xv = rng.normal(size=(rows, cols)).astype(np.float32)
+        dev, g, x = _reduce_graph(rows, cols, tiles)
+        prog = ipu.Sequence()
+        out = reduce_rows(g, x, prog)
+        if not isinstance(out, ipu.Tensor) or tuple(out.shape) != (rows,):
+            raise Wrong(f"{what}: return the tensor of the {rows} row sums, got {out!r}")
+        g.create_host_read("out", out)
+        try:
+            eng = ipu.Engine(g, prog)
+        except ipu.IpuError as exc:
+            raise Wrong(library_error(f"{what}: your graph does not compile", exc)) from None
+        eng.load(dev)
+        eng.write_tensor("x", xv)
+        eng.run()
+        got, want = eng.read_tensor("out"), xv.sum(axis=1)
+        columns = xv.sum(axis=0)
+        if rows > 1 and cols >= rows and np.allclose(got, columns[:rows], rtol=1e-4,
+                                                      atol=1e-4):
+            raise Wrong(f"{what}: out holds column sums; sum each row (axis 1)")
+        first_mismatch(want, got, f"{what}: out", rtol=1e-4, atol=1e-4)
+        used += _device_cycles(eng)
+        dev2, g2, x2 = _reduce_graph(rows, cols, tiles)
+        prog2 = ipu.Sequence()
+        popops.reduce(g2, x2, [1], popops.Operation.ADD, prog2, "reference")
+        ref = ipu.Engine(g2, prog2)
+        ref.load(dev2)
+        ref.run()
+        budget += _device_cycles(ref)
+    return Cost(used, budget, "cycle")
 
 
 # -- 05.4: read a profile ------------------------------------------------------------------
@@ -313,28 +350,27 @@ def _step_named(trace, name):
     return next((i for i, s in enumerate(trace.steps) if s.name == name), None)
 
 
-@exercise("05.4", "find the bottleneck in a profile", points=3,
-          hint="Only compute steps (step.kind == 'compute') are compute sets. A set's share "
-               "of the run is trace.executions()[step.index] * step.cycles. Its phase is the "
-               "larger of step.exchange_cycles and step.compute_cycles, and the tile that "
-               "sets it is the argmax of step.tile_exchange_cycles(trace.target) or of "
-               "step.tile_compute_cycles.")
+@exercise("05.4", "find the bottleneck in a profile", points=3, hints=(
+    "Which steps are compute sets, and how often did each run?",
+    "A compute set's share of the run is how often it ran times its cycles "
+    "(trace.executions()[step.index]); its phase is the longer of exchange and compute, "
+    "and one tile sets that phase's length.",
+    "Keep steps with kind == 'compute'; take the max of executions * cycles; compare "
+    "exchange_cycles with compute_cycles; the tile is the argmax of "
+    "step.tile_exchange_cycles(trace.target) or of step.tile_compute_cycles."))
 def check_bottleneck(bottleneck):
     """Exercise 05.4: ``bottleneck(trace)`` → ``{"compute_set": name, "phase": "exchange"
     or "compute", "tile": the tile that sets that phase}``: the compute set that takes the
     most cycles over the whole run."""
 
-    def body():
-        for what, make in PROFILES.items():
-            trace = make()
-            ref = bottleneck_reference(trace)
-            got = bottleneck(trace)
-            if not isinstance(got, dict) or {"compute_set", "phase", "tile"} - set(got):
-                raise Wrong(f"return a dict with the keys 'compute_set', 'phase' and 'tile', "
-                            f"got {got!r}")
-            _check_bottleneck(trace, ref, got, f"profile of {what}")
-
-    return run("05.4", body)
+    for what, make in PROFILES.items():
+        trace = make()
+        ref = bottleneck_reference(trace)
+        got = bottleneck(trace)
+        if not isinstance(got, dict) or {"compute_set", "phase", "tile"} - set(got):
+            raise Wrong(f"return a dict with the keys 'compute_set', 'phase' and 'tile', "
+                        f"got {got!r}")
+        _check_bottleneck(trace, ref, got, f"profile of {what}")
 
 
 def _check_bottleneck(trace, ref, got, what):
@@ -369,3 +405,66 @@ def _check_bottleneck(trace, ref, got, what):
         mine = int(per_tile[tile]) if 0 <= tile < len(per_tile) else "no such tile"
         raise Wrong(f"{what}: in {name!r} tile {min(tiles)} has the longest {phase} "
                     f"({int(per_tile.max()):,} cycles); tile {tile} has {mine}")
+
+
+# -- 05.5: a PopLibs-style op from PopLibs ops ---------------------------------------------------
+
+def _log_softmax_reference_prog(g, x, prog):
+    """The budget: max, exp(x - max), sum, x - max - log(sum): four popops ops."""
+    rows = x.shape[0]
+    m = popops.reduce(g, x, [1], popops.Operation.MAX, prog, "max").reshape([rows, 1])
+    e = popops.map(g, Exp(_1 - _2), [x, m], prog, "exp")
+    s = popops.reduce(g, e, [1], popops.Operation.ADD, prog, "sum").reshape([rows, 1])
+    return popops.map(g, _1 - _2 - Log(_3), [x, m, s], prog, "log softmax")
+
+
+@exercise("05.5", "a log-softmax op from popops ops", points=3, budget="cycles", hints=(
+    "Try a row like [1000, 1001, 1002]: does your op still give finite numbers?",
+    "log_softmax(x) = x - c - log(sum(exp(x - c))) for any constant c per row; the row "
+    "maximum keeps every exponent ≤ 0. Reductions run along dims [1]; their [rows] "
+    "results reshape to [rows, 1] to broadcast against x in popops.map.",
+    "m = popops.reduce(graph, x, [1], MAX, prog).reshape([rows, 1]); e = popops.map(exp(x "
+    "- m)); s = popops.reduce(e, [1], ADD).reshape([rows, 1]); return popops.map(x - m - "
+    "log(s)) (or look at popops.Operation.LOG_ADD)."))
+def check_log_softmax(log_softmax):
+    """Exercise 05.5: ``log_softmax(graph, x, prog)`` adds popops ops to ``prog`` and
+    returns the tensor log_softmax(x) along each row of the 2-D ``x``. Budget: the cycles
+    of four popops ops (max, exp, sum, subtract and log)."""
+    rng = np.random.default_rng(505)
+    used = budget = 0
+    cases = [(4, 30, 4, rng.normal(size=(4, 30))),
+             (3, 17, 8, 1000 + 3 * rng.normal(size=(3, 17))),
+             (5, 8, 5, rng.normal(scale=40, size=(5, 8)))]
+    for rows, cols, tiles, data in cases:
+        xv = data.astype(np.float32)
+        what = f"x of shape [{rows}, {cols}] (values up to {float(np.abs(xv).max()):.0f})"
+        cycles = []
+        for mine in (True, False):
+            dev, g, x = _reduce_graph(rows, cols, tiles)
+            prog = ipu.Sequence()
+            out = log_softmax(g, x, prog) if mine else _log_softmax_reference_prog(g, x, prog)
+            if not isinstance(out, ipu.Tensor) or tuple(out.shape) != (rows, cols):
+                raise Wrong(f"{what}: return a tensor of shape [{rows}, {cols}], got {out!r}")
+            g.create_host_read("out", out)
+            try:
+                eng = ipu.Engine(g, prog)
+            except ipu.IpuError as exc:
+                raise Wrong(library_error(f"{what}: your program does not compile", exc)) \
+                    from None
+            eng.load(dev)
+            eng.write_tensor("x", xv)
+            with np.errstate(all="ignore"):
+                eng.run()
+            cycles.append(_device_cycles(eng))
+            if mine:
+                got = eng.read_tensor("out")
+                z = xv.astype(np.float64) - xv.max(axis=1, keepdims=True)
+                want = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+                if not np.isfinite(got).all():
+                    raise Wrong(f"{what}: your output holds inf or nan "
+                                f"({int((~np.isfinite(got)).sum())} elements)")
+                if np.allclose(got, np.exp(want), rtol=1e-3, atol=1e-5):
+                    raise Wrong(f"{what}: that is softmax; take its logarithm")
+                first_mismatch(want, got, f"{what}: out", rtol=1e-4, atol=1e-4)
+        used, budget = used + cycles[0], budget + cycles[1]
+    return Cost(used, budget, "cycle")

@@ -2,14 +2,12 @@
 
 Each check measures its reference on the emulator: a stream copy's cycles from the
 compiled ``Step``, a loop's host-sync share from the ``Trace`` of real runs, an infeed's
-batches against NumPy, the samples of one call from PopTorch's ``training_model``.
+batches against NumPy, a running maximum's outfeed against NumPy across several calls.
 
 >>> from ipukit.grading import lesson06
->>> r = lesson06.check_samples_per_call(
-...     lambda dataset_size, batch_size, gradient_accumulation, device_iterations,
-...     replication_factor: (1, 1))  # doctest: +ELLIPSIS
-❌ Exercise 06.4 · samples per call and calls per epoch: 0/2 points
-   ...
+>>> r = lesson06.check_running_max(lambda *args: None, show=False)
+>>> print(r.text().splitlines()[0])
+WRONG · Exercise 06.4 · a running maximum that outlives the call: 0/3 points
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ import numpy as np
 import ipukit as ipu
 from ipukit.host import InfeedQueue, OutfeedMode, OutfeedQueue
 
-from .feedback import Wrong, as_int, exercise, first_mismatch, run
+from .feedback import Wrong, as_int, exercise, first_mismatch, library_error
 
 # -- 06.1 ---------------------------------------------------------------------------------
 
@@ -54,29 +52,29 @@ def _stream_cases():
     yield "ipu2", 8, rng.integers(1, 3000, 8), False
 
 
-@exercise("06.1", "the cost of a stream copy", points=2,
-          hint="A stream copy is one superstep: target.sync_cycles, then an exchange that "
-               "lasts as long as the slower of (a) the busiest tile, ceil(max bytes of one "
-               "tile / exchange_bytes_per_cycle), and (b) the PCIe link, which carries ALL "
-               "the bytes: ceil(total bytes / target.host_link_bytes_per_cycle).")
+@exercise("06.1", "the cost of a stream copy", points=2, hints=(
+    "Two things carry the bytes one after the other: the PCIe link and the tiles. Which "
+    "one limits the step?",
+    "A stream copy is one superstep: a sync, then an exchange as long as the slower of "
+    "the busiest tile (its own bytes, 4 per cycle) and the host link, which carries ALL "
+    "the bytes at target.host_link_bytes_per_cycle.",
+    "target.sync_cycles + max(ceil(max bytes of one tile / exchange_bytes_per_cycle), "
+    "ceil(total bytes / host_link_bytes_per_cycle))."))
 def check_stream_copy_cycles(stream_copy_cycles):
     """Exercise 06.1: ``stream_copy_cycles(target, tile_bytes)`` → cycles of a StreamCopy."""
 
-    def body():
-        for version, tiles, floats, to_device in _stream_cases():
-            target, step = _stream_step(version, tiles, floats, to_device)
-            tile_bytes = step.tile_bytes_in if to_device else step.tile_bytes_out
-            what = (f"a StreamCopy {'host -> IPU' if to_device else 'IPU -> host'} of "
-                    f"{int(tile_bytes.sum()):,} B on {tiles} tiles of '{version}' (at most "
-                    f"{int(tile_bytes.max()):,} B on one tile)")
-            got = as_int(stream_copy_cycles(target, tile_bytes.copy()), what,
-                         "whole number of cycles or bytes")
-            if got != step.cycles:
-                raise Wrong(f"{what}: the Trace's step takes {step.cycles} cycles "
-                            f"(sync {step.sync_cycles} + exchange {step.exchange_cycles}), "
-                            f"you said {got}" + _stream_diagnosis(target, tile_bytes, got))
-
-    return run("06.1", body)
+    for version, tiles, floats, to_device in _stream_cases():
+        target, step = _stream_step(version, tiles, floats, to_device)
+        tile_bytes = step.tile_bytes_in if to_device else step.tile_bytes_out
+        what = (f"a StreamCopy {'host -> IPU' if to_device else 'IPU -> host'} of "
+                f"{int(tile_bytes.sum()):,} B on {tiles} tiles of '{version}' (at most "
+                f"{int(tile_bytes.max()):,} B on one tile)")
+        got = as_int(stream_copy_cycles(target, tile_bytes.copy()), what,
+                     "whole number of cycles or bytes")
+        if got != step.cycles:
+            raise Wrong(f"{what}: the Trace's step takes {step.cycles} cycles "
+                        f"(sync {step.sync_cycles} + exchange {step.exchange_cycles}), "
+                        f"you said {got}" + _stream_diagnosis(target, tile_bytes, got))
 
 
 def _stream_diagnosis(target, tile_bytes, got: int) -> str:
@@ -145,36 +143,35 @@ def _smallest_steps(version: str, k: int, efficiency: float) -> tuple[int, int]:
     return B, n
 
 
-@exercise("06.2", "how many steps per host call", points=2,
-          hint="One Engine.run of N steps takes H + N*B cycles (H = "
-               "target.host_sync_cycles), of which N*B are spent on the device. Solve "
-               "N*B / (H + N*B) >= efficiency for the smallest whole N >= 1.")
+@exercise("06.2", "how many steps per host call", points=2, hints=(
+    "Write down how long one call of N steps takes, and how much of it the device works.",
+    "One Engine.run of N steps takes H + N*B cycles (H = target.host_sync_cycles), of "
+    "which N*B are on the device; the share grows with N, so look for the first N that "
+    "reaches the efficiency.",
+    "Solve N*B / (H + N*B) >= e for N: N >= e*H / ((1 - e)*B); round up, and at least 1."))
 def check_steps_per_call(steps_per_call):
     """Exercise 06.2: ``steps_per_call(target, step_cycles, efficiency)`` → smallest N."""
 
-    def body():
-        for version, k, efficiency in [("ipu2", 64, 0.5), ("ipu2", 256, 0.9),
-                                       ("bow", 1000, 0.75), ("ipu1", 16, 0.99),
-                                       ("ipu2", 20_000, 0.2)]:
-            target = ipu.IPUModel(version, tiles_per_ipu=4).create_device().target
-            B, expected = _smallest_steps(version, k, efficiency)
-            what = (f"'{version}' (host sync {target.host_sync_cycles:,} cycles), a step of "
-                    f"B = {B:,} cycles, efficiency {efficiency}")
-            n = as_int(steps_per_call(target, B, efficiency), what)
-            if n < 1:
-                raise Wrong(f"{what}: expected at least 1 step per Engine.run, got {n}")
-            if n < expected:
-                share = _device_share(version, k, n)[0]
-                raise Wrong(f"{what}: with N = {n} steps per Engine.run the device works "
-                            f"{share:.2%} of the time (measured in the Trace), below "
-                            f"{efficiency:.0%}; N is too small")
-            if n > expected:
-                share = _device_share(version, k, expected)[0]
-                raise Wrong(f"{what}: N = {expected} already keeps the device working "
-                            f"{share:.2%} of the time (>= {efficiency:.0%}); you said "
-                            f"{n:,}, expected the smallest such N")
-
-    return run("06.2", body)
+    for version, k, efficiency in [("ipu2", 64, 0.5), ("ipu2", 256, 0.9),
+                                   ("bow", 1000, 0.75), ("ipu1", 16, 0.99),
+                                   ("ipu2", 20_000, 0.2)]:
+        target = ipu.IPUModel(version, tiles_per_ipu=4).create_device().target
+        B, expected = _smallest_steps(version, k, efficiency)
+        what = (f"'{version}' (host sync {target.host_sync_cycles:,} cycles), a step of "
+                f"B = {B:,} cycles, efficiency {efficiency}")
+        n = as_int(steps_per_call(target, B, efficiency), what)
+        if n < 1:
+            raise Wrong(f"{what}: expected at least 1 step per Engine.run, got {n}")
+        if n < expected:
+            share = _device_share(version, k, n)[0]
+            raise Wrong(f"{what}: with N = {n} steps per Engine.run the device works "
+                        f"{share:.2%} of the time (measured in the Trace), below "
+                        f"{efficiency:.0%}; N is too small")
+        if n > expected:
+            share = _device_share(version, k, expected)[0]
+            raise Wrong(f"{what}: N = {expected} already keeps the device working "
+                        f"{share:.2%} of the time (>= {efficiency:.0%}); you said "
+                        f"{n:,}, expected the smallest such N")
 
 
 # -- 06.3 ---------------------------------------------------------------------------------
@@ -191,102 +188,166 @@ def _infeed_case(iterations: int, batch: int, mode, seed: int):
     return images, dev, g, infeed, outfeed
 
 
-@exercise("06.3", "an on-device loop with an infeed and an outfeed", points=3,
-          hint="Make a variable mean = graph.add_variable(ipu.FLOAT, [1], 'mean') on a tile. "
-               "body(mean, images) adds one compute set with a BatchMean vertex "
-               "{'x': images.flatten(), 'out': mean[0]} and returns [ipu.Execute(cs), "
-               "outfeed.enqueue(mean)]. Return loops.repeat(iterations, body, [mean], "
-               "infeed).")
+@exercise("06.3", "an on-device loop with an infeed and an outfeed", points=3, hints=(
+    "One Engine.run must run all the iterations: the loop is on the device, and body() "
+    "builds ONE iteration.",
+    "loops.repeat(n, body, inputs, infeed) calls body(*inputs, *infeed tensors) once and "
+    "repeats what it returns; the mean needs a variable of its own, and each iteration "
+    "ends by enqueueing it.",
+    "mean = a [1] variable on a tile; body(mean, images) adds a compute set with a "
+    "BatchMean vertex (x = images.flatten(), out = mean[0]) and returns [Execute, "
+    "outfeed.enqueue(mean)]; return loops.repeat(iterations, body, [mean], infeed)."))
 def check_infeed_loop(build_loop):
     """Exercise 06.3: ``build_loop(graph, infeed, outfeed, iterations)`` → on-device loop."""
 
-    def body():
-        for iterations, batch, mode, seed in [(3, 4, OutfeedMode.ALL, 1),
-                                              (5, 2, OutfeedMode.LAST, 2)]:
-            images, dev, g, infeed, outfeed = _infeed_case(iterations, batch, mode, seed)
-            what = f"iterations={iterations}, batches of {batch} images, {mode}"
-            prog = build_loop(g, infeed, outfeed, iterations)
-            if not isinstance(prog, ipu.Repeat) or prog.count != iterations:
-                raise Wrong(f"{what}: expected the on-device loop ipu.Repeat({iterations}, "
-                            f"...) that loops.repeat returns, got {prog!r}")
+    for iterations, batch, mode, seed in [(3, 4, OutfeedMode.ALL, 1),
+                                          (5, 2, OutfeedMode.LAST, 2)]:
+        images, dev, g, infeed, outfeed = _infeed_case(iterations, batch, mode, seed)
+        what = f"iterations={iterations}, batches of {batch} images, {mode}"
+        prog = build_loop(g, infeed, outfeed, iterations)
+        if not isinstance(prog, ipu.Repeat) or prog.count != iterations:
+            raise Wrong(f"{what}: expected the on-device loop ipu.Repeat({iterations}, "
+                        f"...) that loops.repeat returns, got {prog!r}")
+        eng = ipu.Engine(g, prog)
+        eng.load(dev)
+        infeed.connect(eng)
+        outfeed.connect(eng)
+        means = images.reshape(2, iterations, -1).mean(axis=2)
+        for r in range(2):
+            eng.run()
+            if infeed.num_dequeued != (r + 1) * iterations:
+                raise Wrong(f"{what}: after {r + 1} Engine.run call(s) the device took "
+                            f"{infeed.num_dequeued} batches from the infeed, expected "
+                            f"{(r + 1) * iterations} (one per iteration)")
+            if outfeed.num_enqueued != (r + 1) * iterations:
+                raise Wrong(f"{what}: after {r + 1} Engine.run call(s) the outfeed got "
+                            f"{outfeed.num_enqueued} elements, expected "
+                            f"{(r + 1) * iterations}: enqueue once in every iteration")
+            got = np.asarray(outfeed.dequeue(), np.float32).reshape(-1)
+            expected = means[r] if mode is OutfeedMode.ALL else means[r, -1:]
+            first_mismatch(expected, got,
+                            f"{what}: batch means the outfeed returned after run {r + 1}")
+        if eng.trace.num_runs != 2:
+            raise Wrong(f"{what}: expected 2 Engine.run calls, the Trace has "
+                        f"{eng.trace.num_runs}")
+
+
+# -- 06.4: state that lives on the device across calls ---------------------------------------
+
+@exercise("06.4", "a running maximum that outlives the call", points=3, hints=(
+    "What must stay on the device between iterations, and between Engine.run calls? "
+    "What is its value before the very first batch?",
+    "Keep the maximum so far in a variable that the loop reads and writes (an InOut "
+    "field); nothing resets it between calls. It must start below every pixel, and every "
+    "iteration reduces its batch over the image axis only.",
+    "best = a [4, 4] variable with graph.set_initial_value(best, a very negative value); "
+    "body(best, images) adds a codelet with images Input and best InOut computing "
+    "best = maximum(best, images.max over the batch axis), then outfeed.enqueue(best)."))
+def check_running_max(build_running_max):
+    """Exercise 06.4: ``build_running_max(graph, infeed, outfeed, iterations)`` → an
+    on-device loop whose outfeed (mode LAST) gives, after every call, each pixel's
+    maximum over every image the device has seen, in this call and all earlier ones."""
+    rng = np.random.default_rng(604)
+    for iterations, batch in [(3, 4), (2, 5)]:
+        images = (rng.normal(size=(3 * iterations * batch, 4, 4)) - 5).astype(np.float32)
+        dev = ipu.IPUModel("ipu2", tiles_per_ipu=4).create_device()
+        g = ipu.Graph(dev.target)
+        infeed = InfeedQueue(images, batch_size=batch)
+        outfeed = OutfeedQueue(OutfeedMode.LAST)
+        what = f"iterations={iterations}, batches of {batch} images (all pixels < 0)"
+        prog = build_running_max(g, infeed, outfeed, iterations)
+        if not isinstance(prog, ipu.Repeat) or prog.count != iterations:
+            raise Wrong(f"{what}: expected the on-device loop that loops.repeat returns, "
+                        f"ipu.Repeat({iterations}, ...), got {prog!r}")
+        try:
             eng = ipu.Engine(g, prog)
-            eng.load(dev)
-            infeed.connect(eng)
-            outfeed.connect(eng)
-            means = images.reshape(2, iterations, -1).mean(axis=2)
-            for r in range(2):
-                eng.run()
-                if infeed.num_dequeued != (r + 1) * iterations:
-                    raise Wrong(f"{what}: after {r + 1} Engine.run call(s) the device took "
-                                f"{infeed.num_dequeued} batches from the infeed, expected "
-                                f"{(r + 1) * iterations} (one per iteration)")
-                if outfeed.num_enqueued != (r + 1) * iterations:
-                    raise Wrong(f"{what}: after {r + 1} Engine.run call(s) the outfeed got "
-                                f"{outfeed.num_enqueued} elements, expected "
-                                f"{(r + 1) * iterations}: enqueue once in every iteration")
-                got = np.asarray(outfeed.dequeue(), np.float32).reshape(-1)
-                expected = means[r] if mode is OutfeedMode.ALL else means[r, -1:]
-                first_mismatch(expected, got,
-                                f"{what}: batch means the outfeed returned after run {r + 1}")
-            if eng.trace.num_runs != 2:
-                raise Wrong(f"{what}: expected 2 Engine.run calls, the Trace has "
-                            f"{eng.trace.num_runs}")
-
-    return run("06.3", body)
+        except ipu.IpuError as exc:
+            raise Wrong(library_error(f"{what}: your loop does not compile", exc)) from None
+        eng.load(dev)
+        infeed.connect(eng)
+        outfeed.connect(eng)
+        per_call = iterations * batch
+        for r in range(3):
+            eng.run()
+            got = np.asarray(outfeed.dequeue(), np.float32).reshape(-1, 4, 4)[-1]
+            want = images[:(r + 1) * per_call].max(axis=0)
+            if r and np.allclose(got, images[r * per_call:(r + 1) * per_call].max(axis=0)):
+                raise Wrong(f"{what}: after call {r + 1} the outfeed gives the maximum of "
+                            "this call's images only; the maximum must outlive the call")
+            if np.allclose(got, 0) and r == 0:
+                raise Wrong(f"{what}: after call 1 every pixel's maximum is 0, but every "
+                            "pixel is negative: where does the maximum start?")
+            first_mismatch(want, got, f"{what}: the running maximum after call {r + 1}")
 
 
-# -- 06.4 ---------------------------------------------------------------------------------
+# -- 06.5: a training loop on the device --------------------------------------------------------
+
+def sgd_reference(x, y, iterations: int, batch: int, lr: float, w0):
+    """Float64 NumPy: per batch, the mean squared error before the step, then
+    w -= lr * 2/b * x^T (x w - y). Returns (losses, w)."""
+    w, losses = np.asarray(w0, np.float64).copy(), []
+    for k in range(iterations):
+        xb, yb = x[k * batch:(k + 1) * batch].astype(np.float64), y[k * batch:(k + 1) * batch]
+        err = xb @ w - yb
+        losses.append(float((err ** 2).mean()))
+        w -= lr * 2 / batch * xb.T @ err
+    return np.array(losses), w
 
 
-def _runner_samples(batch_size, ga, di, r) -> int:
-    """Samples one call of PopTorch-style ``training_model`` takes (``run`` accepts them)."""
-    from ipukit.parallel import Block, ShardedExecution, nn, optim, training_model
-
-    model = training_model([Block("B0", nn.Dense(3, 4, rng=1), nn.ReLU()),
-                            Block("B1", nn.Dense(4, 2, rng=2))],
-                           nn.SoftmaxCrossEntropy(), optim.SGD(0.1),
-                           strategy=ShardedExecution("B0", "B1"), gradient_accumulation=ga,
-                           device_iterations=di, replication_factor=r)
-    n = model.samples_per_run * batch_size
-    rng = np.random.default_rng(0)
-    model.run(rng.normal(size=(n, 3)).astype(np.float32), rng.integers(0, 2, n))
-    return n
-
-
-@exercise("06.4", "samples per call and calls per epoch", points=2,
-          hint="One call (one Engine.run, one model(x) in PopTorch) takes batch_size x "
-               "gradient_accumulation x device_iterations x replication_factor samples; "
-               "an epoch is dataset_size // that many calls (an incomplete last call is "
-               "dropped).")
-def check_samples_per_call(samples_per_call):
-    """Exercise 06.4: ``samples_per_call(dataset_size, batch_size, gradient_accumulation,
-    device_iterations, replication_factor)`` → (samples per call, calls per epoch)."""
-
-    def body():
-        # Graphcore's PopTorch tutorial: batch 40, accumulation 10, 10 device iterations,
-        # one replica: 4,000 images per call and 15 calls per epoch of MNIST's 60,000.
-        cases = [(60_000, 40, 10, 10, 1, 4000, 15)]
-        for size, b, ga, di, r in [(1000, 4, 3, 5, 2), (10_000, 8, 7, 1, 4), (50, 1, 1, 1, 1),
-                                   (100, 2, 3, 4, 5)]:
-            n = _runner_samples(b, ga, di, r)
-            cases.append((size, b, ga, di, r, n, size // n))
-        for size, b, ga, di, r, n, calls in cases:
-            what = (f"dataset_size={size:,}, batch_size={b}, gradient_accumulation={ga}, "
-                    f"device_iterations={di}, replication_factor={r}")
-            got = samples_per_call(size, b, ga, di, r)
-            if not (isinstance(got, tuple) and len(got) == 2):
-                raise Wrong(f"{what}: return a pair (samples per call, calls per epoch), "
-                            f"got {got!r}")
-            got_n, got_calls = (as_int(v, what) for v in got)
-            if got_n != n:
-                msg = f"{what}: one call takes {n:,} samples, you said {got_n:,}"
-                if r > 1 and got_n * r == n:
-                    msg += "; every replica takes its own batches: multiply by the replicas"
-                raise Wrong(msg)
-            if got_calls != calls:
-                raise Wrong(f"{what}: {size:,} samples make {calls} complete calls of "
-                            f"{n:,}, you said {got_calls}"
-                            + ("; an incomplete last call is dropped" if got_calls == calls + 1
-                               else ""))
-
-    return run("06.4", body)
+@exercise("06.5", "linear regression trained on the device", points=3, hints=(
+    "Per iteration: the prediction, the error, the loss to outfeed, the gradient, the "
+    "update. Which of these must survive to the next iteration and the next call?",
+    "The weights are a variable (initial value zero) passed to loops.repeat as an input; "
+    "body(w, x, y) builds one step with poplin.mat_mul and popops ops; the loss is the "
+    "batch's mean squared error BEFORE the update; d(loss)/dw = 2/b x^T (x w - y).",
+    "pred = mat_mul(x, w); err = map(_1 - _2, [pred, y.reshape([b, 1])]); loss = "
+    "reduce(map(_1 * _1, [err]), [0, 1], ADD) scaled by 1/b; grad = mat_mul(x.transpose(), "
+    "err); popops.scaled_add_to(w, grad, -2 * lr / b); enqueue the loss; return "
+    "(loops.repeat(iterations, body, [w], infeed), w)."))
+def check_sgd(build_sgd):
+    """Exercise 06.5: ``build_sgd(graph, infeed, outfeed, iterations, learning_rate,
+    num_features)`` → ``(program, w)``: an on-device loop of SGD steps on batches (x, y)
+    from the infeed, outfeeding each batch's mean squared error, with the weights ``w``
+    (zero at first) kept on the device across calls."""
+    rng = np.random.default_rng(605)
+    for d, batch, iterations, lr in [(3, 8, 4, 0.05), (5, 4, 3, 0.1)]:
+        calls = 2
+        x = rng.normal(size=(calls * iterations * batch, d)).astype(np.float32)
+        y = (x @ rng.normal(size=d) + 0.1 * rng.normal(size=len(x))).astype(np.float32)
+        dev = ipu.IPUModel("ipu2", tiles_per_ipu=4).create_device()
+        g = ipu.Graph(dev.target)
+        infeed = InfeedQueue((x, y), batch_size=batch)
+        outfeed = OutfeedQueue(OutfeedMode.ALL)
+        what = f"{d} features, batches of {batch}, {iterations} iterations, lr {lr}"
+        got = build_sgd(g, infeed, outfeed, iterations, lr, d)
+        if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], ipu.Tensor)):
+            raise Wrong(f"{what}: return a pair (the loop program, the weights tensor), got "
+                        f"{got!r}")
+        prog, w = got
+        if not isinstance(prog, ipu.Repeat) or prog.count != iterations:
+            raise Wrong(f"{what}: expected the on-device loop ipu.Repeat({iterations}, ...) "
+                        f"that loops.repeat returns, got {prog!r}")
+        if w.num_elements() != d:
+            raise Wrong(f"{what}: the weights should hold {d} numbers, got shape {w.shape}")
+        g.create_host_read("w", w)
+        try:
+            eng = ipu.Engine(g, prog)
+        except ipu.IpuError as exc:
+            raise Wrong(library_error(f"{what}: your loop does not compile", exc)) from None
+        eng.load(dev)
+        infeed.connect(eng)
+        outfeed.connect(eng)
+        w_ref = np.zeros(d)
+        for c in range(calls):
+            eng.run()
+            part = slice(c * iterations * batch, (c + 1) * iterations * batch)
+            losses, w_ref = sgd_reference(x[part], y[part], iterations, batch, lr, w_ref)
+            got_losses = np.asarray(outfeed.dequeue(), np.float64).reshape(-1)
+            if got_losses.size == losses.size and np.allclose(got_losses, losses * batch,
+                                                              rtol=1e-3):
+                raise Wrong(f"{what}: your losses are {batch} x too big: outfeed the MEAN "
+                            "squared error of the batch")
+            first_mismatch(losses, got_losses, f"{what}: the losses outfed by call {c + 1}",
+                           rtol=1e-3, atol=1e-5)
+            first_mismatch(w_ref, eng.read_tensor("w").reshape(-1),
+                           f"{what}: w after call {c + 1}", rtol=1e-3, atol=1e-5)
