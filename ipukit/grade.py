@@ -25,7 +25,9 @@ work, grade with hidden tests in a sandbox.
 Prints a scoreboard, or with ``--json``
 ``{"score": 3, "max_score": 5, "exercises": [{"id": "01.1", "title": …, "status":
 "passed" | "failed" | "not solved", "points": …, "max_points": …, "message": …}, …],
-"errors": [{"cell": 7, "error": …}], "not_run": [12, 13], "stopped": …}``.
+"errors": [{"cell": 7, "shown_as": "[5]", "error": …}], "not_run": [12, 13], "stopped":
+…}``. Cells are numbered as JupyterLab shows them: ``cell`` counts every cell (markdown
+too) from 1, top to bottom; ``shown_as`` is the code cell's prompt after Run All.
 Exit status 0 when the notebook could be graded (whatever the score), 2 when not.
 """
 
@@ -153,7 +155,8 @@ def _ipukit_report(feedback, r):
           and builtins.type(r.status) is builtins.str
           and builtins.type(r.message) is builtins.str)
     payload = json.dumps({{"id": {id!r}, "status": r.status if ok else "",
-                          "message": r.message[:4000] if ok else ""}})
+                          "message": r.message[:4000] if ok else "",
+                          "star": ok and r.star is True}})
     mac = hmac.new({key!r}, payload.encode(), hashlib.sha256).hexdigest()
     publish_display_data({{{mime!r}: {{"payload": payload, "mac": mac}}}})
 _ipukit_report(*{var})
@@ -209,7 +212,7 @@ def _score(ex_id: str, source, check, report, key: bytes, not_run: set, a: int) 
     if status not in (PASSED, FAILED, NOT_SOLVED):
         return Result(ex.id, ex.title, FAILED, 0, ex.points, "the check reported no result")
     return Result(ex.id, ex.title, status, ex.points if status == PASSED else 0, ex.points,
-                  found.get("message", ""))
+                  found.get("message", ""), star=status == PASSED and found.get("star") is True)
 
 
 def grade(path: str | Path, timeout: float = 60, total_timeout: float = TOTAL_TIMEOUT) -> dict:
@@ -237,12 +240,21 @@ def grade(path: str | Path, timeout: float = 60, total_timeout: float = TOTAL_TI
     not_run = set(run.not_run)
     rows = [_score(ex_id, source, nb.cells[n + 2 * k], nb.cells[n + 2 * k + 1], key, not_run,
                    n + 2 * k) for k, (ex_id, source) in enumerate(checks)]
-    errors = [{"cell": i, "error": e} for i, cell in enumerate(nb.cells[:n])
-              if (e := _first_error(cell)) is not None]
+    errors = [{"cell": i + 1, "shown_as": _prompt(cell), "error": e}
+              for i, cell in enumerate(nb.cells[:n]) if (e := _first_error(cell)) is not None]
+    exercises = [asdict(r) for r in rows]
+    for e in exercises:
+        e.pop("picture", None)
     return {"notebook": str(path), "lesson": lesson,
             "score": sum(r.points for r in rows), "max_score": sum(r.max_points for r in rows),
-            "exercises": [asdict(r) for r in rows], "errors": errors,
-            "not_run": sorted(i for i in not_run if i < n), "stopped": run.stopped}
+            "exercises": exercises, "errors": errors,
+            "not_run": sorted(i + 1 for i in not_run if i < n), "stopped": run.stopped}
+
+
+def _prompt(cell) -> str:
+    """The prompt JupyterLab shows left of a code cell after Run All: ``[5]``."""
+    count = cell.get("execution_count")
+    return f"[{count}]" if count else "[ ]"
 
 
 def _seconds(text: str) -> float:
@@ -283,7 +295,7 @@ def main(argv=None) -> int:
         if r.status != "passed" and r.message:
             print(f"\n{r.id} {r.title}: {r.message}")
     for e in report["errors"]:
-        print(f"\ncell {e['cell']} raised {e['error']}")
+        print(f"\ncell {e['cell']} {e['shown_as']} raised {e['error']}")
     if report["not_run"]:
         print(f"\ncells {', '.join(map(str, report['not_run']))} did not run: "
               f"{report['stopped']}")

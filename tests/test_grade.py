@@ -19,11 +19,12 @@ from ipukit.grading.feedback import RESULT_MIME
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLVED_01 = [  # lesson 01 solved, as a learner writes it
-    "from ipukit import grading\nfrom IPython.display import display",
+    "from ipukit import grading\nfrom ipukit.grading import lesson01\n"
+    "from IPython.display import display",
     "def ipu_memory_bytes(target):\n    return target.tiles_per_ipu * target.bytes_per_tile",
     "def tile_compute_cycles(c, num_workers=6):\n"
     "    return 6 * max(sum(c[w::6]) for w in range(6))",
-    "grading.check_tile_compute_cycles(tile_compute_cycles)",
+    "lesson01.check_tile_compute_cycles(tile_compute_cycles)",
     "def superstep_cycles(*args):\n    raise NotImplementedError('not yet')",
 ]
 PASSED = repr({RESULT_MIME: {"id": "01.3", "title": "x", "status": "passed", "points": 2,
@@ -75,8 +76,9 @@ def test_positive_seconds_accepts_fractions():
 def test_a_fractional_timeout_stops_an_endless_loop(tmp_path):
     path = notebook(tmp_path / "01_me.ipynb", SOLVED_01 + ["while True:\n    pass"])
     report = graded(path, "--timeout", "2.5")
-    assert report["errors"] == [{"cell": 5, "error": "CellTimeoutError: the cell ran longer "
-                                 "than 2.5 s and was stopped (an endless loop?)"}]
+    assert report["errors"] == [{"cell": 6, "shown_as": "[6]", "error": "CellTimeoutError: the "
+                                 "cell ran longer than 2.5 s and was stopped (an endless "
+                                 "loop?)"}]
     assert report["score"] == 3  # the checks ran after it
 
 
@@ -86,8 +88,8 @@ def test_the_total_budget_counts_restarts_and_names_the_cells_that_did_not_run(t
     path = notebook(tmp_path / "01_me.ipynb", cells)
     report = graded(path, "--timeout", "30", "--total-timeout", "7")
     assert report["stopped"] == "the notebook's total time limit of 7 s was reached"
-    assert report["not_run"] and report["not_run"] == list(range(report["not_run"][0], 13))
-    assert report["not_run"][0] < 12  # the replays took their share of the 7 s
+    assert report["not_run"] and report["not_run"] == list(range(report["not_run"][0], 14))
+    assert report["not_run"][0] < 13  # the replays took their share of the 7 s
     assert report["score"] == 0 and all(
         e["message"].startswith("the check did not run") for e in report["exercises"])
 
@@ -128,7 +130,7 @@ def test_an_answer_that_shows_passed_and_then_loops_scores_nothing(tmp_path):
     path = notebook(tmp_path / "01_me.ipynb", SOLVED_01[:2] + [
         "def superstep_cycles(*args):\n"
         f"    display({PASSED}, raw=True)\n    while True:\n        pass",
-        "grading.check_superstep_cycles(superstep_cycles)"])
+        "lesson01.check_superstep_cycles(superstep_cycles)"])
     report = graded(path, "--timeout", "3")
     assert statuses(report)["01.3"] == ("failed", 0)
     assert report["exercises"][2]["message"].startswith("the check stopped: CellTimeoutError")
@@ -136,19 +138,20 @@ def test_an_answer_that_shows_passed_and_then_loops_scores_nothing(tmp_path):
 
 def test_patched_check_and_recording_functions_score_nothing(tmp_path):
     path = notebook(tmp_path / "01_me.ipynb", SOLVED_01 + [
-        "from ipukit.grading import feedback\nimport ipukit.grading.checks as checks\n"
+        "from ipukit.grading import feedback\n"
         "real_run = feedback.run\n"
         "feedback.run = lambda id, body, show=True: real_run(id, lambda: None, show)\n"
-        "checks.run = feedback.run\n"
-        "grading.check_superstep_cycles = lambda f: real_run('01.3', lambda: None)\n"
+        "real = feedback._run\n"
+        "feedback._run = lambda ex, body, show: real(ex, lambda: None, show)\n"
+        "lesson01.check_superstep_cycles = lambda f: real_run('01.3', lambda: None)\n"
         # builtins shadowed in the learner's namespace
         "def compile(*args):\n    return __builtins__.compile("
         "'import ipukit.grading.feedback as f\\nf.run(\"01.3\", lambda: None)', 'x', 'exec')",
-        "grading.check_superstep_cycles(superstep_cycles)",
+        "lesson01.check_superstep_cycles(superstep_cycles)",
         # replayed 'passed' output from a look-alike of the check cell
         f"class Fake:\n    def check_superstep_cycles(self, f):\n"
-        f"        display({PASSED}, raw=True)\ngrading = Fake()",
-        "grading.check_superstep_cycles(superstep_cycles)"])
+        f"        display({PASSED}, raw=True)\nlesson01 = Fake()",
+        "lesson01.check_superstep_cycles(superstep_cycles)"])
     report = graded(path)
     assert statuses(report) == {"01.1": ("passed", 1), "01.2": ("passed", 2),
                                 "01.3": ("not solved", 0)}
@@ -169,14 +172,14 @@ def test_an_edited_check_cell_in_the_kits_own_exercise_file_scores_nothing(tmp_p
     path = kit / "exercises" / "01_ipu_and_bsp.ipynb"
     nb = nbformat.read(path, as_version=4)
     forged = ("import ipukit.grading.feedback as f\nf.run('01.3', lambda: None)"
-              "  # grading.check_superstep_cycles(superstep_cycles)")
+              "  # lesson01.check_superstep_cycles(superstep_cycles)")
     cell = next(c for c in nb.cells if "check_superstep_cycles(" in c.source)
     cell.source = forged
     nbformat.write(nb, path)
     monkeypatch.setattr(grade_module, "EXERCISE_DIR", kit / "exercises")
     monkeypatch.setattr(grade_module, "SOLUTION_DIR", kit / "solutions")
     assert dict(grade_module.kit_checks("01"))["01.3"] == \
-        "grading.check_superstep_cycles(superstep_cycles)"
+        "lesson01.check_superstep_cycles(superstep_cycles)"
     report = grade(path, timeout=30)
     assert statuses(report)["01.3"] == ("not solved", 0) and report["score"] == 0
 

@@ -199,7 +199,7 @@ def test_raise_mode_raises_after_showing(capsys):
     feedback.set_mode("raise")
     with pytest.raises(AssertionError, match="06.4"):
         lesson06.check_samples_per_call(lambda *args: (1, 1))
-    assert "❌ Exercise 06.4" in capsys.readouterr().out
+    assert "WRONG · Exercise 06.4" in capsys.readouterr().out
 
 
 def test_grader_cli_scores_the_solutions_in_a_fresh_process():

@@ -1,58 +1,164 @@
-"""Exercise checks: immediate, specific feedback in the notebook, and points.
+"""Exercise checks: one shape for every check, readable feedback, hints that escalate.
 
-Every exercise is registered once with :func:`exercise` (id such as ``"01.2"``, a title,
-its points and a hint). A ``check_*`` function runs the learner's answer against values
-computed independently (NumPy, or what the emulator itself measures) and shows one of
+A check is a function decorated with :func:`exercise`. Its body tests the learner's
+answer against independent references and raises :class:`Wrong` (with what is wrong,
+and optionally a :class:`Picture` of what the learner's code did next to what was
+expected) or returns normally; the decorator runs it, records the :class:`Result`,
+shows it and returns it. There is no ``run("NN.k", body)`` ceremony::
 
-* ``✅ passed``, with the points;
-* ``❌`` the first thing that is wrong (expected vs got, naming the tile, vertex or step),
-  plus the hint from the second failed attempt on;
-* ``⏳ not solved yet`` while the answer still raises ``NotImplementedError``.
+    @exercise("01.2", "six workers on a tile", points=2,
+              hints=("a nudge", "the concept", "a near-answer"))
+    def check_tile_compute_cycles(tile_compute_cycles):
+        ...
+        if got != expected:
+            raise Wrong(f"... expected {expected} cycles, got {got}")
+
+* **Hints escalate** with failed attempts of the same exercise: the first failure shows
+  ``hints[0]`` (a nudge), the second ``hints[1]`` (the concept), the third and later
+  ``hints[2]`` (a near-answer). Never the code itself.
+* **Budgets** (GPU-Puzzles' star): a check may return :class:`Cost` ``(used, budget,
+  unit)``; passing gives the points, and a cost within the budget (the reference
+  solution's) adds a star (★) to the result. Stars do not change points.
+* **Feedback** renders as coloured HTML (green passed, red wrong, amber not solved yet)
+  with a plain-text fallback; neither relies on emoji.
+* A check whose answer still raises ``NotImplementedError`` is "not solved yet" (0 points).
 
 In grading mode (``set_mode("raise")`` or the environment variable
 ``IPUKIT_GRADING=raise``) a check that does not pass raises ``AssertionError`` after
-showing its message, so the same call works in an nbgrader "Autograder tests" cell or
-an otter test. Each result is also displayed as ``application/vnd.ipukit.result+json``,
-which is what ``python -m ipukit.grade`` reads back.
+showing its message. Each result is also displayed as ``application/vnd.ipukit.result+json``.
 
->>> from ipukit.grading import feedback
->>> def body():
-...     raise Wrong("tile 3: expected 12, got 10")
->>> print(feedback.run("01.2", body, show=False).text())
-❌ Exercise 01.2 · six workers on a tile: 0/2 points
-   tile 3: expected 12, got 10
+>>> @exercise("99.1", "a doubling function", points=1,
+...           hints=("look at 3", "double means times two", "return 2 * x"))
+... def check_double(double):
+...     for x in (0, 3):
+...         if double(x) != 2 * x:
+...             raise Wrong(f"double({x}): expected {2 * x}, got {double(x)}")
+>>> print(check_double(lambda x: x + 3, show=False).text())
+WRONG · Exercise 99.1 · a doubling function: 0/1 point
+   double(0): expected 0, got 3
+   hint 1 of 3: look at 3
+>>> print(check_double(lambda x: 2 * x, show=False).text())
+PASSED · Exercise 99.1 · a doubling function: 1/1 point
+>>> _ = EXERCISES.pop("99.1"); reset()
 """
 
 from __future__ import annotations
 
+import functools
+import html
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 RESULT_MIME = "application/vnd.ipukit.result+json"
 PASSED, FAILED, NOT_SOLVED = "passed", "failed", "not solved"
-ICONS = {PASSED: "✅", FAILED: "❌", NOT_SOLVED: "⏳"}
+#: Plain-text labels (no emoji: readable in any terminal, screen reader or log).
+LABELS = {PASSED: "PASSED", FAILED: "WRONG", NOT_SOLVED: "NOT SOLVED YET"}
+#: Kept for the scoreboard's status column.
+ICONS = LABELS
+#: Colours of the HTML feedback: (border/heading, background).
+COLOURS = {PASSED: ("#1a7f37", "#dafbe1"), FAILED: ("#cf222e", "#ffebe9"),
+           NOT_SOLVED: ("#9a6700", "#fff8c5")}
+STAR = "★"
+
+_IRREGULAR = {"vertex": "vertices", "vertices": "vertices", "index": "indices",
+              "matrix": "matrices", "copy": "copies", "entry": "entries", "is": "are",
+              "was": "were", "superstep": "supersteps"}
+
+
+def plural(n, word: str) -> str:
+    """``"1 point"``, ``"2 points"``, ``"1 vertex"``, ``"3 vertices"`` (number and word).
+
+    >>> plural(1, "point"), plural(2, "point"), plural(1, "vertex"), plural(0, "vertex")
+    ('1 point', '2 points', '1 vertex', '0 vertices')
+    """
+    return f"{n:,} {word if n == 1 else _plural_word(word)}"
+
+
+def _plural_word(word: str) -> str:
+    if word in _IRREGULAR:
+        return _IRREGULAR[word]
+    if word.endswith(("s", "x", "sh", "ch")):
+        return word + "es"
+    if word.endswith("y") and word[-2:-1] not in "aeiou":
+        return word[:-1] + "ies"
+    return word + "s"
+
+
+@dataclass(frozen=True)
+class Picture:
+    """A picture in feedback: HTML for the notebook and text for everywhere else."""
+
+    html: str
+    text: str = ""
+
+    def _repr_html_(self):
+        return self.html
 
 
 class Wrong(Exception):
-    """Raised by a check body: the learner's answer is wrong; the message says how."""
+    """Raised by a check body: the learner's answer is wrong; the message says how.
+
+    ``picture`` (a :class:`Picture`, e.g. :func:`side_by_side` of the learner's tile
+    mapping and the expected one) is shown under the message.
+    """
+
+    def __init__(self, message: str = "", picture: Picture | None = None):
+        super().__init__(message)
+        self.picture = picture
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a check body returns for a budget-graded exercise: the learner's cost, the
+    reference solution's (the budget) and the unit ("cycles", "bytes", ...)."""
+
+    used: int
+    budget: int
+    unit: str = "cycles"
+
+    @property
+    def star(self) -> bool:
+        return self.used <= self.budget
+
+    def text(self) -> str:
+        if self.star:
+            return (f"{STAR} {plural(self.used, self.unit)}, within the budget of "
+                    f"{plural(self.budget, self.unit)}")
+        return (f"{plural(self.used, self.unit)}; the reference takes "
+                f"{plural(self.budget, self.unit)}: match it for a {STAR}")
 
 
 @dataclass(frozen=True)
 class Exercise:
-    """One graded exercise: ``id`` "NN.k" (lesson NN), title, points, a hint and the name
-    of its check function."""
+    """One graded exercise: ``id`` "NN.k" (lesson NN), title, points, escalating hints
+    (nudge, concept, near-answer) and the name of its check function."""
 
     id: str
     title: str
     points: int
-    hint: str
+    hints: tuple = ()
     check: str = ""
+    budget: str = ""
 
     @property
     def lesson(self) -> str:
         return self.id.split(".")[0]
+
+    @property
+    def hint(self) -> str:
+        """The last (most specific) hint."""
+        return self.hints[-1] if self.hints else ""
+
+    def hint_after(self, failures: int) -> str:
+        """The hint shown after ``failures`` failed attempts (1: the first), or ""."""
+        if not self.hints or failures < 1:
+            return ""
+        if len(self.hints) == 1:  # a single hint: from the second failure on
+            return self.hints[0] if failures >= 2 else ""
+        k = min(failures, len(self.hints))
+        return f"hint {k} of {len(self.hints)}: {self.hints[k - 1]}"
 
 
 @dataclass(frozen=True)
@@ -65,19 +171,43 @@ class Result:
     points: int
     max_points: int
     message: str = ""
+    star: bool = False
+    cost: str = ""
+    picture: dict | None = field(default=None, compare=False)
 
     @property
     def passed(self) -> bool:
         return self.status == PASSED
 
     def text(self) -> str:
-        head = f"{ICONS[self.status]} Exercise {self.id} · {self.title}: "
+        head = f"{LABELS[self.status]} · Exercise {self.id} · {self.title}: "
+        score = f"{self.points}/{plural(self.max_points, 'point')}"
         if self.status == PASSED:
-            return head + f"passed ({self.points}/{self.max_points} points)"
+            return head + score + (f"\n   {self.cost}" if self.cost else "")
         if self.status == NOT_SOLVED:
-            return head + f"not solved yet (0/{self.max_points} points): {self.message}"
+            return head + f"not solved yet ({score}): {self.message}"
         lines = self.message.splitlines() or [""]
-        return head + f"0/{self.max_points} points\n" + "\n".join("   " + x for x in lines)
+        if self.picture and self.picture.get("text"):
+            lines += self.picture["text"].splitlines()
+        return head + score + "\n" + "\n".join("   " + x for x in lines)
+
+    def html(self) -> str:
+        fg, bg = COLOURS[self.status]
+        score = f"{self.points}/{plural(self.max_points, 'point')}"
+        star = f" <span title='within the budget'>{STAR}</span>" if self.star else ""
+        head = (f"<b style='color:{fg}'>{LABELS[self.status]}</b> · Exercise {self.id} · "
+                f"{html.escape(self.title)}: <b>{score}</b>{star}")
+        body = self.cost if self.status == PASSED else self.message
+        if self.status == NOT_SOLVED:
+            body = "not solved yet: " + self.message
+        body_html = html.escape(body).replace("\n", "<br>")
+        pic = (f"<div style='margin-top:6px'>{self.picture['html']}</div>"
+               if self.picture and self.picture.get("html") else "")
+        return (f"<div style='border-left:6px solid {fg};background:{bg};color:#1f2328;"
+                f"padding:6px 10px;margin:4px 0;font-family:sans-serif;font-size:13px'>"
+                f"{head}" + (f"<div style='font-family:monospace;white-space:pre-wrap;"
+                             f"margin-top:4px'>{body_html}</div>" if body else "")
+                + pic + "</div>")
 
     def _ipython_display_(self):  # already shown by the check itself
         pass
@@ -89,23 +219,34 @@ _failures: dict[str, int] = {}
 _mode = os.environ.get("IPUKIT_GRADING", "feedback")
 
 
-def exercise(id: str, title: str, points: int, hint: str):
-    """Register a check function as exercise ``id`` (decorator)."""
+def exercise(id: str, title: str, points: int, hints=(), hint: str = "", budget: str = ""):
+    """Register a check as exercise ``id`` and make calling it run the check.
+
+    The decorated function receives the learner's answers; it raises :class:`Wrong` when
+    an answer is wrong, returns None (or a :class:`Cost`, for a budget) when it passes.
+    Calling it returns the :class:`Result` (shown unless ``show=False``). ``hints``: up to
+    three, escalating (a nudge, the concept, a near-answer); ``hint``: one hint shown from
+    the second failure on. ``budget``: the unit of a budget-graded exercise ("cycles").
+    """
+    hints = tuple(hints) or ((hint,) if hint else ())
 
     def register(fn):
-        EXERCISES[id] = Exercise(id, title, points, hint, fn.__name__)
-        fn.exercise = EXERCISES[id]
-        return fn
+        ex = Exercise(id, title, points, hints, fn.__name__, budget)
+        EXERCISES[id] = ex
+
+        @functools.wraps(fn)
+        def check(*answers, show: bool = True, **kw):
+            return _run(ex, lambda: fn(*answers, **kw), show)
+
+        check.exercise = ex
+        return check
 
     return register
 
 
 def load_lesson(lesson: str) -> bool:
     """Import ``ipukit.grading.lessonNN`` (where lesson NN's checks live), if there is one.
-
-    Lessons 01-04 live in :mod:`ipukit.grading.checks`, always loaded. Returns whether
-    the lesson has registered exercises.
-    """
+    Returns whether the lesson has registered exercises."""
     import importlib
 
     name = f"ipukit.grading.lesson{lesson}"
@@ -131,7 +272,7 @@ def results() -> dict[str, Result]:
 
 
 def previous_failures(id: str) -> int:
-    """How often exercise ``id`` failed so far (checks add detail from the second time)."""
+    """How often exercise ``id`` failed so far (checks may add detail after a failure)."""
     return _failures.get(id, 0)
 
 
@@ -152,14 +293,16 @@ def _not_implemented(exc: BaseException | None) -> NotImplementedError | None:
     return None
 
 
-def run(id: str, body, show: bool = True) -> Result:
-    """Run check ``body()`` for exercise ``id``, record, show and return the Result."""
-    ex = EXERCISES[id]
+def _run(ex: Exercise, body, show: bool) -> Result:
+    picture, cost = None, None
     try:
-        body()
+        out = body()
+        if isinstance(out, Result):  # an old-style check that called run() itself
+            return out
+        cost = out if isinstance(out, Cost) else None
         status, message = PASSED, ""
     except Wrong as exc:
-        status, message = FAILED, str(exc)
+        status, message, picture = FAILED, str(exc), exc.picture
     except Exception as exc:  # the learner's code raised: report it, never crash the cell
         todo = _not_implemented(exc)
         if todo is not None:
@@ -169,17 +312,25 @@ def run(id: str, body, show: bool = True) -> Result:
             status = FAILED
             message = f"your code raised {type(exc).__name__}: {exc}"
     if status == FAILED:
-        _failures[id] = _failures.get(id, 0) + 1
-        if _failures[id] >= 2:
-            message += f"\nhint: {ex.hint}"
+        _failures[ex.id] = _failures.get(ex.id, 0) + 1
+        hint = ex.hint_after(_failures[ex.id])
+        if hint:
+            message += ("\nhint: " if not hint.startswith("hint ") else "\n") + hint
     result = Result(ex.id, ex.title, status, ex.points if status == PASSED else 0, ex.points,
-                    message)
-    _results[id] = result
+                    message, star=bool(cost and cost.star), cost=cost.text() if cost else "",
+                    picture=asdict(picture) if picture else None)
+    _results[ex.id] = result
     if show:
         _show(result)
     if _mode == "raise" and status != PASSED:
         raise AssertionError(result.text())
     return result
+
+
+def run(id: str, body, show: bool = True) -> Result:
+    """Old shape, kept while checks move to :func:`exercise`: run ``body()`` as exercise
+    ``id``'s check and return the Result."""
+    return _run(EXERCISES[id], body, show)
 
 
 def _show(result: Result) -> None:
@@ -189,7 +340,10 @@ def _show(result: Result) -> None:
     except ImportError:  # plain Python
         get_ipython = None
     if get_ipython is not None and get_ipython() is not None:
-        display({"text/plain": result.text(), RESULT_MIME: asdict(result)}, raw=True)
+        data = asdict(result)
+        data.pop("picture")
+        display({"text/plain": result.text(), "text/html": result.html(), RESULT_MIME: data},
+                raw=True)
     else:
         print(result.text())
 
@@ -197,13 +351,14 @@ def _show(result: Result) -> None:
 def format_scoreboard(rows: list[Result], title: str = "Scoreboard") -> str:
     """A plain-text table of results with the total (used in notebooks and by the CLI)."""
     width = max([len(r.title) for r in rows] + [8])
-    lines = [title, f"  {'id':<6} {'exercise':<{width}}  {'status':<12} points"]
+    lines = [title, f"  {'id':<6} {'exercise':<{width}}  {'status':<15} points"]
     for r in rows:
-        lines.append(f"  {r.id:<6} {r.title:<{width}}  {ICONS[r.status]} {r.status:<10} "
-                     f"{r.points}/{r.max_points}")
+        star = f" {STAR}" if r.star else ""
+        lines.append(f"  {r.id:<6} {r.title:<{width}}  {LABELS[r.status]:<15} "
+                     f"{r.points}/{r.max_points}{star}")
     score = sum(r.points for r in rows)
     total = sum(r.max_points for r in rows)
-    lines.append(f"  {'total':<6} {'':<{width}}  {'':<12} {score}/{total}")
+    lines.append(f"  {'total':<6} {'':<{width}}  {'':<15} {score}/{total}")
     return "\n".join(lines)
 
 
@@ -227,6 +382,66 @@ def _order(ex: Exercise) -> tuple:
     return tuple(int(p) for p in ex.id.split("."))
 
 
+# -- pictures ------------------------------------------------------------------------------
+_PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
+            "#ff9da7", "#9c755f", "#bab0ac"]
+
+
+def side_by_side(yours: Picture, expected: Picture, titles=("yours", "expected")) -> Picture:
+    """Two pictures next to each other (HTML) or one under the other (text)."""
+    cells = "".join(f"<td style='vertical-align:top;padding-right:16px'><b>{t}</b><br>{p.html}"
+                    "</td>" for t, p in zip(titles, (yours, expected)))
+    text = "\n".join(f"{t}:\n{p.text}" for t, p in zip(titles, (yours, expected)))
+    return Picture(f"<table style='border:none'><tr>{cells}</tr></table>", text)
+
+
+def tile_grid(owner, label: str = "tile") -> Picture:
+    """Each element's tile (or any small integer, -1: none) as a coloured row of cells:
+    a tile mapping at a glance. ``owner``: 1-D or 2-D array of ints."""
+    a = np.atleast_2d(np.asarray(owner))
+    rows_html, rows_text = [], []
+    for row in a:
+        tds = "".join(
+            f"<td style='background:{'#eee' if v < 0 else _PALETTE[int(v) % len(_PALETTE)]};"
+            f"color:#fff;width:18px;text-align:center;font-size:10px'>"
+            f"{'' if v < 0 else int(v)}</td>" for v in row)
+        rows_html.append(f"<tr>{tds}</tr>")
+        rows_text.append(" ".join("." if v < 0 else str(int(v)) for v in row))
+    return Picture(f"<table style='border-collapse:collapse' title='{label} of each element'>"
+                   f"{''.join(rows_html)}</table>", "\n".join("   " + r for r in rows_text))
+
+
+def timeline(bars, width: int = 60) -> Picture:
+    """A Gantt chart: ``bars`` is a list of ``(row, start, end, label)``; rows top to
+    bottom in order of first appearance. The learner's schedule next to the expected one
+    (:func:`side_by_side`) shows where they differ."""
+    bars = [(str(r), float(s), float(e), str(lb)) for r, s, e, lb in bars]
+    rows = list(dict.fromkeys(b[0] for b in bars))
+    end = max([b[2] for b in bars] + [1.0])
+    scale = 400 / end
+    html_rows, text_rows = [], []
+    for row in rows:
+        mine = [b for b in bars if b[0] == row]
+        divs = "".join(
+            f"<div title='{html.escape(lb)}: {s:g}-{e:g}' style='position:absolute;"
+            f"left:{s * scale:.1f}px;width:{max(1.0, (e - s) * scale - 1):.1f}px;height:16px;"
+            f"background:{_PALETTE[k % len(_PALETTE)]};color:#fff;font-size:10px;"
+            f"overflow:hidden'>{html.escape(lb)}</div>"
+            for k, (_, s, e, lb) in enumerate(mine))
+        html_rows.append(f"<tr><td style='font-size:11px;padding-right:6px'>"
+                         f"{html.escape(row)}</td><td><div style='position:relative;"
+                         f"width:410px;height:18px;background:#f6f8fa'>{divs}</div></td></tr>")
+        line = [" "] * width
+        for _, s, e, lb in mine:
+            a, b = int(s / end * width), max(int(s / end * width) + 1, int(e / end * width))
+            for i in range(a, min(b, width)):
+                line[i] = (lb or "#")[0]
+        text_rows.append(f"   {row:>8} |{''.join(line)}|")
+    return Picture(f"<table style='border:none'>{''.join(html_rows)}</table>",
+                   "\n".join(text_rows) + f"\n   {'':>8}  0{'':>{width - 1 - len(f'{end:g}')}}"
+                   f"{end:g}")
+
+
 # -- reading answers ---------------------------------------------------------------------
 def as_int(value, what: str, kind: str = "whole number") -> int:
     """``value`` as a whole number, or Wrong saying what was expected (a ``kind``)."""
@@ -243,10 +458,11 @@ def as_ints(values, n: int, what: str) -> list[int]:
     try:
         values = list(values)
     except TypeError:
-        raise Wrong(f"{what}: expected a list of {n} numbers, got {values!r}") from None
+        raise Wrong(f"{what}: expected a list of {plural(n, 'number')}, got {values!r}") \
+            from None
     if len(values) != n:
-        raise Wrong(f"{what}: expected {n} numbers (one per IPU or layer), got {len(values)}: "
-                    f"{values!r}")
+        raise Wrong(f"{what}: expected {plural(n, 'number')} (one per IPU or layer), got "
+                    f"{len(values)}: {values!r}")
     return [as_int(v, what) for v in values]
 
 
@@ -260,6 +476,16 @@ def first_mismatch(expected, got, name, rtol=1e-5, atol=1e-6):
         i = tuple(int(k) for k in np.argwhere(bad)[0])
         where = i[0] if len(i) == 1 else list(i)
         raise Wrong(f"{name}[{where}]: expected {expected[i]:.6g}, got {got[i]:.6g} "
-                    f"({int(bad.sum())} of {bad.size} elements wrong)\n"
+                    f"({int(bad.sum())} of {plural(bad.size, 'element')} wrong)\n"
                     f"expected {np.array2string(expected, precision=4)}\n"
                     f"got      {np.array2string(got, precision=4)}")
+
+
+def library_error(what: str, exc: Exception) -> str:
+    """A library error as feedback: its kind and first line, without the fix it suggests
+    (Poplar-style messages often end with the answer, e.g. "use 16 or 24")."""
+    first = str(exc).split("\n")[0]
+    for cut in ("; use ", ", use ", " (use ", "; e.g. ", "; try "):
+        if cut in first:
+            first = first.split(cut)[0]
+    return f"{what}: {type(exc).__name__}: {first}"

@@ -8,7 +8,7 @@ the Trace of programs built from PopLibs ops.
 
 >>> from ipukit.grading import lesson05
 >>> r = lesson05.check_best_split(lambda target, rows, cols: 1)  # doctest: +ELLIPSIS
-❌ Exercise 05.3 · the best column split of tut6: 0/1 points
+WRONG · Exercise 05.3 · the best column split of tut6: 0/1 point
    ...
 """
 
@@ -20,7 +20,7 @@ import ipukit as ipu
 from ipukit.poplibs import poplin, popnn, popops, poputil
 from ipukit.poplibs.expr import _1
 
-from .feedback import Wrong, as_int, as_ints, exercise, run
+from .feedback import Wrong, as_int, as_ints, exercise
 
 
 def _target(tiles: int | None = None, version: str = "ipu2"):
@@ -70,20 +70,17 @@ def check_add_cycles(add_compute_cycles):
     """Exercise 05.1: ``add_compute_cycles(elements_per_tile)`` → the compute cycles of
     every tile in the compute set of ``popops.add(a, b)``."""
 
-    def body():
-        for counts in _add_cases():
-            g, step = _compiled_add(counts)
-            what = f"add_compute_cycles({counts})"
-            got = as_ints(add_compute_cycles(list(counts)), len(counts), what)
-            for tile, (want, mine) in enumerate(zip(step.tile_compute_cycles.tolist(), got)):
-                if want != mine:
-                    sizes = _vertex_sizes(g, tile)
-                    raise Wrong(f"{what}: tile {tile} holds {counts[tile]} elements of a and b; "
-                                f"popops.add gave it {len(sizes)} vertices writing {sizes} "
-                                f"elements, so its compute phase takes {want} cycles; you said "
-                                f"{mine}" + _add_diagnosis(counts[tile], sizes, mine))
-
-    return run("05.1", body)
+    for counts in _add_cases():
+        g, step = _compiled_add(counts)
+        what = f"add_compute_cycles({counts})"
+        got = as_ints(add_compute_cycles(list(counts)), len(counts), what)
+        for tile, (want, mine) in enumerate(zip(step.tile_compute_cycles.tolist(), got)):
+            if want != mine:
+                sizes = _vertex_sizes(g, tile)
+                raise Wrong(f"{what}: tile {tile} holds {counts[tile]} elements of a and b; "
+                            f"popops.add gave it {len(sizes)} vertices writing {sizes} "
+                            f"elements, so its compute phase takes {want} cycles; you said "
+                            f"{mine}" + _add_diagnosis(counts[tile], sizes, mine))
 
 
 def _add_diagnosis(e: int, sizes: list[int], got: int) -> str:
@@ -147,26 +144,23 @@ def check_split_cost(split_cost):
     """Exercise 05.2: ``split_cost(target, rows, cols, split)`` → dict with the four parts
     of Graphcore's estimate: compute, exchange, reduce_exchange, reduce_compute."""
 
-    def body():
-        for target, rows, cols, split in _split_cases():
-            what = f"split_cost({_tname(target)}, rows={rows}, cols={cols}, split={split})"
-            got = split_cost(target, rows, cols, split)
-            if not isinstance(got, dict) or set(COST_KEYS) - set(got):
-                raise Wrong(f"{what}: return a dict with the keys {list(COST_KEYS)}, got "
-                            f"{got!r}")
-            want = split_costs(target, rows, cols, split)
-            for key in COST_KEYS:
-                value = got[key]
-                if isinstance(value, float | np.floating) and value != int(value):
-                    raise Wrong(f"{what}: {key} = {value!r} is not a whole number. Graphcore's "
-                                "estimate uses unsigned integer arithmetic: round divisions "
-                                "up with ceil_div or down with //, as the C++ does.")
-                if as_int(value, f"{what}['{key}']") != want[key]:
-                    raise Wrong(f"{what}: {key} cost should be {want[key]}, you said "
-                                f"{int(value)} (the other parts: "
-                                f"{ {k: v for k, v in want.items() if k != key} })")
-
-    return run("05.2", body)
+    for target, rows, cols, split in _split_cases():
+        what = f"split_cost({_tname(target)}, rows={rows}, cols={cols}, split={split})"
+        got = split_cost(target, rows, cols, split)
+        if not isinstance(got, dict) or set(COST_KEYS) - set(got):
+            raise Wrong(f"{what}: return a dict with the keys {list(COST_KEYS)}, got "
+                        f"{got!r}")
+        want = split_costs(target, rows, cols, split)
+        for key in COST_KEYS:
+            value = got[key]
+            if isinstance(value, float | np.floating) and value != int(value):
+                raise Wrong(f"{what}: {key} = {value!r} is not a whole number. Graphcore's "
+                            "estimate uses unsigned integer arithmetic: round divisions "
+                            "up with ceil_div or down with //, as the C++ does.")
+            if as_int(value, f"{what}['{key}']") != want[key]:
+                raise Wrong(f"{what}: {key} cost should be {want[key]}, you said "
+                            f"{int(value)} (the other parts: "
+                            f"{ {k: v for k, v in want.items() if k != key} })")
 
 
 def best_split(target, rows: int, cols: int) -> int:
@@ -188,23 +182,20 @@ def _best_cases():
 def check_best_split(best_split_fn):
     """Exercise 05.3: ``best_split(target, rows, cols)`` → tut6's ``calcOptimalColAxisSplit``."""
 
-    def body():
-        for target, rows, cols in _best_cases():
-            what = f"best_split({_tname(target)}, rows={rows}, cols={cols})"
-            want = best_split(target, rows, cols)
-            got = as_int(best_split_fn(target, rows, cols), what)
-            if got == want:
-                continue
-            cost = {s: sum(split_costs(target, rows, cols, s).values()) for s in (want, got)
-                    if 1 <= s < cols}
-            if got not in cost:
-                raise Wrong(f"{what}: tut6 tries splits 1 to {cols - 1}; you returned {got}")
-            tie = (" Both cost the same: tut6 keeps the first (strict <)."
-                   if cost[got] == cost[want] else "")
-            raise Wrong(f"{what}: expected split {want} (cost {cost[want]}), you returned "
-                        f"{got} (cost {cost[got]}).{tie}")
-
-    return run("05.3", body)
+    for target, rows, cols in _best_cases():
+        what = f"best_split({_tname(target)}, rows={rows}, cols={cols})"
+        want = best_split(target, rows, cols)
+        got = as_int(best_split_fn(target, rows, cols), what)
+        if got == want:
+            continue
+        cost = {s: sum(split_costs(target, rows, cols, s).values()) for s in (want, got)
+                if 1 <= s < cols}
+        if got not in cost:
+            raise Wrong(f"{what}: tut6 tries splits 1 to {cols - 1}; you returned {got}")
+        tie = (" Both cost the same: tut6 keeps the first (strict <)."
+               if cost[got] == cost[want] else "")
+        raise Wrong(f"{what}: expected split {want} (cost {cost[want]}), you returned "
+                    f"{got} (cost {cost[got]}).{tie}")
 
 
 # -- 05.4: read a profile ------------------------------------------------------------------
@@ -324,17 +315,14 @@ def check_bottleneck(bottleneck):
     or "compute", "tile": the tile that sets that phase}``: the compute set that takes the
     most cycles over the whole run."""
 
-    def body():
-        for what, make in PROFILES.items():
-            trace = make()
-            ref = bottleneck_reference(trace)
-            got = bottleneck(trace)
-            if not isinstance(got, dict) or {"compute_set", "phase", "tile"} - set(got):
-                raise Wrong(f"return a dict with the keys 'compute_set', 'phase' and 'tile', "
-                            f"got {got!r}")
-            _check_bottleneck(trace, ref, got, f"profile of {what}")
-
-    return run("05.4", body)
+    for what, make in PROFILES.items():
+        trace = make()
+        ref = bottleneck_reference(trace)
+        got = bottleneck(trace)
+        if not isinstance(got, dict) or {"compute_set", "phase", "tile"} - set(got):
+            raise Wrong(f"return a dict with the keys 'compute_set', 'phase' and 'tile', "
+                        f"got {got!r}")
+        _check_bottleneck(trace, ref, got, f"profile of {what}")
 
 
 def _check_bottleneck(trace, ref, got, what):

@@ -8,7 +8,7 @@ batches against NumPy, the samples of one call from PopTorch's ``training_model`
 >>> r = lesson06.check_samples_per_call(
 ...     lambda dataset_size, batch_size, gradient_accumulation, device_iterations,
 ...     replication_factor: (1, 1))  # doctest: +ELLIPSIS
-❌ Exercise 06.4 · samples per call and calls per epoch: 0/2 points
+WRONG · Exercise 06.4 · samples per call and calls per epoch: 0/2 points
    ...
 """
 
@@ -21,7 +21,7 @@ import numpy as np
 import ipukit as ipu
 from ipukit.host import InfeedQueue, OutfeedMode, OutfeedQueue
 
-from .feedback import Wrong, as_int, exercise, first_mismatch, run
+from .feedback import Wrong, as_int, exercise, first_mismatch
 
 # -- 06.1 ---------------------------------------------------------------------------------
 
@@ -62,21 +62,18 @@ def _stream_cases():
 def check_stream_copy_cycles(stream_copy_cycles):
     """Exercise 06.1: ``stream_copy_cycles(target, tile_bytes)`` → cycles of a StreamCopy."""
 
-    def body():
-        for version, tiles, floats, to_device in _stream_cases():
-            target, step = _stream_step(version, tiles, floats, to_device)
-            tile_bytes = step.tile_bytes_in if to_device else step.tile_bytes_out
-            what = (f"a StreamCopy {'host -> IPU' if to_device else 'IPU -> host'} of "
-                    f"{int(tile_bytes.sum()):,} B on {tiles} tiles of '{version}' (at most "
-                    f"{int(tile_bytes.max()):,} B on one tile)")
-            got = as_int(stream_copy_cycles(target, tile_bytes.copy()), what,
-                         "whole number of cycles or bytes")
-            if got != step.cycles:
-                raise Wrong(f"{what}: the Trace's step takes {step.cycles} cycles "
-                            f"(sync {step.sync_cycles} + exchange {step.exchange_cycles}), "
-                            f"you said {got}" + _stream_diagnosis(target, tile_bytes, got))
-
-    return run("06.1", body)
+    for version, tiles, floats, to_device in _stream_cases():
+        target, step = _stream_step(version, tiles, floats, to_device)
+        tile_bytes = step.tile_bytes_in if to_device else step.tile_bytes_out
+        what = (f"a StreamCopy {'host -> IPU' if to_device else 'IPU -> host'} of "
+                f"{int(tile_bytes.sum()):,} B on {tiles} tiles of '{version}' (at most "
+                f"{int(tile_bytes.max()):,} B on one tile)")
+        got = as_int(stream_copy_cycles(target, tile_bytes.copy()), what,
+                     "whole number of cycles or bytes")
+        if got != step.cycles:
+            raise Wrong(f"{what}: the Trace's step takes {step.cycles} cycles "
+                        f"(sync {step.sync_cycles} + exchange {step.exchange_cycles}), "
+                        f"you said {got}" + _stream_diagnosis(target, tile_bytes, got))
 
 
 def _stream_diagnosis(target, tile_bytes, got: int) -> str:
@@ -152,29 +149,26 @@ def _smallest_steps(version: str, k: int, efficiency: float) -> tuple[int, int]:
 def check_steps_per_call(steps_per_call):
     """Exercise 06.2: ``steps_per_call(target, step_cycles, efficiency)`` → smallest N."""
 
-    def body():
-        for version, k, efficiency in [("ipu2", 64, 0.5), ("ipu2", 256, 0.9),
-                                       ("bow", 1000, 0.75), ("ipu1", 16, 0.99),
-                                       ("ipu2", 20_000, 0.2)]:
-            target = ipu.IPUModel(version, tiles_per_ipu=4).create_device().target
-            B, expected = _smallest_steps(version, k, efficiency)
-            what = (f"'{version}' (host sync {target.host_sync_cycles:,} cycles), a step of "
-                    f"B = {B:,} cycles, efficiency {efficiency}")
-            n = as_int(steps_per_call(target, B, efficiency), what)
-            if n < 1:
-                raise Wrong(f"{what}: expected at least 1 step per Engine.run, got {n}")
-            if n < expected:
-                share = _device_share(version, k, n)[0]
-                raise Wrong(f"{what}: with N = {n} steps per Engine.run the device works "
-                            f"{share:.2%} of the time (measured in the Trace), below "
-                            f"{efficiency:.0%}; N is too small")
-            if n > expected:
-                share = _device_share(version, k, expected)[0]
-                raise Wrong(f"{what}: N = {expected} already keeps the device working "
-                            f"{share:.2%} of the time (>= {efficiency:.0%}); you said "
-                            f"{n:,}, expected the smallest such N")
-
-    return run("06.2", body)
+    for version, k, efficiency in [("ipu2", 64, 0.5), ("ipu2", 256, 0.9),
+                                   ("bow", 1000, 0.75), ("ipu1", 16, 0.99),
+                                   ("ipu2", 20_000, 0.2)]:
+        target = ipu.IPUModel(version, tiles_per_ipu=4).create_device().target
+        B, expected = _smallest_steps(version, k, efficiency)
+        what = (f"'{version}' (host sync {target.host_sync_cycles:,} cycles), a step of "
+                f"B = {B:,} cycles, efficiency {efficiency}")
+        n = as_int(steps_per_call(target, B, efficiency), what)
+        if n < 1:
+            raise Wrong(f"{what}: expected at least 1 step per Engine.run, got {n}")
+        if n < expected:
+            share = _device_share(version, k, n)[0]
+            raise Wrong(f"{what}: with N = {n} steps per Engine.run the device works "
+                        f"{share:.2%} of the time (measured in the Trace), below "
+                        f"{efficiency:.0%}; N is too small")
+        if n > expected:
+            share = _device_share(version, k, expected)[0]
+            raise Wrong(f"{what}: N = {expected} already keeps the device working "
+                        f"{share:.2%} of the time (>= {efficiency:.0%}); you said "
+                        f"{n:,}, expected the smallest such N")
 
 
 # -- 06.3 ---------------------------------------------------------------------------------
@@ -200,39 +194,36 @@ def _infeed_case(iterations: int, batch: int, mode, seed: int):
 def check_infeed_loop(build_loop):
     """Exercise 06.3: ``build_loop(graph, infeed, outfeed, iterations)`` → on-device loop."""
 
-    def body():
-        for iterations, batch, mode, seed in [(3, 4, OutfeedMode.ALL, 1),
-                                              (5, 2, OutfeedMode.LAST, 2)]:
-            images, dev, g, infeed, outfeed = _infeed_case(iterations, batch, mode, seed)
-            what = f"iterations={iterations}, batches of {batch} images, {mode}"
-            prog = build_loop(g, infeed, outfeed, iterations)
-            if not isinstance(prog, ipu.Repeat) or prog.count != iterations:
-                raise Wrong(f"{what}: expected the on-device loop ipu.Repeat({iterations}, "
-                            f"...) that loops.repeat returns, got {prog!r}")
-            eng = ipu.Engine(g, prog)
-            eng.load(dev)
-            infeed.connect(eng)
-            outfeed.connect(eng)
-            means = images.reshape(2, iterations, -1).mean(axis=2)
-            for r in range(2):
-                eng.run()
-                if infeed.num_dequeued != (r + 1) * iterations:
-                    raise Wrong(f"{what}: after {r + 1} Engine.run call(s) the device took "
-                                f"{infeed.num_dequeued} batches from the infeed, expected "
-                                f"{(r + 1) * iterations} (one per iteration)")
-                if outfeed.num_enqueued != (r + 1) * iterations:
-                    raise Wrong(f"{what}: after {r + 1} Engine.run call(s) the outfeed got "
-                                f"{outfeed.num_enqueued} elements, expected "
-                                f"{(r + 1) * iterations}: enqueue once in every iteration")
-                got = np.asarray(outfeed.dequeue(), np.float32).reshape(-1)
-                expected = means[r] if mode is OutfeedMode.ALL else means[r, -1:]
-                first_mismatch(expected, got,
-                                f"{what}: batch means the outfeed returned after run {r + 1}")
-            if eng.trace.num_runs != 2:
-                raise Wrong(f"{what}: expected 2 Engine.run calls, the Trace has "
-                            f"{eng.trace.num_runs}")
-
-    return run("06.3", body)
+    for iterations, batch, mode, seed in [(3, 4, OutfeedMode.ALL, 1),
+                                          (5, 2, OutfeedMode.LAST, 2)]:
+        images, dev, g, infeed, outfeed = _infeed_case(iterations, batch, mode, seed)
+        what = f"iterations={iterations}, batches of {batch} images, {mode}"
+        prog = build_loop(g, infeed, outfeed, iterations)
+        if not isinstance(prog, ipu.Repeat) or prog.count != iterations:
+            raise Wrong(f"{what}: expected the on-device loop ipu.Repeat({iterations}, "
+                        f"...) that loops.repeat returns, got {prog!r}")
+        eng = ipu.Engine(g, prog)
+        eng.load(dev)
+        infeed.connect(eng)
+        outfeed.connect(eng)
+        means = images.reshape(2, iterations, -1).mean(axis=2)
+        for r in range(2):
+            eng.run()
+            if infeed.num_dequeued != (r + 1) * iterations:
+                raise Wrong(f"{what}: after {r + 1} Engine.run call(s) the device took "
+                            f"{infeed.num_dequeued} batches from the infeed, expected "
+                            f"{(r + 1) * iterations} (one per iteration)")
+            if outfeed.num_enqueued != (r + 1) * iterations:
+                raise Wrong(f"{what}: after {r + 1} Engine.run call(s) the outfeed got "
+                            f"{outfeed.num_enqueued} elements, expected "
+                            f"{(r + 1) * iterations}: enqueue once in every iteration")
+            got = np.asarray(outfeed.dequeue(), np.float32).reshape(-1)
+            expected = means[r] if mode is OutfeedMode.ALL else means[r, -1:]
+            first_mismatch(expected, got,
+                            f"{what}: batch means the outfeed returned after run {r + 1}")
+        if eng.trace.num_runs != 2:
+            raise Wrong(f"{what}: expected 2 Engine.run calls, the Trace has "
+                        f"{eng.trace.num_runs}")
 
 
 # -- 06.4 ---------------------------------------------------------------------------------
@@ -262,31 +253,28 @@ def check_samples_per_call(samples_per_call):
     """Exercise 06.4: ``samples_per_call(dataset_size, batch_size, gradient_accumulation,
     device_iterations, replication_factor)`` → (samples per call, calls per epoch)."""
 
-    def body():
-        # Graphcore's PopTorch tutorial: batch 40, accumulation 10, 10 device iterations,
-        # one replica: 4,000 images per call and 15 calls per epoch of MNIST's 60,000.
-        cases = [(60_000, 40, 10, 10, 1, 4000, 15)]
-        for size, b, ga, di, r in [(1000, 4, 3, 5, 2), (10_000, 8, 7, 1, 4), (50, 1, 1, 1, 1),
-                                   (100, 2, 3, 4, 5)]:
-            n = _runner_samples(b, ga, di, r)
-            cases.append((size, b, ga, di, r, n, size // n))
-        for size, b, ga, di, r, n, calls in cases:
-            what = (f"dataset_size={size:,}, batch_size={b}, gradient_accumulation={ga}, "
-                    f"device_iterations={di}, replication_factor={r}")
-            got = samples_per_call(size, b, ga, di, r)
-            if not (isinstance(got, tuple) and len(got) == 2):
-                raise Wrong(f"{what}: return a pair (samples per call, calls per epoch), "
-                            f"got {got!r}")
-            got_n, got_calls = (as_int(v, what) for v in got)
-            if got_n != n:
-                msg = f"{what}: one call takes {n:,} samples, you said {got_n:,}"
-                if r > 1 and got_n * r == n:
-                    msg += "; every replica takes its own batches: multiply by the replicas"
-                raise Wrong(msg)
-            if got_calls != calls:
-                raise Wrong(f"{what}: {size:,} samples make {calls} complete calls of "
-                            f"{n:,}, you said {got_calls}"
-                            + ("; an incomplete last call is dropped" if got_calls == calls + 1
-                               else ""))
-
-    return run("06.4", body)
+    # Graphcore's PopTorch tutorial: batch 40, accumulation 10, 10 device iterations,
+    # one replica: 4,000 images per call and 15 calls per epoch of MNIST's 60,000.
+    cases = [(60_000, 40, 10, 10, 1, 4000, 15)]
+    for size, b, ga, di, r in [(1000, 4, 3, 5, 2), (10_000, 8, 7, 1, 4), (50, 1, 1, 1, 1),
+                               (100, 2, 3, 4, 5)]:
+        n = _runner_samples(b, ga, di, r)
+        cases.append((size, b, ga, di, r, n, size // n))
+    for size, b, ga, di, r, n, calls in cases:
+        what = (f"dataset_size={size:,}, batch_size={b}, gradient_accumulation={ga}, "
+                f"device_iterations={di}, replication_factor={r}")
+        got = samples_per_call(size, b, ga, di, r)
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise Wrong(f"{what}: return a pair (samples per call, calls per epoch), "
+                        f"got {got!r}")
+        got_n, got_calls = (as_int(v, what) for v in got)
+        if got_n != n:
+            msg = f"{what}: one call takes {n:,} samples, you said {got_n:,}"
+            if r > 1 and got_n * r == n:
+                msg += "; every replica takes its own batches: multiply by the replicas"
+            raise Wrong(msg)
+        if got_calls != calls:
+            raise Wrong(f"{what}: {size:,} samples make {calls} complete calls of "
+                        f"{n:,}, you said {got_calls}"
+                        + ("; an incomplete last call is dropped" if got_calls == calls + 1
+                           else ""))

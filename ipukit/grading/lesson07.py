@@ -7,7 +7,7 @@ its timeline spans; the best split of layers over IPUs by trying every split.
 >>> from ipukit.grading import lesson07
 >>> r = lesson07.check_balance(lambda layer_bytes, num_ipus: [0] * len(layer_bytes))
 ... # doctest: +ELLIPSIS
-❌ Exercise 07.2 · balance layers over IPUs: 0/2 points
+WRONG · Exercise 07.2 · balance layers over IPUs: 0/2 points
    ...
 """
 

@@ -7,7 +7,7 @@ published numbers in ``tests/test_schedule.py``.
 >>> from ipukit.grading import lesson08
 >>> r = lesson08.check_gpipe_bubble(lambda p, m, t_F, t_B: {"total": 0, "ideal": 0})
 ... # doctest: +ELLIPSIS
-❌ Exercise 08.1 · the bubble of GPipe: 0/2 points
+WRONG · Exercise 08.1 · the bubble of GPipe: 0/2 points
    ...
 """
 

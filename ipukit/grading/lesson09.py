@@ -7,7 +7,7 @@ fits from whether the run raises ``OutOfMemoryError``.
 >>> from ipukit.grading import lesson09
 >>> r = lesson09.check_recomputed_stash(lambda in_flight, input_bytes, activation_bytes: 0)
 ... # doctest: +ELLIPSIS
-❌ Exercise 09.2 · the stash with recomputation: 0/2 points
+WRONG · Exercise 09.2 · the stash with recomputation: 0/2 points
    ...
 """
 

@@ -8,7 +8,7 @@ its ``MemoryRecord``s, the calls of a ``DataLoader`` and the losses a call retur
 >>> from ipukit.grading import lesson10
 >>> r = lesson10.check_update_collectives(lambda g, w, replicas, rts: [])
 ... # doctest: +ELLIPSIS
-❌ Exercise 10.2 · what crosses the IPU-Links per weight update: 0/2 points
+WRONG · Exercise 10.2 · what crosses the IPU-Links per weight update: 0/2 points
    ...
 """
 

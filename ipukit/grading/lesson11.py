@@ -8,7 +8,7 @@ every sharded op and concurrent stage uses (its formulas are tested in
 >>> from ipukit.grading import lesson11
 >>> r = lesson11.check_collective_cycles(lambda kind, nbytes, num_shards, target: 0)
 ... # doctest: +ELLIPSIS
-❌ Exercise 11.3 · what a collective costs: 0/2 points
+WRONG · Exercise 11.3 · what a collective costs: 0/2 points
    ...
 """
 

@@ -8,7 +8,7 @@ the bytes in a run's timeline for 12.2, the gradient accumulation counts that
 >>> from ipukit.grading import lesson12
 >>> r = lesson12.check_common_count(lambda schedule, at_least: at_least)
 ... # doctest: +ELLIPSIS
-❌ Exercise 12.3 · a gradient accumulation count both pipelines accept: 0/2 points
+WRONG · Exercise 12.3 · a gradient accumulation count both pipelines accept: 0/2 points
    ...
 """
 

@@ -1,0 +1,58 @@
+"""Small helpers shared by the lesson checks (public: no lesson imports another's
+private helpers)."""
+
+from __future__ import annotations
+
+import functools
+
+import ipukit as ipu
+
+from .feedback import as_int
+
+
+def device(tiles: int, num_ipus: int = 1):
+    """A fresh Mk2 IPUModel device with ``tiles`` tiles per IPU."""
+    return ipu.IPUModel("ipu2", num_ipus=num_ipus, tiles_per_ipu=tiles).create_device()
+
+
+#: Answers to these checks are cycle or byte counts.
+as_count = functools.partial(as_int, kind="whole number of cycles or bytes")
+
+
+def no_compile(what: str, exc: Exception) -> str:
+    """Feedback for a learner's graph that does not compile (the error's first line)."""
+    return f"{what} does not compile: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+
+
+class SumVertex(ipu.Vertex):
+    """out = the sum of x (one value per vertex)."""
+
+    x = ipu.Input(ipu.Vector(ipu.FLOAT))
+    out = ipu.Output(ipu.Vector(ipu.FLOAT))
+
+    def compute(self):
+        self.out[...] = self.x.sum(axis=-1, keepdims=True)
+
+
+class AddVertex(ipu.Vertex):
+    """out = x + y."""
+
+    x = ipu.Input(ipu.Vector(ipu.FLOAT))
+    y = ipu.Input(ipu.Vector(ipu.FLOAT))
+    out = ipu.Output(ipu.Vector(ipu.FLOAT))
+
+    def compute(self):
+        self.out[...] = self.x + self.y
+
+
+def teaching_target(num_ipus: int, tiles: int = 4):
+    """``num_ipus`` Mk2 IPUs of ``tiles`` tiles each (4 tiles: 2.4 MiB per IPU)."""
+    return ipu.IPUModel("ipu2", num_ipus=num_ipus, tiles_per_ipu=tiles).create_device().target
+
+
+def optimisers() -> dict:
+    """name -> (a fresh optimiser, its slots: copies of the weights it keeps as state)."""
+    from ipukit.parallel import optim
+
+    return {"SGD": (lambda: optim.SGD(0.1), 0), "Momentum": (lambda: optim.Momentum(0.1), 1),
+            "AdamW": (lambda: optim.AdamW(), 2)}
