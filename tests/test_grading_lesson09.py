@@ -9,7 +9,8 @@ from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises
 NOTEBOOK = "09_accumulation_recomputation_offloading.ipynb"
 CHECKS = {"09.1": ("check_peak_bytes", "peak_bytes"),
           "09.2": ("check_recomputed_stash", "recomputed_stash"),
-          "09.3": ("check_largest_micro_batch", "largest_micro_batch")}
+          "09.3": ("check_largest_micro_batch", "largest_micro_batch"),
+          "09.4": ("check_accumulation", "accumulate_step")}
 
 
 @SOLVED_AND_UNTOUCHED
@@ -40,7 +41,7 @@ def test_peak_bytes_feedback():
 
     r = lesson09.check_peak_bytes(ignores_offload)
     assert "Offloaded optimiser state lives in host memory" in r.message
-    assert "1f1b" in r.message and "hint:" in r.message
+    assert "1f1b" in r.message and "hint " in r.message
 
 
 def test_recomputed_stash_feedback():
@@ -75,3 +76,26 @@ def test_docstring_example_runs():
 
     result = doctest.testmod(lesson09)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_accumulation_feedback():
+    def no_mean(w, batches, grad, lr):
+        return w - lr * sum(grad(w, x, y) for x, y in batches)
+
+    r = lesson09.check_accumulation(no_mean)
+    assert "did not divide by their number" in r.message
+
+    def step_each(w, batches, grad, lr):
+        for x, y in batches:
+            w = w - lr * grad(w, x, y)
+        return w
+
+    r = lesson09.check_accumulation(step_each)
+    assert "updated the weights after every micro-batch" in r.message
+
+    def twice(w, batches, grad, lr):
+        acc = sum(grad(w, x, y) for x, y in batches) + 0 * grad(w, *batches[0])
+        return w - lr * acc / len(batches)
+
+    r = lesson09.check_accumulation(twice)
+    assert "call grad once per micro-batch (4 calls), you made 5" in r.message
