@@ -2,6 +2,8 @@
 wrong answers get feedback that names what is wrong."""
 
 
+import numpy as np
+
 from ipukit.grading import lesson08
 from ipukit.parallel import schedule
 from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises
@@ -10,7 +12,8 @@ NOTEBOOK = "08_pipelining_schedules.ipynb"
 CHECKS = {"08.1": ("check_simulator", "simulate"),
           "08.2": ("check_grouped_ops", "grouped_ops"),
           "08.3": ("check_one_f_one_b", "one_f_one_b"),
-          "08.4": ("check_deadlock", "find_deadlock")}
+          "08.4": ("check_deadlock", "find_deadlock"),
+          "08.5": ("check_tf_pipeline", "make_pipeline_functions")}
 
 
 @SOLVED_AND_UNTOUCHED
@@ -96,3 +99,43 @@ def test_deadlock_feedback():
     assert "the IPUs stop at" in r.message
     r = lesson08.check_deadlock(lambda orders: [(0, "F", 0)])
     assert "these orders run to the end: return []" in r.message
+
+
+def _functions(stage1_returns_labels=True, fixed_lr=None, wrap=True):
+    from ipukit.grading.lesson08 import GradientDescentOptimizer, OptimizerFunctionOutput
+
+    def make(w1, w2):
+        def stage1(lr, images, labels):
+            act = np.maximum(images.reshape(len(images), -1) @ w1, 0)
+            return (lr, act, labels) if stage1_returns_labels else (lr, act)
+
+        def stage2(lr, act, labels):
+            logits = act @ w2
+            top = logits.max(axis=1, keepdims=True)
+            lp = logits - top - np.log(np.exp(logits - top).sum(axis=1, keepdims=True))
+            return lr, -lp[np.arange(len(labels)), labels].mean()
+
+        def optimizer_function(lr, loss):
+            opt = GradientDescentOptimizer(fixed_lr or lr)
+            return OptimizerFunctionOutput(opt, loss) if wrap else loss
+
+        return [stage1, stage2], optimizer_function
+
+    return make
+
+
+def test_tf_pipeline_feedback():
+    assert lesson08.check_tf_pipeline(_functions()).passed
+    r = lesson08.check_tf_pipeline(_functions(stage1_returns_labels=False))
+    assert "stage 1 was called with the outputs of stage 0 (2 values)" in r.message
+    r = lesson08.check_tf_pipeline(_functions(fixed_lr=0.1))
+    assert "learning rate is 0.1; use the learning rate the pipeline was given" in r.message
+    r = lesson08.check_tf_pipeline(_functions(wrap=False))
+    assert "return OptimizerFunctionOutput(optimizer, loss)" in r.message
+
+
+def test_tf_pipeline_driver_puts_inputs_before_the_infeed():
+    seen = []
+    lesson08.run_tf_pipeline([lambda *a: seen.append(a) or a, lambda *a: a],
+                             lambda *a: a, ["lr"], [("images", "labels")])
+    assert seen == [("lr", "images", "labels")]

@@ -18,6 +18,8 @@ WRONG · Exercise 08.1 · a dependency-driven pipeline simulator: 0/3 points
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ipukit.parallel import schedule
@@ -320,3 +322,102 @@ def check_deadlock(find_deadlock):
             raise Wrong(what + ("these orders run to the end: return []" if not want
                                 else f"the IPUs stop at {sorted(want)}, you said "
                                      f"{got or 'no deadlock'}"))
+
+
+# -- 08.5 ---------------------------------------------------------------------------------
+
+
+class OptimizerFunctionOutput(NamedTuple):
+    """``pipelining_ops.OptimizerFunctionOutput(opt, loss)`` (a NumPy stand-in)."""
+
+    opt: object
+    loss: object
+
+
+class GradientDescentOptimizer(NamedTuple):
+    """``tf.train.GradientDescentOptimizer(learning_rate)`` (a NumPy stand-in)."""
+
+    learning_rate: float
+
+
+def _mean_ce(logits, labels) -> float:
+    top = logits.max(axis=1, keepdims=True)
+    lp = logits - top - np.log(np.exp(logits - top).sum(axis=1, keepdims=True))
+    return float(-lp[np.arange(len(labels)), labels].mean())
+
+
+def _is(value, cls) -> bool:
+    """``isinstance`` by name and fields (the notebook may hold another import of cls)."""
+    return type(value).__name__ == cls.__name__ and all(hasattr(value, f)
+                                                         for f in cls._fields)
+
+
+def run_tf_pipeline(stages, optimizer_function, inputs, infeed):
+    """Call the functions as ``pipelining_ops.pipeline`` does (forward only): stage 0 gets
+    ``inputs`` then the infeed element's tensors; each later stage gets the previous
+    stage's outputs; ``optimizer_function`` gets the last stage's outputs. Returns the
+    ``OptimizerFunctionOutput`` of every infeed element."""
+    outs = []
+    for element in infeed:
+        args, names = (*inputs, *element), "the pipeline's inputs and the infeed's tensors"
+        for k, stage in enumerate(stages):
+            try:
+                result = stage(*args)
+            except TypeError as exc:
+                raise Wrong(f"stage {k} was called with {names} ({len(args)} values) and "
+                            f"raised TypeError: {exc}") from None
+            args = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+            names = f"the outputs of stage {k}"
+        try:
+            outs.append(optimizer_function(*args))
+        except TypeError as exc:
+            raise Wrong(f"optimizer_function was called with {names} ({len(args)} values) "
+                        f"and raised TypeError: {exc}") from None
+    return outs
+
+
+@exercise("08.5", "a TF pipeline's stages and optimizer_function", points=2,
+          hints=("Every value a later stage needs must travel through every stage before "
+                 "it.",
+                 "Stage 0 receives the pipeline's inputs (the learning rate) followed by the "
+                 "infeed's tensors; each stage's outputs are the next stage's arguments; the "
+                 "optimizer_function receives the last stage's outputs.",
+                 "stage1(learning_rate, images, labels) returns (learning_rate, activations, "
+                 "labels); stage2 takes those three and returns (learning_rate, loss); "
+                 "optimizer_function(learning_rate, loss) returns OptimizerFunctionOutput("
+                 "GradientDescentOptimizer(learning_rate), loss)."))
+def check_tf_pipeline(make_pipeline_functions):
+    """Exercise 08.5: ``make_pipeline_functions(w1, w2)`` → ``([stage1, stage2],
+    optimizer_function)`` for ``pipelining_ops.pipeline(computational_stages=...,
+    inputs=[learning_rate], infeed_queue=..., optimizer_function=...)``."""
+    rng = np.random.default_rng(85)
+    for lr in (0.1, 0.02):
+        w1, w2 = rng.normal(size=(16, 8)), rng.normal(size=(8, 10))
+        infeed = [(rng.uniform(size=(b, 4, 4)), rng.integers(0, 10, b)) for b in (4, 3)]
+        got = make_pipeline_functions(w1.copy(), w2.copy())
+        try:
+            stages, optimizer_function = got
+            stages = list(stages)
+        except (TypeError, ValueError):
+            raise Wrong("return ([stage1, stage2], optimizer_function), got "
+                        f"{str(got)[:80]}") from None
+        if len(stages) != 2:
+            raise Wrong(f"return two computational stages, got {len(stages)}")
+        outs = run_tf_pipeline(stages, optimizer_function, [lr], infeed)
+        for (images, labels), out in zip(infeed, outs):
+            want = _mean_ce(np.maximum(images.reshape(len(images), -1) @ w1, 0) @ w2, labels)
+            what = f"an infeed element of {len(labels)} images, learning rate {lr}"
+            if not _is(out, OptimizerFunctionOutput):
+                raise Wrong(f"{what}: optimizer_function returned {type(out).__name__}; "
+                            "return OptimizerFunctionOutput(optimizer, loss)")
+            if not _is(out.opt, GradientDescentOptimizer):
+                raise Wrong(f"{what}: the optimizer is {type(out.opt).__name__}, expected "
+                            "GradientDescentOptimizer(learning_rate)")
+            if out.opt.learning_rate != lr:
+                raise Wrong(f"{what}: the optimizer's learning rate is "
+                            f"{out.opt.learning_rate}; use the learning rate the pipeline "
+                            f"was given as an input ({lr}), passed on through the stages")
+            loss = float(np.asarray(out.loss))
+            if not np.isclose(loss, want, rtol=1e-9):
+                raise Wrong(f"{what}: the loss is {loss:.6f}, expected the mean softmax "
+                            f"cross-entropy of relu(flatten(images) @ w1) @ w2, {want:.6f}")
