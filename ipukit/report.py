@@ -195,7 +195,8 @@ def compare(a: Trace, b: Trace, labels=("A", "B")):
     """Two runs side by side: cycles per compute set, and per tile, better or worse.
 
     Returns a figure with three panels: the compute sets of both runs, each set's change
-    (green better, red worse), and every tile's change in total compute cycles.
+    (green better, red worse, every bar named and its change written), and every tile's
+    change in busy cycles (exchange + compute).
     """
     plt = _plt()
     ra = {r["name"]: r["cycles"] for r in compute_set_rows(a)}
@@ -216,7 +217,11 @@ def compare(a: Trace, b: Trace, labels=("A", "B")):
     delta = vb - va
     ax2.barh(y, delta, color=np.where(delta <= 0, "#59a14f", "#e15759"))
     ax2.set_yticks(y)
-    ax2.set_yticklabels([])
+    ax2.set_yticklabels([n[:28] for n in names], fontsize=7)  # every bar named
+    for k, d in enumerate(delta):
+        ax2.annotate(f"{int(d):+,}", (d, k), fontsize=7, va="center",
+                     ha="left" if d >= 0 else "right", xytext=(3 if d >= 0 else -3, 0),
+                     textcoords="offset points")
     ax2.invert_yaxis()
     ax2.axvline(0, color="black", lw=0.5)
     ax2.set_xlabel(f"{labels[1]} - {labels[0]} cycles")
@@ -227,19 +232,23 @@ def compare(a: Trace, b: Trace, labels=("A", "B")):
     td = np.pad(tb, (0, n - len(tb))) - np.pad(ta, (0, n - len(ta)))
     ax3.bar(np.arange(n), td, color=np.where(td <= 0, "#59a14f", "#e15759"), width=1.0)
     ax3.axhline(0, color="black", lw=0.5)
+    if not td.any():
+        ax3.text(0.5, 0.5, "no tile changed", transform=ax3.transAxes, ha="center")
     ax3.set_xlabel("tile")
-    ax3.set_ylabel(f"{labels[1]} - {labels[0]} compute cycles")
+    ax3.set_ylabel(f"{labels[1]} - {labels[0]} exchange + compute cycles")
     ax3.set_title(f"Tiles better / worse: {int((td < 0).sum())} / {int((td > 0).sum())}")
     fig.tight_layout()
     return fig
 
 
 def _tile_cycles(trace: Trace) -> np.ndarray:
-    """Total compute cycles of each tile over the run (busy time including idle workers)."""
+    """Cycles each tile is busy over the run: its exchange and compute (idle workers
+    included), every execution counted."""
     total = np.zeros(trace.target.num_tiles, np.int64)
     for n, step in zip(trace.executions(), trace.steps):
         if n:
-            total += int(n) * step.tile_compute_cycles
+            total += int(n) * (step.tile_compute_cycles +
+                               step.tile_exchange_cycles(trace.target).astype(np.int64))
     return total
 
 

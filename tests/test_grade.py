@@ -18,13 +18,16 @@ from ipukit.grading.execute import TimeLimitError, positive_seconds, run_noteboo
 from ipukit.grading.feedback import RESULT_MIME
 
 ROOT = Path(__file__).resolve().parents[1]
-SOLVED_01 = [  # lesson 01 solved, as a learner writes it
-    "from ipukit import grading\nfrom ipukit.grading import lesson01\n"
+SOLVED_01 = [  # lesson 01's 01.1 and 01.2 solved, as a learner writes them
+    "import ipukit as ipu\nfrom ipukit import grading\nfrom ipukit.grading import lesson01\n"
+    "from ipukit.grading.lesson01 import Scale, reference_placement\n"
     "from IPython.display import display",
-    "def ipu_memory_bytes(target):\n    return target.tiles_per_ipu * target.bytes_per_tile",
-    "def tile_compute_cycles(c, num_workers=6):\n"
-    "    return 6 * max(sum(c[w::6]) for w in range(6))",
-    "lesson01.check_tile_compute_cycles(tile_compute_cycles)",
+    "def build_scale(graph, x, y):\n    cs = graph.add_compute_set('scale')\n"
+    "    graph.add_vertex(cs, Scale, {'x': x, 'out': y}, tile=0)\n"
+    "    return ipu.Execute(cs)",
+    "def place_vertices(cycles, num_tiles):\n"
+    "    return reference_placement(cycles, num_tiles)",
+    "lesson01.check_placement(place_vertices)",
     "def superstep_cycles(*args):\n    raise NotImplementedError('not yet')",
 ]
 PASSED = repr({RESULT_MIME: {"id": "01.3", "title": "x", "status": "passed", "points": 2,
@@ -79,7 +82,7 @@ def test_a_fractional_timeout_stops_an_endless_loop(tmp_path):
     assert report["errors"] == [{"cell": 6, "shown_as": "[6]", "error": "CellTimeoutError: the "
                                  "cell ran longer than 2.5 s and was stopped (an endless "
                                  "loop?)"}]
-    assert report["score"] == 3  # the checks ran after it
+    assert report["score"] == 4  # the checks ran after it
 
 
 def test_the_total_budget_counts_restarts_and_names_the_cells_that_did_not_run(tmp_path):
@@ -118,7 +121,7 @@ def test_relative_writes_and_deletes_do_not_touch_the_notebook_or_its_neighbours
         "\nopen('new_file.txt', 'w').write('x')"])
     before = {p: p.read_bytes() for p in (path, neighbour)}
     report = graded(path)
-    assert report["errors"] == [] and report["score"] == 3
+    assert report["errors"] == [] and report["score"] == 4
     assert {p: p.read_bytes() for p in (path, neighbour)} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["01_me.ipynb",
                                                            "01_someone_else.ipynb"]
@@ -153,8 +156,8 @@ def test_patched_check_and_recording_functions_score_nothing(tmp_path):
         f"        display({PASSED}, raw=True)\nlesson01 = Fake()",
         "lesson01.check_superstep_cycles(superstep_cycles)"])
     report = graded(path)
-    assert statuses(report) == {"01.1": ("passed", 1), "01.2": ("passed", 2),
-                                "01.3": ("not solved", 0)}
+    assert statuses(report) == {"01.1": ("passed", 2), "01.2": ("passed", 2),
+                                "01.3": ("not solved", 0), "01.4": ("failed", 0)}
     assert report["exercises"][2]["message"] == "not yet"
 
 
@@ -208,8 +211,8 @@ def test_a_lesson_02_solution_named_01_is_graded_as_lesson_01(tmp_path):
     nb.metadata.pop("ipukit", None)
     nbformat.write(nb, tmp_path / "01_x.ipynb")
     report = graded(tmp_path / "01_x.ipynb")
-    assert (report["lesson"], report["score"], report["max_score"]) == ("01", 0, 5)
-    assert [e["id"] for e in report["exercises"]] == ["01.1", "01.2", "01.3"]
+    assert (report["lesson"], report["score"], report["max_score"]) == ("01", 0, 9)
+    assert [e["id"] for e in report["exercises"]] == ["01.1", "01.2", "01.3", "01.4"]
 
 
 @pytest.mark.parametrize("name", ["mine.ipynb", "99_mine.ipynb"])

@@ -24,7 +24,7 @@ NAME = "06_host_and_ipu.ipynb"
 CHECKS = {"06.1": ("stream_copy_cycles", lesson06.check_stream_copy_cycles),
           "06.2": ("steps_per_call", lesson06.check_steps_per_call),
           "06.3": ("build_loop", lesson06.check_infeed_loop),
-          "06.4": ("samples_per_call", lesson06.check_samples_per_call)}
+          "06.4": ("build_running_max", lesson06.check_running_max)}
 
 
 def failure(exercise: str, answer) -> str:
@@ -35,7 +35,7 @@ def failure(exercise: str, answer) -> str:
 
 def test_registered_with_points_and_doctest():
     assert {i: feedback.EXERCISES[i].points for i in CHECKS} == {
-        "06.1": 2, "06.2": 2, "06.3": 3, "06.4": 2}
+        "06.1": 2, "06.2": 2, "06.3": 3, "06.4": 3}
     assert doctest.testmod(lesson06).failed == 0
 
 
@@ -179,26 +179,49 @@ def test_infeed_loop_wrong_answers_get_specific_feedback():
 
 
 # -- 06.4 -----------------------------------------------------------------------------------
-def test_samples_per_call_wrong_answers_get_specific_feedback():
-    def no_replicas(size, b, ga, di, r):
-        return b * ga * di, size // (b * ga * di)
+class PixelMax(ipu.Vertex):
+    images = ipu.Input(ipu.Vector(ipu.FLOAT))
+    best = ipu.InOut(ipu.Vector(ipu.FLOAT))
 
-    assert "multiply by the replicas" in failure("06.4", no_replicas)
+    def compute(self):
+        self.best[...] = np.maximum(self.best, self.images.max(axis=-1, keepdims=True))
 
-    def rounds_up(size, b, ga, di, r):
-        n = b * ga * di * r
-        return n, -(-size // n)
 
-    assert "an incomplete last call is dropped" in failure("06.4", rounds_up)
-    assert "return a pair" in failure("06.4", lambda *args: 4000)
-    assert "4,000 samples" in failure("06.4", lambda *args: (40, 1500))
+def running_max(init=-np.inf, wrong_axis=False):
+    """A solution to 06.4, with one mistake."""
+    def build(graph, infeed, outfeed, iterations):
+        best = graph.add_variable(ipu.FLOAT, [4, 4], "best")
+        graph.set_tile_mapping(best, 0)
+        if init is not None:
+            graph.set_initial_value(best, np.full((4, 4), init, np.float32))
+
+        def body(best, images):
+            cs = graph.add_compute_set("running max")
+            pixels = images.reshape([images.shape[0], 16])
+            pixels = pixels if wrong_axis else pixels.transpose()
+            for p in range(16):
+                graph.add_vertex(cs, PixelMax, {"images": pixels[p % pixels.shape[0]],
+                                                "best": best.flatten()[p:p + 1]}, tile=0)
+            return [ipu.Execute(cs), outfeed.enqueue(best)]
+
+        return loops.repeat(iterations, body, [best], infeed)
+
+    return build
+
+
+def test_running_max_solution_and_mistakes():
+    assert lesson06.check_running_max(running_max()).passed
+    assert "where does the maximum start?" in failure("06.4", running_max(init=None))
+    msg = failure("06.4", running_max(wrong_axis=True))
+    assert "the running maximum after call 1" in msg
+    assert "expected the on-device loop" in failure("06.4", lambda g, i, o, n: None)
 
 
 # -- modes and the grader -------------------------------------------------------------------
 def test_raise_mode_raises_after_showing(capsys):
     feedback.set_mode("raise")
     with pytest.raises(AssertionError, match="06.4"):
-        lesson06.check_samples_per_call(lambda *args: (1, 1))
+        lesson06.check_running_max(lambda *args: None)
     assert "WRONG · Exercise 06.4" in capsys.readouterr().out
 
 
@@ -206,7 +229,7 @@ def test_grader_cli_scores_the_solutions_in_a_fresh_process():
     out = subprocess.run([sys.executable, "-m", "ipukit.grade", str(ROOT / "solutions" / NAME),
                           "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     report = json.loads(out.stdout)
-    assert (report["lesson"], report["score"], report["max_score"]) == ("06", 9, 9)
+    assert (report["lesson"], report["score"], report["max_score"]) == ("06", 10, 10)
     assert [(e["id"], e["status"]) for e in report["exercises"]] == [
         (ex, "passed") for ex in CHECKS]
     assert report["errors"] == []

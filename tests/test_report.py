@@ -97,6 +97,13 @@ def test_compare_two_runs(traces, tmp_path):
     cycles_b = {r["name"]: r["cycles"] for r in report.compute_set_rows(b)}
     worse = sum(cycles_b[n] > cycles[n] for n in cycles)
     assert fig.axes[1].get_title().endswith(f"/ {worse}")
+    # every change bar is named and its value written (issue 16: no unlabelled bar)
+    names = [t.get_text() for t in fig.axes[1].get_yticklabels()]
+    assert names == [n[:28] for n in cycles] and len(fig.axes[1].texts) == len(cycles)
+    # the tile panel counts exchange too, so a remapping that only moves data shows
+    busy = [sum(int(n) * (s.tile_compute_cycles[t] + s.tile_exchange_cycles(tr.target)[t])
+                for n, s in zip(tr.executions(), tr.steps)) for tr in (a, b) for t in [0]]
+    assert fig.axes[2].patches[0].get_height() == busy[1] - busy[0]
     save(fig, tmp_path, "compare")
 
 

@@ -7,7 +7,7 @@ import functools
 
 import ipukit as ipu
 
-from .feedback import as_int
+from .feedback import as_int, library_error
 
 
 def device(tiles: int, num_ipus: int = 1):
@@ -20,8 +20,8 @@ as_count = functools.partial(as_int, kind="whole number of cycles or bytes")
 
 
 def no_compile(what: str, exc: Exception) -> str:
-    """Feedback for a learner's graph that does not compile (the error's first line)."""
-    return f"{what} does not compile: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+    """Feedback for a learner's graph that does not compile (what is wrong, not the fix)."""
+    return library_error(f"{what} does not compile", exc)
 
 
 class SumVertex(ipu.Vertex):

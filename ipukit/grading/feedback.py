@@ -474,7 +474,7 @@ def first_mismatch(expected, got, name, rtol=1e-5, atol=1e-6):
     bad = ~np.isclose(got, expected, rtol=rtol, atol=atol)
     if bad.any():
         i = tuple(int(k) for k in np.argwhere(bad)[0])
-        where = i[0] if len(i) == 1 else list(i)
+        where = ", ".join(str(k) for k in i)
         raise Wrong(f"{name}[{where}]: expected {expected[i]:.6g}, got {got[i]:.6g} "
                     f"({int(bad.sum())} of {plural(bad.size, 'element')} wrong)\n"
                     f"expected {np.array2string(expected, precision=4)}\n"
@@ -482,10 +482,17 @@ def first_mismatch(expected, got, name, rtol=1e-5, atol=1e-6):
 
 
 def library_error(what: str, exc: Exception) -> str:
-    """A library error as feedback: its kind and first line, without the fix it suggests
-    (Poplar-style messages often end with the answer, e.g. "use 16 or 24")."""
-    first = str(exc).split("\n")[0]
-    for cut in ("; use ", ", use ", " (use ", "; e.g. ", "; try "):
+    """A library error as feedback: its kind and what went wrong, without the fix it
+    suggests (Poplar-style messages often end with the answer: "Fix: ...", "use 16 or
+    24"), so that feedback never hands out the solution."""
+    return f"{what}: {type(exc).__name__}: {without_fix(str(exc))}"
+
+
+def without_fix(text: str) -> str:
+    """``text``'s first line, cut before any suggested fix."""
+    first = text.split("\n")[0]
+    for cut in (" Fix:", " fix:", "; use ", ", use ", " (use ", "; e.g. ", "; try ",
+                " Vertices of one compute set"):
         if cut in first:
             first = first.split(cut)[0]
-    return f"{what}: {type(exc).__name__}: {first}"
+    return first.rstrip(" .;,") + "."

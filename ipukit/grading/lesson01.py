@@ -1,4 +1,15 @@
-"""The checks of lesson 01: the IPU and bulk-synchronous parallelism."""
+"""The checks of lesson 01: the IPU and bulk-synchronous parallelism.
+
+Three of the four exercises are programs: a superstep's graph (01.1, with a cycle
+budget), a placement of vertices on tiles (01.2, with a budget) and a two-neighbour
+stencil over a ring of tiles (01.4). References are NumPy for values and the emulator's
+compiler for cycles, on seeded random cases.
+
+>>> from ipukit.grading import lesson01
+>>> r = lesson01.check_placement(lambda cycles, num_tiles: [0] * len(cycles), show=False)
+>>> print(r.text().splitlines()[0])
+WRONG · Exercise 01.2 · place vertices on tiles: 0/2 points
+"""
 
 from __future__ import annotations
 
@@ -6,10 +17,18 @@ import numpy as np
 
 import ipukit as ipu
 
-from .common import SumVertex
+from .common import SumVertex, no_compile
 from .common import as_count as _as_int
 from .common import device as _device
-from .feedback import Wrong, exercise
+from .feedback import (
+    Cost,
+    Wrong,
+    exercise,
+    first_mismatch,
+    plural,
+    side_by_side,
+    timeline,
+)
 
 
 class _Busy(ipu.Vertex):
@@ -61,60 +80,182 @@ def _scatter_steps(tiles: int = 4):
 
 # -- lesson 01: the IPU and BSP ----------------------------------------------------------
 
-@exercise("01.1", "In-Processor Memory of one IPU", points=1,
-          hint="Every tile has its own SRAM: multiply the tiles of ONE IPU "
-               "(target.tiles_per_ipu) by the bytes of one tile (target.bytes_per_tile).")
-def check_ipu_memory(ipu_memory_bytes):
-    """Exercise 01.1: ``ipu_memory_bytes(target)`` → bytes of SRAM on one IPU."""
+class Scale(ipu.Vertex):
+    """out = 2 * x (the lesson's codelet; exercises 01.1 uses it)."""
 
-    cases = [("ipu1", 1, None), ("ipu2", 1, None), ("bow", 1, None), ("ipu2", 2, 4)]
-    for version, num_ipus, tiles in cases:
-        t = ipu.IPUModel(version, num_ipus=num_ipus, tiles_per_ipu=tiles).create_device()
-        t = t.target
-        expected = t.tiles_per_ipu * t.bytes_per_tile
-        what = (f"IPUModel('{version}', num_ipus={num_ipus}"
-                f"{'' if tiles is None else f', tiles_per_ipu={tiles}'})")
-        got = _as_int(ipu_memory_bytes(t), what)
-        if got != expected:
-            raise Wrong(f"{what} ({t.tiles_per_ipu} tiles of {t.bytes_per_tile:,} B per "
-                        f"IPU): expected {expected:,} bytes, got {got:,}")
+    x = ipu.Input(ipu.Vector(ipu.FLOAT))
+    out = ipu.Output(ipu.Vector(ipu.FLOAT))
+
+    def compute(self):
+        self.out[...] = 2 * self.x
 
 
-@exercise("01.2", "six workers on a tile", points=2,
-          hint="Vertex i goes to worker i % 6 (in the order given). Each worker issues one "
-               "instruction every 6 cycles, so the tile is busy 6 x (the heaviest worker's "
-               "total).")
-def check_tile_compute_cycles(tile_compute_cycles):
-    """Exercise 01.2: ``tile_compute_cycles(vertex_cycles)`` for the vertices of one tile."""
-
-    rng = np.random.default_rng(12)
-    cases = [[], [100], [10] * 6, [10] * 7, [5, 50, 5, 5, 5, 5, 40],
-             rng.integers(1, 300, 17).tolist()]
-    for cycles in cases:
-        expected = _measured_compute(cycles)
-        got = _as_int(tile_compute_cycles(list(cycles)), f"vertex cycles {cycles}")
-        if got != expected:
-            raise Wrong(f"a tile with vertices of cycles {cycles}: the "
-                        f"emulator's compute phase takes {expected} cycles, you said {got}")
+def _engine(g, prog, what):
+    try:
+        return ipu.Engine(g, prog)
+    except ipu.IpuError as exc:
+        raise Wrong(no_compile(what, exc)) from None
 
 
-def _measured_compute(cycles) -> int:
-    """Compile one tile with these vertex estimates; return its compute cycles."""
-    dev = _device(1)
+def _device_cycles(eng) -> int:
+    return sum(s.cycles for s in eng.executable.steps if s.kind != "host")
+
+
+# -- 01.1: one superstep, written by you ------------------------------------------------------
+
+def _scale_cases():
+    yield [4, 4, 4, 4]
+    yield [10, 1, 0, 7]
+    yield [13, 6, 2, 25]
+
+
+def _mapped_pair(counts):
+    dev = _device(len(counts))
+    g = ipu.Graph(dev.target)
+    n = sum(counts)
+    x, y = (g.add_variable(ipu.FLOAT, [n], k) for k in ("x", "y"))
+    begin = 0
+    for tile, c in enumerate(counts):
+        for t in (x, y):
+            if c:
+                g.set_tile_mapping(t[begin:begin + c], tile)
+        begin += c
+    g.create_host_write("x", x)
+    g.create_host_read("y", y)
+    return dev, g, x, y
+
+
+def _reference_scale(g, x, y):
+    """One vertex per worker: each tile's run cut into at most 6 pieces."""
+    cs = g.add_compute_set("reference scale")
+    for tile, runs in enumerate(g.get_tile_mapping(x)):
+        for begin, end in runs:
+            for piece in np.array_split(np.arange(begin, end), min(6, end - begin)):
+                s = slice(int(piece[0]), int(piece[-1]) + 1)
+                g.add_vertex(cs, Scale, {"x": x[s], "out": y[s]}, tile=tile)
+    return ipu.Execute(cs)
+
+
+@exercise("01.1", "one superstep: y = 2x on every tile", points=2, budget="cycles", hints=(
+    "Every element of y must be written by exactly one Scale vertex; which tile should "
+    "run the vertex that reads x[i]?",
+    "A vertex on the tile that holds its data needs no exchange. A tile has 6 workers: up "
+    "to 6 vertices on a tile cost no more than one, so cut each tile's elements in pieces.",
+    "graph.get_tile_mapping(x) gives each tile's (begin, end) runs; cut each run into at "
+    "most 6 pieces (np.array_split) and add one Scale vertex per piece on that tile, all "
+    "in one compute set; return ipu.Execute(compute_set)."))
+def check_scale_superstep(build_scale):
+    """Exercise 01.1: ``build_scale(graph, x, y)`` → a program with y = 2 x, for x and y
+    mapped alike (unevenly) over the tiles. Budget: one vertex per worker, no exchange."""
+    rng = np.random.default_rng(101)
+    used = budget = 0
+    for counts in _scale_cases():
+        what = f"x and y with {counts} elements on tiles 0-{len(counts) - 1}"
+        dev, g, x, y = _mapped_pair(counts)
+        prog = build_scale(g, x, y)
+        if not isinstance(prog, ipu.Program):
+            raise Wrong(f"{what}: build_scale must return a program, got {prog!r}")
+        eng = _engine(g, prog, f"{what}: your graph")
+        xv = rng.normal(size=sum(counts)).astype(np.float32)
+        eng.load(dev)
+        eng.write_tensor("x", xv)
+        eng.run()
+        first_mismatch(2 * xv, eng.read_tensor("y"), f"{what}: y")
+        used += _device_cycles(eng)
+        _, g2, x2, y2 = _mapped_pair(counts)
+        budget += _device_cycles(ipu.Engine(g2, _reference_scale(g2, x2, y2)))
+    return Cost(used, budget, "cycle")
+
+
+# -- 01.2: place vertices on tiles ------------------------------------------------------------
+
+def tile_cost(cycles, workers: int = 6) -> int:
+    """Compute cycles of one tile running vertices of these cycles, in this order: vertex
+    i goes to worker i % 6; the tile is busy 6 x its heaviest worker."""
+    return workers * max((sum(cycles[w::workers]) for w in range(workers)), default=0)
+
+
+def reference_placement(cycles, num_tiles: int) -> list[int]:
+    """Greedy: heaviest vertex first, onto the tile it makes the least busy."""
+    tiles: list[list[int]] = [[] for _ in range(num_tiles)]
+    for i in sorted(range(len(cycles)), key=lambda i: -cycles[i]):
+        best = min(range(num_tiles), key=lambda t: (tile_cost(
+            [cycles[j] for j in sorted(tiles[t] + [i])]), t))
+        tiles[best].append(i)
+    owner = [0] * len(cycles)
+    for t, vs in enumerate(tiles):
+        for v in vs:
+            owner[v] = t
+    return owner
+
+
+def _placement_cases():
+    rng = np.random.default_rng(102)
+    yield [300, 10, 10, 10] * 12, 4  # a round robin puts every 300 on tile 0
+    yield [500] * 10 + [20] * 38, 4  # contiguous chunks put the heavy ones together
+    yield rng.integers(5, 400, 60).tolist(), 3
+    yield (rng.pareto(1.5, 80) * 50 + 5).astype(int).tolist(), 5
+
+
+def _measure(cycles, owner, num_tiles):
+    dev = _device(num_tiles)
     g = ipu.Graph(dev.target)
     x = g.add_variable(ipu.FLOAT, [1], "x")
     g.set_tile_mapping(x, 0)
-    cs = g.add_compute_set("cs")
-    for c in cycles:
-        g.set_perf_estimate(g.add_vertex(cs, _Busy, {"x": x}, tile=0), int(c))
+    cs = g.add_compute_set("placed")
+    for c, t in zip(cycles, owner):
+        g.set_perf_estimate(g.add_vertex(cs, _Busy, {"x": x}, tile=int(t)), int(c))
     step = ipu.compile_graph(g, [ipu.Execute(cs)]).steps[1]
-    return int(step.tile_compute_cycles[0])
+    return step.tile_compute_cycles.tolist()
 
 
-@exercise("01.3", "the cost of one BSP superstep", points=2,
-          hint="cycles = sync + exchange + compute. Exchange lasts as long as the busiest "
-               "tile: ceil(max(bytes in, bytes out) / exchange_bytes_per_cycle), max over "
-               "tiles. Compute lasts as long as the slowest tile.")
+@exercise("01.2", "place vertices on tiles", points=2, budget="cycles", hints=(
+    "The compute phase lasts as long as the busiest tile. Where should the heaviest "
+    "vertices go?",
+    "A tile runs its vertices on 6 workers (vertex k of a tile on worker k % 6) and is "
+    "busy 6 x its heaviest worker. Placing the heaviest vertices first, each on the tile "
+    "where it hurts least, is a classic greedy (longest processing time first).",
+    "Sort the vertices by cycles, heaviest first; for each, try every tile, compute that "
+    "tile's cost with the vertex added (6 x max over workers of sum(cycles[w::6]), the "
+    "tile's vertices in index order) and keep the cheapest tile."))
+def check_placement(place_vertices):
+    """Exercise 01.2: ``place_vertices(vertex_cycles, num_tiles)`` → the tile of each
+    vertex. Passes within 25% of a greedy reference's compute phase; ★ within it."""
+    used = budget = 0
+    for cycles, num_tiles in _placement_cases():
+        n = len(cycles)
+        what = f"{plural(n, 'vertex')} on {plural(num_tiles, 'tile')}"
+        owner = place_vertices(list(cycles), num_tiles)
+        try:
+            owner = [int(t) for t in owner]
+        except (TypeError, ValueError):
+            raise Wrong(f"{what}: return a list of {n} tile numbers, got {owner!r}") from None
+        if len(owner) != n or not all(0 <= t < num_tiles for t in owner):
+            raise Wrong(f"{what}: return {n} tile numbers in 0..{num_tiles - 1}, got "
+                        f"{owner!r}")
+        mine = _measure(cycles, owner, num_tiles)
+        ref = _measure(cycles, reference_placement(cycles, num_tiles), num_tiles)
+        used, budget = used + max(mine), budget + max(ref)
+        if max(mine) > 1.25 * max(ref):
+            bars = [(f"tile {t}", 0, c, "") for t, c in enumerate(mine)]
+            ref_bars = [(f"tile {t}", 0, c, "") for t, c in enumerate(ref)]
+            shown = f"{cycles[:8]}"[:-1] + (", ...]" if n > 8 else "]")
+            raise Wrong(f"{what} (cycles {shown}): your compute phase takes {max(mine):,} "
+                        f"cycles (tile {int(np.argmax(mine))} is the busiest); a greedy "
+                        f"placement takes {max(ref):,}. Get within 25% of it.",
+                        picture=side_by_side(timeline(bars), timeline(ref_bars),
+                                             ("your tiles' compute cycles", "greedy")))
+    return Cost(used, budget, "cycle")
+
+
+@exercise("01.3", "the cost of one BSP superstep", points=2, hints=(
+    "A superstep has three phases, one after the other, and every tile waits for the "
+    "slowest tile in each phase.",
+    "Exchange: a tile sends and receives at once, bytes_per_cycle in each direction, so "
+    "its exchange lasts as long as its larger direction, rounded up to whole cycles; the "
+    "phase lasts as long as the busiest tile. Compute: the slowest tile.",
+    "sync + ceil(max over tiles of max(bytes in, bytes out) / bytes_per_cycle) + max over "
+    "tiles of compute."))
 def check_superstep_cycles(superstep_cycles):
     """Exercise 01.3: ``superstep_cycles(sync, bytes_in, bytes_out, compute, bpc=4)``."""
 
@@ -129,3 +270,43 @@ def check_superstep_cycles(superstep_cycles):
                             f" out {s.tile_bytes_out.tolist()}, compute "
                             f"{s.tile_compute_cycles.tolist()}): expected {s.cycles} "
                             f"cycles, got {got}")
+
+
+# -- 01.4: a stencil over a ring of tiles ---------------------------------------------------
+
+@exercise("01.4", "a central difference over a ring of tiles", points=3, hints=(
+    "Row t of out needs rows t - 1 and t + 1 of x: the neighbouring tiles' data. Who "
+    "wraps around at the ends?",
+    "Write a codelet with two inputs and one output, and one vertex per tile in one "
+    "compute set; connecting a vertex to another tile's row makes the exchange bring it "
+    "before the compute phase. On a ring, tile T - 1's right neighbour is tile 0.",
+    "For t in range(T): add a vertex on tile t with right = x[(t + 1) % T], left = "
+    "x[(t - 1) % T], out = out[t], whose compute is out = right - left."))
+def check_ring_difference(build_ring_difference):
+    """Exercise 01.4: ``build_ring_difference(graph, x, out)`` → a program with
+    out[t] = x[t + 1] - x[t - 1] (rows, indices modulo T), row t of x and out on tile t."""
+    rng = np.random.default_rng(104)
+    for tiles, k in [(3, 1), (4, 3), (5, 2)]:
+        what = f"{plural(tiles, 'tile')}, rows of {k}"
+        dev = _device(tiles)
+        g = ipu.Graph(dev.target)
+        x, out = (g.add_variable(ipu.FLOAT, [tiles, k], nm) for nm in ("x", "out"))
+        for t in range(tiles):
+            g.set_tile_mapping(x[t], t)
+            g.set_tile_mapping(out[t], t)
+        g.create_host_write("x", x)
+        g.create_host_read("out", out)
+        prog = build_ring_difference(g, x, out)
+        if not isinstance(prog, ipu.Program):
+            raise Wrong(f"{what}: return a program, got {prog!r}")
+        eng = _engine(g, prog, f"{what}: your graph")
+        xv = rng.normal(size=(tiles, k)).astype(np.float32)
+        eng.load(dev)
+        eng.write_tensor("x", xv)
+        eng.run()
+        got = eng.read_tensor("out")
+        want = np.roll(xv, -1, axis=0) - np.roll(xv, 1, axis=0)
+        if np.allclose(got, -want, atol=1e-6) and not np.allclose(want, 0):
+            raise Wrong(f"{what}: out is the negative of what was asked: out[t] = "
+                        "x[t + 1] - x[t - 1] (right neighbour minus left)")
+        first_mismatch(want, got, f"{what}: out")

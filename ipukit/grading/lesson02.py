@@ -1,4 +1,8 @@
-"""The checks of lesson 02: graphs, tensors, tile mapping and streams."""
+"""The checks of lesson 02: graphs, tensors, tile mapping and streams.
+
+All four exercises are programs: a tile mapping (02.1), views (02.2), streams and copies
+(02.3) and a 2-D block mapping drawn on the tile grid (02.4).
+"""
 
 from __future__ import annotations
 
@@ -7,17 +11,25 @@ import numpy as np
 import ipukit as ipu
 
 from .common import device as _device
-from .feedback import Wrong, exercise, first_mismatch
+from .feedback import Wrong, exercise, first_mismatch, plural, side_by_side, tile_grid
 
 # -- lesson 02: graphs, tensors, tile mapping, streams ----------------------------------
 
-@exercise("02.1", "map a tensor evenly over the tiles", points=2,
-          hint="Flatten the tensor; give tile i the contiguous elements "
-               "[i*c, min((i+1)*c, n)) with c = ceil(n / num_tiles).")
+@exercise("02.1", "map a tensor evenly over the tiles", points=2, hints=(
+    "Work on the flattened tensor: which elements should tile 0 get, and how many?",
+    "With n elements on T tiles, no tile may hold more than c = ceil(n / T); giving each "
+    "tile, in order, the next c contiguous elements is balanced (the last tiles may get "
+    "fewer, or none).",
+    "flat = tensor.flatten(); for tile i, map flat[i*c : min((i+1)*c, n)] if it is not "
+    "empty."))
 def check_map_evenly(map_evenly):
     """Exercise 02.1: ``map_evenly(graph, tensor)`` maps contiguous, balanced chunks."""
 
-    for tiles, shape in [(4, [8]), (4, [10]), (3, [2, 5]), (8, [5]), (1, [3, 3])]:
+    rng = np.random.default_rng(201)
+    cases = [(4, [8]), (4, [10]), (3, [2, 5]), (8, [5]), (1, [3, 3])]
+    cases += [(int(rng.integers(2, 9)), [int(d) for d in rng.integers(1, 7, 2)])
+              for _ in range(3)]
+    for tiles, shape in cases:
         g = ipu.Graph(_device(tiles).target)
         t = g.add_variable(ipu.FLOAT, shape, "t")
         map_evenly(g, t)
@@ -47,9 +59,11 @@ def _check_even(g, t, tiles):
             pos = intervals[0][1]
 
 
-@exercise("02.2", "interleave two tensors with views", points=2,
-          hint="Reshape a and b to [n, 1], concat them along dim 1 (shape [n, 2]) and "
-               "flatten: rows are (a[i], b[i]).")
+@exercise("02.2", "interleave two tensors with views", points=2, hints=(
+    "Picture the result as a table with one row per i: what are its columns?",
+    "An [n, 2] view whose rows are (a[i], b[i]), read row by row, is the interleaving. "
+    "Views (reshape, concat, flatten) never copy data.",
+    "Reshape a and b to [n, 1], ipu.concat them along dim 1, then flatten."))
 def check_interleave(interleave):
     """Exercise 02.2: ``interleave(a, b)`` → the view [a0, b0, a1, b1, ...] (no copy)."""
 
@@ -86,11 +100,14 @@ def check_interleave(interleave):
         first_mismatch(np.arange(1, 2 * n, 2), eng.read_tensor("b"), "b after the copy")
 
 
-@exercise("02.3", "a round trip through host streams", points=3,
-          hint="s_in = graph.add_host_to_device_fifo('in', ipu.FLOAT, n), the same for "
-               "'out' with add_device_to_host_fifo; return ipu.Sequence(ipu.Copy(s_in, v), "
-               "ipu.Copy(backwards, s_out)) where backwards = ipu.concat([v[i:i + 1] for "
-               "i in reversed(range(n))]).")
+@exercise("02.3", "a round trip through host streams", points=3, hints=(
+    "Three pieces: two FIFOs with the exact names and sizes, a variable on the device, "
+    "and a program of two copies.",
+    "Graph.add_host_to_device_fifo and add_device_to_host_fifo make the streams; "
+    "ipu.Copy(stream, tensor) and ipu.Copy(tensor, stream) move the data. The copy out "
+    "can read a reversed view of the variable.",
+    "A reversed view: ipu.concat of the one-element slices v[i:i + 1] for i from n - 1 "
+    "down to 0; return ipu.Sequence of the copy in and the copy of that view out."))
 def check_reverse_stream(build_reverse):
     """Exercise 02.3: ``build_reverse(graph, n)`` → program: 'in' → device → 'out' reversed."""
 
@@ -121,3 +138,47 @@ def check_reverse_stream(build_reverse):
         if streamed != 2 * 4 * n:
             raise Wrong(f"n={n}: your program moved {streamed} bytes over the host link; "
                         f"one copy in and one out move {8 * n}")
+
+
+# -- 02.4: a block mapping, drawn ------------------------------------------------------------
+
+def block_owner(rows: int, cols: int, br: int, bc: int, tiles: int) -> np.ndarray:
+    """Reference: the tile of each element when [rows, cols] is cut into br x bc blocks
+    (the last ones smaller), numbered row by row, block k on tile k % tiles."""
+    per_row = -(-cols // bc)
+    r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    return ((r // br) * per_row + c // bc) % tiles
+
+
+@exercise("02.4", "a 2-D block mapping", points=2, hints=(
+    "Cut the matrix into blocks first; then number the blocks and deal them to tiles.",
+    "Blocks are numbered row by row (all blocks of the first block-row, left to right, "
+    "then the next block-row); block k goes to tile k % num_tiles. The last block of a row "
+    "or column may be smaller.",
+    "for each block (i, j): graph.set_tile_mapping(m[i*br:(i+1)*br, j*bc:(j+1)*bc], "
+    "(i * blocks_per_row + j) % tiles) with blocks_per_row = ceil(cols / bc)."))
+def check_block_mapping(map_blocks):
+    """Exercise 02.4: ``map_blocks(graph, m, block_rows, block_cols)`` maps the 2-D tensor
+    ``m`` in blocks dealt round-robin to the tiles (see :func:`block_owner`)."""
+    rng = np.random.default_rng(204)
+    cases = [(4, 6, 2, 3, 4), (5, 7, 2, 3, 3), (6, 4, 3, 1, 5)]
+    cases += [(int(rng.integers(3, 9)), int(rng.integers(3, 9)), int(rng.integers(1, 4)),
+               int(rng.integers(1, 4)), int(rng.integers(2, 7))) for _ in range(2)]
+    for rows, cols, br, bc, tiles in cases:
+        g = ipu.Graph(_device(tiles).target)
+        m = g.add_variable(ipu.FLOAT, [rows, cols], "m")
+        map_blocks(g, m, br, bc)
+        owner = np.full(rows * cols, -1)
+        for t, runs in enumerate(g.get_tile_mapping(m, throw_on_incomplete=False)):
+            for b, e in runs:
+                owner[b:e] = t
+        owner = owner.reshape(rows, cols)
+        want = block_owner(rows, cols, br, bc, tiles)
+        if not np.array_equal(owner, want):
+            r, c = (int(k) for k in np.argwhere(owner != want)[0])
+            got = "no tile" if owner[r, c] < 0 else f"tile {owner[r, c]}"
+            raise Wrong(f"a {rows}x{cols} matrix in {br}x{bc} blocks on "
+                        f"{plural(tiles, 'tile')}: m[{r}, {c}] is on {got}, expected tile "
+                        f"{want[r, c]} (block ({r // br}, {c // bc})). The picture shows "
+                        "each element's tile ('.' = not mapped).",
+                        picture=side_by_side(tile_grid(owner), tile_grid(want)))

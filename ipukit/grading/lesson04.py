@@ -1,4 +1,15 @@
-"""The checks of lesson 04: compute sets, races and exchange."""
+"""The checks of lesson 04: compute sets, races and exchange.
+
+04.2-04.4 are programs: a race-free smoothing, double buffering with a cycle budget, and
+a tile mapping with an exchange budget. Values are checked against NumPy on seeded
+random cases; cycles and bytes are measured by the emulator's compiler.
+
+>>> from ipukit.grading import lesson04
+>>> r = lesson04.check_mapping(lambda graph, x, reads: graph.set_tile_mapping(x, 0),
+...                            show=False)
+>>> print(r.text().splitlines()[0])
+WRONG · Exercise 04.4 · a mapping near the readers: 0/2 points
+"""
 
 from __future__ import annotations
 
@@ -6,19 +17,31 @@ import numpy as np
 
 import ipukit as ipu
 
-from .common import AddVertex, SumVertex, no_compile
+from .common import SumVertex, no_compile
 from .common import as_count as _as_int
 from .common import device as _device
-from .feedback import Wrong, exercise, first_mismatch, previous_failures
+from .feedback import (
+    Cost,
+    Wrong,
+    exercise,
+    first_mismatch,
+    plural,
+    previous_failures,
+    side_by_side,
+    tile_grid,
+    without_fix,
+)
 
 # -- lesson 04: compute sets, races, exchange ---------------------------------------------
 
-@exercise("04.1", "predict the cost of a reduction", points=2,
-          hint="A superstep costs sync + exchange + compute. gather: tile 0 receives "
-               "(tiles - 1) * n floats of 4 bytes, at 4 bytes per cycle, and one vertex "
-               "reads tiles * n elements and writes 1 (6 x (10 + tiles * n + 1) cycles). "
-               "local: two supersteps, local sums of n elements with no exchange, then a "
-               "combine that receives tiles - 1 partials.")
+@exercise("04.1", "predict the cost of a reduction", points=2, hints=(
+    "Count the supersteps of each strategy first, then the three phases of each.",
+    "A superstep costs sync + exchange + compute. The exchange lasts ceil(bytes / 4) on "
+    "the busiest tile (here the receiver); a vertex costs 10 cycles plus one per element "
+    "it reads or writes, and a tile running one vertex is busy 6 x its cycles.",
+    "gather: one superstep; tile 0 receives (tiles - 1) * n floats and one vertex reads "
+    "tiles * n elements and writes 1. local: local sums of n elements with no exchange, "
+    "then a combine that receives tiles - 1 partials and sums tiles elements."))
 def check_reduction_cycles(reduction_cycles):
     """Exercise 04.1: ``reduction_cycles(tiles, n, strategy)`` for "gather" or "local"."""
 
@@ -58,11 +81,13 @@ def _reduction_steps(tiles: int, n: int, strategy: str):
     return [s for s in ipu.compile_graph(g, [prog]).steps if s.kind != "host"]
 
 
-@exercise("04.2", "smoothing without a race", points=3,
-          hint="Vertices of one compute set run in parallel, so a vertex must not write an "
-               "element its neighbours read. Write the new values into a second tensor "
-               "(mapped like v) in one compute set, then ipu.Copy them back into v[1:-1]; "
-               "wrap both in ipu.Repeat(iterations, ...).")
+@exercise("04.2", "smoothing without a race", points=3, hints=(
+    "Vertices of one compute set run in parallel: can a vertex write an element that its "
+    "neighbour reads in the same compute set?",
+    "Write the new values somewhere else first (a second tensor mapped like v), then bring "
+    "them back in a later step; repeat the whole thing `iterations` times.",
+    "One compute set writes mean(v[i-1:i+2]) into new[i]; then ipu.Copy(new[1:-1], "
+    "v[1:-1]); wrap both in ipu.Repeat(iterations, ipu.Sequence(...))."))
 def check_smoothing(build_smoothing):
     """Exercise 04.2: ``build_smoothing(graph, v, iterations)`` → program (Jacobi smoothing)."""
 
@@ -79,7 +104,8 @@ def check_smoothing(build_smoothing):
             eng = ipu.Engine(g, prog)
         except ipu.ComputeSetRaceError as exc:
             raise Wrong("your graph has a data race, so ipukit refuses it, as Poplar "
-                        f"verifies a compute set is free of races: {exc}") from None
+                        f"verifies a compute set is free of races: {without_fix(str(exc))}") \
+                from None
         except ipu.IpuError as exc:
             raise Wrong(no_compile("your graph", exc)) from None
         data = np.array([0, 9, 0, 3, 6, 0, 12, 3][:n], np.float32)
@@ -93,37 +119,198 @@ def check_smoothing(build_smoothing):
                         f"v after {iterations} iteration(s) (n={n})")
 
 
-@exercise("04.3", "a mapping with no exchange", points=2,
-          hint="Vertex i runs on tile i and uses x[i], y[i] and out[i]: map those rows to "
-               "tile i (graph.set_tile_mapping(x[i], i), ...). Then nothing crosses tiles.")
-def check_no_exchange(map_for_locality):
-    """Exercise 04.3: ``map_for_locality(graph, x, y, out)`` so the add needs no exchange."""
-
-    tiles, k = 4, 8
-    dev = _device(tiles)
-    g = ipu.Graph(dev.target)
-    x, y, out = (g.add_variable(ipu.FLOAT, [tiles, k], nm) for nm in ("x", "y", "out"))
-    map_for_locality(g, x, y, out)
-    cs = g.add_compute_set("add")
-    for i in range(tiles):
-        g.add_vertex(cs, AddVertex, {"x": x[i], "y": y[i], "out": out[i]}, tile=i)
-    for t in (x, y, out):
-        g.create_host_write(t.name, t)
-    g.create_host_read("out", out)
+def _compile(g, prog, what):
     try:
-        eng = ipu.Engine(g, ipu.Execute(cs))
-    except ipu.IpuError as exc:  # e.g. a row left unmapped
-        raise Wrong(no_compile("the add with your mapping", exc)) from None
-    step = next(s for s in eng.executable.steps if s.name == "add")
-    if step.exchange_cycles:
-        src, dst, nbytes = (int(v) for v in step.transfers[0])
-        raise Wrong(f"step 'add' still exchanges: {step.exchange_cycles} exchange cycles, "
-                    f"e.g. tile {src} sends {nbytes} bytes to tile {dst}. Vertex i runs "
-                    f"on tile i.")
-    rng = np.random.default_rng(43)
-    xv, yv = rng.normal(size=(2, tiles, k)).astype(np.float32)
-    eng.load(dev)
-    eng.write_tensor("x", xv)
-    eng.write_tensor("y", yv)
-    eng.run()
-    first_mismatch(xv + yv, eng.read_tensor("out"), "out")
+        return ipu.Engine(g, prog)
+    except ipu.ComputeSetRaceError as exc:
+        raise Wrong(f"{what} has a data race, so ipukit refuses it, as Poplar verifies a "
+                    f"compute set is free of races: {without_fix(str(exc))}") from None
+    except ipu.IpuError as exc:
+        raise Wrong(no_compile(what, exc)) from None
+
+
+def _device_cycles(eng) -> int:
+    return sum(s.cycles for s in eng.executable.steps if s.kind != "host")
+
+
+# -- 04.3: double buffering ------------------------------------------------------------------
+
+def automaton(cells, generations: int):
+    """NumPy reference: new[i] = |cells[i - 1] - cells[i + 1]| on a ring (rule 90)."""
+    x = np.asarray(cells, np.float32)
+    for _ in range(generations):
+        x = np.abs(np.roll(x, 1) - np.roll(x, -1))
+    return x
+
+
+class _Xor(ipu.Vertex):
+    left = ipu.Input(ipu.FLOAT)
+    right = ipu.Input(ipu.FLOAT)
+    out = ipu.Output(ipu.FLOAT)
+
+    def compute(self):
+        self.out[...] = np.abs(self.left - self.right)
+
+
+def _reference_automaton(g, cells, generations):
+    """Ping-pong between cells and a second buffer; one Copy only for odd generations."""
+    n = cells.shape[0]
+    other = g.add_variable(ipu.FLOAT, [n], "other")
+    for i in range(n):
+        g.set_tile_mapping(other[i], i)
+    sets = []
+    for src, dst in ((cells, other), (other, cells)):
+        cs = g.add_compute_set(f"{src.name} -> {dst.name}")
+        for i in range(n):
+            g.add_vertex(cs, _Xor, {"left": src[(i - 1) % n], "right": src[(i + 1) % n],
+                                    "out": dst[i]}, tile=i)
+        sets.append(cs)
+    prog = ipu.Sequence(ipu.Repeat(generations // 2, ipu.Sequence(
+        ipu.Execute(sets[0]), ipu.Execute(sets[1]))))
+    if generations % 2:
+        prog.add(ipu.Execute(sets[0]))
+        prog.add(ipu.Copy(other, cells))
+    return prog
+
+
+def _automaton_graph(n):
+    dev = _device(n)
+    g = ipu.Graph(dev.target)
+    cells = g.add_variable(ipu.FLOAT, [n], "cells")
+    for i in range(n):
+        g.set_tile_mapping(cells[i], i)
+    g.create_host_write("cells", cells)
+    g.create_host_read("cells", cells)
+    return dev, g, cells
+
+
+@exercise("04.3", "double buffering: an automaton on a ring", points=3, budget="cycles",
+          hints=(
+              "Every cell's next value needs its neighbours' current values: where do you "
+              "write the new generation while the old one is still being read?",
+              "Double buffering: two tensors, and two compute sets, one reading A and "
+              "writing B, the other reading B and writing A. Alternating them needs no "
+              "copy; only an odd number of generations leaves the result in the wrong "
+              "buffer.",
+              "Add a second tensor mapped like cells; compute sets A->B and B->A of one "
+              "vertex per cell (left = src[(i-1) % n], right = src[(i+1) % n]); "
+              "ipu.Repeat(generations // 2, Sequence(A->B, B->A)), then for an odd count "
+              "one more A->B and an ipu.Copy back."))
+def check_automaton(build_automaton):
+    """Exercise 04.3: ``build_automaton(graph, cells, generations)`` → a program after
+    which ``cells`` holds the given generation of new[i] = |x[i-1] - x[i+1]| (a ring,
+    cell i on tile i). Budget: double buffering without per-generation copies."""
+    rng = np.random.default_rng(403)
+    used = budget = 0
+    for n, generations in [(5, 1), (8, 4), (6, 7)]:
+        what = f"{plural(n, 'cell')}, {plural(generations, 'generation')}"
+        dev, g, cells = _automaton_graph(n)
+        prog = build_automaton(g, cells, generations)
+        if not isinstance(prog, ipu.Program):
+            raise Wrong(f"{what}: build_automaton must return a program, got {prog!r}")
+        eng = _compile(g, prog, f"{what}: your program")
+        start = rng.integers(0, 2, n).astype(np.float32)
+        start[0] = 1  # never all zero
+        eng.load(dev)
+        eng.write_tensor("cells", start)
+        eng.run()
+        got = eng.read_tensor("cells")
+        want = automaton(start, generations)
+        if not np.array_equal(got, want):
+            for k in range(generations + 1):
+                if np.array_equal(got, automaton(start, k)) and k != generations:
+                    raise Wrong(f"{what}: cells holds generation {k}, not {generations} "
+                                f"(start {start.astype(int).tolist()})")
+            first_mismatch(want, got, f"{what}: cells (start {start.astype(int).tolist()})")
+        used += sum(s.cycles for s in eng.trace.executed_steps() if s.kind != "host")
+        dev2, g2, cells2 = _automaton_graph(n)
+        ref = ipu.Engine(g2, _reference_automaton(g2, cells2, generations))
+        ref.load(dev2)
+        ref.write_tensor("cells", start)
+        ref.run()
+        budget += sum(s.cycles for s in ref.trace.executed_steps() if s.kind != "host")
+    return Cost(used, budget, "cycle")
+
+
+# -- 04.4: a mapping near the readers ----------------------------------------------------
+
+def _reads_case(seed: int, tiles: int, n: int, per_vertex: int = 5):
+    """Vertices on every tile read mostly one scattered group of elements, a few others."""
+    rng = np.random.default_rng(seed)
+    home = rng.permutation(np.arange(n) % tiles)  # element -> the tile that reads it most
+    reads = []
+    for t in range(tiles):
+        mine = np.flatnonzero(home == t)
+        for _ in range(2):
+            pick = rng.choice(mine, min(per_vertex, mine.size), replace=False).tolist()
+            pick.append(int(rng.integers(n)))  # one read from anywhere
+            reads.append((t, sorted(set(pick))))
+    return reads
+
+
+def _exchange(g, x, reads, n, tiles):
+    """Compile vertices reading ``reads`` of ``x``; the exchange step and its bytes."""
+    out = g.add_variable(ipu.FLOAT, [len(reads)], "out")
+    cs = g.add_compute_set("read")
+    for k, (tile, idx) in enumerate(reads):
+        g.set_tile_mapping(out[k], tile)
+        g.add_vertex(cs, SumVertex, {"x": ipu.concat([x[i:i + 1] for i in idx]),
+                                     "out": out[k:k + 1]}, tile=tile)
+    step = next(s for s in ipu.compile_graph(g, [ipu.Execute(cs)]).steps if s.kind == "compute")
+    return step
+
+
+def reference_mapping(n: int, tiles: int, reads) -> list[int]:
+    """Each element on the tile that reads it most (ties: the lowest tile; unread: 0)."""
+    count = np.zeros((n, tiles), int)
+    for tile, idx in reads:
+        for i in idx:
+            count[i, tile] += 1
+    return np.argmax(count, axis=1).tolist()
+
+
+@exercise("04.4", "a mapping near the readers", points=2, budget="bytes", hints=(
+    "Data moves between tiles only when a vertex reads an element that lives on another "
+    "tile. Look at who reads each element.",
+    "The exchange phase lasts as long as the busiest tile's traffic; map every element "
+    "where most of its readers are, and the fewest bytes cross.",
+    "Count, for every element, how many vertices on each tile read it (reads is a list of "
+    "(tile, element indices)); graph.set_tile_mapping(x[i], the tile with the most)."))
+def check_mapping(map_near_readers):
+    """Exercise 04.4: ``map_near_readers(graph, x, reads)`` maps every element of ``x``
+    so that vertices reading ``reads`` = [(tile, [element indices]), ...] exchange little.
+    Passes within 25% of mapping each element to its most frequent reader's tile; ★
+    within that budget (bytes moved)."""
+    used = budget = 0
+    for seed, tiles, n in [(1, 4, 24), (2, 6, 40), (3, 3, 30)]:
+        reads = _reads_case(seed, tiles, n)
+        what = f"{n} elements read by {plural(len(reads), 'vertex')} on " \
+               f"{plural(tiles, 'tile')}"
+        g = ipu.Graph(_device(tiles).target)
+        x = g.add_variable(ipu.FLOAT, [n], "x")
+        map_near_readers(g, x, [(t, list(idx)) for t, idx in reads])
+        mapping = g.get_tile_mapping(x, throw_on_incomplete=False)
+        owner = np.full(n, -1)
+        for t, runs in enumerate(mapping):
+            for b, e in runs:
+                owner[b:e] = t
+        if (owner < 0).any():
+            raise Wrong(f"{what}: element {int(np.argmax(owner < 0))} of x is not mapped "
+                        f"({int((owner < 0).sum())} of {n} unmapped)")
+        step = _exchange(g, x, reads, n, tiles)
+        g2 = ipu.Graph(_device(tiles).target)
+        x2 = g2.add_variable(ipu.FLOAT, [n], "x")
+        best = reference_mapping(n, tiles, reads)
+        for i, t in enumerate(best):
+            g2.set_tile_mapping(x2[i], t)
+        ref = _exchange(g2, x2, reads, n, tiles)
+        mine, theirs = int(step.tile_bytes_in.sum()), int(ref.tile_bytes_in.sum())
+        used, budget = used + mine, budget + theirs
+        if step.exchange_cycles > 1.25 * ref.exchange_cycles:
+            raise Wrong(f"{what}: your mapping moves {plural(mine, 'byte')} and its "
+                        f"exchange phase takes {step.exchange_cycles} cycles; mapping each "
+                        f"element near its readers takes {ref.exchange_cycles} "
+                        f"({plural(theirs, 'byte')}). The picture shows each element's tile.",
+                        picture=side_by_side(tile_grid(owner), tile_grid(best),
+                                             ("your mapping", "near the readers")))
+    return Cost(used, budget, "byte")

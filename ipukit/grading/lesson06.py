@@ -2,14 +2,12 @@
 
 Each check measures its reference on the emulator: a stream copy's cycles from the
 compiled ``Step``, a loop's host-sync share from the ``Trace`` of real runs, an infeed's
-batches against NumPy, the samples of one call from PopTorch's ``training_model``.
+batches against NumPy, a running maximum's outfeed against NumPy across several calls.
 
 >>> from ipukit.grading import lesson06
->>> r = lesson06.check_samples_per_call(
-...     lambda dataset_size, batch_size, gradient_accumulation, device_iterations,
-...     replication_factor: (1, 1))  # doctest: +ELLIPSIS
-WRONG · Exercise 06.4 · samples per call and calls per epoch: 0/2 points
-   ...
+>>> r = lesson06.check_running_max(lambda *args: None, show=False)
+>>> print(r.text().splitlines()[0])
+WRONG · Exercise 06.4 · a running maximum that outlives the call: 0/3 points
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ import numpy as np
 import ipukit as ipu
 from ipukit.host import InfeedQueue, OutfeedMode, OutfeedQueue
 
-from .feedback import Wrong, as_int, exercise, first_mismatch
+from .feedback import Wrong, as_int, exercise, first_mismatch, library_error
 
 # -- 06.1 ---------------------------------------------------------------------------------
 
@@ -185,12 +183,15 @@ def _infeed_case(iterations: int, batch: int, mode, seed: int):
     return images, dev, g, infeed, outfeed
 
 
-@exercise("06.3", "an on-device loop with an infeed and an outfeed", points=3,
-          hint="Make a variable mean = graph.add_variable(ipu.FLOAT, [1], 'mean') on a tile. "
-               "body(mean, images) adds one compute set with a BatchMean vertex "
-               "{'x': images.flatten(), 'out': mean[0]} and returns [ipu.Execute(cs), "
-               "outfeed.enqueue(mean)]. Return loops.repeat(iterations, body, [mean], "
-               "infeed).")
+@exercise("06.3", "an on-device loop with an infeed and an outfeed", points=3, hints=(
+    "One Engine.run must run all the iterations: the loop is on the device, and body() "
+    "builds ONE iteration.",
+    "loops.repeat(n, body, inputs, infeed) calls body(*inputs, *infeed tensors) once and "
+    "repeats what it returns; the mean needs a variable of its own, and each iteration "
+    "ends by enqueueing it.",
+    "mean = a [1] variable on a tile; body(mean, images) adds a compute set with a "
+    "BatchMean vertex (x = images.flatten(), out = mean[0]) and returns [Execute, "
+    "outfeed.enqueue(mean)]; return loops.repeat(iterations, body, [mean], infeed)."))
 def check_infeed_loop(build_loop):
     """Exercise 06.3: ``build_loop(graph, infeed, outfeed, iterations)`` → on-device loop."""
 
@@ -226,55 +227,49 @@ def check_infeed_loop(build_loop):
                         f"{eng.trace.num_runs}")
 
 
-# -- 06.4 ---------------------------------------------------------------------------------
+# -- 06.4: state that lives on the device across calls ---------------------------------------
 
-
-def _runner_samples(batch_size, ga, di, r) -> int:
-    """Samples one call of PopTorch-style ``training_model`` takes (``run`` accepts them)."""
-    from ipukit.parallel import Block, ShardedExecution, nn, optim, training_model
-
-    model = training_model([Block("B0", nn.Dense(3, 4, rng=1), nn.ReLU()),
-                            Block("B1", nn.Dense(4, 2, rng=2))],
-                           nn.SoftmaxCrossEntropy(), optim.SGD(0.1),
-                           strategy=ShardedExecution("B0", "B1"), gradient_accumulation=ga,
-                           device_iterations=di, replication_factor=r)
-    n = model.samples_per_run * batch_size
-    rng = np.random.default_rng(0)
-    model.run(rng.normal(size=(n, 3)).astype(np.float32), rng.integers(0, 2, n))
-    return n
-
-
-@exercise("06.4", "samples per call and calls per epoch", points=2,
-          hint="One call (one Engine.run, one model(x) in PopTorch) takes batch_size x "
-               "gradient_accumulation x device_iterations x replication_factor samples; "
-               "an epoch is dataset_size // that many calls (an incomplete last call is "
-               "dropped).")
-def check_samples_per_call(samples_per_call):
-    """Exercise 06.4: ``samples_per_call(dataset_size, batch_size, gradient_accumulation,
-    device_iterations, replication_factor)`` → (samples per call, calls per epoch)."""
-
-    # Graphcore's PopTorch tutorial: batch 40, accumulation 10, 10 device iterations,
-    # one replica: 4,000 images per call and 15 calls per epoch of MNIST's 60,000.
-    cases = [(60_000, 40, 10, 10, 1, 4000, 15)]
-    for size, b, ga, di, r in [(1000, 4, 3, 5, 2), (10_000, 8, 7, 1, 4), (50, 1, 1, 1, 1),
-                               (100, 2, 3, 4, 5)]:
-        n = _runner_samples(b, ga, di, r)
-        cases.append((size, b, ga, di, r, n, size // n))
-    for size, b, ga, di, r, n, calls in cases:
-        what = (f"dataset_size={size:,}, batch_size={b}, gradient_accumulation={ga}, "
-                f"device_iterations={di}, replication_factor={r}")
-        got = samples_per_call(size, b, ga, di, r)
-        if not (isinstance(got, tuple) and len(got) == 2):
-            raise Wrong(f"{what}: return a pair (samples per call, calls per epoch), "
-                        f"got {got!r}")
-        got_n, got_calls = (as_int(v, what) for v in got)
-        if got_n != n:
-            msg = f"{what}: one call takes {n:,} samples, you said {got_n:,}"
-            if r > 1 and got_n * r == n:
-                msg += "; every replica takes its own batches: multiply by the replicas"
-            raise Wrong(msg)
-        if got_calls != calls:
-            raise Wrong(f"{what}: {size:,} samples make {calls} complete calls of "
-                        f"{n:,}, you said {got_calls}"
-                        + ("; an incomplete last call is dropped" if got_calls == calls + 1
-                           else ""))
+@exercise("06.4", "a running maximum that outlives the call", points=3, hints=(
+    "What must stay on the device between iterations, and between Engine.run calls? "
+    "What is its value before the very first batch?",
+    "Keep the maximum so far in a variable that the loop reads and writes (an InOut "
+    "field); nothing resets it between calls. It must start below every pixel, and every "
+    "iteration reduces its batch over the image axis only.",
+    "best = a [4, 4] variable with graph.set_initial_value(best, a very negative value); "
+    "body(best, images) adds a codelet with images Input and best InOut computing "
+    "best = maximum(best, images.max over the batch axis), then outfeed.enqueue(best)."))
+def check_running_max(build_running_max):
+    """Exercise 06.4: ``build_running_max(graph, infeed, outfeed, iterations)`` → an
+    on-device loop whose outfeed (mode LAST) gives, after every call, each pixel's
+    maximum over every image the device has seen, in this call and all earlier ones."""
+    rng = np.random.default_rng(604)
+    for iterations, batch in [(3, 4), (2, 5)]:
+        images = (rng.normal(size=(3 * iterations * batch, 4, 4)) - 5).astype(np.float32)
+        dev = ipu.IPUModel("ipu2", tiles_per_ipu=4).create_device()
+        g = ipu.Graph(dev.target)
+        infeed = InfeedQueue(images, batch_size=batch)
+        outfeed = OutfeedQueue(OutfeedMode.LAST)
+        what = f"iterations={iterations}, batches of {batch} images (all pixels < 0)"
+        prog = build_running_max(g, infeed, outfeed, iterations)
+        if not isinstance(prog, ipu.Repeat) or prog.count != iterations:
+            raise Wrong(f"{what}: expected the on-device loop that loops.repeat returns, "
+                        f"ipu.Repeat({iterations}, ...), got {prog!r}")
+        try:
+            eng = ipu.Engine(g, prog)
+        except ipu.IpuError as exc:
+            raise Wrong(library_error(f"{what}: your loop does not compile", exc)) from None
+        eng.load(dev)
+        infeed.connect(eng)
+        outfeed.connect(eng)
+        per_call = iterations * batch
+        for r in range(3):
+            eng.run()
+            got = np.asarray(outfeed.dequeue(), np.float32).reshape(-1, 4, 4)[-1]
+            want = images[:(r + 1) * per_call].max(axis=0)
+            if r and np.allclose(got, images[r * per_call:(r + 1) * per_call].max(axis=0)):
+                raise Wrong(f"{what}: after call {r + 1} the outfeed gives the maximum of "
+                            "this call's images only; the maximum must outlive the call")
+            if np.allclose(got, 0) and r == 0:
+                raise Wrong(f"{what}: after call 1 every pixel's maximum is 0, but every "
+                            "pixel is negative: where does the maximum start?")
+            first_mismatch(want, got, f"{what}: the running maximum after call {r + 1}")

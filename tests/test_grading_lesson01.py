@@ -1,0 +1,136 @@
+"""Lesson 01's checks (issue 16): the solution scores full marks, the untouched exercise
+zero, and plausible mistakes in the learner's graphs and placements lose the points."""
+
+import numpy as np
+import pytest
+
+import ipukit as ipu
+from ipukit.grading import feedback, lesson01
+from tests.lessons import SOLVED_AND_UNTOUCHED, notebook_namespace
+
+NOTEBOOK = "01_ipu_and_bsp.ipynb"
+CALLS = {"01.1": ("check_scale_superstep", "build_scale"),
+         "01.2": ("check_placement", "place_vertices"),
+         "01.3": ("check_superstep_cycles", "superstep_cycles"),
+         "01.4": ("check_ring_difference", "build_ring_difference")}
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    feedback.reset()
+    yield
+    feedback.reset()
+
+
+@SOLVED_AND_UNTOUCHED
+def test_solutions_pass_and_untouched_exercises_score_zero(folder, status):
+    ns = notebook_namespace(folder, NOTEBOOK)
+    for ex_id, (check, name) in CALLS.items():
+        r = getattr(lesson01, check)(ns[name], show=False)
+        assert (r.id, r.status) == (ex_id, status), r.text()
+        assert r.points == (r.max_points if status == feedback.PASSED else 0)
+        if status == feedback.PASSED and r.cost:
+            assert r.star
+    rows = feedback.lesson_rows("01", feedback.results())
+    assert [r.id for r in rows] == list(CALLS) and sum(r.max_points for r in rows) == 9
+
+
+def scale_pieces(short=False, overlap=False):
+    def build(graph, x, y):
+        cs = graph.add_compute_set("scale")
+        for tile, runs in enumerate(graph.get_tile_mapping(x)):
+            for begin, end in runs:
+                stop = end - 1 if short else end
+                if overlap:
+                    graph.add_vertex(cs, lesson01.Scale, {"x": x[begin:end],
+                                                          "out": y[begin:end]}, tile=tile)
+                if stop > begin:
+                    graph.add_vertex(cs, lesson01.Scale, {"x": x[begin:stop],
+                                                          "out": y[begin:stop]}, tile=tile)
+        return ipu.Execute(cs)
+
+    return build
+
+
+def test_a_piece_one_element_short_leaves_y_wrong():
+    r = lesson01.check_scale_superstep(scale_pieces(short=True), show=False)
+    assert r.status == "failed" and "y[3]: expected" in r.message
+
+
+def test_two_vertices_writing_one_element_is_a_race_named_without_the_fix():
+    r = lesson01.check_scale_superstep(scale_pieces(overlap=True), show=False)
+    assert r.status == "failed" and "does not compile: ComputeSetRaceError" in r.message
+
+
+def test_one_vertex_per_tile_passes_without_the_star():
+    r = lesson01.check_scale_superstep(scale_pieces(), show=False)
+    assert r.passed and not r.star and "match it for a ★" in r.cost
+
+
+@pytest.mark.parametrize("place, shown", [
+    (lambda c, t: [i % t for i in range(len(c))], "(cycles [300, 10, 10, 10"),
+    (lambda c, t: [i * t // len(c) for i in range(len(c))], "(cycles [500, 500"),
+    (lambda c, t: [0] * len(c), "(cycles [300, 10")])
+def test_naive_placements_fail_with_a_picture_of_the_tiles(place, shown):
+    r = lesson01.check_placement(place, show=False)
+    assert r.status == "failed" and shown in r.message
+    assert "greedy placement takes" in r.message
+    assert "your tiles' compute cycles" in r.picture["text"] and "<table" in r.picture["html"]
+
+
+def test_a_placement_that_ignores_the_workers_passes_without_the_star():
+    def by_sum(cycles, num_tiles):  # balances the sums, not 6 x the heaviest worker
+        load, owner = [0] * num_tiles, [0] * len(cycles)
+        for i in sorted(range(len(cycles)), key=lambda i: -cycles[i]):
+            t = int(np.argmin(load))
+            owner[i], load[t] = t, load[t] + cycles[i]
+        return owner
+
+    r = lesson01.check_placement(by_sum, show=False)
+    assert r.passed and not r.star
+
+
+def test_a_tile_that_does_not_exist_is_named():
+    r = lesson01.check_placement(lambda c, t: [t] * len(c), show=False)
+    assert r.status == "failed" and "tile numbers in 0..3" in r.message
+
+
+class Diff(ipu.Vertex):
+    left = ipu.Input(ipu.Vector(ipu.FLOAT))
+    right = ipu.Input(ipu.Vector(ipu.FLOAT))
+    out = ipu.Output(ipu.Vector(ipu.FLOAT))
+
+    def compute(self):
+        self.out[...] = self.right - self.left
+
+
+def ring(left, right):
+    def build(graph, x, out):
+        tiles = x.shape[0]
+        cs = graph.add_compute_set("difference")
+        for t in range(tiles):
+            graph.add_vertex(cs, Diff, {"left": x[left(t, tiles)], "right": x[right(t, tiles)],
+                                        "out": out[t]}, tile=t)
+        return ipu.Execute(cs)
+
+    return build
+
+
+def test_the_ring_solution_and_its_mistakes():
+    assert lesson01.check_ring_difference(
+        ring(lambda t, n: (t - 1) % n, lambda t, n: (t + 1) % n), show=False).passed
+    swapped = lesson01.check_ring_difference(
+        ring(lambda t, n: (t + 1) % n, lambda t, n: (t - 1) % n), show=False)
+    assert "the negative of what was asked" in swapped.message
+    clamped = lesson01.check_ring_difference(  # no wrap-around at the ends
+        ring(lambda t, n: max(t - 1, 0), lambda t, n: min(t + 1, n - 1)), show=False)
+    assert clamped.status == "failed" and "out[0, 0]: expected" in clamped.message
+    off_by_one = lesson01.check_ring_difference(
+        ring(lambda t, n: (t - 1) % n, lambda t, n: t), show=False)
+    assert off_by_one.status == "failed"
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    assert doctest.testmod(lesson01).failed == 0

@@ -1,0 +1,131 @@
+"""Lesson 04's checks (issue 16): the solution scores full marks, the untouched exercise
+zero, and plausible mistakes in the learner's programs and mappings lose the points."""
+
+import numpy as np
+import pytest
+
+import ipukit as ipu
+from ipukit.grading import feedback, lesson04
+from ipukit.poplibs import poputil
+from tests.lessons import SOLVED_AND_UNTOUCHED, notebook_namespace
+
+NOTEBOOK = "04_compute_sets_races_exchange.ipynb"
+CALLS = {"04.1": ("check_reduction_cycles", "reduction_cycles"),
+         "04.2": ("check_smoothing", "build_smoothing"),
+         "04.3": ("check_automaton", "build_automaton"),
+         "04.4": ("check_mapping", "map_near_readers")}
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    feedback.reset()
+    yield
+    feedback.reset()
+
+
+@SOLVED_AND_UNTOUCHED
+def test_solutions_pass_and_untouched_exercises_score_zero(folder, status):
+    ns = notebook_namespace(folder, NOTEBOOK)
+    for ex_id, (check, name) in CALLS.items():
+        r = getattr(lesson04, check)(ns[name], show=False)
+        assert (r.id, r.status) == (ex_id, status), r.text()
+        assert r.points == (r.max_points if status == feedback.PASSED else 0)
+        assert r.star == (status == feedback.PASSED and bool(r.cost))
+    rows = feedback.lesson_rows("04", feedback.results())
+    assert [r.id for r in rows] == list(CALLS) and sum(r.max_points for r in rows) == 10
+
+
+def test_the_automaton_reference_is_rule_90():
+    # rule 90 from a single 1 on a ring of 7: Sierpinski's triangle, row by row
+    start = np.zeros(7, np.float32)
+    start[3] = 1
+    assert lesson04.automaton(start, 1).tolist() == [0, 0, 1, 0, 1, 0, 0]
+    assert lesson04.automaton(start, 2).tolist() == [0, 1, 0, 0, 0, 1, 0]
+    assert lesson04.automaton(start, 3).tolist() == [1, 0, 1, 0, 1, 0, 1]
+
+
+class Xor(ipu.Vertex):
+    left = ipu.Input(ipu.FLOAT)
+    right = ipu.Input(ipu.FLOAT)
+    out = ipu.Output(ipu.FLOAT)
+
+    def compute(self):
+        self.out[...] = np.abs(self.left - self.right)
+
+
+def one_step(graph, src, dst, name="step"):
+    n = src.shape[0]
+    cs = graph.add_compute_set(name)
+    for i in range(n):
+        graph.add_vertex(cs, Xor, {"left": src[(i - 1) % n], "right": src[(i + 1) % n],
+                                   "out": dst[i]}, tile=i)
+    return ipu.Execute(cs)
+
+
+def second_buffer(graph, cells):
+    other = graph.add_variable(ipu.FLOAT, [cells.shape[0]], "other")
+    for i in range(cells.shape[0]):
+        graph.set_tile_mapping(other[i], i)
+    return other
+
+
+def test_writing_in_place_is_a_race_reported_without_the_fix():
+    r = lesson04.check_automaton(
+        lambda g, cells, k: ipu.Repeat(k, one_step(g, cells, cells)), show=False)
+    assert r.status == "failed" and "has a data race" in r.message
+    assert "Fix" not in r.message and "separate tensors" not in r.message
+
+
+def test_copying_every_generation_passes_without_the_star():
+    def with_copies(g, cells, k):
+        other = second_buffer(g, cells)
+        return ipu.Repeat(k, ipu.Sequence(one_step(g, cells, other), ipu.Copy(other, cells)))
+
+    r = lesson04.check_automaton(with_copies, show=False)
+    assert r.passed and not r.star
+
+
+def test_ping_pong_that_forgets_an_odd_count_is_named():
+    def even_only(g, cells, k):
+        other = second_buffer(g, cells)
+        return ipu.Repeat(k // 2, ipu.Sequence(one_step(g, cells, other, "a"),
+                                               one_step(g, other, cells, "b")))
+
+    r = lesson04.check_automaton(even_only, show=False)
+    assert r.status == "failed" and "cells holds generation 0, not 1" in r.message
+
+
+def test_a_wrong_neighbour_fails():
+    def off_by_one(g, cells, k):
+        n = cells.shape[0]
+        other = second_buffer(g, cells)
+        cs = g.add_compute_set("step")
+        for i in range(n):
+            g.add_vertex(cs, Xor, {"left": cells[i], "right": cells[(i + 1) % n],
+                                   "out": other[i]}, tile=i)
+        return ipu.Repeat(k, ipu.Sequence(ipu.Execute(cs), ipu.Copy(other, cells)))
+
+    assert lesson04.check_automaton(off_by_one, show=False).status == "failed"
+
+
+@pytest.mark.parametrize("mapping", [
+    lambda g, x, reads: g.set_tile_mapping(x, 0),
+    lambda g, x, reads: poputil.map_tensor_linearly(g, x, grain_size=1),
+    lambda g, x, reads: [g.set_tile_mapping(x[i], i % g.target.num_tiles)
+                         for i in range(x.shape[0])]])
+def test_mappings_that_ignore_the_readers_fail_with_a_picture(mapping):
+    r = lesson04.check_mapping(mapping, show=False)
+    assert r.status == "failed" and "mapping each element near its readers takes" in \
+        r.message
+    assert r.picture["text"].startswith("your mapping:")
+
+
+def test_an_unmapped_element_is_named():
+    r = lesson04.check_mapping(lambda g, x, reads: g.set_tile_mapping(x[1:], 0), show=False)
+    assert r.status == "failed" and "element 0 of x is not mapped" in r.message
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    assert doctest.testmod(lesson04).failed == 0
