@@ -10,7 +10,8 @@ NOTEBOOK = "09_accumulation_recomputation_offloading.ipynb"
 CHECKS = {"09.1": ("check_peak_bytes", "peak_bytes"),
           "09.2": ("check_recomputed_stash", "recomputed_stash"),
           "09.3": ("check_largest_micro_batch", "largest_micro_batch"),
-          "09.4": ("check_accumulation", "accumulate_step")}
+          "09.4": ("check_accumulation", "accumulate_step"),
+          "09.5": ("check_checkpoints", "choose_checkpoints")}
 
 
 @SOLVED_AND_UNTOUCHED
@@ -99,3 +100,36 @@ def test_accumulation_feedback():
 
     r = lesson09.check_accumulation(twice)
     assert "call grad once per micro-batch (4 calls), you made 5" in r.message
+
+
+def test_checkpointed_peak_by_hand():
+    # 9 layers of 4 bytes, input 2, one micro-batch: checkpoints after layers 2 and 5
+    # stash 2 + 8 and leave runs of 8, 8, 12 bytes
+    acts = [4] * 9
+    interleaved, then = lesson09.MODES[1], lesson09.MODES[0]
+    assert lesson09.checkpointed_peak(acts, 2, 1, interleaved, [2, 5]) == 10 + 12
+    assert lesson09.checkpointed_peak(acts, 2, 1, then, [2, 5]) == 10 + 28
+    assert lesson09.checkpointed_peak(acts, 2, 3, interleaved, []) == 6 + 36
+    assert lesson09.best_checkpoint_peak(acts, 2, 1, interleaved) == 22
+
+
+def test_checkpoints_feedback():
+    r = lesson09.check_checkpoints(lambda acts, inp, k, mode: [])
+    assert "with checkpoints [] the stage's peak stash is 38 bytes" in r.message
+
+    def always_cut(acts, inp, k, mode):  # sqrt(n) cuts whatever the mode
+        return [2, 5]
+
+    r = lesson09.check_checkpoints(always_cut)
+    assert "stashed once per micro-batch in flight (6 here)" in r.message
+
+    def cut_unless_many(acts, inp, k, mode):  # right for Interleaved, one cut otherwise
+        if mode == lesson09.MODES[0]:
+            return [0]
+        sets = [[i for i in range(len(acts)) if m >> i & 1] for m in range(1 << len(acts))]
+        return min(sets, key=lambda c: lesson09.checkpointed_peak(acts, inp, k, mode, c))
+
+    r = lesson09.check_checkpoints(cut_unless_many)
+    assert "so a checkpoint only adds stash" in r.message
+    r = lesson09.check_checkpoints(lambda acts, inp, k, mode: [99])
+    assert "layers are numbered 0 to 8" in r.message

@@ -271,3 +271,83 @@ def _accumulation_diagnosis(w, batches, got, g) -> str:
         return (". You updated the weights after every micro-batch; accumulation makes one "
                 "update after all of them")
     return ""
+
+
+# -- 09.5 ---------------------------------------------------------------------------------
+
+MODES = ("RecomputeThenBackpropagate", "RecomputeAndBackpropagateInterleaved")
+
+
+def checkpointed_peak(act_bytes, input_bytes, in_flight, mode, checkpoints) -> int:
+    """A stage's peak stash with recomputation checkpoints (kit convention): each of the
+    ``in_flight`` micro-batches stashes its input and the checkpointed activations; the
+    backward recomputes the others, all at once (RecomputeThenBackpropagate) or one run
+    between checkpoints at a time (RecomputeAndBackpropagateInterleaved)."""
+    kept = set(checkpoints)
+    stash = input_bytes + sum(act_bytes[i] for i in kept)
+    runs, run_bytes = [], 0
+    for i, b in enumerate(act_bytes):
+        if i in kept:
+            runs.append(run_bytes)
+            run_bytes = 0
+        else:
+            run_bytes += b
+    runs.append(run_bytes)
+    extra = sum(runs) if mode == MODES[0] else max(runs)
+    return in_flight * stash + extra
+
+
+def best_checkpoint_peak(act_bytes, input_bytes, in_flight, mode) -> int:
+    """The smallest :func:`checkpointed_peak` over every set of checkpoints."""
+    n = len(act_bytes)
+    return min(checkpointed_peak(act_bytes, input_bytes, in_flight, mode,
+                                 [i for i in range(n) if mask >> i & 1])
+               for mask in range(1 << n))
+
+
+def _checkpoint_cases():
+    yield [4, 4, 4, 4, 4, 4, 4, 4, 4], 2, 1, MODES[1]  # one micro-batch: about sqrt(n) cuts
+    yield [4, 4, 4, 4, 4, 4, 4, 4, 4], 2, 1, MODES[0]  # recompute all first: none help
+    yield [4, 4, 4, 4, 4, 4, 4, 4, 4], 2, 6, MODES[1]  # many in flight: stash is dear
+    yield [1, 30, 1, 30, 1, 30], 1, 2, MODES[1]  # cut at the small activations
+    rng = np.random.default_rng(95)
+    for _ in range(5):
+        n = int(rng.integers(3, 10))
+        yield ([int(b) for b in rng.integers(1, 50, n)], int(rng.integers(1, 20)),
+               int(rng.integers(1, 5)), MODES[int(rng.integers(2))])
+
+
+@exercise("09.5", "recomputation checkpoints", points=3,
+          hints=("A checkpoint costs stash in every micro-batch in flight, and saves "
+                 "recomputed memory only in the micro-batch being backpropagated.",
+                 "Write the peak for one set of checkpoints first; with at most 9 layers "
+                 "there are at most 512 sets: try them all.",
+                 "peak = in_flight * (input_bytes + checkpointed bytes) + the recomputed "
+                 "bytes held at once: all non-checkpointed activations "
+                 "(RecomputeThenBackpropagate), or the largest run of them between two "
+                 "checkpoints (RecomputeAndBackpropagateInterleaved)."))
+def check_checkpoints(choose_checkpoints):
+    """Exercise 09.5: ``choose_checkpoints(act_bytes, input_bytes, in_flight, mode)`` → the
+    layers whose outputs to checkpoint so that the stage's peak stash is smallest."""
+    for acts, inp, in_flight, mode in _checkpoint_cases():
+        what = (f"choose_checkpoints(act_bytes={acts}, input_bytes={inp}, "
+                f"in_flight={in_flight}, mode={mode!r})")
+        got = choose_checkpoints(list(acts), inp, in_flight, mode)
+        try:
+            got = sorted({as_int(i, what) for i in got})
+        except TypeError:
+            raise Wrong(f"{what}: return a list of layer indices, got {got!r}") from None
+        if any(not 0 <= i < len(acts) for i in got):
+            raise Wrong(f"{what}: layers are numbered 0 to {len(acts) - 1}, got {got}")
+        peak = checkpointed_peak(acts, inp, in_flight, mode, got)
+        best = best_checkpoint_peak(acts, inp, in_flight, mode)
+        if peak > best:
+            none = checkpointed_peak(acts, inp, in_flight, mode, [])
+            raise Wrong(f"{what}: with checkpoints {got} the stage's peak stash is {peak} "
+                        f"bytes (without any: {none}); the best set gives {best}"
+                        + (". In RecomputeThenBackpropagate every recomputed activation is "
+                           "live at once, so a checkpoint only adds stash"
+                           if mode == MODES[0] and got else
+                           f". A checkpoint is stashed once per micro-batch in flight "
+                           f"({in_flight} here): these cost more than they save"
+                           if peak > none else ""))

@@ -20,7 +20,7 @@ import ipukit as ipu
 from ipukit.parallel import nn, optim, pipeline
 from ipukit.parallel.replication import static_bytes
 
-from .feedback import Wrong, as_int, exercise, first_mismatch
+from .feedback import Cost, Wrong, as_int, exercise, first_mismatch
 
 COLLECTIVES = ("allreduce", "reducescatter", "allgather")
 
@@ -351,7 +351,43 @@ def ring_graph(replicas: int, n: int, tiles_per_ipu: int = 2):
     return dev, g, grads
 
 
-@exercise("10.4", "a ring all-reduce on the emulator", points=3,
+def reference_ring(graph, grads, add_into):
+    """The budget's program: each ring step is ONE Copy moving every IPU's chunk at once
+    (views joined with ``ipu.concat``: one exchange), then one compute set."""
+    r, n = len(grads), grads[0].shape[0]
+    c, tiles = n // r, graph.target.tiles_per_ipu
+
+    def chunk(q, k):
+        return grads[q][k * c:(k + 1) * c]
+
+    recv = []
+    for q in range(r):
+        buf = graph.add_variable(ipu.FLOAT, [c], f"ref_recv{q}")
+        graph.set_tile_mapping(buf, q * tiles)
+        recv.append(buf)
+    steps = []
+    for s in range(r - 1):
+        cs = graph.add_compute_set(f"ref_reduce{s}")
+        steps.append(ipu.Copy(ipu.concat([chunk(q, (q - s) % r) for q in range(r)]),
+                              ipu.concat([recv[(q + 1) % r] for q in range(r)])))
+        for q in range(r):
+            d = (q + 1) % r
+            graph.add_vertex(cs, add_into, {"acc": chunk(d, (q - s) % r), "x": recv[d]},
+                             tile=d * tiles)
+        steps.append(ipu.Execute(cs))
+    for s in range(r - 1):
+        steps.append(ipu.Copy(ipu.concat([chunk(q, (q + 1 - s) % r) for q in range(r)]),
+                              ipu.concat([chunk((q + 1) % r, (q + 1 - s) % r)
+                                          for q in range(r)])))
+    return ipu.Sequence(*steps)
+
+
+def device_cycles(exe) -> int:
+    """Cycles of a compiled program's steps on the device (the host sync left out)."""
+    return int(sum(s.cycles for s in exe.steps if s.kind != "host"))
+
+
+@exercise("10.4", "a ring all-reduce on the emulator", points=3, budget="cycles",
           hints=(
               'Start from your 10.1: the same steps, but as Copy programs and compute sets.',
               'A received chunk needs a buffer on the receiving IPU before it can be added; the '
@@ -401,3 +437,7 @@ def check_emulated_ring(ring_program):
                 raise Wrong(f"{what}: right sums, but IPU {a} sent {int(sent[a].sum())} "
                             f"bytes over IPU-Links; a ring all-reduce sends 2(R-1) "
                             f"chunks of n/R floats: {ring} bytes")
+    _, ref_graph, ref_grads = ring_graph(r, n)
+    budget = device_cycles(ipu.compile_graph(ref_graph, [reference_ring(ref_graph, ref_grads,
+                                                                        AddInto)]))
+    return Cost(device_cycles(exe), budget, "cycle")
