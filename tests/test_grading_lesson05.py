@@ -19,7 +19,7 @@ from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises
 NOTEBOOK = "05_poplibs_profiling.ipynb"
 CHECKS = {"05.1": ("check_add_cycles", "add_compute_cycles"),
           "05.2": ("check_split_cost", "split_cost"),
-          "05.3": ("check_best_split", "best_split"),
+          "05.3": ("check_reduce_rows", "reduce_rows"),
           "05.4": ("check_bottleneck", "bottleneck")}
 MK2 = ipu.IPUModel("ipu2").create_device().target
 MK1 = ipu.IPUModel("ipu1").create_device().target
@@ -28,7 +28,7 @@ MK1 = ipu.IPUModel("ipu1").create_device().target
 @SOLVED_AND_UNTOUCHED
 def test_solutions_pass_and_untouched_exercises_are_not_solved(folder, status):
     rows = grade_exercises(lesson05, "05", NOTEBOOK, CHECKS, folder, status)
-    assert sum(r.max_points for r in rows) == 8
+    assert sum(r.max_points for r in rows) == 10
 
 
 # -- references against Graphcore's numbers ------------------------------------------------
@@ -88,7 +88,7 @@ def test_add_cycles_feedback():
     assert "tile 0 holds 13 elements" in r.message and "6 x its heaviest worker" in r.message
     r = lesson05.check_add_cycles(lambda counts: [6 * (10 + 3 * e) if e else 0
                                                   for e in counts])
-    assert "one vertex for the whole tile" in r.message and "hint:" in r.message
+    assert "one vertex for the whole tile" in r.message and "hint 2 of 3:" in r.message
     r = lesson05.check_add_cycles(lambda counts: [6 * (10 + 2 * max(_pieces(e), default=0))
                                                   for e in counts])
     assert "written too" in r.message
@@ -115,17 +115,60 @@ def test_split_cost_feedback():
     assert "return a dict with the keys" in r.message
 
 
-def test_best_split_feedback():
-    def last_minimum(target, rows, cols):
-        costs = [sum(lesson05.split_costs(target, rows, cols, s).values())
-                 for s in range(1, cols)]
-        return len(costs) - int(np.argmin(costs[::-1]))
+class RowSum(ipu.Vertex):
+    x = ipu.Input(ipu.Vector(ipu.FLOAT))
+    out = ipu.Output(ipu.FLOAT)
 
-    r = lesson05.check_best_split(last_minimum)
-    assert "best_split(ipu2 (1472 tiles), rows=40, cols=50): expected split 5 (cost 123), " \
-           "you returned 10 (cost 123). Both cost the same" in r.message
-    r = lesson05.check_best_split(lambda target, rows, cols: cols)
-    assert "tut6 tries splits 1 to 999; you returned 1000" in r.message
+    def compute(self):
+        self.out[...] = self.x.sum(axis=-1)
+
+
+def one_vertex_per_row(graph, x, prog):  # correct, but every row gathered on one tile
+    out = graph.add_variable(ipu.FLOAT, [x.shape[0]], "out")
+    cs = graph.add_compute_set("rows")
+    for r in range(x.shape[0]):
+        graph.set_tile_mapping(out[r], 0)
+        graph.add_vertex(cs, RowSum, {"x": x[r], "out": out[r]}, tile=0)
+    prog.add(ipu.Execute(cs))
+    return out
+
+
+def test_reduce_rows_solution_gets_the_star_and_a_gather_does_not():
+    from tests.lessons import notebook_namespace
+
+    ns = notebook_namespace("solutions", NOTEBOOK)
+    r = lesson05.check_reduce_rows(ns["reduce_rows"])
+    assert r.passed and r.star
+    r = lesson05.check_reduce_rows(one_vertex_per_row)
+    assert r.passed and not r.star and "match it for a ★" in r.cost
+
+
+def test_reduce_rows_mistakes_lose_the_points():
+    def columns(graph, x, prog):  # sums over the wrong axis
+        out = graph.add_variable(ipu.FLOAT, [x.shape[0]], "out")
+        cs = graph.add_compute_set("cols")
+        xt = x.transpose()
+        for r in range(x.shape[0]):
+            graph.set_tile_mapping(out[r], 0)
+            graph.add_vertex(cs, RowSum, {"x": xt[r], "out": out[r]}, tile=0)
+        prog.add(ipu.Execute(cs))
+        return out
+
+    assert "out holds column sums" in lesson05.check_reduce_rows(columns).message
+
+    def drops_last_column(graph, x, prog):
+        out = graph.add_variable(ipu.FLOAT, [x.shape[0]], "out")
+        cs = graph.add_compute_set("rows")
+        for r in range(x.shape[0]):
+            graph.set_tile_mapping(out[r], 0)
+            graph.add_vertex(cs, RowSum, {"x": x[r, :-1], "out": out[r]}, tile=0)
+        prog.add(ipu.Execute(cs))
+        return out
+
+    r = lesson05.check_reduce_rows(drops_last_column)
+    assert r.status == "failed" and "out[0]: expected" in r.message
+    r = lesson05.check_reduce_rows(lambda graph, x, prog: None)
+    assert "return the tensor of the 6 row sums" in r.message
 
 
 @pytest.fixture(scope="module")

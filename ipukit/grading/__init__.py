@@ -7,9 +7,8 @@ sometimes a picture of what the code did next to what was expected) with a hint 
 gets more specific with each failed attempt, or not solved yet.
 
 >>> from ipukit.grading import lesson01
->>> r = lesson01.check_tile_compute_cycles(lambda cycles, num_workers=6: sum(cycles))
-... # doctest: +ELLIPSIS
-WRONG · Exercise 01.2 · ...: 0/2 points
+>>> r = lesson01.check_superstep_cycles(lambda sync, *args: sync)  # doctest: +ELLIPSIS
+WRONG · Exercise 01.3 · the cost of one BSP superstep: 0/2 points
    ...
 >>> r.points, r.max_points
 (0, 2)

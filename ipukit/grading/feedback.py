@@ -6,9 +6,9 @@ and optionally a :class:`Picture` of what the learner's code did next to what wa
 expected) or returns normally; the decorator runs it, records the :class:`Result`,
 shows it and returns it. There is no ``run("NN.k", body)`` ceremony::
 
-    @exercise("01.2", "six workers on a tile", points=2,
+    @exercise("01.3", "the cost of one BSP superstep", points=2,
               hints=("a nudge", "the concept", "a near-answer"))
-    def check_tile_compute_cycles(tile_compute_cycles):
+    def check_superstep_cycles(superstep_cycles):
         ...
         if got != expected:
             raise Wrong(f"... expected {expected} cycles, got {got}")

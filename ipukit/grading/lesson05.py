@@ -1,15 +1,16 @@
 """The ``check_*`` functions of lesson 05: PopLibs and profiling.
 
 The references are measured, not recomputed from the learner's formula: 05.1 compiles a
-real ``popops.add`` and reads each tile's compute cycles from the step; 05.2 and 05.3 use
+real ``popops.add`` and reads each tile's compute cycles from the step; 05.2 uses
 Graphcore's integer cost function of tut6 (``estimateCycles`` in ``tut6.cpp``, whose
-10000×1000 numbers are in Graphcore's tests: split 7 on Mk2, total 3996); 05.4 reads
+10000×1000 numbers are in Graphcore's tests: split 7 on Mk2, total 3996); 05.3 measures
+the learner's reduction against ``popops.reduce``'s cycles; 05.4 reads
 the Trace of programs built from PopLibs ops.
 
 >>> from ipukit.grading import lesson05
->>> r = lesson05.check_best_split(lambda target, rows, cols: 1)  # doctest: +ELLIPSIS
-WRONG · Exercise 05.3 · the best column split of tut6: 0/1 point
-   ...
+>>> r = lesson05.check_split_cost(lambda target, rows, cols, split: {}, show=False)
+>>> print(r.text().splitlines()[0])
+WRONG · Exercise 05.2 · tut6's integer cost of a split: 0/2 points
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import ipukit as ipu
 from ipukit.poplibs import poplin, popnn, popops, poputil
 from ipukit.poplibs.expr import _1
 
-from .feedback import Wrong, as_int, as_ints, exercise
+from .feedback import Cost, Wrong, as_int, as_ints, exercise, first_mismatch, library_error
 
 
 def _target(tiles: int | None = None, version: str = "ipu2"):
@@ -61,11 +62,14 @@ def _add_cases():
     yield [int(c) for c in rng.integers(0, 200, 6)]
 
 
-@exercise("05.1", "the compute cycles of popops.add", points=2,
-          hint="poputil.split_regions(e, 2, 6) gives the pieces popops makes of a tile's e "
-               "elements (whole grains of 2 floats, at most one piece per worker). A piece "
-               "of s elements costs 10 + 3*s cycles (2*s read, s written); each piece runs "
-               "on its own worker, so the tile takes 6 x the largest piece's cycles.")
+@exercise("05.1", "the compute cycles of popops.add", points=2, hints=(
+    "How many vertices does popops.add put on a tile, and how are they shared by the "
+    "tile's workers?",
+    "popops cuts a tile's elements into at most 6 pieces of whole grains (2 floats): "
+    "poputil.split_regions gives them. Each piece is one vertex on its own worker, and a "
+    "vertex reads two elements and writes one per element of its piece.",
+    "For e elements: pieces = poputil.split_regions(e, 2, 6); a piece of s elements "
+    "costs 10 + 3*s; the tile takes 6 x the largest piece's cost (0 for no pieces)."))
 def check_add_cycles(add_compute_cycles):
     """Exercise 05.1: ``add_compute_cycles(elements_per_tile)`` → the compute cycles of
     every tile in the compute set of ``popops.add(a, b)``."""
@@ -134,12 +138,14 @@ def _tname(target) -> str:
     return f"{target.version} ({target.num_tiles} tiles)"
 
 
-@exercise("05.2", "tut6's integer cost of a split", points=2,
-          hint="Work in integers as the C++ does: ceil_div(a, b) = (a + b - 1) // b and // "
-               "for every division. maxV = max(ceil(R*split/T), 1); compute = "
-               "ceil(maxV/W)*W*(5 + (ceil(C/split) + 1)//2); exchange = "
-               "ceil(maxV/R)*ceil(C/split)*4//X; with maxR = max(ceil(R/T), 1): reduce "
-               "exchange = maxR*split*4//X, reduce compute = ceil(maxR/W)*W*(5 + (split+1)//2).")
+@exercise("05.2", "tut6's integer cost of a split", points=2, hints=(
+    "The C++ works in unsigned integers: which of your divisions round, and which way?",
+    "ceil_div(a, b) = (a + b - 1) // b wherever the formula says ⌈a/b⌉, and // for every "
+    "other division, exactly in the order the formula gives (integer division does not "
+    "commute with multiplication).",
+    "maxV = max(ceil(R*split/T), 1); compute = ceil(maxV/W)*W*(5 + (ceil(C/split) + 1)//2); "
+    "exchange = ceil(maxV/R)*ceil(C/split)*4//X; maxR = max(ceil(R/T), 1): reduce exchange "
+    "= maxR*split*4//X, reduce compute = ceil(maxR/W)*W*(5 + (split+1)//2)."))
 def check_split_cost(split_cost):
     """Exercise 05.2: ``split_cost(target, rows, cols, split)`` → dict with the four parts
     of Graphcore's estimate: compute, exchange, reduce_exchange, reduce_compute."""
@@ -175,27 +181,67 @@ def _best_cases():
             (mk2, 40, 50), (_target(4), 4, 300), (_target(16), 3, 90), (_target(64), 10, 1000)]
 
 
-@exercise("05.3", "the best column split of tut6", points=1,
-          hint="Try every split from 1 to cols - 1 and keep the FIRST one with the least total "
-               "cost (tut6.cpp compares with a strict <). min(range(1, cols), key=...) does "
-               "exactly that.")
-def check_best_split(best_split_fn):
-    """Exercise 05.3: ``best_split(target, rows, cols)`` → tut6's ``calcOptimalColAxisSplit``."""
+# -- 05.3: a PopLibs-style reduction built from vertices --------------------------------------
 
-    for target, rows, cols in _best_cases():
-        what = f"best_split({_tname(target)}, rows={rows}, cols={cols})"
-        want = best_split(target, rows, cols)
-        got = as_int(best_split_fn(target, rows, cols), what)
-        if got == want:
-            continue
-        cost = {s: sum(split_costs(target, rows, cols, s).values()) for s in (want, got)
-                if 1 <= s < cols}
-        if got not in cost:
-            raise Wrong(f"{what}: tut6 tries splits 1 to {cols - 1}; you returned {got}")
-        tie = (" Both cost the same: tut6 keeps the first (strict <)."
-               if cost[got] == cost[want] else "")
-        raise Wrong(f"{what}: expected split {want} (cost {cost[want]}), you returned "
-                    f"{got} (cost {cost[got]}).{tie}")
+def _reduce_graph(rows, cols, tiles):
+    dev = ipu.IPUModel("ipu2", tiles_per_ipu=tiles).create_device()
+    g = ipu.Graph(dev.target)
+    x = g.add_variable(ipu.FLOAT, [rows, cols], "x")
+    poputil.map_tensor_linearly(g, x, min_elements_per_tile=1, grain_size=1)
+    g.create_host_write("x", x)
+    return dev, g, x
+
+
+def _device_cycles(eng) -> int:
+    return sum(s.cycles for s in eng.trace.executed_steps() if s.kind != "host")
+
+
+@exercise("05.3", "a row sum built like popops.reduce", points=3, budget="cycles", hints=(
+    "A row of x may be spread over several tiles. Sum what each tile holds where it "
+    "lives first; only then bring the few partial results together.",
+    "Two compute sets, as popops.reduce builds them: partial sums of each (row, tile) "
+    "piece on its tile, into a partials tensor mapped there; then one vertex per row "
+    "adds that row's partials. A row that lives on one tile needs no second stage.",
+    "Walk graph.get_tile_mapping(x) (flat runs per tile), cut each run at row boundaries "
+    "(row = flat index // cols), add a vertex per piece; map out[row] to the tile of its "
+    "first piece; return out after adding Execute(first) and Execute(second) to prog."))
+def check_reduce_rows(reduce_rows):
+    """Exercise 05.3: ``reduce_rows(graph, x, prog)`` adds to ``prog`` what computes
+    out = x.sum(axis=1) for a 2-D ``x`` mapped linearly over the tiles, and returns
+    ``out``. Budget: the cycles of ``popops.reduce(graph, x, [1], ADD, prog)``."""
+    rng = np.random.default_rng(503)
+    used = budget = 0
+    for rows, cols, tiles in [(6, 100, 4), (3, 50, 8), (10, 7, 5), (1, 64, 4), (7, 13, 6)]:
+        what = f"x of shape [{rows}, {cols}] on {tiles} tiles"
+        xv = rng.normal(size=(rows, cols)).astype(np.float32)
+        dev, g, x = _reduce_graph(rows, cols, tiles)
+        prog = ipu.Sequence()
+        out = reduce_rows(g, x, prog)
+        if not isinstance(out, ipu.Tensor) or tuple(out.shape) != (rows,):
+            raise Wrong(f"{what}: return the tensor of the {rows} row sums, got {out!r}")
+        g.create_host_read("out", out)
+        try:
+            eng = ipu.Engine(g, prog)
+        except ipu.IpuError as exc:
+            raise Wrong(library_error(f"{what}: your graph does not compile", exc)) from None
+        eng.load(dev)
+        eng.write_tensor("x", xv)
+        eng.run()
+        got, want = eng.read_tensor("out"), xv.sum(axis=1)
+        columns = xv.sum(axis=0)
+        if rows > 1 and cols >= rows and np.allclose(got, columns[:rows], rtol=1e-4,
+                                                      atol=1e-4):
+            raise Wrong(f"{what}: out holds column sums; sum each row (axis 1)")
+        first_mismatch(want, got, f"{what}: out", rtol=1e-4, atol=1e-4)
+        used += _device_cycles(eng)
+        dev2, g2, x2 = _reduce_graph(rows, cols, tiles)
+        prog2 = ipu.Sequence()
+        popops.reduce(g2, x2, [1], popops.Operation.ADD, prog2, "reference")
+        ref = ipu.Engine(g2, prog2)
+        ref.load(dev2)
+        ref.run()
+        budget += _device_cycles(ref)
+    return Cost(used, budget, "cycle")
 
 
 # -- 05.4: read a profile ------------------------------------------------------------------
@@ -304,12 +350,14 @@ def _step_named(trace, name):
     return next((i for i, s in enumerate(trace.steps) if s.name == name), None)
 
 
-@exercise("05.4", "find the bottleneck in a profile", points=3,
-          hint="Only compute steps (step.kind == 'compute') are compute sets. A set's share "
-               "of the run is trace.executions()[step.index] * step.cycles. Its phase is the "
-               "larger of step.exchange_cycles and step.compute_cycles, and the tile that "
-               "sets it is the argmax of step.tile_exchange_cycles(trace.target) or of "
-               "step.tile_compute_cycles.")
+@exercise("05.4", "find the bottleneck in a profile", points=3, hints=(
+    "Which steps are compute sets, and how often did each run?",
+    "A compute set's share of the run is how often it ran times its cycles "
+    "(trace.executions()[step.index]); its phase is the longer of exchange and compute, "
+    "and one tile sets that phase's length.",
+    "Keep steps with kind == 'compute'; take the max of executions * cycles; compare "
+    "exchange_cycles with compute_cycles; the tile is the argmax of "
+    "step.tile_exchange_cycles(trace.target) or of step.tile_compute_cycles."))
 def check_bottleneck(bottleneck):
     """Exercise 05.4: ``bottleneck(trace)`` → ``{"compute_set": name, "phase": "exchange"
     or "compute", "tile": the tile that sets that phase}``: the compute set that takes the
