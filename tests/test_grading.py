@@ -422,10 +422,7 @@ def test_library_errors_lose_the_fix_they_suggest():
 LESSON_MODULES = sorted((ROOT / "ipukit" / "grading").glob("lesson*.py"))
 
 
-@pytest.mark.parametrize("path", [
-    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="lesson09 still imports "
-                                            "lesson07's teaching_target (in .common now)"))
-    if p.stem == "lesson09" else p for p in LESSON_MODULES], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", LESSON_MODULES, ids=lambda p: p.stem)
 def test_no_lesson_imports_another_lessons_private_helpers(path):
     import re
 

@@ -7,9 +7,10 @@ from ipukit.grading import feedback, lesson07
 from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises
 
 NOTEBOOK = "07_sharding.ipynb"
-CHECKS = {"07.1": ("check_static_bytes", "static_bytes_per_ipu"),
+CHECKS = {"07.1": ("check_selection_order", "select_ipus"),
           "07.2": ("check_balance", "balance"),
-          "07.3": ("check_sharded_cycles", "sharded_cycles")}
+          "07.3": ("check_sharded_cycles", "sharded_cycles"),
+          "07.4": ("check_time_split", "split_stages")}
 
 
 @SOLVED_AND_UNTOUCHED
@@ -17,18 +18,6 @@ def test_solutions_pass_and_untouched_exercises_are_not_solved(folder, status):
     rows = grade_exercises(lesson07, "07", NOTEBOOK, CHECKS, folder, status)
     assert sum(r.max_points for r in rows) >= 7
 
-
-def test_static_bytes_feedback():
-    r = lesson07.check_static_bytes(lambda p, m, n, s: [4 * sum(
-        x for x, q in zip(p, m) if q == i) for i in range(n)])
-    assert r.status == feedback.FAILED and "That is the weights alone" in r.message
-    r = lesson07.check_static_bytes(lambda p, m, n, s: [8 * sum(
-        x for x, q in zip(p, m) if q == i) for i in range(n)])
-    assert "left out the optimiser state" in r.message and "hint:" in r.message
-    r = lesson07.check_static_bytes(lambda p, m, n, s: [0] * (n + 1))
-    assert "expected 2 numbers" in r.message
-    r = lesson07.check_static_bytes(lambda p, m, n, s: 1 / 0)
-    assert "ZeroDivisionError" in r.message
 
 
 def test_balance_feedback():
@@ -69,3 +58,51 @@ def test_docstring_example_runs():
 
     result = doctest.testmod(lesson07)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_ladder_has_rungs_and_rails():
+    assert lesson07.ladder_links(4) == {(0, 1), (2, 3), (0, 2), (1, 3)}
+
+
+def test_selection_order_feedback():
+    r = lesson07.check_selection_order(lambda order, n: list(range(n)))
+    assert r.status == feedback.FAILED
+    assert "shards 1 and 2 are on IPUs 1 and 2, which have no IPU-Link" in r.message
+
+    def snake_as_hoof(order, n):  # a correct snake is not a hoof: its ends are far apart
+        if order == "zigzag":
+            return list(range(n))
+        return [a for j in range(0, n, 2) for a in ((j, j + 1) if j % 4 == 0 else (j + 1, j))]
+
+    r = lesson07.check_selection_order(snake_as_hoof)
+    assert "select_ipus('hoof', 6)" in r.message and "the last shard and the first" in r.message
+    r = lesson07.check_selection_order(lambda order, n: [0] * n)
+    assert "each of IPUs 0 to 1 once" in r.message
+
+
+def _fastest_ignoring_memory(cycles, nbytes, q, cap):
+    return lesson07.best_time_split(cycles, nbytes, q, 10 ** 12)[1]
+
+
+def test_time_split_feedback():
+    r = lesson07.check_time_split(_fastest_ignoring_memory)
+    assert "more than 7" in r.message and "fastest if memory did not matter" in r.message
+
+    def balance_bytes(cycles, nbytes, q, cap):  # 07.2's answer: the wrong objective
+        return lesson07.best_time_split(nbytes, nbytes, q, cap)[1]
+
+    r = lesson07.check_time_split(balance_bytes)
+    assert "slowest stage takes" in r.message and r.picture is not None
+    assert "a fastest split that fits" in r.text()
+    r = lesson07.check_time_split(lambda c, b, q, cap: lesson07.best_time_split(
+        c, b, q, cap)[1] or [0] * (len(c) - 1) + [1])
+    assert "no split fits in 50 bytes per IPU, so return None" in r.message
+
+
+def test_time_split_reference_on_a_hand_case():
+    # 2 IPUs of 7 bytes: the fastest split [0 | 1 1 1 1 1] (50 cycles) puts 10 bytes on
+    # IPU 1; of the splits that fit, [0 0 0 0 | 1 1] is fastest (80 cycles)
+    cycles, nbytes = [50, 10, 10, 10, 10, 10], [1, 1, 1, 1, 1, 6]
+    assert lesson07.best_time_split(cycles, nbytes, 2, 100) == (50, [0, 1, 1, 1, 1, 1])
+    assert lesson07.best_time_split(cycles, nbytes, 2, 7) == (80, [0, 0, 0, 0, 1, 1])
+    assert lesson07.best_time_split(cycles, nbytes, 2, 5) == (None, None)

@@ -14,7 +14,9 @@ from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises
 NOTEBOOK = "11_concurrent_sharded_embedding.ipynb"
 CHECKS = {"11.1": ("check_sharded_log_softmax", "sharded_log_softmax"),
           "11.2": ("check_ce_backward", "ce_backward"),
-          "11.3": ("check_collective_cycles", "collective_cycles")}
+          "11.3": ("check_collective_cycles", "collective_cycles"),
+          "11.4": ("check_embedding_lookup", "embedding_lookup"),
+          "11.5": ("check_embedding_grad", "embedding_grad")}
 
 
 @SOLVED_AND_UNTOUCHED
@@ -41,7 +43,7 @@ def test_log_softmax_feedback():
         return np.split(_dense(np.concatenate(parts, 1)), len(parts), 1)
 
     r = lesson11.check_sharded_log_softmax(gathered)
-    assert "no collective ran" in r.message and "hint:" in r.message
+    assert "no collective ran" in r.message and "hint " in r.message
 
     def all_reduce_the_logits(parts, log):
         s_count = len(parts)
@@ -151,3 +153,36 @@ def test_docstring_examples_run():
 
     result = doctest.testmod(lesson11)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_embedding_lookup_feedback():
+    def unmasked(parts, ids, log):
+        size = parts[0].shape[0]
+        partials = [p[(ids - s * size) % size] for s, p in enumerate(parts)]
+        return log.all_reduce(partials, "add", "rows")
+
+    r = lesson11.check_embedding_lookup(unmasked)
+    assert "Every shard added a row for this id" in r.message
+
+    def gathers(parts, ids, log):
+        table = np.concatenate(parts)
+        return [table[ids] for _ in parts]
+
+    r = lesson11.check_embedding_lookup(gathers)
+    assert "right rows, but the collectives were []" in r.message
+
+
+def test_embedding_grad_feedback():
+    def last_wins(ids, dy, v, s_count):
+        size = v // s_count
+        out = []
+        for s in range(s_count):
+            dw = np.zeros((size, dy.shape[1]))
+            local = ids - s * size
+            mine = (local >= 0) & (local < size)
+            dw[local[mine]] += dy[mine]  # repeated ids: only one survives
+            out.append(dw)
+        return out
+
+    r = lesson11.check_embedding_grad(last_wins)
+    assert "appears 2 times" in r.message and "np.add.at" in r.message

@@ -3,17 +3,19 @@ wrong answers get feedback that names what is wrong."""
 
 import math
 
+import numpy as np
 import pytest
 
 from ipukit.grading import lesson12
-from ipukit.parallel import nn, pipeline
+from ipukit.parallel import nn, pipeline, sharded
 from ipukit.parallel.concurrent import ShardedSoftmaxCrossEntropy, split_dense
-from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises
+from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises, notebook_namespace
 
 NOTEBOOK = "12_mnist_concurrent_pipelines.ipynb"
 CHECKS = {"12.1": ("check_concurrent_pipeline", "concurrent_pipeline"),
           "12.2": ("check_link_bytes", "link_bytes"),
-          "12.3": ("check_common_count", "common_count")}
+          "12.3": ("check_classifier_step", "classifier_step"),
+          "12.4": ("check_shard_count", "shard_count")}
 
 
 @SOLVED_AND_UNTOUCHED
@@ -71,20 +73,6 @@ def test_link_bytes_feedback():
     assert "records 8,416 bytes" in r.message and "(S-1) copies of [mb, hidden]" in r.message
 
 
-def test_common_count_feedback():
-    r = lesson12.check_common_count(lambda schedule, at_least: -(-at_least // 4) * 4)
-    assert "the basic pipeline (3 stages) raises PipelineConfigError" in r.message
-    assert "must be a multiple of 6" in r.message
-    r = lesson12.check_common_count(lambda schedule, at_least: 24)
-    assert "but 12 is accepted by both and is smaller" in r.message and "hint:" in r.message
-    r = lesson12.check_common_count(lambda schedule, at_least: 0)
-    assert "below 1" in r.message
-
-
-def test_original_default_count_is_accepted_by_both():
-    # golden case 14: gradient accumulation 84 = 2^2 * 3 * 7 suits both modes (Grouped)
-    assert lesson12.accepts("Grouped", 84) == {"basic": "", "concurrent": ""}
-    assert lesson12.accepts("Grouped", 8)["basic"]  # not a multiple of 6
 
 
 def test_docstring_examples_run():
@@ -92,3 +80,46 @@ def test_docstring_examples_run():
 
     result = doctest.testmod(lesson12)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_classifier_step_feedback():
+    ns = notebook_namespace("solutions", NOTEBOOK)
+
+    def summed(w_parts, x, labels, lr, log):  # forgets the 1/B of the mean loss
+        new, loss = ns["classifier_step"](w_parts, x, labels, lr * len(labels), log)
+        return new, loss
+
+    r = lesson12.check_classifier_step(summed)
+    assert "Divide the gradient by the batch size" in r.message
+
+    def gathered(w_parts, x, labels, lr, log):
+        logits = np.concatenate([x @ w for w in w_parts], axis=1)
+        log.all_reduce([logits] * len(w_parts), "add", "all logits")
+        return ns["classifier_step"](w_parts, x, labels, lr, sharded.CollectiveLog(
+            len(w_parts)))
+
+    r = lesson12.check_classifier_step(gathered)
+    assert "never gather the logits" in r.message
+
+
+def test_shard_count_feedback():
+    r = lesson12.check_shard_count(lambda first, cls, coll, m: m - 1)
+    assert "with 7 IPU(s) the slowest stage takes 40,000" in r.message
+    assert "On a tie, take fewer IPUs" in r.message
+
+    def ignores_collectives(first, cls, coll, m):
+        return min(range(1, m), key=lambda s: (max(first, cls / s), s))
+
+    r = lesson12.check_shard_count(ignores_collectives)
+    assert "with 5 IPU(s) the slowest stage takes 42,215 cycles; with 6" in r.message
+
+    def no_tie_rule(first, cls, coll, m):
+        return max(range(1, m), key=lambda s: (-max(first, cls / s + coll(s)), s))
+
+    r = lesson12.check_shard_count(no_tie_rule)
+    assert "On a tie, take fewer IPUs" in r.message
+
+
+def test_stage_collectives_sum_lesson_11_costs():
+    coll = lesson12.stage_collectives(8, 64)
+    assert coll(1) == 0 and 0 < coll(2) < coll(4)

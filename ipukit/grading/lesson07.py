@@ -17,15 +17,10 @@ import itertools
 
 import numpy as np
 
-import ipukit as ipu
 from ipukit.parallel import Block, ShardedExecution, Stage, nn, optim, training_model
 
-from .feedback import Wrong, as_int, as_ints, exercise, run
-
-
-def teaching_target(num_ipus: int, tiles: int = 4):
-    """``num_ipus`` Mk2 IPUs of ``tiles`` tiles each (4 tiles: 2.4 MiB per IPU)."""
-    return ipu.IPUModel("ipu2", num_ipus=num_ipus, tiles_per_ipu=tiles).create_device().target
+from .common import teaching_target
+from .feedback import Wrong, as_int, as_ints, exercise, side_by_side, tile_grid
 
 
 def _sharded(widths, mapping, optimizer, num_ipus, g=1, tiles=4):
@@ -50,66 +45,139 @@ def _train_once(model, width_in, classes, mb, seed=0):
 
 # -- 07.1 ---------------------------------------------------------------------------------
 
-#: name -> (a fresh optimiser, its slots: copies of the weights it keeps as state)
-OPTIMISERS = {"SGD": (lambda: optim.SGD(0.1), 0), "Momentum": (lambda: optim.Momentum(0.1), 1),
-              "AdamW": (lambda: optim.AdamW(), 2)}
+# The IPU-Links of an IPU-POD as a ladder (kit convention): IPUs 2j and 2j+1 form a rung,
+# and IPU i is linked to IPU i + 2 along the rails.
 
 
-def _static_cases():
-    rng = np.random.default_rng(71)
-    yield [20, 30, 10], [0, 1], "AdamW", 2
-    yield [8, 16, 16, 16, 4], [0, 0, 1, 1], "SGD", 2
-    for name in ("Momentum", "AdamW", "SGD"):
-        layers = int(rng.integers(3, 6))
-        widths = [int(w) for w in rng.integers(3, 40, layers + 1)]
-        num_ipus = int(rng.integers(2, layers + 1))
-        cuts = sorted(rng.choice(np.arange(1, layers), num_ipus - 1, replace=False))
-        mapping = [int(np.searchsorted(cuts, i, side="right")) for i in range(layers)]
-        yield widths, mapping, name, num_ipus
+def ladder_links(num_ipus: int) -> set[tuple[int, int]]:
+    """The IPU-Links of ``num_ipus`` IPUs in a ladder, as sorted pairs (kit convention)."""
+    links = {(a, a + 1) for a in range(0, num_ipus - 1, 2)}
+    return links | {(a, a + 2) for a in range(num_ipus - 2)}
 
 
-@exercise("07.1", "bytes on each IPU before the first micro-batch", points=2,
-          hint="Per IPU, add up the parameters of its layers (Dense(a, b) has a*b + b), "
-               "times 4 bytes (float32), times 1 (weights) + 1 (gradient accumulators) + "
-               "optimizer_slots (SGD 0, Momentum 1, Adam/AdamW 2).")
-def check_static_bytes(static_bytes_per_ipu):
-    """Exercise 07.1: ``static_bytes_per_ipu(layer_params, device_mapping, num_ipus,
-    optimizer_slots)`` → bytes of weights, gradient accumulators and optimiser state."""
-
-    def body():
-        for widths, mapping, name, num_ipus in _static_cases():
-            make, slots = OPTIMISERS[name]
-            model = _sharded(widths, mapping, make(), num_ipus)
-            rec = _train_once(model, widths[0], widths[-1], 2).memory
-            first = {m.ipu: m for m in rec}  # weights, gradients, state never change
-            expected = [first[q].weights + first[q].gradients + first[q].optimizer
-                        for q in range(num_ipus)]
-            params = [a * b + b for a, b in zip(widths, widths[1:])]
-            what = (f"layers with {params} parameters on IPUs {mapping}, {name} "
-                    f"(optimizer_slots={slots})")
-            got = as_ints(static_bytes_per_ipu(list(params), list(mapping), num_ipus, slots),
-                          num_ipus, what)
-            for q in range(num_ipus):
-                if got[q] != expected[q]:
-                    m = first[q]
-                    raise Wrong(f"{what}: IPU {q} holds {expected[q]:,} bytes before the first "
-                                f"micro-batch (weights {m.weights:,} + gradient accumulators "
-                                f"{m.gradients:,} + optimiser state {m.optimizer:,}), you "
-                                f"said {got[q]:,}" + _static_diagnosis(m, got[q]))
-
-    return run("07.1", body)
+def _linked(a: int, b: int, num_ipus: int) -> bool:
+    return (min(a, b), max(a, b)) in ladder_links(num_ipus)
 
 
-def _static_diagnosis(m, got: int) -> str:
-    if got == m.weights:
-        return ". That is the weights alone."
-    if got == m.weights + m.gradients and m.optimizer:
-        return ". You left out the optimiser state."
-    if got == m.weights + m.optimizer:
-        return ". You left out the gradient accumulators (one per weight)."
-    if got * 4 in (m.weights + m.gradients + m.optimizer, m.weights):
-        return ". Count bytes, not parameters: float32 is 4 bytes."
-    return ""
+@exercise("07.1", "the selection order of IPUs", points=2,
+          hints=(
+              'Draw the ladder of 8 IPUs and walk along it with a pencil.',
+              "SNAKE must step from each shard's IPU to one it has a link to; HOOF must also "
+              'end on an IPU linked to the first one.',
+              'Draw the ladder for 8 IPUs (rungs 0-1, 2-3, 4-5, 6-7; rails 0-2-4-6 and '
+              '1-3-5-7). SNAKE climbs the ladder crossing every rung in turn; HOOF goes up one '
+              'rail and comes down the other, so that it ends next to where it began.',))
+def check_selection_order(select_ipus):
+    """Exercise 07.1: ``select_ipus(order, num_shards)`` → the physical IPU of each shard
+    for TensorFlow's ``SelectionOrder`` ``"zigzag"``, ``"snake"`` or ``"hoof"``."""
+
+    for n in (2, 4, 6, 8, 16):
+        for order in ("zigzag", "snake", "hoof"):
+            what = f"select_ipus({order!r}, {n})"
+            got = as_ints(select_ipus(order, n), n, what)
+            if sorted(got) != list(range(n)):
+                raise Wrong(f"{what}: got {got}; give every shard its own IPU, each of "
+                            f"IPUs 0 to {n - 1} once")
+            if order == "zigzag":
+                if got != list(range(n)):
+                    raise Wrong(f"{what}: got {got}; ZIGZAG follows the natural order "
+                                "of the IPUs")
+                continue
+            pairs = list(zip(got, got[1:])) + ([(got[-1], got[0])] if order == "hoof"
+                                                else [])
+            for s, (a, b) in enumerate(pairs):
+                if not _linked(a, b, n):
+                    which = ("the last shard and the first" if s == n - 1 else
+                             f"shards {s} and {s + 1}")
+                    raise Wrong(f"{what}: got {got}: {which} are on IPUs {a} and {b}, "
+                                "which have no IPU-Link between them (links: "
+                                f"{sorted(ladder_links(n))})")
+
+
+# -- 07.4 ---------------------------------------------------------------------------------
+
+
+def best_time_split(layer_cycles, layer_bytes, num_ipus: int, bytes_per_ipu: int):
+    """(slowest stage's cycles, split) of the best contiguous split under the memory cap,
+    or (None, None) when no split fits; tries them all."""
+    n = len(layer_cycles)
+    best = (None, None)
+    for cuts in itertools.combinations(range(1, n), num_ipus - 1):
+        edges = (0, *cuts, n)
+        if max(sum(layer_bytes[a:b]) for a, b in zip(edges, edges[1:])) > bytes_per_ipu:
+            continue
+        slowest = max(sum(layer_cycles[a:b]) for a, b in zip(edges, edges[1:]))
+        if best[0] is None or slowest < best[0]:
+            best = (slowest, [q for q, (a, b) in enumerate(zip(edges, edges[1:]))
+                              for _ in range(a, b)])
+    return best
+
+
+def _time_cases():
+    yield [10, 10, 10, 10], [1, 1, 1, 1], 2, 2  # even
+    yield [50, 10, 10, 10, 10, 10], [5, 1, 1, 1, 1, 1], 2, 6  # the time-best split fits
+    yield [50, 10, 10, 10, 10, 10], [1, 1, 1, 1, 1, 6], 2, 7  # the time-best split is too full
+    yield [5, 5, 40, 5, 5, 40], [30, 30, 1, 1, 1, 1], 3, 40
+    yield [10, 10, 10], [30, 30, 30], 2, 50  # nothing fits: None
+    rng = np.random.default_rng(74)
+    for _ in range(6):
+        n = int(rng.integers(4, 9))
+        cycles = [int(c) for c in rng.integers(1, 100, n)]
+        nbytes = [int(b) for b in rng.integers(1, 50, n)]
+        q = int(rng.integers(2, min(n, 4) + 1))
+        cap = int(max(nbytes) + rng.integers(0, sum(nbytes) // q + 1))
+        yield cycles, nbytes, q, cap
+
+
+@exercise("07.4", "balance time under a memory cap", points=3,
+          hints=(
+              'Memory decides which splits are allowed; time decides which of those is best.',
+              "The pipeline's pace is its slowest stage: minimise the largest per-IPU sum of "
+              'cycles over the splits that fit.',
+              'The pipeline runs at the pace of its slowest stage, so minimise the largest per- '
+              'IPU sum of cycles, but only among the splits whose every IPU holds at most '
+              'bytes_per_ipu. Enumerate the cut positions as in 07.2 and skip the splits that '
+              'do not fit; return None when none fits.',))
+def check_time_split(split_stages):
+    """Exercise 07.4: ``split_stages(layer_cycles, layer_bytes, num_ipus, bytes_per_ipu)``
+    → IPU of each layer: the slowest stage as fast as possible, every IPU within its memory;
+    ``None`` when no split fits."""
+
+    for cycles, nbytes, q, cap in _time_cases():
+        what = (f"split_stages(layer_cycles={cycles}, layer_bytes={nbytes}, "
+                f"num_ipus={q}, bytes_per_ipu={cap})")
+        best, _ = best_time_split(cycles, nbytes, q, cap)
+        got = split_stages(list(cycles), list(nbytes), q, cap)
+        if best is None:
+            if got is not None:
+                raise Wrong(f"{what}: no split fits in {cap} bytes per IPU, so return "
+                            f"None; got {got!r}")
+            continue
+        if got is None:
+            raise Wrong(f"{what}: you said no split fits, but one does")
+        mapping = as_ints(got, len(cycles), what)
+        if mapping[0] != 0 or any(b - a not in (0, 1) for a, b in zip(mapping,
+                                                                      mapping[1:])):
+            raise Wrong(f"{what}: got {mapping}; stages are consecutive layers in "
+                        "ascending IPU order, none skipped")
+        if mapping[-1] != q - 1:
+            raise Wrong(f"{what}: got {mapping}, which uses {mapping[-1] + 1} of the "
+                        f"{q} IPUs; use them all")
+        load = np.bincount(mapping, weights=nbytes, minlength=q).astype(int)
+        if load.max() > cap:
+            free, _ = best_time_split(cycles, nbytes, q, 10 ** 12)
+            tip = (" That split is the fastest if memory did not matter." if
+                   np.bincount(mapping, weights=cycles).max() == free else "")
+            raise Wrong(f"{what}: with {mapping} IPU {int(load.argmax())} holds "
+                        f"{int(load.max())} bytes, more than {cap}.{tip}")
+        time = np.bincount(mapping, weights=cycles, minlength=q).astype(int)
+        if time.max() > best:
+            pic = side_by_side(tile_grid(mapping, "IPU"),
+                               tile_grid(best_time_split(cycles, nbytes, q, cap)[1], "IPU"),
+                               ("your IPU of each layer", "a fastest split that fits"))
+            raise Wrong(f"{what}: with {mapping} the slowest stage takes "
+                        f"{int(time.max())} cycles (per IPU: {time.tolist()}), but a "
+                        f"split that fits has a slowest stage of only {best}", picture=pic)
 
 
 # -- 07.2 ---------------------------------------------------------------------------------
@@ -137,32 +205,33 @@ def _balance_cases():
 
 
 @exercise("07.2", "balance layers over IPUs", points=2,
-          hint="Try every way to cut the list of layers into num_ipus consecutive groups "
-               "(itertools.combinations(range(1, len(layer_bytes)), num_ipus - 1) gives the "
-               "cut positions) and keep the one whose fullest group is smallest.")
+          hints=(
+              'Only splits into consecutive groups are allowed, and there are few of them: you '
+              'can afford to look at every one.',
+              'A split is a choice of num_ipus - 1 cut positions between layers; its cost is '
+              'its fullest group.',
+              'Try every set of cut positions (itertools.combinations of the positions 1..n-1) '
+              'and keep the split whose fullest group holds the fewest bytes.',))
 def check_balance(balance):
     """Exercise 07.2: ``balance(layer_bytes, num_ipus)`` → IPU of each layer."""
 
-    def body():
-        for layer_bytes, num_ipus in _balance_cases():
-            what = f"layer_bytes={layer_bytes}, num_ipus={num_ipus}"
-            mapping = as_ints(balance(list(layer_bytes), num_ipus), len(layer_bytes), what)
-            if mapping[0] != 0 or any(b - a not in (0, 1) for a, b in zip(mapping,
-                                                                          mapping[1:])):
-                raise Wrong(f"{what}: got {mapping}; the layers form a chain, so IPU 0 takes "
-                            "the first layers, IPU 1 the next ones, and so on (ascending, "
-                            "no IPU skipped: PopTorch stage ids must ascend)")
-            if mapping[-1] != num_ipus - 1:
-                raise Wrong(f"{what}: got {mapping}, which uses {mapping[-1] + 1} of the "
-                            f"{num_ipus} IPUs; use them all")
-            load = np.bincount(mapping, weights=layer_bytes, minlength=num_ipus).astype(int)
-            best = best_split(layer_bytes, num_ipus)
-            if load.max() > best:
-                raise Wrong(f"{what}: with {mapping} IPU {int(load.argmax())} holds "
-                            f"{int(load.max()):,} bytes (per IPU: {load.tolist()}), but a "
-                            f"split exists whose fullest IPU holds only {best:,}")
-
-    return run("07.2", body)
+    for layer_bytes, num_ipus in _balance_cases():
+        what = f"layer_bytes={layer_bytes}, num_ipus={num_ipus}"
+        mapping = as_ints(balance(list(layer_bytes), num_ipus), len(layer_bytes), what)
+        if mapping[0] != 0 or any(b - a not in (0, 1) for a, b in zip(mapping,
+                                                                      mapping[1:])):
+            raise Wrong(f"{what}: got {mapping}; the layers form a chain, so IPU 0 takes "
+                        "the first layers, IPU 1 the next ones, and so on (ascending, "
+                        "no IPU skipped: PopTorch stage ids must ascend)")
+        if mapping[-1] != num_ipus - 1:
+            raise Wrong(f"{what}: got {mapping}, which uses {mapping[-1] + 1} of the "
+                        f"{num_ipus} IPUs; use them all")
+        load = np.bincount(mapping, weights=layer_bytes, minlength=num_ipus).astype(int)
+        best = best_split(layer_bytes, num_ipus)
+        if load.max() > best:
+            raise Wrong(f"{what}: with {mapping} IPU {int(load.argmax())} holds "
+                        f"{int(load.max()):,} bytes (per IPU: {load.tolist()}), but a "
+                        f"split exists whose fullest IPU holds only {best:,}")
 
 
 # -- 07.3 ---------------------------------------------------------------------------------
@@ -185,32 +254,33 @@ def _timing_inputs(r, n: int):
 
 
 @exercise("07.3", "the time of a sharded run", points=3,
-          hint="ShardedExecution runs one stage at a time: for every micro-batch, F_0 .. F_N-1 "
-               "then B_N-1 .. B_0, in 2N - 1 steps (the last stage's F and B share one step, "
-               "as TensorFlow's PipelineStageMerger makes them one stage). Each step is its "
-               "op(s), plus the IPU-Link copy of its result when there is one, plus a sync. "
-               "Nothing overlaps.")
+          hints=(
+              'In ShardedExecution only one IPU works at a time.',
+              'Count the steps of one micro-batch: each is an op, perhaps an IPU-Link copy, and '
+              'a sync; then think about g micro-batches.',
+              'ShardedExecution runs one stage at a time: for every micro-batch, F_0 .. F_N-1 '
+              "then B_N-1 .. B_0, in 2N - 1 steps (the last stage's F and B share one step, as "
+              "TensorFlow's PipelineStageMerger makes them one stage). Each step is its op(s), "
+              'plus the IPU-Link copy of its result when there is one, plus a sync. Nothing '
+              'overlaps.',))
 def check_sharded_cycles(sharded_cycles):
     """Exercise 07.3: ``sharded_cycles(fwd, bwd, link_fwd, link_bwd, sync, g)`` → cycles
     from the start of a ``ShardedExecution`` run to the start of its weight update."""
 
-    def body():
-        for widths, g, mb in [([784, 256, 256, 256, 10], 2, 16), ([20, 64, 32, 5], 3, 8),
-                              ([100, 300, 50, 200, 80, 10], 4, 4)]:
-            n = len(widths) - 1
-            model = _sharded(widths, list(range(n)), optim.SGD(0.1), n, g=g)
-            r = _train_once(model, widths[0], widths[-1], mb)
-            expected = min(rec.start for rec in r.timeline if rec.kind == "optimizer")
-            fwd, bwd, lf, lb, sync = _timing_inputs(r, n)
-            what = (f"{n} stages, gradient_accumulation={g}: fwd={fwd}, bwd={bwd}, "
-                    f"link_fwd={lf}, link_bwd={lb}, sync={sync}")
-            got = as_int(sharded_cycles(fwd, bwd, lf, lb, sync, g), what)
-            if got != expected:
-                raise Wrong(f"{what}: the run's weight update starts at cycle "
-                            f"{int(expected):,}, you said {got:,}"
-                            + _sharded_diagnosis(fwd, bwd, lf, lb, sync, g, got))
-
-    return run("07.3", body)
+    for widths, g, mb in [([784, 256, 256, 256, 10], 2, 16), ([20, 64, 32, 5], 3, 8),
+                          ([100, 300, 50, 200, 80, 10], 4, 4)]:
+        n = len(widths) - 1
+        model = _sharded(widths, list(range(n)), optim.SGD(0.1), n, g=g)
+        r = _train_once(model, widths[0], widths[-1], mb)
+        expected = min(rec.start for rec in r.timeline if rec.kind == "optimizer")
+        fwd, bwd, lf, lb, sync = _timing_inputs(r, n)
+        what = (f"{n} stages, gradient_accumulation={g}: fwd={fwd}, bwd={bwd}, "
+                f"link_fwd={lf}, link_bwd={lb}, sync={sync}")
+        got = as_int(sharded_cycles(fwd, bwd, lf, lb, sync, g), what)
+        if got != expected:
+            raise Wrong(f"{what}: the run's weight update starts at cycle "
+                        f"{int(expected):,}, you said {got:,}"
+                        + _sharded_diagnosis(fwd, bwd, lf, lb, sync, g, got))
 
 
 def _sharded_diagnosis(fwd, bwd, lf, lb, sync, g, got) -> str:

@@ -22,7 +22,7 @@ from ipukit import backend
 from ipukit.parallel import sharded
 from ipukit.target import IPUModel
 
-from .feedback import Wrong, as_int, exercise, run
+from .feedback import Wrong, as_int, exercise
 
 
 def dense_log_softmax(x):
@@ -73,33 +73,34 @@ def _softmax_cases():
 
 
 @exercise("11.1", "a log-softmax that never gathers the vocabulary", points=3,
-          hint="Each shard computes its rows' max; log.all_reduce(maxima, 'max', ...) gives "
-               "every shard the global max m. Then each shard sums exp(x_s - m) over its own "
-               "columns; log.all_reduce(sums, 'add', ...) gives D. The answer on shard s is "
-               "x_s - m - log(D): only B numbers per all-reduce cross the IPU-Links.")
+          hints=(
+              "A shard can compute its rows' max and sums, but not the whole row's.",
+              'log_softmax(x) = x - max - log(sum exp(x - max)); both the max and the sum are '
+              'one number per row, which an all-reduce can combine.',
+              "Each shard computes its rows' max; log.all_reduce(maxima, 'max', ...) gives "
+              'every shard the global max m. Then each shard sums exp(x_s - m) over its own '
+              "columns; log.all_reduce(sums, 'add', ...) gives D. The answer on shard s is x_s "
+              '- m - log(D): only B numbers per all-reduce cross the IPU-Links.',))
 def check_sharded_log_softmax(sharded_log_softmax):
     """Exercise 11.1: ``sharded_log_softmax(x_parts, log)`` → the log-softmax of each shard's
     columns, using only ``log.all_reduce`` to combine the shards."""
 
-    def body():
-        for x, s_count in _softmax_cases():
-            b, v = x.shape
-            size = v // s_count
-            what = f"logits {list(x.shape)} over {s_count} shards"
-            log = sharded.CollectiveLog(s_count)
-            parts = sharded.shard(x.copy(), s_count, axis=1)
-            got = _parts(sharded_log_softmax(parts, log), s_count, (b, size), what)
-            want = np.split(dense_log_softmax(x), s_count, axis=1)
-            wrong = _first_difference(got, want, what, size)
-            if wrong:
-                local = [dense_log_softmax(p) for p in np.split(x, s_count, axis=1)]
-                if all(np.allclose(g, w) for g, w in zip(got, local)):
-                    wrong += (". Each shard normalised over its own columns only: the "
-                              "denominator sums exp over all shards (all-reduce ADD)")
-                raise Wrong(wrong)
-            _check_traffic(log, b, x.dtype.itemsize, what)
-
-    return run("11.1", body)
+    for x, s_count in _softmax_cases():
+        b, v = x.shape
+        size = v // s_count
+        what = f"logits {list(x.shape)} over {s_count} shards"
+        log = sharded.CollectiveLog(s_count)
+        parts = sharded.shard(x.copy(), s_count, axis=1)
+        got = _parts(sharded_log_softmax(parts, log), s_count, (b, size), what)
+        want = np.split(dense_log_softmax(x), s_count, axis=1)
+        wrong = _first_difference(got, want, what, size)
+        if wrong:
+            local = [dense_log_softmax(p) for p in np.split(x, s_count, axis=1)]
+            if all(np.allclose(g, w) for g, w in zip(got, local)):
+                wrong += (". Each shard normalised over its own columns only: the "
+                          "denominator sums exp over all shards (all-reduce ADD)")
+            raise Wrong(wrong)
+        _check_traffic(log, b, x.dtype.itemsize, what)
 
 
 def _check_traffic(log: sharded.CollectiveLog, rows: int, itemsize: int, what: str) -> None:
@@ -134,29 +135,30 @@ def _ce_cases():
 
 
 @exercise("11.2", "the fused cross-entropy backward, on the shard owning the label", points=3,
-          hint="dlogits = g[b] * (softmax - onehot(label)). Every shard has exp(log_probs) "
-               "for its columns; only the shard with s*size <= label[b] < (s+1)*size "
-               "subtracts g[b], at its local column label[b] - s*size.")
+          hints=(
+              'Write the gradient of the cross-entropy for one row first, densely.',
+              'dlogits = g * (softmax - onehot); every shard has its softmax columns, but each '
+              "row's one-hot 1 lives on only one shard.",
+              'dlogits = g[b] * (softmax - onehot(label)). Every shard has exp(log_probs) for '
+              'its columns; only the shard with s*size <= label[b] < (s+1)*size subtracts g[b], '
+              'at its local column label[b] - s*size.',))
 def check_ce_backward(ce_backward):
     """Exercise 11.2: ``ce_backward(log_prob_parts, labels, g)`` → dlogits per shard."""
 
-    def body():
-        for x, labels, g, s_count in _ce_cases():
-            b, v = x.shape
-            size = v // s_count
-            what = f"logits {list(x.shape)} over {s_count} shards, labels {labels.tolist()}"
-            soft = np.exp(dense_log_softmax(x))
-            onehot = np.zeros_like(soft)
-            onehot[np.arange(b), labels] = 1.0
-            want = np.split(g[:, None] * (soft - onehot), s_count, axis=1)
-            log_probs = np.split(dense_log_softmax(x), s_count, axis=1)
-            got = _parts(ce_backward([p.copy() for p in log_probs], labels.astype(np.int32),
-                                     g.copy()), s_count, (b, size), what)
-            wrong = _first_difference(got, want, what, size)
-            if wrong:
-                raise Wrong(wrong + _ce_diagnosis(got, soft, labels, g, s_count, size))
-
-    return run("11.2", body)
+    for x, labels, g, s_count in _ce_cases():
+        b, v = x.shape
+        size = v // s_count
+        what = f"logits {list(x.shape)} over {s_count} shards, labels {labels.tolist()}"
+        soft = np.exp(dense_log_softmax(x))
+        onehot = np.zeros_like(soft)
+        onehot[np.arange(b), labels] = 1.0
+        want = np.split(g[:, None] * (soft - onehot), s_count, axis=1)
+        log_probs = np.split(dense_log_softmax(x), s_count, axis=1)
+        got = _parts(ce_backward([p.copy() for p in log_probs], labels.astype(np.int32),
+                                 g.copy()), s_count, (b, size), what)
+        wrong = _first_difference(got, want, what, size)
+        if wrong:
+            raise Wrong(wrong + _ce_diagnosis(got, soft, labels, g, s_count, size))
 
 
 def _ce_diagnosis(got, soft, labels, g, s_count, size) -> str:
@@ -206,27 +208,28 @@ def _cycle_cases():
 
 
 @exercise("11.3", "what a collective costs", points=2,
-          hint="cycles = target.global_sync_cycles + ceil(busiest / "
-               "target.ipu_link_bytes_per_cycle). Busiest IPU: a broadcast's root sends "
-               "nbytes to each of the S-1 others; a reduce's root receives S-1 copies; a "
-               "ring all-reduce sends ceil(2(S-1)/S * nbytes) from every IPU.")
+          hints=(
+              'Who is the busiest IPU in each collective?',
+              "A collective costs one global sync plus the busiest IPU's bytes over one IPU- "
+              'Link.',
+              'cycles = target.global_sync_cycles + ceil(busiest / '
+              "target.ipu_link_bytes_per_cycle). Busiest IPU: a broadcast's root sends nbytes "
+              "to each of the S-1 others; a reduce's root receives S-1 copies; a ring all- "
+              'reduce sends ceil(2(S-1)/S * nbytes) from every IPU.',))
 def check_collective_cycles(collective_cycles):
     """Exercise 11.3: ``collective_cycles(kind, nbytes, num_shards, target)`` → cycles of one
     broadcast, reduce_add or all_reduce of an ``nbytes`` tensor over ``num_shards`` IPUs."""
 
-    def body():
-        for kind, nbytes, s_count, version in _cycle_cases():
-            target = IPUModel(version, num_ipus=s_count).create_device().target
-            want = measured_cycles(kind, nbytes, s_count, target)
-            what = (f"{kind} of {nbytes:,} bytes over {s_count} {version} IPUs (global sync "
-                    f"{target.global_sync_cycles} cycles, {target.ipu_link_bytes_per_cycle:.2f}"
-                    " link bytes per cycle)")
-            got = as_int(collective_cycles(kind, nbytes, s_count, target), what)
-            if got != want:
-                raise Wrong(f"{what}: it costs {want:,} cycles, you said {got:,}"
-                            + _cycles_diagnosis(kind, nbytes, s_count, target, got))
-
-    return run("11.3", body)
+    for kind, nbytes, s_count, version in _cycle_cases():
+        target = IPUModel(version, num_ipus=s_count).create_device().target
+        want = measured_cycles(kind, nbytes, s_count, target)
+        what = (f"{kind} of {nbytes:,} bytes over {s_count} {version} IPUs (global sync "
+                f"{target.global_sync_cycles} cycles, {target.ipu_link_bytes_per_cycle:.2f}"
+                " link bytes per cycle)")
+        got = as_int(collective_cycles(kind, nbytes, s_count, target), what)
+        if got != want:
+            raise Wrong(f"{what}: it costs {want:,} cycles, you said {got:,}"
+                        + _cycles_diagnosis(kind, nbytes, s_count, target, got))
 
 
 def _cycles_diagnosis(kind, nbytes, s_count, target, got) -> str:
@@ -243,3 +246,103 @@ def _cycles_diagnosis(kind, nbytes, s_count, target, got) -> str:
                 + ("the ring sends 2(S-1)/S of it from every IPU" if kind == "all_reduce"
                    else "the root sends or receives one copy per other IPU (S-1)"))
     return ""
+
+
+# -- 11.4 ---------------------------------------------------------------------------------
+
+
+def _embedding_cases():
+    rng = np.random.default_rng(114)
+    yield rng.normal(size=(8, 3)), np.array([0, 7, 3, 4]), 2
+    yield rng.normal(size=(12, 4)), np.array([11, 0, 5, 5, 2, 9, 0]), 3
+    yield rng.normal(size=(16, 2)), rng.integers(0, 16, 20), 4
+    yield rng.normal(size=(6, 5)), np.array([1, 1, 1]), 2  # all on shard 0
+
+
+@exercise("11.4", "the vocab-parallel embedding lookup", points=3,
+          hints=(
+              'Which shard can answer for id v?',
+              'Shard s answers for its own ids with their rows and for the others with zeros; '
+              "adding the shards' answers gives every row exactly once.",
+              'Shard s owns rows s*size .. (s+1)*size - 1. Each shard looks up only the ids it '
+              'owns (local id = id - s*size; the others masked, their rows zero), then '
+              "log.all_reduce(partials, 'add', label) sums the partial lookups: each row comes "
+              'from exactly one shard.',))
+def check_embedding_lookup(embedding_lookup):
+    """Exercise 11.4: ``embedding_lookup(table_parts, ids, log)`` → the rows ``table[ids]``
+    on every shard, the table sharded by rows (Megatron's ``VocabParallelEmbedding``)."""
+
+    for table, ids, s_count in _embedding_cases():
+        size = table.shape[0] // s_count
+        what = (f"a table {list(table.shape)} over {s_count} shards, ids "
+                f"{ids.tolist()}")
+        log = sharded.CollectiveLog(s_count)
+        parts = [p.copy() for p in np.split(table, s_count)]
+        got = _parts(embedding_lookup(parts, ids.astype(np.int32).copy(), log), s_count,
+                     (len(ids), table.shape[1]), what)
+        want = table[ids]
+        for s, g in enumerate(got):
+            bad = np.argwhere(~np.isclose(g, want))
+            if len(bad):
+                n = int(bad[0][0])
+                owner = int(ids[n]) // size
+                raise Wrong(f"{what}: on shard {s}, row {n} (id {ids[n]}, owned by shard "
+                            f"{owner}) is {np.round(g[n], 5).tolist()}, expected "
+                            f"{np.round(want[n], 5).tolist()}"
+                            + _lookup_diagnosis(g[n], want[n], table, ids[n], size,
+                                                s_count))
+        kinds = [r.kind for r in log.records if r.ipu == log.ipus[0]]
+        if kinds != ["all_reduce_add"]:
+            raise Wrong(f"{what}: right rows, but the collectives were {kinds}; one "
+                        "all-reduce ADD of the partial lookups is all it takes")
+
+
+def _lookup_diagnosis(got, want, table, idx, size, s_count) -> str:
+    wrong = [table[(s * size + (idx - s * size) % size)] for s in range(s_count)]
+    if np.allclose(got, np.sum([table[s * size + idx % size] for s in range(s_count)],
+                               axis=0)) or np.allclose(got, np.sum(wrong, axis=0)):
+        return (". Every shard added a row for this id: mask the ids a shard does not own "
+                "(0 <= id - s*size < size) and give them zero rows")
+    if np.allclose(got, 0):
+        return ". No shard contributed this row: check the owner's local index id - s*size"
+    return ""
+
+
+# -- 11.5 ---------------------------------------------------------------------------------
+
+
+@exercise("11.5", "the embedding gradient: a scatter-add per shard", points=3,
+          hints=(
+              'The gradient of a lookup goes back to the rows that were looked up.',
+              'Each shard scatters dy into its own rows; repeated ids must add up.',
+              'dtable[v] = the sum of dy[n] over all n with ids[n] == v. On shard s: start from '
+              'zeros [size, C] and add dy[n] at row ids[n] - s*size for the ids it owns. An id '
+              'can appear several times: np.add.at adds them all (dw[idx] += dy keeps only '
+              'one).',))
+def check_embedding_grad(embedding_grad):
+    """Exercise 11.5: ``embedding_grad(ids, dy, num_rows, num_shards)`` → each shard's
+    [num_rows / num_shards, C] gradient of the table (``multiUpdateAdd``)."""
+
+    for table, ids, s_count in _embedding_cases():
+        rng = np.random.default_rng(len(ids))
+        v, c = table.shape
+        size = v // s_count
+        dy = rng.normal(size=(len(ids), c))
+        what = f"{v} rows over {s_count} shards, ids {ids.tolist()}"
+        got = _parts(embedding_grad(ids.astype(np.int32).copy(), dy.copy(), v, s_count),
+                     s_count, (size, c), what)
+        dense = np.zeros((v, c))
+        np.add.at(dense, ids, dy)
+        want = np.split(dense, s_count)
+        for s, (g, w) in enumerate(zip(got, want)):
+            bad = np.argwhere(~np.isclose(g, w))
+            if len(bad):
+                row = int(bad[0][0])
+                vocab = s * size + row
+                uses = np.flatnonzero(ids == vocab).tolist()
+                tip = (f". Id {vocab} appears {len(uses)} times (positions {uses}): add "
+                       "every one (np.add.at), not only the last" if len(uses) > 1 and
+                       np.allclose(g[row], dy[uses[-1]]) else "")
+                raise Wrong(f"{what}: shard {s}, local row {row} (id {vocab}): expected "
+                            f"{np.round(w[row], 5).tolist()}, got "
+                            f"{np.round(g[row], 5).tolist()}{tip}")

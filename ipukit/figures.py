@@ -1,0 +1,86 @@
+"""Figures of the lessons that would otherwise fill a lesson cell with drawing code.
+
+Each function draws one figure of a lesson with matplotlib and returns what a lesson
+cell wants to check next to it.
+
+>>> import matplotlib
+>>> matplotlib.use("Agg")
+>>> ax = replication_diagram(replicas=2, stages=2)
+>>> ax.get_title()
+'replication_factor=2 of a model on 2 IPUs: 4 IPUs'
+"""
+
+from __future__ import annotations
+
+#: The parts of a MemoryRecord drawn as stacked bars, with their colours.
+MEMORY_PARTS = (("weights", "tab:blue"), ("gradients", "tab:cyan"), ("stash", "tab:orange"),
+                ("optimizer", "tab:green"))
+
+
+def _plt():
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    return plt
+
+
+def replication_diagram(replicas: int = 4, stages: int = 2, ax=None):
+    """Lesson 10: ``replicas`` copies of a ``stages``-IPU pipeline, each fed its own
+    micro-batches, and the ring all-reduce of each stage's gradients. Returns the axes."""
+    plt = _plt()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(11, 3.8))
+    box_w, box_h, step = 1.7, 0.6, 2.6
+    rows_y = [1.2 - 1.15 * s for s in range(stages)]  # bottom of each stage's boxes
+    for r in range(replicas):
+        x0 = 0.4 + step * r
+        ax.add_patch(plt.Rectangle((x0 - 0.25, -0.45), box_w + 0.5, 2.5, fill=False, ls="--",
+                                   ec="0.5"))
+        ax.text(x0 + box_w / 2, -0.7, f"replica {r}", ha="center", fontsize=10)
+        ax.text(x0 + box_w / 2, 2.45, f"micro-batches of replica {r}", ha="center",
+                fontsize=8.5, color="tab:blue")
+        ax.annotate("", (x0 + box_w / 2, 1.8), (x0 + box_w / 2, 2.4),
+                    arrowprops=dict(arrowstyle="->", color="tab:blue"))
+        for s, y in enumerate(rows_y):
+            ax.add_patch(plt.Rectangle((x0, y), box_w, box_h,
+                                       fc=["#cfe2f3", "#fde9d9"][s % 2], ec="k"))
+            ax.text(x0 + box_w / 2, y + box_h / 2, f"IPU {r * stages + s}\nstage {s}",
+                    ha="center", va="center", fontsize=9)
+    for y in rows_y:  # the ring of one stage's IPUs: r -> r + 1, and the last back to 0
+        mid = y + box_h / 2
+        for r in range(replicas - 1):
+            ax.annotate("", (0.4 + step * (r + 1), mid), (0.4 + step * r + box_w, mid),
+                        arrowprops=dict(arrowstyle="->", color="tab:red", lw=1.6))
+        lane, right, left = y - 0.15, 0.4 + step * (replicas - 1) + box_w, 0.4
+        ax.plot([right, right + 0.12, right + 0.12, left - 0.12, left - 0.12],
+                [mid, mid, lane, lane, mid], color="tab:red", lw=1.2, ls=":")
+        ax.annotate("", (left, mid), (left - 0.12, mid),
+                    arrowprops=dict(arrowstyle="->", color="tab:red", lw=1.2))
+    right_edge = 0.4 + step * replicas
+    ax.text(right_edge - 0.3, 0.75, "ring all-reduce\nof each stage's\ngradients over\n"
+            "IPU-Links", color="tab:red", fontsize=9, va="center")
+    ax.set(xlim=(0, right_edge + 1.8), ylim=(-0.9, 2.75),
+           title=f"replication_factor={replicas} of a model on {stages} IPUs: "
+                 f"{replicas * stages} IPUs")
+    ax.axis("off")
+    return ax
+
+
+def memory_bars(peaks: dict, ax=None, predicted: dict | None = None, hatched=()):
+    """Stacked bars of peak ``MemoryRecord``s: ``peaks[label] = record`` (weights,
+    gradients, stash, optimiser state, in KiB); ``predicted[label]`` bytes as a dashed
+    line over the bar; the bars of the labels in ``hatched`` hatched. Returns the axes."""
+    plt = _plt()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 3.6))
+    for x, (label, rec) in enumerate(peaks.items()):
+        bottom = 0.0
+        for part, colour in MEMORY_PARTS:
+            v = getattr(rec, part) / 2**10
+            ax.bar(x, v, bottom=bottom, color=colour, hatch="//" if label in hatched else None,
+                   label=part if x == 0 else None)
+            bottom += v
+        if predicted and label in predicted:
+            ax.plot([x - 0.4, x + 0.4], [predicted[label] / 2**10] * 2, "k--", lw=1)
+    ax.set_xticks(range(len(peaks)), list(peaks), fontsize=8.5)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return ax
