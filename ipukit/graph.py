@@ -18,9 +18,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import GraphConnectionError, IpuError, StreamError, TileMappingError
+from .errors import (
+    GraphConnectionError,
+    IpuError,
+    OutOfMemoryError,
+    StreamError,
+    TileMappingError,
+)
 from .target import Device, Target
-from .tensor import TYPE_NAMES, Tensor, as_type
+from .tensor import TYPE_NAMES, Tensor, as_type, contiguous_strides, runs, single_run
 from .vertex import Vertex
 
 
@@ -37,28 +43,71 @@ class Variable:
 
 
 class Pool:
-    """Storage of one element type: addresses, their tiles and the variables in it."""
+    """Storage of one element type: its variables and their tile mapping, kept as
+    intervals of addresses (never one entry per element)."""
 
     def __init__(self, dtype: np.dtype):
         self.dtype, self.size = dtype, 0
-        self.tile = np.empty(0, dtype=np.int32)
         self.variables: list[Variable] = []
         self.starts: list[int] = []
+        # each set_tile_mapping: one run as ints in _runs, or arrays in _log (with the
+        # number of _runs before it, to keep the order)
+        self._runs: tuple[list, list, list] = ([], [], [])
+        self._log: list[tuple] = []
+        self._segments = None  # the resolved mapping: sorted, disjoint (begin, end, tile)
+        self._cuts = None  # the addresses where the mapping changes
 
     def alloc(self, name, shape, values=None) -> Variable:
         size = int(np.prod(shape, dtype=np.int64))
         var = Variable(name, self.dtype, shape, self.size, size, values)
-        if self.size + size > len(self.tile):  # grow by doubling: many small variables stay fast
-            grown = np.full(max(2 * len(self.tile), self.size + size, 64), -1, np.int32)
-            grown[: self.size] = self.tile[: self.size]
-            self.tile = grown
         self.size += size
         self.variables.append(var)
         self.starts.append(var.start)
         return var
 
-    def tiles(self) -> np.ndarray:
-        return self.tile[: self.size]
+    def map(self, begins: np.ndarray, lengths: np.ndarray, tile: int) -> None:
+        """Map the address runs to ``tile`` (a later mapping of an address wins)."""
+        self._log.append((len(self._runs[0]), begins, begins + lengths, tile))
+        self._segments = self._cuts = None
+
+    def map_run(self, begin: int, length: int, tile: int) -> None:
+        """Map one run of addresses to ``tile`` (the common, fast case)."""
+        b, e, t = self._runs
+        b.append(begin)
+        e.append(begin + length)
+        t.append(tile)
+        self._segments = None
+
+    def segments(self):
+        """The tile mapping as sorted, disjoint intervals: (begins, ends, tiles)."""
+        if self._segments is None:
+            self._segments = _resolve(self._log, self._runs)
+            self._log, self._runs = [(0,) + self._segments], ([], [], [])  # compacted
+            b, e, _ = self._segments
+            cuts = np.stack([b, e], axis=1).reshape(-1)  # sorted: the segments are disjoint
+            self._cuts = cuts[np.r_[True, cuts[1:] != cuts[:-1]]] if cuts.size else cuts
+        return self._segments
+
+    def pieces(self, begins: np.ndarray, lengths: np.ndarray):
+        """Cut address runs where the tile mapping changes: (run, begin, end, tile) of
+        every piece, in order; tile -1 where unmapped."""
+        sb, se, st = self.segments()
+        keep = np.flatnonzero(lengths > 0)
+        b = begins[keep].astype(np.int64)
+        e = b + lengths[keep]
+        if not sb.size:
+            return keep, b, e, np.full(b.size, -1, np.int64)
+        cuts = self._cuts
+        lo = np.searchsorted(cuts, b, "right")
+        count = np.maximum(np.searchsorted(cuts, e, "left") - lo, 0) + 1
+        run = np.repeat(np.arange(b.size), count)
+        j = np.arange(run.size) - np.repeat(np.cumsum(count) - count, count)
+        start = np.where(j == 0, b[run], cuts[np.minimum(lo[run] + j - 1, cuts.size - 1)])
+        end = np.r_[start[1:], 0].astype(np.int64)
+        end[np.cumsum(count) - 1] = e
+        k = np.maximum(np.searchsorted(sb, start, "right") - 1, 0)
+        tile = np.where((start >= sb[k]) & (start < se[k]), st[k], -1)
+        return keep[run], start, end, tile
 
     def variable_at(self, address: int) -> Variable:
         return self.variables[int(np.searchsorted(self.starts, address, "right")) - 1]
@@ -69,6 +118,42 @@ class Pool:
         local = int(address) - var.start
         where = np.unravel_index(local, var.shape) if len(var.shape) > 1 else (local,)
         return f"element {list(map(int, where))} of tensor '{var.name}'"
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(lo[i], hi[i])``."""
+    n = np.maximum(hi - lo, 0)
+    return np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+
+
+def _resolve(log, singles):
+    """Turn mapping records into sorted, disjoint, merged intervals (begins, ends, tiles)."""
+    sb, se, st = (np.array(x, np.int64) for x in singles)
+    records, at = [], 0  # every record as arrays, in the order they were made
+    for pos, rb, re_, rt in log:
+        records += [(sb[at:pos], se[at:pos], st[at:pos]),
+                    (rb, re_, np.broadcast_to(np.asarray(rt, np.int64), rb.shape))]
+        at = pos
+    records.append((sb[at:], se[at:], st[at:]))
+    b, e, t = (np.concatenate(x).astype(np.int64) for x in zip(*records))
+    log = records
+    order = np.argsort(b, kind="stable")
+    b, e, t = b[order], e[order], t[order]
+    if b.size and (b[1:] < e[:-1]).any():  # re-mapped addresses: paint in order
+        cuts = np.unique(np.concatenate([b, e]))
+        tiles = np.full(cuts.size - 1, -1, np.int64)
+        for rb, re_, rt in log:
+            lo, hi = np.searchsorted(cuts, rb), np.searchsorted(cuts, re_)
+            tiles[_ranges(lo, hi)] = rt.repeat(np.maximum(hi - lo, 0))
+        b, e, t = cuts[:-1], cuts[1:], tiles
+        keep = t >= 0
+        b, e, t = b[keep], e[keep], t[keep]
+    keep = e > b
+    b, e, t = b[keep], e[keep], t[keep]
+    if not b.size:
+        return b, e, t
+    first = np.flatnonzero(np.r_[True, (b[1:] != e[:-1]) | (t[1:] != t[:-1])])
+    return b[first], e[np.r_[first[1:] - 1, b.size - 1]], t[first]
 
 
 class ComputeSet:
@@ -124,7 +209,7 @@ class Graph:
         # Vertices, one entry per vertex id (lists keep add_vertex cheap).
         self.v_cs: list[int] = []
         self.v_cls: list[type] = []
-        self.v_conn: list[dict] = []  # field name -> flat address array
+        self.v_conn: list[dict] = []  # field name -> connected Tensor
         self.v_tile: list[int] = []
         self.v_perf: list[int | None] = []
         self.v_state: list[dict] = []
@@ -142,9 +227,10 @@ class Graph:
         """``Graph::addVariable``: zero-initialised storage, to be mapped to tiles."""
         shape = _shape(shape, name)
         pool = self._pool(dtype)
-        var = pool.alloc(name or f"var{len(pool.variables)}", shape)
-        idx = np.arange(var.start, var.start + var.size, dtype=np.int64).reshape(shape)
-        return Tensor(self, pool.dtype, idx, var.name)
+        name = name or f"var{len(pool.variables)}"
+        self._check_fits(name, pool.dtype, shape)
+        var = pool.alloc(name, shape)
+        return Tensor(self, pool.dtype, (var.start, shape, contiguous_strides(shape)), var.name)
 
     def add_constant(self, dtype, shape, values, name: str = "") -> Tensor:
         """``Graph::addConstant``: a tensor with fixed values (map it to a tile too)."""
@@ -160,8 +246,20 @@ class Graph:
             )
         pool = self._pool(dtype)
         var = pool.alloc(name or f"const{len(pool.variables)}", shape, values.reshape(shape))
-        idx = np.arange(var.start, var.start + var.size, dtype=np.int64).reshape(shape)
-        return Tensor(self, dtype, idx, var.name)
+        return Tensor(self, dtype, (var.start, shape, contiguous_strides(shape)), var.name)
+
+    def _check_fits(self, name, dtype, shape) -> None:
+        """OutOfMemoryError, by arithmetic, for a tensor larger than all tiles together."""
+        need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        t = self.target
+        have = t.num_tiles * t.bytes_per_tile
+        if need > have:
+            raise OutOfMemoryError(
+                f"Out of memory: tensor '{name}' ({TYPE_NAMES[dtype]} {list(shape)}) needs "
+                f"{need:,} bytes but all {t.num_tiles:,} tiles of the {t.version} target hold "
+                f"{have:,} bytes ({t.bytes_per_tile:,} per tile); nothing was allocated. Fix: "
+                "use a smaller tensor or split it across more IPUs "
+                "(ipu.IPUModel(num_ipus=...)).")
 
     def set_tile_mapping(self, tensor_or_vertex, tile: int) -> None:
         """``Graph::setTileMapping``: put every element of a tensor (or a vertex) on ``tile``."""
@@ -171,20 +269,27 @@ class Graph:
             return
         t = self._own(tensor_or_vertex, "set_tile_mapping")
         tile = self.target.check_tile(tile, lambda: f"tensor '{t.name}'")
-        self.pools[t.dtype].tile[t.idx] = tile
+        run = single_run(t)
+        if run is not None:
+            self.pools[t.dtype].map_run(*run, tile)
+        else:
+            self.pools[t.dtype].map(*runs(t), tile)
 
     def get_tile_mapping(self, tensor: Tensor) -> list[list[tuple[int, int]]]:
         """``Graph::getTileMapping``: per tile, the intervals of the tensor's flat elements."""
         t = self._own(tensor, "get_tile_mapping")
-        tiles = self.pools[t.dtype].tile[t.idx.reshape(-1)]
+        begins, lengths = runs(t)
+        run, start, end, tiles = self.pools[t.dtype].pieces(begins, lengths)
+        flat = (np.cumsum(lengths) - lengths)[run] + start - begins[run]  # flat positions
         mapping: list[list[tuple[int, int]]] = [[] for _ in range(self.target.num_tiles)]
-        if tiles.size:
-            cuts = np.flatnonzero(np.diff(tiles)) + 1
-            begins = np.concatenate([[0], cuts])
-            ends = np.concatenate([cuts, [tiles.size]])
-            for b, e in zip(begins.tolist(), ends.tolist()):
-                if tiles[b] >= 0:
-                    mapping[tiles[b]].append((b, e))
+        if tiles.size:  # join pieces that continue each other on one tile
+            first = np.flatnonzero(np.r_[True, (tiles[1:] != tiles[:-1])
+                                         | (flat[1:] != (flat + end - start)[:-1])])
+            last = np.r_[first[1:] - 1, tiles.size - 1]
+            ends = flat[last] + end[last] - start[last]
+            for b, e, tile in zip(flat[first].tolist(), ends.tolist(), tiles[first].tolist()):
+                if tile >= 0:
+                    mapping[tile].append((b, e))
         return mapping
 
     def set_initial_value(self, target, value) -> None:
@@ -259,10 +364,10 @@ class Graph:
         field = self.v_cls[vid].fields.get(name)
         ok = (field is not None and field.kind != "state" and type(tensor) is Tensor
               and tensor.graph is self and tensor.dtype == field.dtype
-              and (field.vector or tensor.idx.size == 1))
+              and (field.vector or tensor.num_elements() == 1))
         if not ok:
             self._connection_error(vid, name, tensor)
-        self.v_conn[vid][name] = tensor.idx.reshape(-1)
+        self.v_conn[vid][name] = tensor  # a Vector field sees it flattened
 
     def _connection_error(self, vid, name, tensor):
         field = self._field(FieldRef(VertexRef(self, vid), name), "connect")

@@ -1,9 +1,10 @@
 """Tensors and their views (``poplar::Tensor``).
 
-A tensor is metadata only: a name, a type and, for every element, its *address* in the
-graph's storage for that type. Views (slice, index, flatten, reshape, transpose, concat)
-make new address arrays and never copy data, so writing through a view writes the
-original variable, as in Poplar.
+A tensor is metadata only: a name, a type and a *region* of the graph's storage for that
+type (an offset and a stride per dimension, as a NumPy view has), so its size does not grow
+with its elements. Views (slice, index, flatten, reshape, transpose, concat) make new
+regions and never copy data, so writing through a view writes the original variable, as in
+Poplar.
 
 >>> import ipukit as ipu
 >>> g = ipu.Graph(ipu.IPUModel(tiles_per_ipu=4).create_device().target)
@@ -13,6 +14,8 @@ original variable, as in Poplar.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -43,14 +46,30 @@ def as_type(dtype) -> np.dtype:
 
 
 class Tensor:
-    """A view of graph storage: ``idx`` holds each element's address for its ``dtype``."""
+    """A view of graph storage: element ``i`` (a tuple) lives at address
+    ``offset + sum(i * strides)`` of its ``dtype``'s storage, a *region* (O(rank) numbers
+    however many elements). Views that no region describes (``concat``, reshaping a
+    transpose) hold an explicit address array instead."""
 
-    __slots__ = ("graph", "dtype", "idx", "_parent", "_what")
+    __slots__ = ("graph", "dtype", "shape", "offset", "strides", "_idx", "_parent", "_what")
 
-    def __init__(self, graph, dtype: np.dtype, idx: np.ndarray, name: str, parent=None):
+    def __init__(self, graph, dtype: np.dtype, layout, name: str, parent=None):
+        # layout: (offset, shape, strides) or an explicit address array.
         # A view's name ("v[1:3]") is built only when asked for: views are made often.
-        self.graph, self.dtype, self.idx = graph, dtype, idx
-        self._parent, self._what = parent, name
+        self.graph, self.dtype, self._parent, self._what = graph, dtype, parent, name
+        if isinstance(layout, tuple):
+            self.offset, self.shape, self.strides = layout
+            self._idx = None
+        else:
+            self.offset, self.shape, self.strides = -1, layout.shape, None
+            self._idx = layout
+
+    @property
+    def idx(self) -> np.ndarray:
+        """Every element's address (int64), built on demand: for tests and small tensors."""
+        if self._idx is not None:
+            return self._idx
+        return addresses(self.offset, self.shape, self.strides)
 
     @property
     def name(self) -> str:
@@ -59,30 +78,31 @@ class Tensor:
         what = self._what if isinstance(self._what, str) else _describe(self._what)
         return self._parent.name + what
 
-    shape = property(lambda self: self.idx.shape)
-    rank = property(lambda self: self.idx.ndim)
+    rank = property(lambda self: len(self.shape))
 
     def num_elements(self) -> int:
-        return int(self.idx.size)
+        return math.prod(self.shape)
 
     def __len__(self) -> int:
         if self.rank == 0:
             raise TypeError(f"tensor '{self.name}' is a scalar (shape ()); it has no length")
-        return self.idx.shape[0]
+        return self.shape[0]
 
     def __iter__(self):
         """The tensor's rows, ``t[0], t[1], …`` (so ``a, b = t`` works)."""
         return (self[i] for i in range(len(self)))
 
-    def _view(self, idx: np.ndarray, what) -> Tensor:
-        return Tensor(self.graph, self.dtype, idx, what, self)
+    def _view(self, layout, what) -> Tensor:
+        return Tensor(self.graph, self.dtype, layout, what, self)
 
     def __getitem__(self, key) -> Tensor:
         if self.rank == 0:
             raise IpuError(f"tensor '{self.name}' is a scalar (shape ()); it has no elements "
                            "to index")
-        if type(key) is int and -len(self.idx) <= key < len(self.idx):  # fast path: t[i]
-            return Tensor(self.graph, self.dtype, self.idx[key], key, self)
+        if type(key) is int and self._idx is None and -self.shape[0] <= key < self.shape[0]:
+            key = key % self.shape[0]  # fast path: t[i]
+            return Tensor(self.graph, self.dtype, (self.offset + key * self.strides[0],
+                          self.shape[1:], self.strides[1:]), key, self)
         keys = key if isinstance(key, tuple) else (key,)
         for k in keys:
             if not (isinstance(k, int | np.integer | slice) or k is Ellipsis):
@@ -93,12 +113,19 @@ class Tensor:
             if isinstance(k, slice) and k.step not in (None, 1):
                 raise IpuError(f"tensor '{self.name}': slices with a step are not supported")
         try:
-            return self._view(self.idx[key], key)
+            if self._idx is not None:
+                return self._view(self._idx[key], key)
+            return self._view(_index(self.offset, self.shape, self.strides, keys), key)
         except IndexError as exc:
             raise IpuError(f"tensor '{self.name}' of shape {self.shape}: {exc}") from None
 
     def slice(self, begin, end, dim: int = 0) -> Tensor:
         """``Tensor::slice``: half-open ranges; ints slice ``dim``, lists slice every dim."""
+        if (type(begin) is int and type(end) is int and dim == 0 and self._idx is None
+                and self.shape and 0 <= begin <= end <= self.shape[0]):  # fast path
+            return Tensor(self.graph, self.dtype, (self.offset + begin * self.strides[0],
+                          (end - begin,) + self.shape[1:], self.strides),
+                          (slice(begin, end),), self)
         if np.ndim(begin) == 0:
             if not (isinstance(dim, int) and 0 <= dim < self.rank):
                 raise IpuError(f"slice of '{self.name}' (shape {self.shape}) along dimension "
@@ -121,41 +148,66 @@ class Tensor:
         return self[tuple(key)]
 
     def flatten(self) -> Tensor:
-        return self._view(self.idx.reshape(-1), ".flatten()")
+        return self._reshape((self.num_elements(),), ".flatten()")
 
     def reshape(self, shape) -> Tensor:
         """``Tensor::reshape`` (one dimension may be -1, as in NumPy)."""
         shape = tuple(int(s) for s in np.atleast_1d(shape))
-        try:
-            idx = self.idx.reshape(shape)
-        except ValueError:
+        n, known = self.num_elements(), int(np.prod([s for s in shape if s != -1]))
+        if shape.count(-1) == 1 and known and n % known == 0:
+            shape = tuple(n // known if s == -1 else s for s in shape)
+        if any(s < 0 for s in shape) or int(np.prod(shape, dtype=np.int64)) != n:
             raise IpuError(f"cannot reshape '{self.name}' of shape {self.shape} "
-                           f"({self.idx.size} elements) to {shape}") from None
-        return self._view(idx, f".reshape({list(idx.shape)})")
+                           f"({n} elements) to {shape}")
+        return self._reshape(shape, f".reshape({list(shape)})")
+
+    def _reshape(self, shape, what) -> Tensor:
+        if self._idx is None:
+            strides = reshape_strides(self.shape, self.strides, shape)
+            if strides is not None:
+                return self._view((self.offset, shape, strides), what)
+        return self._view(self.idx.reshape(shape), what)  # no region: explicit addresses
 
     def transpose(self) -> Tensor:
         """``Tensor::transpose`` of a 2-D tensor (reverses the dimensions)."""
-        return self._view(self.idx.T, ".transpose()")
+        return self.dim_shuffle(list(reversed(range(self.rank))), ".transpose()")
 
-    def dim_shuffle(self, permutation) -> Tensor:
+    def dim_shuffle(self, permutation, what=None) -> Tensor:
         """``Tensor::dimShuffle``: permute the dimensions."""
-        return self._numpy_view(lambda i: i.transpose(permutation),
-                                f".dimShuffle({list(permutation)})")
+        what = what or f".dimShuffle({list(permutation)})"
+        p = [int(d) for d in permutation]
+        if sorted(p) != list(range(self.rank)):
+            raise IpuError(f"'{self.name}' (shape {self.shape}){what}: the permutation must "
+                           f"name each of the dimensions 0..{self.rank - 1} once")
+        if self._idx is not None:
+            return self._view(self._idx.transpose(p), what)
+        return self._view((self.offset, tuple(self.shape[d] for d in p),
+                           tuple(self.strides[d] for d in p)), what)
 
     def expand(self, axis: int) -> Tensor:
         """``Tensor::expand``: insert a dimension of size 1."""
-        return self._numpy_view(lambda i: np.expand_dims(i, axis), f".expand({axis})")
+        what = f".expand({axis})"
+        if not -self.rank - 1 <= axis <= self.rank:
+            raise IpuError(f"'{self.name}' (shape {self.shape}){what}: axis {axis} is out of "
+                           f"range for a result of rank {self.rank + 1}")
+        axis %= self.rank + 1
+        if self._idx is not None:
+            return self._view(np.expand_dims(self._idx, axis), what)
+        return self._view((self.offset, self.shape[:axis] + (1,) + self.shape[axis:],
+                           self.strides[:axis] + (0,) + self.strides[axis:]), what)
 
     def broadcast(self, shape) -> Tensor:
         """A view that repeats elements to ``shape`` (NumPy broadcasting rules)."""
-        return self._numpy_view(lambda i: np.broadcast_to(i, tuple(shape)),
-                                f".broadcast({list(shape)})")
-
-    def _numpy_view(self, make, what: str) -> Tensor:
-        try:
-            return self._view(make(self.idx), what)
-        except (ValueError, IndexError, TypeError) as exc:
-            raise IpuError(f"'{self.name}' (shape {self.shape}){what}: {exc}") from None
+        shape, what = tuple(int(s) for s in shape), f".broadcast({list(shape)})"
+        lead = len(shape) - self.rank
+        if lead < 0 or any(s != n and s != 1 for s, n in zip(self.shape, shape[lead:])):
+            raise IpuError(f"'{self.name}' (shape {self.shape}){what}: cannot broadcast "
+                           f"shape {self.shape} to {shape}")
+        if self._idx is not None:
+            return self._view(np.broadcast_to(self._idx, shape), what)
+        strides = (0,) * lead + tuple(0 if s != n else st for s, n, st in
+                                      zip(self.shape, shape[lead:], self.strides))
+        return self._view((self.offset, shape, strides), what)
 
     def __repr__(self) -> str:
         return f"Tensor('{self.name}', shape={self.shape}, dtype={TYPE_NAMES[self.dtype]})"
@@ -176,13 +228,87 @@ def concat(tensors, dim: int = 0) -> Tensor:
                 f"concat: '{t.name}' is {TYPE_NAMES[t.dtype]} but '{first.name}' is "
                 f"{TYPE_NAMES[first.dtype]}; concatenate tensors of one type and graph"
             )
-    try:
+    try:  # no single region describes a concatenation: explicit addresses
         idx = np.concatenate([t.idx for t in tensors], axis=dim)
     except ValueError as exc:
         shapes = ", ".join(f"'{t.name}' {t.shape}" for t in tensors)
         raise IpuError(f"concat along dim {dim} of {shapes}: {exc}") from None
     return Tensor(first.graph, first.dtype, idx, "concat(" + ", ".join(t.name for t in tensors)
                   + ")")
+
+
+# -- regions: (offset, shape, strides) ----------------------------------------------------
+def contiguous_strides(shape) -> tuple:
+    """Row-major strides (in elements) of ``shape``."""
+    strides, step = [], 1
+    for s in reversed(shape):
+        strides.append(step)
+        step *= s
+    return tuple(reversed(strides))
+
+
+def addresses(offset: int, shape, strides, dtype=np.int64) -> np.ndarray:
+    """The address of every element of a region, shape ``shape``."""
+    idx = np.full((), offset, dtype)
+    for n, st in zip(shape, strides):
+        idx = idx[..., None] + np.arange(n, dtype=dtype) * st
+    return idx
+
+
+def reshape_strides(shape, strides, new_shape):
+    """Strides that give ``new_shape`` of the same region without copying (NumPy's
+    no-copy reshape), or None when no single region can (e.g. flattening a transpose)."""
+    new_shape = tuple(new_shape)
+    if 0 in shape or 0 in new_shape:
+        return contiguous_strides(new_shape)
+    old = [(n, st) for n, st in zip(shape, strides) if n != 1]
+    new = [n for n in new_shape if n != 1]
+    out, i, j = [], 0, 0
+    while i < len(old) and j < len(new):
+        # smallest blocks of old and new dimensions with the same number of elements
+        i2, j2, a, b = i + 1, j + 1, old[i][0], new[j]
+        while a != b:
+            if a < b:
+                a, i2 = a * old[i2][0], i2 + 1
+            else:
+                b, j2 = b * new[j2], j2 + 1
+        for k in range(i, i2 - 1):  # the old block must be one contiguous run
+            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
+                return None
+        step = old[i2 - 1][1]
+        block = []
+        for n in reversed(new[j:j2]):
+            block.append(step)
+            step *= n
+        out.extend(reversed(block))
+        i, j = i2, j2
+    it = iter(out)
+    return tuple(0 if n == 1 else next(it) for n in new_shape)
+
+
+def _index(offset, shape, strides, keys):
+    """The region of ``region[keys]`` (ints, slices of step 1 and one Ellipsis)."""
+    if sum(k is Ellipsis for k in keys) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if Ellipsis in keys:
+        at = keys.index(Ellipsis)
+        keys = keys[:at] + (slice(None),) * (len(shape) - len(keys) + 1) + keys[at + 1:]
+    if len(keys) > len(shape):
+        raise IndexError(f"too many indices: the tensor is {len(shape)}-dimensional, but "
+                         f"{len(keys)} were indexed")
+    keys = keys + (slice(None),) * (len(shape) - len(keys))
+    new_shape, new_strides = [], []
+    for d, (k, n, st) in enumerate(zip(keys, shape, strides)):
+        if isinstance(k, slice):
+            b, e, _ = k.indices(n)
+            offset += b * st
+            new_shape.append(max(0, e - b))
+            new_strides.append(st)
+        else:
+            if not -n <= k < n:
+                raise IndexError(f"index {k} is out of bounds for axis {d} with size {n}")
+            offset += int(k % n) * st
+    return offset, tuple(new_shape), tuple(new_strides)
 
 
 def _describe(key) -> str:
@@ -195,3 +321,47 @@ def _describe(key) -> str:
         else:
             parts.append("..." if k is Ellipsis else str(k))
     return "[" + ", ".join(parts) + "]"
+
+
+def single_run(t: Tensor):
+    """(offset, length) when ``t``'s elements are one run of consecutive addresses."""
+    if t._idx is not None:
+        return None
+    step = 1
+    for n, st in zip(reversed(t.shape), reversed(t.strides)):
+        if n != 1 and st != step:
+            return None
+        step *= n
+    return t.offset, step
+
+
+def runs(t: Tensor, keep: int = 0):
+    """``t``'s elements in flat order as runs of consecutive addresses: (begins, lengths).
+    The first ``keep`` dimensions are never merged into one run (one run per vertex)."""
+    if t._idx is not None:
+        return index_runs(t._idx.reshape(-1), t._idx.size)[:2]
+    shape, strides, merged, step = t.shape, t.strides, 0, 1
+    for n, st in zip(reversed(shape[keep:]), reversed(strides[keep:])):
+        if n != 1 and st != step:
+            break
+        step, merged = step * n, merged + 1
+    outer = len(shape) - merged
+    if outer == 0:  # one run
+        n = math.prod(shape)
+        return np.array([t.offset] if n else [], np.int64), np.array([n] if n else [], np.int64)
+    begins = addresses(t.offset, shape[:outer], strides[:outer]).reshape(-1)
+    length = math.prod(shape[outer:])
+    if length == 0:
+        begins = begins[:0]
+    return begins, np.full(begins.size, length, np.int64)
+
+
+def index_runs(flat: np.ndarray, row: int):
+    """Runs of consecutive addresses in an address array, never across a multiple of
+    ``row`` positions: (begins, lengths, positions)."""
+    flat = flat.astype(np.int64)
+    cut = np.r_[True, np.diff(flat) != 1] if flat.size else np.zeros(0, bool)
+    if row:
+        cut[::row] = True
+    first = np.flatnonzero(cut)
+    return flat[first], np.diff(np.r_[first, flat.size]), first
