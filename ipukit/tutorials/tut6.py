@@ -97,14 +97,14 @@ def build_multiply_program(graph, matrix, vector, out, split=None):
     mul_cs = graph.add_compute_set("mulCS")
     for i in range(split):
         begin, end = i * cols // split, (i + 1) * cols // split  # never empty: split <= cols
+        b = vector.slice(begin, end)
         for row in range(rows):
-            v = graph.add_vertex(mul_cs, DotProductVertex, {
-                "a": matrix[row].slice(begin, end), "b": vector.slice(begin, end),
-                "out": partials[row][i]})
+            a, out_ = matrix[row].slice(begin, end), partials[row][i]
+            v = graph.add_vertex(mul_cs, DotProductVertex, {"a": a, "b": b, "out": out_})
             tile = (i * rows + row) * tiles // (split * rows)
             graph.set_tile_mapping(v, tile)
-            graph.set_tile_mapping(matrix[row].slice(begin, end), tile)
-            graph.set_tile_mapping(partials[row][i], tile)
+            graph.set_tile_mapping(a, tile)
+            graph.set_tile_mapping(out_, tile)
             graph.set_perf_estimate(v, 5 + ((end - begin) + 1) // 2)
     reduce_cs = graph.add_compute_set("reduceCS")
     for row in range(rows):
