@@ -41,10 +41,10 @@ COPY_BYTES_PER_CYCLE = 8
 SCALAR_FIELD_BYTES, VECTOR_FIELD_BYTES = 4, 8
 #: Bytes of code per codelet class on each tile that runs it (approximate).
 CODELET_CODE_BYTES = 256
-#: A compute set's vertices of one class run as one array operation per run of vertices
-#: whose fields step evenly through storage (a region, no index array): at most this many
-#: runs, and only where runs average GATHER_ELEMENTS elements; otherwise one gather.
-MAX_REGION_RUNS, GATHER_ELEMENTS = 256, 1 << 15
+#: A compute set's vertices of one class and field shape run as one array operation per
+#: run of vertices whose fields step evenly through storage (a region: no index array)
+#: where runs average at least this many elements; otherwise as one gather.
+GATHER_ELEMENTS = 1 << 15
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,6 +62,7 @@ class Access:
     rstrides: tuple = ()
     idx: np.ndarray | None = None
     view: bool = False
+    gather_runs: tuple | None = None  # runs() of a gather, when known without scanning idx
 
     @staticmethod
     def region(dtype, shape, offset, rshape, rstrides) -> Access:
@@ -71,9 +72,10 @@ class Access:
         return Access(dtype, tuple(shape), int(offset), tuple(rshape), tuple(rstrides))
 
     @staticmethod
-    def gather(dtype, idx: np.ndarray) -> Access:
-        small = idx.size == 0 or int(idx.max()) < 2**31
-        return Access(dtype, idx.shape, idx=idx.astype(np.int32 if small else np.int64))
+    def gather(dtype, idx: np.ndarray, gather_runs=None) -> Access:
+        small = idx.dtype == np.int32 or idx.size == 0 or int(idx.max()) < 2**31
+        return Access(dtype, idx.shape, idx=idx.astype(np.int32 if small else np.int64,
+                                                          copy=False), gather_runs=gather_runs)
 
     @staticmethod
     def of(t: Tensor, shape=None) -> Access:
@@ -93,6 +95,8 @@ class Access:
 
     def runs(self):
         """Runs of consecutive addresses, in order, and the vertex (row) of each."""
+        if self.gather_runs is not None:
+            return self.gather_runs
         if self.idx is not None:
             k = self.idx.size // max(self.shape[0], 1)
             begins, lengths, first = index_runs(self.idx.reshape(-1), k)
@@ -431,16 +435,14 @@ class _Compiler:
         offsets = np.array([[c[n].offset for n in names] for c in conns], np.int64)
         step = np.diff(offsets, axis=0)
         change = np.flatnonzero((step[1:] != step[:-1]).any(axis=1)) + 1
-        if change.size > MAX_REGION_RUNS:
-            return [vids]
+        elements = len(vids) * sum(conns[0][n].num_elements() for n in names)
+        if elements < GATHER_ELEMENTS * (change.size + 1):
+            return [vids]  # small runs: one gather beats many array operations
         cuts, start = [], 0
         for c in change.tolist():  # vertices start..c step evenly
             if c > start:
                 cuts.append(c + 1)
                 start = c + 1
-        elements = len(vids) * sum(conns[0][n].num_elements() for n in names)
-        if elements < GATHER_ELEMENTS * (len(cuts) + 1):
-            return [vids]  # small: one gather beats many array operations
         return [vids[a:b] for a, b in zip([0] + cuts, cuts + [len(vids)])]
 
     def _group(self, cls, vids: np.ndarray) -> VertexGroup:
@@ -659,8 +661,13 @@ def _field_access(dtype, tensors: list[Tensor], vector: bool) -> Access:
     step = int(offsets[1] - offsets[0]) if n > 1 else 0
     if (np.diff(offsets) == step).all():
         return Access.region(dtype, shape, offsets[0], (n,) + t0.shape, (step,) + t0.strides)
-    inner = addresses(0, t0.shape, t0.strides).reshape(1, -1)
-    return Access.gather(dtype, (offsets[:, None] + inner).reshape(shape))
+    small = offsets.max() + sum((n - 1) * st for n, st in zip(t0.shape, t0.strides)) < 2**31
+    dt = np.int32 if small else np.int64
+    inner = addresses(0, t0.shape, t0.strides, dt).reshape(1, -1)
+    begins, lengths = runs(t0)  # every vertex's runs: t0's, moved
+    vruns = ((offsets[:, None] + (begins - t0.offset)).reshape(-1), np.tile(lengths, n),
+             np.repeat(np.arange(n), begins.size))
+    return Access.gather(dtype, (offsets.astype(dt)[:, None] + inner).reshape(shape), vruns)
 
 
 def _union_lengths(key: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
