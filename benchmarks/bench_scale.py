@@ -3,10 +3,12 @@
 For n = 10^3 … 10^8 float elements of one tensor mapped linearly over the 1,472 tiles of an
 ipu2, one vertex per tile scales its slice in place and sums it
 (``x *= 2; out = x.sum()``, run 3 times). Prints build, compile, load and run times (run =
-median of 3 ``Engine.run`` calls) and the peak memory that Python and NumPy allocated
-(tracemalloc, in a second pass: it slows Python) divided by the tensor's bytes: graph metadata grows with regions, not elements,
-so the ratio falls towards the cost of the data itself (the tile memory plus the codelet's
-temporaries).
+median of 3 ``Engine.run`` calls), the memory allocated by build and compile (metadata) and
+the peak memory that Python and NumPy allocated in all, divided by the tensor's bytes
+(tracemalloc, in a second pass: it slows Python). Graph metadata grows with regions, not
+elements, so the ratio falls towards the cost of the data itself (the tile memory, the
+codelet's temporaries and, where vertices' fields are small and irregular, an int32 gather
+index).
 
 Run: ``.venv/bin/python benchmarks/bench_scale.py [--sizes 1000 … 100000000]``
 (``IPUKIT_BACKEND=cupy`` runs the tensor data on a GPU; device memory is not in the ratio).
