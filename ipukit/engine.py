@@ -20,6 +20,7 @@ v: [4 5 6]
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -41,6 +42,7 @@ from .compile import (
 )
 from .errors import IpuError, ProgramError, StreamError
 from .graph import Graph
+from .tensor import contiguous_strides
 from .trace import Trace
 
 #: Engine options accepted for Poplar compatibility; profiling is always on here.
@@ -81,6 +83,8 @@ class Engine:
         g = self.executable.graph
         self.xp = xp = backend.get_xp()
         self._dev: dict[int, object] = {}
+        self._views: dict[int, tuple] = {}
+        self._rows: dict[tuple, Access] = {}
         self._mem = {dt: xp.zeros(p.size, dt) for dt, p in g.pools.items()}
         for dt, pool in g.pools.items():
             for var in pool.variables:
@@ -250,8 +254,11 @@ class Engine:
         fields, scatter = inst.__dict__, []
         for fp in gr.fields:
             a = fp.access
-            if rows is not None:  # debug mode: one vertex's elements
-                a = a.row(rows.start)
+            if rows is not None:  # debug mode: one vertex's elements (planned once)
+                key = (id(a), rows.start)
+                if key not in self._rows:
+                    self._rows[key] = a.row(rows.start)
+                a = self._rows[key]
             arr = self._read(a)
             if fp.kind != "input" and not a.view:
                 scatter.append((fp.name, a, arr))
@@ -296,11 +303,18 @@ class Engine:
         return self._dev[key][1]
 
     def _region(self, a: Access):
-        """A strided view of storage (nothing copied)."""
-        pool = self._mem[a.dtype]
-        size = pool.itemsize
-        return self.xp.lib.stride_tricks.as_strided(
-            pool[a.offset:], a.rshape, tuple(st * size for st in a.rstrides))
+        """A view of storage (nothing copied); kept, as storage never moves once loaded."""
+        view = self._views.get(id(a))
+        if view is None or view[0] is not a:
+            pool = self._mem[a.dtype]
+            size = math.prod(a.rshape)
+            if a.rstrides == contiguous_strides(a.rshape) or size <= 1:
+                region = pool[a.offset:a.offset + size].reshape(a.rshape)
+            else:
+                region = self.xp.lib.stride_tricks.as_strided(
+                    pool[a.offset:], a.rshape, tuple(st * pool.itemsize for st in a.rstrides))
+            view = self._views[id(a)] = (a, region)  # a kept alive: ids stay unique
+        return view[1]
 
     def _read(self, a: Access):
         if a.idx is not None:
