@@ -391,6 +391,7 @@ class _Compiler:
         g = self.g
         vids = [v for v, c in enumerate(g.v_cs) if c == cs.id]
         buckets: dict[tuple, list[int]] = {}
+        specs: dict[type, list] = {}
         for v in vids:
             cls, conn = g.v_cls[v], g.v_conn[v]
             if g.v_tile[v] < 0:
@@ -398,9 +399,12 @@ class _Compiler:
                     f"{g.describe_vertex(v)} is not mapped to a tile; call "
                     "graph.set_tile_mapping(vertex, tile)"
                 )
-            shape = []
-            for name, f in cls.fields.items():
-                if f.kind == "state":
+            spec = specs.get(cls)
+            if spec is None:
+                spec = specs[cls] = [(n, f, f.kind == "state") for n, f in cls.fields.items()]
+            shape = [cls]
+            for name, f, state in spec:
+                if state:
                     if f.vector:
                         if name not in g.v_state[v]:
                             raise GraphConnectionError(
@@ -408,18 +412,19 @@ class _Compiler:
                                 "with no value; set it with graph.set_initial_value"
                             )
                         shape.append(g.v_state[v][name].size)
-                elif name not in conn:
+                    continue
+                t = conn.get(name)
+                if t is None:
                     raise GraphConnectionError(
                         f"field '{name}' ({f!r}) of {g.describe_vertex(v)} is not connected; "
                         f"connect a tensor with graph.connect(v['{name}'], tensor)"
                     )
-                else:  # vertices whose fields have the same region shape share one plan
-                    t = conn[name]
-                    shape.append(t.shape if t._idx is None else t.num_elements())
-                    shape.append(t.strides)
-            buckets.setdefault((cls, tuple(shape)), []).append(v)
-        groups = tuple(self._group(cls, np.array(run)) for (cls, _), vs in buckets.items()
-                       for run in self._regular_runs(cls, vs))
+                # vertices whose fields have the same region shape share one plan
+                shape.append(t.shape if t._idx is None else t.num_elements())
+                shape.append(t.strides)
+            buckets.setdefault(tuple(shape), []).append(v)
+        groups = tuple(self._group(key[0], np.array(run)) for key, vs in buckets.items()
+                       for run in self._regular_runs(key[0], vs))
         self._check_races(cs, groups)
         step = self._compute_step(cs, groups)
         self.done[key] = ExecNode(step, groups)

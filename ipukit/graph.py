@@ -269,7 +269,7 @@ class Graph:
             return
         t = self._own(tensor_or_vertex, "set_tile_mapping")
         tile = self.target.check_tile(tile, lambda: f"tensor '{t.name}'")
-        run = single_run(t)
+        run = (t.offset, 1) if not t.shape and t._idx is None else single_run(t)
         if run is not None:
             self.pools[t.dtype].map_run(*run, tile)
         else:

@@ -57,7 +57,7 @@ class Tensor:
         # layout: (offset, shape, strides) or an explicit address array.
         # A view's name ("v[1:3]") is built only when asked for: views are made often.
         self.graph, self.dtype, self._parent, self._what = graph, dtype, parent, name
-        if isinstance(layout, tuple):
+        if type(layout) is tuple:
             self.offset, self.shape, self.strides = layout
             self._idx = None
         else:
@@ -96,13 +96,14 @@ class Tensor:
         return Tensor(self.graph, self.dtype, layout, what, self)
 
     def __getitem__(self, key) -> Tensor:
+        shape = self.shape
+        if type(key) is int and self._idx is None and shape and 0 <= key < shape[0]:
+            strides = self.strides  # fast path: t[i]
+            return Tensor(self.graph, self.dtype, (self.offset + key * strides[0],
+                          shape[1:], strides[1:]), key, self)
         if self.rank == 0:
             raise IpuError(f"tensor '{self.name}' is a scalar (shape ()); it has no elements "
                            "to index")
-        if type(key) is int and self._idx is None and -self.shape[0] <= key < self.shape[0]:
-            key = key % self.shape[0]  # fast path: t[i]
-            return Tensor(self.graph, self.dtype, (self.offset + key * self.strides[0],
-                          self.shape[1:], self.strides[1:]), key, self)
         keys = key if isinstance(key, tuple) else (key,)
         for k in keys:
             if not (isinstance(k, int | np.integer | slice) or k is Ellipsis):
@@ -327,6 +328,8 @@ def single_run(t: Tensor):
     """(offset, length) when ``t``'s elements are one run of consecutive addresses."""
     if t._idx is not None:
         return None
+    if len(t.shape) == 1:
+        return (t.offset, t.shape[0]) if t.strides[0] == 1 or t.shape[0] <= 1 else None
     step = 1
     for n, st in zip(reversed(t.shape), reversed(t.strides)):
         if n != 1 and st != step:

@@ -49,7 +49,7 @@ def _compiled_add(elements_per_tile):
 
 def _vertex_sizes(g, tile: int) -> list[int]:
     """Elements written by each vertex on ``tile``."""
-    return [int(conn["out"].size) for conn, t in zip(g.v_conn, g.v_tile) if t == tile]
+    return [conn["out"].num_elements() for conn, t in zip(g.v_conn, g.v_tile) if t == tile]
 
 
 def _add_cases():
