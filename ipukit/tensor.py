@@ -27,6 +27,8 @@ INT = np.dtype(np.int32)
 UNSIGNED_INT = np.dtype(np.uint32)
 BOOL = np.dtype(np.bool_)
 
+_BYTE = np.zeros(1, np.uint8)  # the stand-in storage of Tensor._numpy_view
+
 TYPE_NAMES = {FLOAT: "float", HALF: "half", INT: "int", UNSIGNED_INT: "unsigned int",
               BOOL: "bool"}
 
@@ -116,7 +118,10 @@ class Tensor:
         try:
             if self._idx is not None:
                 return self._view(self._idx[key], key)
-            return self._view(_index(self.offset, self.shape, self.strides, keys), key)
+            # NumPy's indexing on the stand-in (with "..." it returns a view, never a value)
+            view = self._stand_in()[keys if Ellipsis in keys else keys + (Ellipsis,)]
+            moved = view.__array_interface__["data"][0] - _BYTE.__array_interface__["data"][0]
+            return self._view((self.offset + moved, view.shape, view.strides), key)
         except IndexError as exc:
             raise IpuError(f"tensor '{self.name}' of shape {self.shape}: {exc}") from None
 
@@ -171,44 +176,36 @@ class Tensor:
 
     def transpose(self) -> Tensor:
         """``Tensor::transpose`` of a 2-D tensor (reverses the dimensions)."""
-        return self.dim_shuffle(list(reversed(range(self.rank))), ".transpose()")
+        return self._numpy_view(lambda i: i.T, ".transpose()")
 
-    def dim_shuffle(self, permutation, what=None) -> Tensor:
+    def dim_shuffle(self, permutation) -> Tensor:
         """``Tensor::dimShuffle``: permute the dimensions."""
-        what = what or f".dimShuffle({list(permutation)})"
-        p = [int(d) for d in permutation]
-        if sorted(p) != list(range(self.rank)):
-            raise IpuError(f"'{self.name}' (shape {self.shape}){what}: the permutation must "
-                           f"name each of the dimensions 0..{self.rank - 1} once")
-        if self._idx is not None:
-            return self._view(self._idx.transpose(p), what)
-        return self._view((self.offset, tuple(self.shape[d] for d in p),
-                           tuple(self.strides[d] for d in p)), what)
+        return self._numpy_view(lambda i: i.transpose(permutation),
+                                f".dimShuffle({list(permutation)})")
 
     def expand(self, axis: int) -> Tensor:
         """``Tensor::expand``: insert a dimension of size 1."""
-        what = f".expand({axis})"
-        if not -self.rank - 1 <= axis <= self.rank:
-            raise IpuError(f"'{self.name}' (shape {self.shape}){what}: axis {axis} is out of "
-                           f"range for a result of rank {self.rank + 1}")
-        axis %= self.rank + 1
-        if self._idx is not None:
-            return self._view(np.expand_dims(self._idx, axis), what)
-        return self._view((self.offset, self.shape[:axis] + (1,) + self.shape[axis:],
-                           self.strides[:axis] + (0,) + self.strides[axis:]), what)
+        return self._numpy_view(lambda i: np.expand_dims(i, axis), f".expand({axis})")
 
     def broadcast(self, shape) -> Tensor:
         """A view that repeats elements to ``shape`` (NumPy broadcasting rules)."""
-        shape, what = tuple(int(s) for s in shape), f".broadcast({list(shape)})"
-        lead = len(shape) - self.rank
-        if lead < 0 or any(s != n and s != 1 for s, n in zip(self.shape, shape[lead:])):
-            raise IpuError(f"'{self.name}' (shape {self.shape}){what}: cannot broadcast "
-                           f"shape {self.shape} to {shape}")
-        if self._idx is not None:
-            return self._view(np.broadcast_to(self._idx, shape), what)
-        strides = (0,) * lead + tuple(0 if s != n else st for s, n, st in
-                                      zip(self.shape, shape[lead:], self.strides))
-        return self._view((self.offset, shape, strides), what)
+        return self._numpy_view(lambda i: np.broadcast_to(i, tuple(shape)),
+                                f".broadcast({list(shape)})")
+
+    def _stand_in(self) -> np.ndarray:
+        return np.lib.stride_tricks.as_strided(_BYTE, self.shape, self.strides)
+
+    def _numpy_view(self, make, what: str) -> Tensor:
+        """A view that only reorders, adds or repeats dimensions: NumPy's own rules, applied
+        to a stand-in array whose strides (in bytes of 1) are the region's; no data is
+        ever read, so the stand-in needs only one byte of storage."""
+        try:
+            if self._idx is not None:
+                return self._view(make(self._idx), what)
+            view = make(self._stand_in())
+            return self._view((self.offset, view.shape, view.strides), what)
+        except (ValueError, IndexError, TypeError) as exc:
+            raise IpuError(f"'{self.name}' (shape {self.shape}){what}: {exc}") from None
 
     def __repr__(self) -> str:
         return f"Tensor('{self.name}', shape={self.shape}, dtype={TYPE_NAMES[self.dtype]})"
@@ -285,31 +282,6 @@ def reshape_strides(shape, strides, new_shape):
         i, j = i2, j2
     it = iter(out)
     return tuple(0 if n == 1 else next(it) for n in new_shape)
-
-
-def _index(offset, shape, strides, keys):
-    """The region of ``region[keys]`` (ints, slices of step 1 and one Ellipsis)."""
-    if sum(k is Ellipsis for k in keys) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    if Ellipsis in keys:
-        at = keys.index(Ellipsis)
-        keys = keys[:at] + (slice(None),) * (len(shape) - len(keys) + 1) + keys[at + 1:]
-    if len(keys) > len(shape):
-        raise IndexError(f"too many indices: the tensor is {len(shape)}-dimensional, but "
-                         f"{len(keys)} were indexed")
-    keys = keys + (slice(None),) * (len(shape) - len(keys))
-    new_shape, new_strides = [], []
-    for d, (k, n, st) in enumerate(zip(keys, shape, strides)):
-        if isinstance(k, slice):
-            b, e, _ = k.indices(n)
-            offset += b * st
-            new_shape.append(max(0, e - b))
-            new_strides.append(st)
-        else:
-            if not -n <= k < n:
-                raise IndexError(f"index {k} is out of bounds for axis {d} with size {n}")
-            offset += int(k % n) * st
-    return offset, tuple(new_shape), tuple(new_strides)
 
 
 def _describe(key) -> str:
