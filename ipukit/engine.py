@@ -42,7 +42,7 @@ from .compile import (
 )
 from .errors import IpuError, ProgramError, StreamError
 from .graph import Graph
-from .tensor import contiguous_strides
+from .tensor import contiguous
 from .trace import Trace
 
 #: Engine options accepted for Poplar compatibility; profiling is always on here.
@@ -83,7 +83,6 @@ class Engine:
         g = self.executable.graph
         self.xp = xp = backend.get_xp()
         self._dev: dict[int, object] = {}
-        self._views: dict[int, tuple] = {}
         self._rows: dict[tuple, Access] = {}
         self._mem = {dt: xp.zeros(p.size, dt) for dt, p in g.pools.items()}
         for dt, pool in g.pools.items():
@@ -303,18 +302,13 @@ class Engine:
         return self._dev[key][1]
 
     def _region(self, a: Access):
-        """A view of storage (nothing copied); kept, as storage never moves once loaded."""
-        view = self._views.get(id(a))
-        if view is None or view[0] is not a:
-            pool = self._mem[a.dtype]
-            size = math.prod(a.rshape)
-            if a.rstrides == contiguous_strides(a.rshape) or size <= 1:
-                region = pool[a.offset:a.offset + size].reshape(a.rshape)
-            else:
-                region = self.xp.lib.stride_tricks.as_strided(
-                    pool[a.offset:], a.rshape, tuple(st * pool.itemsize for st in a.rstrides))
-            view = self._views[id(a)] = (a, region)  # a kept alive: ids stay unique
-        return view[1]
+        """A view of storage (nothing copied): a slice where the region is contiguous."""
+        pool = self._mem[a.dtype]
+        size = math.prod(a.rshape)
+        if contiguous(a.rshape, a.rstrides):
+            return pool[a.offset:a.offset + size].reshape(a.rshape)
+        return self.xp.lib.stride_tricks.as_strided(
+            pool[a.offset:], a.rshape, tuple(st * pool.itemsize for st in a.rstrides))
 
     def _read(self, a: Access):
         if a.idx is not None:

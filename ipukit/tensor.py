@@ -296,18 +296,23 @@ def _describe(key) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
+def contiguous(shape, strides) -> bool:
+    """Whether a region's elements are consecutive addresses, in order."""
+    step = 1
+    for n, st in zip(reversed(shape), reversed(strides)):
+        if n != 1 and st != step:
+            return False
+        step *= n
+    return True
+
+
 def single_run(t: Tensor):
     """(offset, length) when ``t``'s elements are one run of consecutive addresses."""
     if t._idx is not None:
         return None
     if len(t.shape) == 1:
         return (t.offset, t.shape[0]) if t.strides[0] == 1 or t.shape[0] <= 1 else None
-    step = 1
-    for n, st in zip(reversed(t.shape), reversed(t.strides)):
-        if n != 1 and st != step:
-            return None
-        step *= n
-    return t.offset, step
+    return (t.offset, math.prod(t.shape)) if contiguous(t.shape, t.strides) else None
 
 
 def runs(t: Tensor, keep: int = 0):
