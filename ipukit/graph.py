@@ -50,10 +50,7 @@ class Pool:
         self.dtype, self.size = dtype, 0
         self.variables: list[Variable] = []
         self.starts: list[int] = []
-        # each set_tile_mapping: one run as ints in _runs, or arrays in _log (with the
-        # number of _runs before it, to keep the order)
-        self._runs: tuple[list, list, list] = ([], [], [])
-        self._log: list[tuple] = []
+        self._mapped: tuple[list, list, list] = ([], [], [])  # begins, ends, tiles, in order
         self._segments = None  # the resolved mapping: sorted, disjoint (begin, end, tile)
         self._cuts = None  # the addresses where the mapping changes
 
@@ -65,24 +62,25 @@ class Pool:
         self.starts.append(var.start)
         return var
 
-    def map(self, begins: np.ndarray, lengths: np.ndarray, tile: int) -> None:
-        """Map the address runs to ``tile`` (a later mapping of an address wins)."""
-        self._log.append((len(self._runs[0]), begins, begins + lengths, tile))
-        self._segments = self._cuts = None
-
-    def map_run(self, begin: int, length: int, tile: int) -> None:
-        """Map one run of addresses to ``tile`` (the common, fast case)."""
-        b, e, t = self._runs
-        b.append(begin)
-        e.append(begin + length)
-        t.append(tile)
+    def map(self, begins, lengths, tile: int) -> None:
+        """Map runs of addresses (one as ints, or arrays) to ``tile``; a later mapping of an
+        address wins."""
+        b, e, t = self._mapped
+        if not isinstance(begins, np.ndarray):
+            b.append(int(begins))
+            e.append(int(begins + lengths))
+            t.append(tile)
+        else:
+            b.extend(begins.tolist())
+            e.extend((begins + lengths).tolist())
+            t.extend([tile] * len(begins))
         self._segments = None
 
     def segments(self):
         """The tile mapping as sorted, disjoint intervals: (begins, ends, tiles)."""
         if self._segments is None:
-            self._segments = _resolve(self._log, self._runs)
-            self._log, self._runs = [(0,) + self._segments], ([], [], [])  # compacted
+            self._segments = _resolve(*(np.array(x, np.int64) for x in self._mapped))
+            self._mapped = tuple(x.tolist() for x in self._segments)  # compacted
             b, e, _ = self._segments
             cuts = np.stack([b, e], axis=1).reshape(-1)  # sorted: the segments are disjoint
             self._cuts = cuts[np.r_[True, cuts[1:] != cuts[:-1]]] if cuts.size else cuts
@@ -126,30 +124,18 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
 
 
-def _resolve(log, singles):
-    """Turn mapping records into sorted, disjoint, merged intervals (begins, ends, tiles)."""
-    sb, se, st = (np.array(x, np.int64) for x in singles)
-    records, at = [], 0  # every record as arrays, in the order they were made
-    for pos, rb, re_, rt in log:
-        records += [(sb[at:pos], se[at:pos], st[at:pos]),
-                    (rb, re_, np.broadcast_to(np.asarray(rt, np.int64), rb.shape))]
-        at = pos
-    records.append((sb[at:], se[at:], st[at:]))
-    b, e, t = (np.concatenate(x).astype(np.int64) for x in zip(*records))
-    log = records
+def _resolve(b, e, t):
+    """Turn mapping records (in the order made) into sorted, disjoint, merged intervals."""
     order = np.argsort(b, kind="stable")
-    b, e, t = b[order], e[order], t[order]
-    if b.size and (b[1:] < e[:-1]).any():  # re-mapped addresses: paint in order
+    sb, se, st = b[order], e[order], t[order]
+    if sb.size and (sb[1:] < se[:-1]).any():  # re-mapped addresses: paint in order
         cuts = np.unique(np.concatenate([b, e]))
+        lo, hi = np.searchsorted(cuts, b), np.searchsorted(cuts, e)
         tiles = np.full(cuts.size - 1, -1, np.int64)
-        for rb, re_, rt in log:
-            lo, hi = np.searchsorted(cuts, rb), np.searchsorted(cuts, re_)
-            tiles[_ranges(lo, hi)] = rt.repeat(np.maximum(hi - lo, 0))
-        b, e, t = cuts[:-1], cuts[1:], tiles
-        keep = t >= 0
-        b, e, t = b[keep], e[keep], t[keep]
-    keep = e > b
-    b, e, t = b[keep], e[keep], t[keep]
+        tiles[_ranges(lo, hi)] = t.repeat(np.maximum(hi - lo, 0))  # the last write wins
+        sb, se, st = cuts[:-1], cuts[1:], tiles
+    keep = (se > sb) & (st >= 0)
+    b, e, t = sb[keep], se[keep], st[keep]
     if not b.size:
         return b, e, t
     first = np.flatnonzero(np.r_[True, (b[1:] != e[:-1]) | (t[1:] != t[:-1])])
@@ -271,7 +257,7 @@ class Graph:
         tile = self.target.check_tile(tile, lambda: f"tensor '{t.name}'")
         run = (t.offset, 1) if not t.shape and t._idx is None else single_run(t)
         if run is not None:
-            self.pools[t.dtype].map_run(*run, tile)
+            self.pools[t.dtype].map(*run, tile)
         else:
             self.pools[t.dtype].map(*runs(t), tile)
 

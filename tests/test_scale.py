@@ -6,6 +6,8 @@ import types
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import ipukit as ipu
 from ipukit import backend
@@ -156,3 +158,34 @@ def test_the_engine_never_copies_to_the_host_between_supersteps(monkeypatch):
     ref = np.arange(32, dtype=np.float32).reshape(8, 4)
     assert np.array_equal(eng.read_tensor("s"), ref[perm].sum(axis=1))
     assert np.array_equal(eng.read_tensor("y"), ref) and DeviceArray.gets == 2
+
+
+# -- tile mappings are intervals, and a later mapping wins -----------------------------------
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40), st.integers(0, 3)),
+                max_size=12), st.booleans())
+def test_tile_mapping_intervals_match_painting_every_element(maps, transposed):
+    """Random, overlapping set_tile_mapping calls (rows of a view or flat slices) against a
+    NumPy reference that paints every element in order."""
+    _, g = small(tiles=4)
+    x = g.add_variable(ipu.FLOAT, [40], "x")
+    view = x.reshape([8, 5]).transpose() if transposed else x.reshape([5, 8])
+    ref = np.full(40, -1)
+    for b, e, tile in maps:
+        if transposed:  # rows of the transpose: strided runs
+            b, e = b % 5, max(b % 5, e % 6)
+            g.set_tile_mapping(view[b:e], tile)
+            ref[view[b:e].idx.reshape(-1)] = tile
+        else:
+            b, e = min(b, e), max(b, e)
+            g.set_tile_mapping(x.slice(b, e), tile)
+            ref[b:e] = tile
+    got = np.full(40, -1)
+    for tile, intervals in enumerate(g.get_tile_mapping(x)):
+        for b, e in intervals:
+            got[b:e] = tile
+    assert np.array_equal(got, ref)
+    flat = np.full(view.num_elements(), -1)  # and the mapping of a strided view
+    for tile, intervals in enumerate(g.get_tile_mapping(view)):
+        for b, e in intervals:
+            flat[b:e] = tile
+    assert np.array_equal(flat, ref[view.idx.reshape(-1)])
