@@ -253,8 +253,11 @@ class Graph:
             vid = self._vertex(tensor_or_vertex, "set_tile_mapping")
             self.v_tile[vid] = self.target.check_tile(tile, lambda: self.describe_vertex(vid))
             return
-        t = self._own(tensor_or_vertex, "set_tile_mapping")
-        tile = self.target.check_tile(tile, lambda: f"tensor '{t.name}'")
+        t = tensor_or_vertex
+        if not (type(t) is Tensor and t.graph is self):
+            t = self._own(t, "set_tile_mapping")
+        if not (type(tile) is int and 0 <= tile < self.target.num_tiles):
+            tile = self.target.check_tile(tile, lambda: f"tensor '{t.name}'")
         run = (t.offset, 1) if not t.shape and t._idx is None else single_run(t)
         if run is not None:
             self.pools[t.dtype].map(*run, tile)
@@ -349,8 +352,9 @@ class Graph:
     def _connect(self, vid: int, name: str, tensor: Tensor) -> None:
         field = self.v_cls[vid].fields.get(name)
         ok = (field is not None and field.kind != "state" and type(tensor) is Tensor
-              and tensor.graph is self and tensor.dtype == field.dtype
-              and (field.vector or tensor.num_elements() == 1))
+              and tensor.graph is self and (tensor.dtype is field.dtype
+                                            or tensor.dtype == field.dtype)
+              and (field.vector or not tensor.shape or tensor.num_elements() == 1))
         if not ok:
             self._connection_error(vid, name, tensor)
         self.v_conn[vid][name] = tensor  # a Vector field sees it flattened
