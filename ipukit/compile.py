@@ -44,7 +44,7 @@ CODELET_CODE_BYTES = 256
 #: A compute set's vertices of one class and field shape run as one array operation per
 #: run of vertices whose fields step evenly through storage (a region: no index array)
 #: where runs average at least this many elements; otherwise as one gather.
-GATHER_ELEMENTS = 1 << 15
+GATHER_ELEMENTS = 4096
 
 
 @dataclass(frozen=True, eq=False)
