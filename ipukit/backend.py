@@ -90,12 +90,10 @@ def cupy_available() -> bool:
 
 def to_numpy(a) -> np.ndarray:
     """Return ``a`` as a NumPy array (copies from the GPU when needed)."""
-    if isinstance(a, np.ndarray):
-        return a
-    get = getattr(a, "get", None)
+    get = getattr(a, "get", None)  # a device array: an explicit copy to the host
     if get is not None and not isinstance(a, np.generic):
         return get()
-    return np.asarray(a)
+    return a if type(a) is np.ndarray else np.asarray(a)
 
 
 def asarray(a, dtype=None):

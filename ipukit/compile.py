@@ -37,38 +37,77 @@ from .errors import (
 )
 from .graph import DataStream, Graph
 from .program import Copy, Execute, If, PrintTensor, Program, Repeat, RepeatWhileTrue, Sequence
-from .tensor import TYPE_NAMES, Tensor
+from .tensor import TYPE_NAMES, Tensor, addresses, index_runs, reshape_strides, runs
 from .trace import Step, TileMemory
 
 #: Bytes of vertex state per field: a pointer (scalar) or pointer and size (Vector).
 SCALAR_FIELD_BYTES, VECTOR_FIELD_BYTES = 4, 8
 #: Bytes of code per codelet class on each tile that runs it (approximate).
 CODELET_CODE_BYTES = 256
+#: A compute set's vertices of one class and field shape run as one array operation per
+#: run of vertices whose fields step evenly through storage (a region: no index array)
+#: where runs average at least this many elements; otherwise as one gather.
+GATHER_ELEMENTS = 4096
 
 
 @dataclass(frozen=True, eq=False)
 class Access:
-    """How to reach a set of addresses: a contiguous run (a view), one row shared by all
-    vertices (a broadcast), or an index array (a gather / scatter)."""
+    """How the engine reaches some elements, seen with ``shape``: a *region* of the storage
+    (``offset`` and a stride per dimension of ``rshape``: a view, nothing copied) or, where
+    no region describes them, an ``idx`` array of addresses (int32 where it fits: a gather
+    and scatter). ``view`` says that reading gives storage itself (writes land in place);
+    otherwise reading copies, and writing goes back through the region or index."""
 
     dtype: np.dtype
-    idx: np.ndarray  # addresses, shape (n,) or (n, k)
-    start: int = -1  # >= 0: contiguous from start
-    row: np.ndarray | None = None  # every vertex reads this same row
+    shape: tuple
+    offset: int = -1  # >= 0: a region
+    rshape: tuple = ()
+    rstrides: tuple = ()
+    idx: np.ndarray | None = None
+    view: bool = False
+    gather_runs: tuple | None = None  # runs() of a gather, when known without scanning idx
 
     @staticmethod
-    def of(dtype, idx: np.ndarray) -> Access:
-        flat = idx.reshape(-1)
-        if flat.size and flat[-1] - flat[0] == flat.size - 1 and (
-                flat.size == 1 or bool((np.diff(flat) == 1).all())):
-            return Access(dtype, idx, start=int(flat[0]))
-        if idx.ndim == 2 and idx.shape[0] > 1 and bool((idx == idx[0]).all()):
-            return Access(dtype, idx, row=idx[0].copy())
-        return Access(dtype, idx)
+    def region(dtype, shape, offset, rshape, rstrides) -> Access:
+        merged = reshape_strides(rshape, rstrides, shape)
+        if merged is not None:
+            return Access(dtype, tuple(shape), int(offset), tuple(shape), merged, view=True)
+        return Access(dtype, tuple(shape), int(offset), tuple(rshape), tuple(rstrides))
 
-    @property
-    def shape(self) -> tuple:
-        return self.idx.shape
+    @staticmethod
+    def gather(dtype, idx: np.ndarray, gather_runs=None) -> Access:
+        small = idx.dtype == np.int32 or idx.size == 0 or int(idx.max()) < 2**31
+        return Access(dtype, idx.shape, idx=idx.astype(np.int32 if small else np.int64,
+                                                          copy=False), gather_runs=gather_runs)
+
+    @staticmethod
+    def of(t: Tensor, shape=None) -> Access:
+        """The access of a tensor's elements (flat when ``shape`` is ``(n,)``)."""
+        shape = t.shape if shape is None else shape
+        if t._idx is not None:
+            return Access.gather(t.dtype, t._idx.reshape(shape))
+        return Access.region(t.dtype, shape, t.offset, t.shape, t.strides)
+
+    def row(self, i: int) -> Access:
+        """Vertex ``i``'s elements only (per-vertex debug mode)."""
+        if self.idx is not None:
+            return Access(self.dtype, (1,) + self.shape[1:], idx=self.idx[i:i + 1])
+        return Access.region(self.dtype, (1,) + self.shape[1:],
+                             self.offset + i * self.rstrides[0], (1,) + self.rshape[1:],
+                             self.rstrides)
+
+    def runs(self):
+        """Runs of consecutive addresses, in order, and the vertex (row) of each."""
+        if self.gather_runs is not None:
+            return self.gather_runs
+        if self.idx is not None:
+            k = self.idx.size // max(self.shape[0], 1)
+            begins, lengths, first = index_runs(self.idx.reshape(-1), k)
+            return begins, lengths, first // max(k, 1)
+        t = Tensor(None, self.dtype, (self.offset, self.rshape, self.rstrides), "")
+        begins, lengths = runs(t, keep=1)
+        per_row = begins.size // self.shape[0] if self.shape[0] else 1
+        return begins, lengths, np.arange(begins.size) // max(per_row, 1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -184,7 +223,6 @@ class _Compiler:
         self.allow_out_of_memory = allow_out_of_memory
         self.steps: list[Step] = []
         self.done: dict[int, object] = {}  # id(program) or cs -> compiled node
-        self.tile_of = {dt: p.tiles() for dt, p in graph.pools.items()}
         self.exchange_buffers = np.zeros(self.t.num_tiles, np.int64)
         self.vertex_state = np.zeros(self.t.num_tiles, np.int64)
         self.vertex_code = np.zeros(self.t.num_tiles, np.int64)
@@ -229,21 +267,24 @@ class _Compiler:
     def _access(self, t: Tensor, what: str) -> Access:
         if t.graph is not self.g:
             raise ProgramError(f"{what}: tensor '{t.name}' belongs to another graph")
-        return Access.of(t.dtype, t.idx)
+        return Access.of(t)
 
     # -- checks ---------------------------------------------------------------------------
     def _check_mapped(self):
         for pool in self.g.pools.values():
-            unmapped = np.flatnonzero(pool.tiles() < 0)
-            if unmapped.size:
-                var = pool.variable_at(unmapped[0])
-                mine = unmapped[(unmapped >= var.start) & (unmapped < var.start + var.size)]
-                first = np.unravel_index(int(mine[0]) - var.start, var.shape)
-                raise TileMappingError(
-                    f"tensor '{var.name}' has {mine.size} unmapped elements (first: "
-                    f"{list(map(int, first))}); map every element with graph.set_tile_mapping"
-                    " (or poputil.map_tensor_linearly) before compiling"
-                )
+            b, e, _ = pool.segments()
+            if int((e - b).sum()) == pool.size:
+                continue
+            gaps = np.flatnonzero(np.r_[b, pool.size] != np.r_[0, e])
+            var = pool.variable_at(int(np.r_[0, e][gaps[0]]))
+            _, start, end, tile = pool.pieces(np.array([var.start]), np.array([var.size]))
+            free = tile < 0
+            first = np.unravel_index(int(start[free][0]) - var.start, var.shape)
+            raise TileMappingError(
+                f"tensor '{var.name}' has {int((end - start)[free].sum())} unmapped elements "
+                f"(first: {list(map(int, first))}); map every element with "
+                "graph.set_tile_mapping (or poputil.map_tensor_linearly) before compiling"
+            )
 
     # -- steps ----------------------------------------------------------------------------
     def _step(self, name, kind, sync=0, compute=None, transfers=None, host_bytes=0,
@@ -319,24 +360,36 @@ class _Compiler:
                 f"'{dst.name}' ({TYPE_NAMES[dst.dtype]} {dst.shape}): source and destination "
                 "need the same type and number of elements"
             )
-        s_idx, d_idx = src.idx.reshape(-1), dst.idx.reshape(-1)
-        if _distinct(d_idx).size != d_idx.size:
+        n_tiles, size = self.t.num_tiles, src.dtype.itemsize
+        (sb, sn), (db, dn) = runs(src), runs(dst)
+        if int(_union_lengths(np.zeros(db.size, np.int64), db, db + dn).sum()) != dn.sum():
             raise ProgramError(f"Copy destination '{dst.name}' has aliased elements (it names "
                                "some element twice, e.g. a broadcast view); copy to a tensor "
                                "whose elements are distinct")
-        s_tile, d_tile = self.tile_of[src.dtype][s_idx], self.tile_of[dst.dtype][d_idx]
-        size = src.dtype.itemsize
+        # Pair source and destination runs by flat position, then cut where either side's
+        # tile changes: pieces of (source address, destination address, length).
+        s_pos, d_pos = np.cumsum(sn) - sn, np.cumsum(dn) - dn
+        pos = np.union1d(s_pos, d_pos)
+        si, di = np.searchsorted(s_pos, pos, "right") - 1, np.searchsorted(d_pos, pos, "right") - 1
+        s_addr, d_addr = sb[si] + pos - s_pos[si], db[di] + pos - d_pos[di]
+        length = np.diff(np.r_[pos, src.num_elements()])
+        run, s_start, s_end, s_tile = self.g.pools[src.dtype].pieces(s_addr, length)
+        d_addr = d_addr[run] + s_start - s_addr[run]
+        run, d_start, d_end, d_tile = self.g.pools[dst.dtype].pieces(d_addr, s_end - s_start)
+        s_start, s_tile, length = s_start[run] + d_start - d_addr[run], s_tile[run], \
+            d_end - d_start
         remote = s_tile != d_tile
-        transfers = self._transfers(s_tile[remote], d_tile[remote],
-                                    np.full(int(remote.sum()), size))
-        sent = np.bincount(self.tile_of[src.dtype][_distinct(s_idx[remote])],
-                           minlength=self.t.num_tiles) * size  # each element sent once
-        local = np.bincount(d_tile[~remote], minlength=self.t.num_tiles) * size
-        compute = cost.copy_cycles(local)
+        transfers = self._transfers(s_tile[remote], d_tile[remote], length[remote] * size)
+        once = _union_lengths(np.zeros(int(remote.sum()), np.int64), s_start[remote],
+                              s_start[remote] + length[remote])  # each element sent once
+        sent = np.bincount(s_tile[remote], weights=once, minlength=n_tiles) * size
+        local = np.bincount(d_tile[~remote], weights=length[~remote], minlength=n_tiles) * size
+        compute = cost.copy_cycles(local.astype(np.int64)).astype(np.int64)
         step = self._step(f"Copy {src.name} -> {dst.name}", "copy", sync=cost.sync_cycles(self.t),
-                          compute=compute.astype(np.int64), transfers=transfers,
-                          tile_out=sent, tiles=np.concatenate([s_tile, d_tile]))
-        return CopyNode(step, Access.of(src.dtype, s_idx), Access.of(dst.dtype, d_idx))
+                          compute=compute, transfers=transfers, tile_out=sent.astype(np.int64),
+                          tiles=np.concatenate([s_tile, d_tile]))
+        n = (src.num_elements(),)
+        return CopyNode(step, Access.of(src, n), Access.of(dst, n))
 
     def _stream_copy(self, src, dst):
         stream, tensor = (src, dst) if isinstance(src, DataStream) else (dst, src)
@@ -349,16 +402,16 @@ class _Compiler:
                 f"elements) and tensor '{tensor.name}' ({TYPE_NAMES[tensor.dtype]}, "
                 f"{tensor.num_elements()} elements): they must have the same type and size"
             )
-        idx = tensor.idx.reshape(-1)
-        per_tile = np.bincount(self.tile_of[tensor.dtype][idx], minlength=self.t.num_tiles)
-        nbytes = idx.size * tensor.dtype.itemsize
-        per_tile = (per_tile * tensor.dtype.itemsize).astype(np.int64)
+        run, start, end, tile = self.g.pools[tensor.dtype].pieces(*runs(tensor))
+        nbytes = tensor.num_elements() * tensor.dtype.itemsize
+        per_tile = (np.bincount(tile, weights=end - start, minlength=self.t.num_tiles)
+                    * tensor.dtype.itemsize).astype(np.int64)
         arrow = "->" if stream.to_device else "<-"
         step = self._step(f"StreamCopy {stream.name} {arrow} {tensor.name}", "stream",
                           sync=cost.sync_cycles(self.t), host_bytes=nbytes,
-                          tiles=self.tile_of[tensor.dtype][idx],
+                          tiles=tile,
                           **{"host_in" if stream.to_device else "host_out": per_tile})
-        return StreamNode(step, stream, Access.of(tensor.dtype, idx))
+        return StreamNode(step, stream, Access.of(tensor, (tensor.num_elements(),)))
 
     # -- compute sets ---------------------------------------------------------------------
     def _compute_set(self, cs):
@@ -368,6 +421,7 @@ class _Compiler:
         g = self.g
         vids = [v for v, c in enumerate(g.v_cs) if c == cs.id]
         buckets: dict[tuple, list[int]] = {}
+        specs: dict[type, list] = {}
         for v in vids:
             cls, conn = g.v_cls[v], g.v_conn[v]
             if g.v_tile[v] < 0:
@@ -375,9 +429,12 @@ class _Compiler:
                     f"{g.describe_vertex(v)} is not mapped to a tile; call "
                     "graph.set_tile_mapping(vertex, tile)"
                 )
-            shape = []
-            for name, f in cls.fields.items():
-                if f.kind == "state":
+            spec = specs.get(cls)
+            if spec is None:
+                spec = specs[cls] = [(n, f, f.kind == "state") for n, f in cls.fields.items()]
+            shape = [cls]
+            for name, f, state in spec:
+                if state:
                     if f.vector:
                         if name not in g.v_state[v]:
                             raise GraphConnectionError(
@@ -385,22 +442,46 @@ class _Compiler:
                                 "with no value; set it with graph.set_initial_value"
                             )
                         shape.append(g.v_state[v][name].size)
-                elif name not in conn:
+                    continue
+                t = conn.get(name)
+                if t is None:
                     raise GraphConnectionError(
                         f"field '{name}' ({f!r}) of {g.describe_vertex(v)} is not connected; "
                         f"connect a tensor with graph.connect(v['{name}'], tensor)"
                     )
-                elif f.vector:
-                    shape.append(conn[name].size)
-            buckets.setdefault((cls, tuple(shape)), []).append(v)
-        groups = tuple(self._group(cls, np.array(vs)) for (cls, _), vs in buckets.items())
+                # vertices whose fields have the same region shape share one plan
+                shape.append(t.shape if t._idx is None else t.num_elements())
+                shape.append(t.strides)
+            buckets.setdefault(tuple(shape), []).append(v)
+        groups = tuple(self._group(key[0], np.array(run)) for key, vs in buckets.items()
+                       for run in self._regular_runs(key[0], vs))
         self._check_races(cs, groups)
         step = self._compute_step(cs, groups)
         self.done[key] = ExecNode(step, groups)
         return self.done[key]
 
+    def _regular_runs(self, cls, vids: list[int]) -> list[list[int]]:
+        """Split vertices into runs whose fields' offsets step evenly (each field is then
+        one region: no index array), unless that makes many small array operations."""
+        names = [n for n, f in cls.fields.items() if f.kind != "state"]
+        conns = [self.g.v_conn[v] for v in vids]
+        if len(vids) <= 2 or any(conns[0][n]._idx is not None for n in names):
+            return [vids]
+        offsets = np.array([[c[n].offset for n in names] for c in conns], np.int64)
+        step = np.diff(offsets, axis=0)
+        change = np.flatnonzero((step[1:] != step[:-1]).any(axis=1)) + 1
+        elements = len(vids) * sum(conns[0][n].num_elements() for n in names)
+        if elements < GATHER_ELEMENTS * (change.size + 1):
+            return [vids]  # small runs: one gather beats many array operations
+        cuts, start = [], 0
+        for c in change.tolist():  # vertices start..c step evenly
+            if c > start:
+                cuts.append(c + 1)
+                start = c + 1
+        return [vids[a:b] for a, b in zip([0] + cuts, cuts + [len(vids)])]
+
     def _group(self, cls, vids: np.ndarray) -> VertexGroup:
-        g, n = self.g, len(vids)
+        g = self.g
         fields, state, sizes = [], {}, {}
         for name, f in cls.fields.items():
             if f.kind == "state":
@@ -408,10 +489,10 @@ class _Compiler:
                 state[name] = np.stack(vals).astype(f.dtype)
                 sizes[name] = int(state[name][0].size)
                 continue
-            idx = np.concatenate([g.v_conn[v][name] for v in vids])
-            idx = idx.reshape((n, -1) if f.vector else (n,))
-            sizes[name] = idx.shape[1] if f.vector else 1
-            fields.append(FieldPlan(name, f.kind, Access.of(f.dtype, idx)))
+            tensors = [g.v_conn[v][name] for v in vids]
+            access = _field_access(f.dtype, tensors, f.vector)
+            sizes[name] = access.shape[1] if f.vector else 1
+            fields.append(FieldPlan(name, f.kind, access))
         default = cls.cycle_estimate(sizes)
         estimates = np.array([default if g.v_perf[v] is None else g.v_perf[v] for v in vids],
                              np.int64)
@@ -423,39 +504,45 @@ class _Compiler:
         slots = [(gr, fp) for gr in groups for fp in gr.fields]
         n_slots = len(slots)
         for dtype in {fp.access.dtype for _, fp in slots}:
-            mine = [(s, gr, fp) for s, (gr, fp) in enumerate(slots) if fp.access.dtype == dtype]
-            writes = [(s, gr, fp) for s, gr, fp in mine if fp.kind != "input"]
-            if not writes:
+            # every field's runs of addresses, with "who" = vertex id and field slot (so
+            # that a vertex's own InOut is no race)
+            rb, re_, who, writes, reads = [], [], [], [], []
+            for s, (gr, fp) in enumerate(slots):
+                if fp.access.dtype == dtype:
+                    b, n, row = fp.access.runs()
+                    rb.append(b)
+                    re_.append(b + n)
+                    who.append(gr.vertex_ids[row] * n_slots + s)
+                    writes.append(np.full(b.size, fp.kind != "input"))
+                    reads.append(np.full(b.size, fp.kind != "output"))
+            b, e, who, w, r = (np.concatenate(x) for x in (rb, re_, who, writes, reads))
+            if not w.any():
                 continue
-            # owner[address] = who writes it ("who" = vertex id and field slot, so that a
-            # vertex's own InOut is no race)
-            wa = np.concatenate([fp.access.idx.reshape(-1) for _, _, fp in writes])
-            ww = np.concatenate([np.repeat(gr.vertex_ids * n_slots + s,
-                                           fp.access.idx.size // len(gr.vertex_ids))
-                                 for s, gr, fp in writes])
-            owner = np.full(self.g.pools[dtype].size, -1, np.int64)
-            owner[wa] = ww
-            clash = np.flatnonzero(owner[wa] != ww)  # a later write took the element over
-            if clash.size:
-                addr = wa[clash[0]]
-                first = ww[np.flatnonzero(wa == addr)[0]]
-                self._race(cs, slots, dtype, addr, first, owner[addr], "also writes")
-            written = owner >= 0
-            for s, gr, fp in mine:
-                if fp.kind == "output":
-                    continue
-                a, n = fp.access, len(gr.vertex_ids)
-                hit = (written[a.start:a.start + a.idx.size] if a.start >= 0
-                       else written[a.idx]).reshape(n, -1)
-                if not hit.any():
-                    continue
-                rows, cols = np.nonzero(hit)
-                addr = a.idx.reshape(n, -1)[rows, cols]
-                who = gr.vertex_ids[rows] * n_slots + s
-                bad = np.flatnonzero(owner[addr] != who)
-                if bad.size:
-                    i = bad[0]
-                    self._race(cs, slots, dtype, addr[i], owner[addr[i]], who[i], "reads")
+            order = np.flatnonzero(w)[np.argsort(b[w], kind="stable")]
+            wb, we, wo = b[order], e[order], who[order]
+            reach = np.maximum.accumulate(we)
+            holder = np.maximum.accumulate(np.where(we == reach, np.arange(we.size), 0))
+            clash = np.flatnonzero((wb[1:] < reach[:-1]) & (wo[1:] != wo[holder[:-1]]))
+            if clash.size:  # two writers of one element
+                i, j = order[clash[0] + 1], order[holder[clash[0]]]
+                first, later = (i, j) if i < j else (j, i)
+                self._race(cs, slots, dtype, b[order[clash[0] + 1]], who[first], who[later],
+                           "also writes")
+            # writes merged into disjoint runs, one writer each; then every read or
+            # in-out run may only meet writes of its own vertex and field
+            first = np.flatnonzero(np.r_[True, wb[1:] >= reach[:-1]])
+            wb, we, wo = wb[first], reach[np.r_[first[1:] - 1, wb.size - 1]], wo[first]
+            lo = np.searchsorted(we, b, "right")
+            hi = np.searchsorted(wb, e, "left")
+            changes = np.r_[0, np.cumsum(wo[1:] != wo[:-1])]
+            lo_c = np.minimum(lo, wo.size - 1)
+            bad = (hi > lo) & ((wo[lo_c] != who)
+                               | (changes[np.maximum(hi - 1, 0)] != changes[lo_c]))
+            bad &= r
+            if bad.any():
+                k = int(np.flatnonzero(bad)[0])
+                m = int(lo[k]) + int(np.flatnonzero(wo[lo[k]:hi[k]] != who[k])[0])
+                self._race(cs, slots, dtype, max(b[k], wb[m]), wo[m], who[k], "reads")
 
     def _race(self, cs, slots, dtype, addr, writer, other, verb):
         def who(code):
@@ -498,32 +585,39 @@ class _Compiler:
         sent = np.zeros(n_tiles, np.int64)
         for gr in groups:
             for fp in gr.fields:
-                a = fp.access
-                et = self.tile_of[a.dtype][a.idx]
-                vt = gr.tiles.reshape((-1,) + (1,) * (a.idx.ndim - 1))
+                a, size = fp.access, fp.access.dtype.itemsize
+                b, n, row = a.runs()
+                vt = gr.tiles[row]
+                if fp.kind == "input" and b.size > 1:  # a tile reads a shared run once
+                    o = np.lexsort((n, b, vt))
+                    o = o[np.r_[True, (np.diff(vt[o]) != 0) | (np.diff(b[o]) != 0)
+                                | (np.diff(n[o]) != 0)]]
+                    b, n, vt = b[o], n[o], vt[o]
+                run, start, end, et = self.g.pools[a.dtype].pieces(b, n)
+                vt = vt[run]
                 remote = et != vt
                 if not remote.any():
                     continue
-                vt_b = np.broadcast_to(vt, et.shape)[remote]
-                addr, et_r = a.idx[remote], et[remote]
-                size = a.dtype.itemsize
+                start, end, et, vt = start[remote], end[remote], et[remote], vt[remote]
                 if fp.kind in ("input", "inout"):
-                    uniq = _distinct(vt_b * (1 << 40) + addr)
-                    u_dst, u_addr = uniq >> 40, uniq & ((1 << 40) - 1)
-                    u_src = self.tile_of[a.dtype][u_addr]
-                    srcs.append(u_src)
-                    dsts.append(u_dst)
-                    sizes.append(np.full(u_src.size, size))
-                    received += np.bincount(u_dst, minlength=n_tiles) * size
-                    read_remote.setdefault(a.dtype, []).append(u_addr)
+                    once = _union_lengths(vt, start, end)  # a tile receives an element once
+                    srcs.append(et)
+                    dsts.append(vt)
+                    sizes.append(once * size)
+                    received += (np.bincount(vt, weights=once, minlength=n_tiles)
+                                 * size).astype(np.int64)
+                    read_remote.setdefault(a.dtype, []).append((start, end, et))
                 if fp.kind in ("output", "inout"):
-                    srcs.append(vt_b)
-                    dsts.append(et_r)
-                    sizes.append(np.full(vt_b.size, size))
-                    sent += np.bincount(vt_b, minlength=n_tiles) * size
-        for dtype, addrs in read_remote.items():
-            owners = self.tile_of[dtype][_distinct(np.concatenate(addrs))]
-            sent += np.bincount(owners, minlength=n_tiles) * dtype.itemsize
+                    srcs.append(vt)
+                    dsts.append(et)
+                    sizes.append((end - start) * size)
+                    sent += (np.bincount(vt, weights=end - start, minlength=n_tiles)
+                             * size).astype(np.int64)
+        for dtype, parts in read_remote.items():
+            start, end, et = (np.concatenate(x) for x in zip(*parts))
+            once = _union_lengths(np.zeros(start.size, np.int64), start, end)
+            sent += (np.bincount(et, weights=once, minlength=n_tiles)
+                     * dtype.itemsize).astype(np.int64)
         self.exchange_buffers = np.maximum(self.exchange_buffers, received)
         transfers = (self._transfers(np.concatenate(srcs), np.concatenate(dsts),
                                      np.concatenate(sizes)) if srcs else None)
@@ -549,14 +643,18 @@ class _Compiler:
         n = self.t.num_tiles
         variables, constants = np.zeros(n, np.int64), np.zeros(n, np.int64)
         for pool in self.g.pools.values():
-            is_const = np.zeros(pool.size, bool)
+            b, e, tiles = pool.segments()
+            size = pool.dtype.itemsize
+            variables += (np.bincount(tiles, weights=e - b, minlength=n) * size).astype(
+                np.int64)
             for var in pool.variables:
                 if var.values is not None:
-                    is_const[var.start:var.start + var.size] = True
-            tiles = pool.tiles()
-            size = pool.dtype.itemsize
-            variables += np.bincount(tiles[~is_const], minlength=n) * size
-            constants += np.bincount(tiles[is_const], minlength=n) * size
+                    _, start, end, tile = pool.pieces(np.array([var.start]),
+                                                      np.array([var.size]))
+                    here = (np.bincount(tile, weights=end - start, minlength=n)
+                            * size).astype(np.int64)
+                    variables -= here
+                    constants += here
         mem = TileMemory({"variables": variables, "constants": constants,
                           "vertex state": self.vertex_state, "vertex code": self.vertex_code,
                           "exchange buffers": self.exchange_buffers},
@@ -592,17 +690,46 @@ class _Compiler:
         parts = [f"{k} {int(v[tile]):,}" for k, v in mem.categories.items() if v[tile]]
         biggest = []
         for pool in self.g.pools.values():
-            addrs = np.flatnonzero(pool.tiles() == tile)
-            if addrs.size:
-                owner = np.searchsorted(pool.starts, addrs, "right") - 1
-                for vi, count in zip(*np.unique(owner, return_counts=True)):
-                    biggest.append((int(count) * pool.dtype.itemsize, pool.variables[vi].name))
+            for var in pool.variables:
+                _, start, end, on = pool.pieces(np.array([var.start]), np.array([var.size]))
+                count = int((end - start)[on == tile].sum())
+                if count:
+                    biggest.append((count * pool.dtype.itemsize, var.name))
         names = ", ".join(f"'{name}' {b:,} B" for b, name in sorted(biggest, reverse=True)[:3])
         return (f"tile {tile}: {int(mem.total[tile]):,} B ({', '.join(parts)}"
                 f"{'; largest tensors ' + names if names else ''})")
 
 
-def _distinct(a: np.ndarray) -> np.ndarray:
-    """Sorted distinct values (``np.unique`` by sorting: NumPy 2's hashing is slower here)."""
-    a = np.sort(a, axis=None)
-    return a[np.r_[True, a[1:] != a[:-1]]] if a.size else a
+def _field_access(dtype, tensors: list[Tensor], vector: bool) -> Access:
+    """One field of n vertices, shape (n, k) or (n,): a region when the vertices' regions
+    step evenly through storage, otherwise a gather (an int32 index array)."""
+    n, t0 = len(tensors), tensors[0]
+    shape = (n, t0.num_elements()) if vector else (n,)
+    if t0._idx is not None:
+        return Access.gather(dtype, np.concatenate([t.idx.reshape(-1) for t in tensors])
+                             .reshape(shape))
+    offsets = np.array([t.offset for t in tensors], np.int64)
+    step = int(offsets[1] - offsets[0]) if n > 1 else 0
+    if (np.diff(offsets) == step).all():
+        return Access.region(dtype, shape, offsets[0], (n,) + t0.shape, (step,) + t0.strides)
+    small = offsets.max() + sum((n - 1) * st for n, st in zip(t0.shape, t0.strides)) < 2**31
+    dt = np.int32 if small else np.int64
+    inner = addresses(0, t0.shape, t0.strides, dt).reshape(1, -1)
+    begins, lengths = runs(t0)  # every vertex's runs: t0's, moved
+    vruns = ((offsets[:, None] + (begins - t0.offset)).reshape(-1), np.tile(lengths, n),
+             np.repeat(np.arange(n), begins.size))
+    return Access.gather(dtype, (offsets.astype(dt)[:, None] + inner).reshape(shape), vruns)
+
+
+def _union_lengths(key: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For intervals grouped by ``key``, how much of each interval no earlier interval
+    (in sorted order) of its group covers: their sum is the size of each group's union."""
+    if not begins.size:
+        return np.zeros(0, np.int64)
+    span = int(ends.max()) + 1
+    order = np.lexsort((begins, key))
+    b, e = key[order] * span + begins[order], key[order] * span + ends[order]
+    covered = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(e)[:-1]]
+    out = np.empty(b.size, np.int64)
+    out[order] = np.clip(e - np.maximum(b, covered), 0, None)
+    return out

@@ -25,6 +25,7 @@ v: [4 5 6]
 
 from __future__ import annotations
 
+import math
 import numbers
 import sys
 
@@ -48,7 +49,7 @@ from .compile import (
 from .errors import CodeletError, IpuError, ProgramError, StreamError
 from .graph import Graph, out_of_range
 from .program import PrintTensorFmt
-from .tensor import TYPE_NAMES
+from .tensor import TYPE_NAMES, contiguous
 from .trace import Trace
 
 #: Engine options accepted for Poplar compatibility; profiling is always on here.
@@ -112,6 +113,7 @@ class Engine:
         g = self.executable.graph
         self.xp = xp = backend.get_xp()
         self._dev: dict[int, object] = {}
+        self._rows: dict[tuple, Access] = {}
         self._mem = {dt: xp.zeros(p.size, dt) for dt, p in g.pools.items()}
         for dt, pool in g.pools.items():
             for var in pool.variables:
@@ -119,7 +121,7 @@ class Engine:
                     self._mem[dt][var.start:var.start + var.size] = xp.asarray(
                         var.values.reshape(-1))
         for t, value in g.initial_values:
-            self._write(Access.of(t.dtype, t.idx.reshape(-1)), xp.asarray(value.reshape(-1)))
+            self._write(Access.of(t), xp.asarray(value))
         self._state = {}
 
     def _loaded(self):
@@ -142,12 +144,12 @@ class Engine:
         if data.size != t.num_elements():
             raise StreamError(f"write_tensor('{name}'): tensor '{t.name}' has "
                               f"{t.num_elements()} elements but the data has {data.size}")
-        self._write(Access.of(t.dtype, t.idx.reshape(-1)), self.xp.asarray(data))
+        self._write(Access.of(t), self.xp.asarray(data))
 
     def read_tensor(self, name: str) -> np.ndarray:
         """``Engine::readTensor``: a NumPy copy of a tensor with a host read handle."""
         t = self._handle(name, self.executable.graph.host_reads, "read", "create_host_read")
-        return backend.to_numpy(self._read(Access.of(t.dtype, t.idx))).copy()
+        return backend.to_numpy(self._read(Access.of(t))).copy()
 
     def _handle(self, name, handles, verb, how):
         self._loaded()
@@ -314,7 +316,10 @@ class Engine:
         print(text, file=self._print_stream or sys.stderr)
 
     def _copy(self, node: CopyNode):
-        self._write(node.dst, self._read(node.src).reshape(node.dst.shape))
+        values = self._read(node.src)
+        if node.src.view and self.xp is not np:  # CuPy copies may not allow overlap
+            values = values.copy()
+        self._write(node.dst, values)
         self.trace.record(node.step)
 
     def _stream(self, node: StreamNode):
@@ -329,14 +334,14 @@ class Engine:
                 data = np.zeros(s.n, s.dtype)
                 _callback(buf, data, s.name)
             else:
-                data = buf[(pos + np.arange(s.n)) % buf.size].astype(s.dtype)
+                data = buf[_ring(pos, s.n, buf.size)].astype(s.dtype, copy=False)
             self._write(node.access, self.xp.asarray(data))
         else:
             data = backend.to_numpy(self._read(node.access))
             if callable(buf):
                 _callback(buf, data.copy(), s.name)
             else:
-                buf[(pos + np.arange(s.n)) % buf.size] = data
+                buf[_ring(pos, s.n, buf.size)] = data
         if not callable(buf):
             conn[1] = (pos + s.n) % buf.size
         self.trace.record(node.step)
@@ -390,10 +395,15 @@ class Engine:
         fields, scatter = inst.__dict__, []
         for fp in gr.fields:
             a = fp.access
-            if rows is not None:  # debug mode: gather and scatter one vertex's elements
-                a = Access(a.dtype, a.idx[rows])
+            if rows is not None:  # debug mode: one vertex's elements (planned once)
+                key = (id(a), rows.start)
+                if key not in self._rows:
+                    self._rows[key] = a.row(rows.start)
+                a = self._rows[key]
             arr = self._read(a)
-            if fp.kind != "input" and a.start < 0:
+            if dry and fp.kind != "input":
+                arr = arr.copy()  # a region may be a view of storage: leave storage alone
+            elif fp.kind != "input" and not a.view:
                 scatter.append((fp.name, a, arr))
             elif fp.kind == "input" and isinstance(arr, np.ndarray):
                 arr = arr.view()
@@ -439,20 +449,32 @@ class Engine:
             self._dev[key] = (idx, self.xp.asarray(idx))  # keep idx alive: ids stay unique
         return self._dev[key][1]
 
-    def _read(self, a: Access):
+    def _region(self, a: Access):
+        """A view of storage (nothing copied): a slice where the region is contiguous."""
         pool = self._mem[a.dtype]
-        if a.start >= 0:
-            return pool[a.start:a.start + a.idx.size].reshape(a.idx.shape)
-        if a.row is not None:
-            return self.xp.broadcast_to(pool[self._device(a.row)], a.idx.shape)
-        return pool[self._device(a.idx)]
+        size = math.prod(a.rshape)
+        if contiguous(a.rshape, a.rstrides):
+            return pool[a.offset:a.offset + size].reshape(a.rshape)
+        return self.xp.lib.stride_tricks.as_strided(
+            pool[a.offset:], a.rshape, tuple(st * pool.itemsize for st in a.rstrides))
+
+    def _read(self, a: Access):
+        if a.idx is not None:
+            return self._mem[a.dtype][self._device(a.idx)]
+        region = self._region(a)
+        return region if a.view else region.reshape(a.shape)
 
     def _write(self, a: Access, values) -> None:
-        pool = self._mem[a.dtype]
-        if a.start >= 0:
-            pool[a.start:a.start + a.idx.size] = values.reshape(-1)
+        if a.idx is not None:
+            self._mem[a.dtype][self._device(a.idx)] = values.reshape(a.idx.shape)
         else:
-            pool[self._device(a.idx)] = values
+            self._region(a)[...] = values.reshape(a.rshape)
+
+
+def _ring(pos: int, n: int, size: int):
+    """Positions pos, pos+1, … (n of them) in a circular buffer of ``size``: a slice when
+    they do not wrap round (no index array)."""
+    return slice(pos, pos + n) if pos + n <= size else (pos + np.arange(n)) % size
 
 
 def _count_option(options: dict, key: str, default: int) -> int:

@@ -18,9 +18,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import GraphConnectionError, IpuError, StreamError, TileMappingError
+from .errors import (
+    GraphConnectionError,
+    IpuError,
+    OutOfMemoryError,
+    StreamError,
+    TileMappingError,
+)
 from .target import Device, Target
-from .tensor import TYPE_NAMES, Tensor, as_type
+from .tensor import TYPE_NAMES, Tensor, as_type, contiguous_strides, runs, single_run
 from .vertex import Vertex
 
 
@@ -37,28 +43,69 @@ class Variable:
 
 
 class Pool:
-    """Storage of one element type: addresses, their tiles and the variables in it."""
+    """Storage of one element type: its variables and their tile mapping, kept as
+    intervals of addresses (never one entry per element)."""
 
     def __init__(self, dtype: np.dtype):
         self.dtype, self.size = dtype, 0
-        self.tile = np.empty(0, dtype=np.int32)
         self.variables: list[Variable] = []
         self.starts: list[int] = []
+        self._mapped: tuple[list, list, list] = ([], [], [])  # begins, ends, tiles, in order
+        self._segments = None  # the resolved mapping: sorted, disjoint (begin, end, tile)
+        self._cuts = None  # the addresses where the mapping changes
 
     def alloc(self, name, shape, values=None) -> Variable:
         size = int(np.prod(shape, dtype=np.int64))
         var = Variable(name, self.dtype, shape, self.size, size, values)
-        if self.size + size > len(self.tile):  # grow by doubling: many small variables stay fast
-            grown = np.full(max(2 * len(self.tile), self.size + size, 64), -1, np.int32)
-            grown[: self.size] = self.tile[: self.size]
-            self.tile = grown
         self.size += size
         self.variables.append(var)
         self.starts.append(var.start)
         return var
 
-    def tiles(self) -> np.ndarray:
-        return self.tile[: self.size]
+    def map(self, begins, lengths, tile: int) -> None:
+        """Map runs of addresses (one as ints, or arrays) to ``tile``; a later mapping of an
+        address wins."""
+        b, e, t = self._mapped
+        if not isinstance(begins, np.ndarray):
+            b.append(int(begins))
+            e.append(int(begins + lengths))
+            t.append(tile)
+        else:
+            b.extend(begins.tolist())
+            e.extend((begins + lengths).tolist())
+            t.extend([tile] * len(begins))
+        self._segments = None
+
+    def segments(self):
+        """The tile mapping as sorted, disjoint intervals: (begins, ends, tiles)."""
+        if self._segments is None:
+            self._segments = _resolve(*(np.array(x, np.int64) for x in self._mapped))
+            self._mapped = tuple(x.tolist() for x in self._segments)  # compacted
+            b, e, _ = self._segments
+            cuts = np.stack([b, e], axis=1).reshape(-1)  # sorted: the segments are disjoint
+            self._cuts = cuts[np.r_[True, cuts[1:] != cuts[:-1]]] if cuts.size else cuts
+        return self._segments
+
+    def pieces(self, begins: np.ndarray, lengths: np.ndarray):
+        """Cut address runs where the tile mapping changes: (run, begin, end, tile) of
+        every piece, in order; tile -1 where unmapped."""
+        sb, se, st = self.segments()
+        keep = np.flatnonzero(lengths > 0)
+        b = begins[keep].astype(np.int64)
+        e = b + lengths[keep]
+        if not sb.size:
+            return keep, b, e, np.full(b.size, -1, np.int64)
+        cuts = self._cuts
+        lo = np.searchsorted(cuts, b, "right")
+        count = np.maximum(np.searchsorted(cuts, e, "left") - lo, 0) + 1
+        run = np.repeat(np.arange(b.size), count)
+        j = np.arange(run.size) - np.repeat(np.cumsum(count) - count, count)
+        start = np.where(j == 0, b[run], cuts[np.minimum(lo[run] + j - 1, cuts.size - 1)])
+        end = np.r_[start[1:], 0].astype(np.int64)
+        end[np.cumsum(count) - 1] = e
+        k = np.maximum(np.searchsorted(sb, start, "right") - 1, 0)
+        tile = np.where((start >= sb[k]) & (start < se[k]), st[k], -1)
+        return keep[run], start, end, tile
 
     def variable_at(self, address: int) -> Variable:
         return self.variables[int(np.searchsorted(self.starts, address, "right")) - 1]
@@ -69,6 +116,30 @@ class Pool:
         local = int(address) - var.start
         where = np.unravel_index(local, var.shape) if len(var.shape) > 1 else (local,)
         return f"element {list(map(int, where))} of tensor '{var.name}'"
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(lo[i], hi[i])``."""
+    n = np.maximum(hi - lo, 0)
+    return np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+
+
+def _resolve(b, e, t):
+    """Turn mapping records (in the order made) into sorted, disjoint, merged intervals."""
+    order = np.argsort(b, kind="stable")
+    sb, se, st = b[order], e[order], t[order]
+    if sb.size and (sb[1:] < se[:-1]).any():  # re-mapped addresses: paint in order
+        cuts = np.unique(np.concatenate([b, e]))
+        lo, hi = np.searchsorted(cuts, b), np.searchsorted(cuts, e)
+        tiles = np.full(cuts.size - 1, -1, np.int64)
+        tiles[_ranges(lo, hi)] = t.repeat(np.maximum(hi - lo, 0))  # the last write wins
+        sb, se, st = cuts[:-1], cuts[1:], tiles
+    keep = (se > sb) & (st >= 0)
+    b, e, t = sb[keep], se[keep], st[keep]
+    if not b.size:
+        return b, e, t
+    first = np.flatnonzero(np.r_[True, (b[1:] != e[:-1]) | (t[1:] != t[:-1])])
+    return b[first], e[np.r_[first[1:] - 1, b.size - 1]], t[first]
 
 
 class ComputeSet:
@@ -127,7 +198,7 @@ class Graph:
         # Vertices, one entry per vertex id (lists keep add_vertex cheap).
         self.v_cs: list[int] = []
         self.v_cls: list[type] = []
-        self.v_conn: list[dict] = []  # field name -> flat address array
+        self.v_conn: list[dict] = []  # field name -> connected Tensor
         self.v_tile: list[int] = []
         self.v_perf: list[int | None] = []
         self.v_state: list[dict] = []
@@ -145,9 +216,11 @@ class Graph:
         """``Graph::addVariable``: zero-initialised storage, to be mapped to tiles."""
         shape = _shape(shape, name)
         pool = self._pool(dtype)
-        var = pool.alloc(name or f"var{len(pool.variables)}", shape)
-        idx = np.arange(var.start, var.start + var.size, dtype=np.int64).reshape(shape)
-        return Tensor(self.root, pool.dtype, idx, var.name)
+        name = name or f"var{len(pool.variables)}"
+        self._check_fits(name, pool.dtype, shape)
+        var = pool.alloc(name, shape)
+        region = (var.start, shape, contiguous_strides(shape))
+        return Tensor(self.root, pool.dtype, region, var.name)
 
     def add_constant(self, dtype, shape, values, name: str = "") -> Tensor:
         """``Graph::addConstant``: a tensor with fixed values (map it to a tile too)."""
@@ -163,8 +236,20 @@ class Graph:
             )
         pool = self._pool(dtype)
         var = pool.alloc(name or f"const{len(pool.variables)}", shape, values.reshape(shape))
-        idx = np.arange(var.start, var.start + var.size, dtype=np.int64).reshape(shape)
-        return Tensor(self.root, dtype, idx, var.name)
+        return Tensor(self.root, dtype, (var.start, shape, contiguous_strides(shape)), var.name)
+
+    def _check_fits(self, name, dtype, shape) -> None:
+        """OutOfMemoryError, by arithmetic, for a tensor larger than all tiles together."""
+        need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        t = self.target
+        have = t.num_tiles * t.bytes_per_tile
+        if need > have:
+            raise OutOfMemoryError(
+                f"Out of memory: tensor '{name}' ({TYPE_NAMES[dtype]} {list(shape)}) needs "
+                f"{need:,} bytes but all {t.num_tiles:,} tiles of the {t.version} target hold "
+                f"{have:,} bytes ({t.bytes_per_tile:,} per tile); nothing was allocated. Fix: "
+                "use a smaller tensor or split it across more IPUs "
+                "(ipu.IPUModel(num_ipus=...)).")
 
     def set_tile_mapping(self, tensor_or_vertex, tile: int) -> None:
         """``Graph::setTileMapping``: put every element of a tensor (or a vertex) on ``tile``."""
@@ -172,9 +257,16 @@ class Graph:
             vid = self._vertex(tensor_or_vertex, "set_tile_mapping")
             self.v_tile[vid] = self.target.check_tile(tile, lambda: self.describe_vertex(vid))
             return
-        t = self._own(tensor_or_vertex, "set_tile_mapping")
-        tile = self.target.check_tile(tile, lambda: f"tensor '{t.name}'")
-        self.pools[t.dtype].tile[t.idx] = tile
+        t = tensor_or_vertex
+        if not (type(t) is Tensor and t.graph is self):
+            t = self._own(t, "set_tile_mapping")
+        if not (type(tile) is int and 0 <= tile < self.target.num_tiles):
+            tile = self.target.check_tile(tile, lambda: f"tensor '{t.name}'")
+        run = (t.offset, 1) if not t.shape and t._idx is None else single_run(t)
+        if run is not None:
+            self.pools[t.dtype].map(*run, tile)
+        else:
+            self.pools[t.dtype].map(*runs(t), tile)
 
     def get_tile_mapping(self, tensor: Tensor, throw_on_incomplete: bool = True
                          ) -> list[list[tuple[int, int]]]:
@@ -182,23 +274,27 @@ class Graph:
         intervals of the tensor's flat elements. An element mapped to no tile raises
         TileMappingError, unless ``throw_on_incomplete=False`` (then it is in no list)."""
         t = self._own(tensor, "get_tile_mapping")
-        tiles = self.pools[t.dtype].tile[t.idx.reshape(-1)]
-        if throw_on_incomplete and tiles.size and tiles.min() < 0:
-            missing = np.flatnonzero(tiles < 0)
-            first = np.unravel_index(int(missing[0]), t.shape) if t.shape else ()
+        begins, lengths = runs(t)
+        run, start, end, tiles = self.pools[t.dtype].pieces(begins, lengths)
+        flat = (np.cumsum(lengths) - lengths)[run] + start - begins[run]  # flat positions
+        if throw_on_incomplete and (tiles < 0).any():
+            holes = np.flatnonzero(tiles < 0)
+            missing = int((end - start)[holes].sum())
+            first = np.unravel_index(int(flat[holes[0]]), t.shape) if t.shape else ()
             raise TileMappingError(
-                f"get_tile_mapping: tensor '{t.name}' has {missing.size} unmapped elements "
+                f"get_tile_mapping: tensor '{t.name}' has {missing} unmapped elements "
                 f"(first: {list(map(int, first))}); map them with graph.set_tile_mapping, or "
                 "pass throw_on_incomplete=False for the mapping of the mapped ones"
             )
         mapping: list[list[tuple[int, int]]] = [[] for _ in range(self.target.num_tiles)]
-        if tiles.size:
-            cuts = np.flatnonzero(np.diff(tiles)) + 1
-            begins = np.concatenate([[0], cuts])
-            ends = np.concatenate([cuts, [tiles.size]])
-            for b, e in zip(begins.tolist(), ends.tolist()):
-                if tiles[b] >= 0:
-                    mapping[tiles[b]].append((b, e))
+        if tiles.size:  # join pieces that continue each other on one tile
+            first = np.flatnonzero(np.r_[True, (tiles[1:] != tiles[:-1])
+                                         | (flat[1:] != (flat + end - start)[:-1])])
+            last = np.r_[first[1:] - 1, tiles.size - 1]
+            ends = flat[last] + end[last] - start[last]
+            for b, e, tile in zip(flat[first].tolist(), ends.tolist(), tiles[first].tolist()):
+                if tile >= 0:
+                    mapping[tile].append((b, e))
         return mapping
 
     def set_initial_value(self, target, value) -> None:
@@ -272,8 +368,9 @@ class Graph:
     def _connect(self, vid: int, name: str, tensor: Tensor) -> None:
         field = self.v_cls[vid].fields.get(name)
         ok = (field is not None and field.kind != "state" and type(tensor) is Tensor
-              and tensor.graph is self.root and tensor.dtype == field.dtype
-              and (field.vector or tensor.idx.size == 1))
+              and tensor.graph is self.root and (tensor.dtype is field.dtype
+                                                 or tensor.dtype == field.dtype)
+              and (field.vector or not tensor.shape or tensor.num_elements() == 1))
         if not ok:
             self._connection_error(vid, name, tensor)
         if name in self.v_conn[vid]:
@@ -282,7 +379,7 @@ class Graph:
                 "Poplar connects each field once: connect it to one tensor (concat views "
                 "to join several)"
             )
-        self.v_conn[vid][name] = tensor.idx.reshape(-1)
+        self.v_conn[vid][name] = tensor  # a Vector field sees it flattened
 
     def _connection_error(self, vid, name, tensor):
         field = self._field(FieldRef(VertexRef(self, vid), name), "connect")
@@ -385,7 +482,7 @@ class Graph:
 
     def vertex_fields(self, tile: int) -> list[dict[str, int]]:
         """Per vertex on ``tile`` (in the order added): elements connected to each field."""
-        return [{f: int(idx.size) for f, idx in self.v_conn[v].items()}
+        return [{f: t.num_elements() for f, t in self.v_conn[v].items()}
                 for v in range(self.num_vertices) if self.v_tile[v] == tile]
 
     # -- virtual graphs ------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """Tensors and their views (``poplar::Tensor``).
 
-A tensor is metadata only: a name, a type and, for every element, its *address* in the
-graph's storage for that type. Views (slice, index, flatten, reshape, transpose, concat)
-make new address arrays and never copy data, so writing through a view writes the
-original variable, as in Poplar.
+A tensor is metadata only: a name, a type and a *region* of the graph's storage for that
+type (an offset and a stride per dimension, as a NumPy view has), so its size does not grow
+with its elements. Views (slice, index, flatten, reshape, transpose, concat) make new
+regions and never copy data, so writing through a view writes the original variable, as in
+Poplar.
 
 >>> import ipukit as ipu
 >>> g = ipu.Graph(ipu.IPUModel(tiles_per_ipu=4).create_device().target)
@@ -14,6 +15,8 @@ original variable, as in Poplar.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .errors import GraphConnectionError, IpuError
@@ -23,6 +26,8 @@ HALF = np.dtype(np.float16)
 INT = np.dtype(np.int32)
 UNSIGNED_INT = np.dtype(np.uint32)
 BOOL = np.dtype(np.bool_)
+
+_BYTE = np.zeros(1, np.uint8)  # the stand-in storage of Tensor._numpy_view
 
 TYPE_NAMES = {FLOAT: "float", HALF: "half", INT: "int", UNSIGNED_INT: "unsigned int",
               BOOL: "bool"}
@@ -43,14 +48,30 @@ def as_type(dtype) -> np.dtype:
 
 
 class Tensor:
-    """A view of graph storage: ``idx`` holds each element's address for its ``dtype``."""
+    """A view of graph storage: element ``i`` (a tuple) lives at address
+    ``offset + sum(i * strides)`` of its ``dtype``'s storage, a *region* (O(rank) numbers
+    however many elements). Views that no region describes (``concat``, reshaping a
+    transpose) hold an explicit address array instead."""
 
-    __slots__ = ("graph", "dtype", "idx", "_parent", "_what")
+    __slots__ = ("graph", "dtype", "shape", "offset", "strides", "_idx", "_parent", "_what")
 
-    def __init__(self, graph, dtype: np.dtype, idx: np.ndarray, name: str, parent=None):
+    def __init__(self, graph, dtype: np.dtype, layout, name: str, parent=None):
+        # layout: (offset, shape, strides) or an explicit address array.
         # A view's name ("v[1:3]") is built only when asked for: views are made often.
-        self.graph, self.dtype, self.idx = graph, dtype, idx
-        self._parent, self._what = parent, name
+        self.graph, self.dtype, self._parent, self._what = graph, dtype, parent, name
+        if type(layout) is tuple:
+            self.offset, self.shape, self.strides = layout
+            self._idx = None
+        else:
+            self.offset, self.shape, self.strides = -1, layout.shape, None
+            self._idx = layout
+
+    @property
+    def idx(self) -> np.ndarray:
+        """Every element's address (int64), built on demand: for tests and small tensors."""
+        if self._idx is not None:
+            return self._idx
+        return addresses(self.offset, self.shape, self.strides)
 
     @property
     def name(self) -> str:
@@ -59,30 +80,32 @@ class Tensor:
         what = self._what if isinstance(self._what, str) else _describe(self._what)
         return self._parent.name + what
 
-    shape = property(lambda self: self.idx.shape)
-    rank = property(lambda self: self.idx.ndim)
+    rank = property(lambda self: len(self.shape))
 
     def num_elements(self) -> int:
-        return int(self.idx.size)
+        return math.prod(self.shape)
 
     def __len__(self) -> int:
         if self.rank == 0:
             raise TypeError(f"tensor '{self.name}' is a scalar (shape ()); it has no length")
-        return self.idx.shape[0]
+        return self.shape[0]
 
     def __iter__(self):
         """The tensor's rows, ``t[0], t[1], …`` (so ``a, b = t`` works)."""
         return (self[i] for i in range(len(self)))
 
-    def _view(self, idx: np.ndarray, what) -> Tensor:
-        return Tensor(self.graph, self.dtype, idx, what, self)
+    def _view(self, layout, what) -> Tensor:
+        return Tensor(self.graph, self.dtype, layout, what, self)
 
     def __getitem__(self, key) -> Tensor:
+        shape = self.shape
+        if type(key) is int and self._idx is None and shape and 0 <= key < shape[0]:
+            strides = self.strides  # fast path: t[i]
+            return Tensor(self.graph, self.dtype, (self.offset + key * strides[0],
+                          shape[1:], strides[1:]), key, self)
         if self.rank == 0:
             raise IpuError(f"tensor '{self.name}' is a scalar (shape ()); it has no elements "
                            "to index")
-        if type(key) is int and -len(self.idx) <= key < len(self.idx):  # fast path: t[i]
-            return Tensor(self.graph, self.dtype, self.idx[key], key, self)
         keys = key if isinstance(key, tuple) else (key,)
         for k in keys:
             if not (isinstance(k, int | np.integer | slice) or k is Ellipsis):
@@ -93,12 +116,22 @@ class Tensor:
             if isinstance(k, slice) and k.step not in (None, 1):
                 raise IpuError(f"tensor '{self.name}': slices with a step are not supported")
         try:
-            return self._view(self.idx[key], key)
+            if self._idx is not None:
+                return self._view(self._idx[key], key)
+            # NumPy's indexing on the stand-in (with "..." it returns a view, never a value)
+            view = self._stand_in()[keys if Ellipsis in keys else keys + (Ellipsis,)]
+            moved = view.__array_interface__["data"][0] - _BYTE.__array_interface__["data"][0]
+            return self._view((self.offset + moved, view.shape, view.strides), key)
         except IndexError as exc:
             raise IpuError(f"tensor '{self.name}' of shape {self.shape}: {exc}") from None
 
     def slice(self, begin, end, dim: int = 0) -> Tensor:
         """``Tensor::slice``: half-open ranges; ints slice ``dim``, lists slice every dim."""
+        if (type(begin) is int and type(end) is int and dim == 0 and self._idx is None
+                and self.shape and 0 <= begin <= end <= self.shape[0]):  # fast path
+            return Tensor(self.graph, self.dtype, (self.offset + begin * self.strides[0],
+                          (end - begin,) + self.shape[1:], self.strides),
+                          (slice(begin, end),), self)
         if np.ndim(begin) == 0:
             if not (isinstance(dim, int | np.integer) and 0 <= dim < self.rank):
                 raise IpuError(f"slice of '{self.name}' (shape {self.shape}) along dimension "
@@ -121,21 +154,29 @@ class Tensor:
         return self[tuple(key)]
 
     def flatten(self) -> Tensor:
-        return self._view(self.idx.reshape(-1), ".flatten()")
+        return self._reshape((self.num_elements(),), ".flatten()")
 
     def reshape(self, shape) -> Tensor:
         """``Tensor::reshape`` (one dimension may be -1, as in NumPy)."""
         shape = tuple(int(s) for s in np.atleast_1d(shape))
-        try:
-            idx = self.idx.reshape(shape)
-        except ValueError:
+        n, known = self.num_elements(), int(np.prod([s for s in shape if s != -1]))
+        if shape.count(-1) == 1 and known and n % known == 0:
+            shape = tuple(n // known if s == -1 else s for s in shape)
+        if any(s < 0 for s in shape) or int(np.prod(shape, dtype=np.int64)) != n:
             raise IpuError(f"cannot reshape '{self.name}' of shape {self.shape} "
-                           f"({self.idx.size} elements) to {shape}") from None
-        return self._view(idx, f".reshape({list(idx.shape)})")
+                           f"({n} elements) to {shape}")
+        return self._reshape(shape, f".reshape({list(shape)})")
+
+    def _reshape(self, shape, what) -> Tensor:
+        if self._idx is None:
+            strides = reshape_strides(self.shape, self.strides, shape)
+            if strides is not None:
+                return self._view((self.offset, shape, strides), what)
+        return self._view(self.idx.reshape(shape), what)  # no region: explicit addresses
 
     def transpose(self) -> Tensor:
         """``Tensor::transpose`` of a 2-D tensor (reverses the dimensions)."""
-        return self._view(self.idx.T, ".transpose()")
+        return self._numpy_view(lambda i: i.T, ".transpose()")
 
     def dim_shuffle(self, permutation) -> Tensor:
         """``Tensor::dimShuffle``: permute the dimensions."""
@@ -151,9 +192,18 @@ class Tensor:
         return self._numpy_view(lambda i: np.broadcast_to(i, tuple(shape)),
                                 f".broadcast({list(shape)})")
 
+    def _stand_in(self) -> np.ndarray:
+        return np.lib.stride_tricks.as_strided(_BYTE, self.shape, self.strides)
+
     def _numpy_view(self, make, what: str) -> Tensor:
+        """A view that only reorders, adds or repeats dimensions: NumPy's own rules, applied
+        to a stand-in array whose strides (in bytes of 1) are the region's; no data is
+        ever read, so the stand-in needs only one byte of storage."""
         try:
-            return self._view(make(self.idx), what)
+            if self._idx is not None:
+                return self._view(make(self._idx), what)
+            view = make(self._stand_in())
+            return self._view((self.offset, view.shape, view.strides), what)
         except (ValueError, IndexError, TypeError) as exc:
             raise IpuError(f"'{self.name}' (shape {self.shape}){what}: {exc}") from None
 
@@ -183,13 +233,62 @@ def concat(tensors, dim: int = 0) -> Tensor:
                 f"concat: '{t.name}' is {TYPE_NAMES[t.dtype]} but '{first.name}' is "
                 f"{TYPE_NAMES[first.dtype]}; concatenate tensors of one type and graph"
             )
-    try:
+    try:  # no single region describes a concatenation: explicit addresses
         idx = np.concatenate([t.idx for t in tensors], axis=dim)
     except ValueError as exc:
         shapes = ", ".join(f"'{t.name}' {t.shape}" for t in tensors)
         raise IpuError(f"concat along dim {dim} of {shapes}: {exc}") from None
     return Tensor(first.graph, first.dtype, idx, "concat(" + ", ".join(t.name for t in tensors)
                   + ")")
+
+
+# -- regions: (offset, shape, strides) ----------------------------------------------------
+def contiguous_strides(shape) -> tuple:
+    """Row-major strides (in elements) of ``shape``."""
+    strides, step = [], 1
+    for s in reversed(shape):
+        strides.append(step)
+        step *= s
+    return tuple(reversed(strides))
+
+
+def addresses(offset: int, shape, strides, dtype=np.int64) -> np.ndarray:
+    """The address of every element of a region, shape ``shape``."""
+    idx = np.full((), offset, dtype)
+    for n, st in zip(shape, strides):
+        idx = idx[..., None] + np.arange(n, dtype=dtype) * st
+    return idx
+
+
+def reshape_strides(shape, strides, new_shape):
+    """Strides that give ``new_shape`` of the same region without copying (NumPy's
+    no-copy reshape), or None when no single region can (e.g. flattening a transpose)."""
+    new_shape = tuple(new_shape)
+    if 0 in shape or 0 in new_shape:
+        return contiguous_strides(new_shape)
+    old = [(n, st) for n, st in zip(shape, strides) if n != 1]
+    new = [n for n in new_shape if n != 1]
+    out, i, j = [], 0, 0
+    while i < len(old) and j < len(new):
+        # smallest blocks of old and new dimensions with the same number of elements
+        i2, j2, a, b = i + 1, j + 1, old[i][0], new[j]
+        while a != b:
+            if a < b:
+                a, i2 = a * old[i2][0], i2 + 1
+            else:
+                b, j2 = b * new[j2], j2 + 1
+        for k in range(i, i2 - 1):  # the old block must be one contiguous run
+            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
+                return None
+        step = old[i2 - 1][1]
+        block = []
+        for n in reversed(new[j:j2]):
+            block.append(step)
+            step *= n
+        out.extend(reversed(block))
+        i, j = i2, j2
+    it = iter(out)
+    return tuple(0 if n == 1 else next(it) for n in new_shape)
 
 
 def _describe(key) -> str:
@@ -202,3 +301,54 @@ def _describe(key) -> str:
         else:
             parts.append("..." if k is Ellipsis else str(k))
     return "[" + ", ".join(parts) + "]"
+
+
+def contiguous(shape, strides) -> bool:
+    """Whether a region's elements are consecutive addresses, in order."""
+    step = 1
+    for n, st in zip(reversed(shape), reversed(strides)):
+        if n != 1 and st != step:
+            return False
+        step *= n
+    return True
+
+
+def single_run(t: Tensor):
+    """(offset, length) when ``t``'s elements are one run of consecutive addresses."""
+    if t._idx is not None:
+        return None
+    if len(t.shape) == 1:
+        return (t.offset, t.shape[0]) if t.strides[0] == 1 or t.shape[0] <= 1 else None
+    return (t.offset, math.prod(t.shape)) if contiguous(t.shape, t.strides) else None
+
+
+def runs(t: Tensor, keep: int = 0):
+    """``t``'s elements in flat order as runs of consecutive addresses: (begins, lengths).
+    The first ``keep`` dimensions are never merged into one run (one run per vertex)."""
+    if t._idx is not None:
+        return index_runs(t._idx.reshape(-1), t._idx.size)[:2]
+    shape, strides, merged, step = t.shape, t.strides, 0, 1
+    for n, st in zip(reversed(shape[keep:]), reversed(strides[keep:])):
+        if n != 1 and st != step:
+            break
+        step, merged = step * n, merged + 1
+    outer = len(shape) - merged
+    if outer == 0:  # one run
+        n = math.prod(shape)
+        return np.array([t.offset] if n else [], np.int64), np.array([n] if n else [], np.int64)
+    begins = addresses(t.offset, shape[:outer], strides[:outer]).reshape(-1)
+    length = math.prod(shape[outer:])
+    if length == 0:
+        begins = begins[:0]
+    return begins, np.full(begins.size, length, np.int64)
+
+
+def index_runs(flat: np.ndarray, row: int):
+    """Runs of consecutive addresses in an address array, never across a multiple of
+    ``row`` positions: (begins, lengths, positions)."""
+    flat = flat.astype(np.int64)
+    cut = np.r_[True, np.diff(flat) != 1] if flat.size else np.zeros(0, bool)
+    if row:
+        cut[::row] = True
+    first = np.flatnonzero(cut)
+    return flat[first], np.diff(np.r_[first, flat.size]), first

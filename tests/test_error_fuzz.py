@@ -176,8 +176,11 @@ def after_build(kind, c, d):
         return lambda: ipu.Engine(g, prog), expect(ipu.ComputeSetRaceError, "'sums'",
                                                    "'out'")
     if kind == "out of memory":
-        big = g.add_variable(ipu.FLOAT, [c.dev.target.bytes_per_tile // 4 + 1], "big")
+        # each fits the chip (add_variable checks that by arithmetic), not both on tile 0
+        big = g.add_variable(ipu.FLOAT, [c.dev.target.bytes_per_tile // 4 - 64], "big")
+        extra = g.add_variable(ipu.FLOAT, [128], "extra")
         g.set_tile_mapping(big, 0)
+        g.set_tile_mapping(extra, 0)
         prog = ipu.Sequence()
         strict = {"debug.allowOutOfMemory": "false"}  # the IPUModel runs on by default
         return lambda: ipu.Engine(g, prog, strict), expect(ipu.OutOfMemoryError, "tile 0",

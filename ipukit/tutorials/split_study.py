@@ -44,7 +44,7 @@ def profile(rows: int, cols: int, split: int):
     _, g, prog = tut6.build(rows, cols, split=split)
     steps = [s for s in ipu.compile_graph(g, [prog]).steps if s.kind == "compute"]
     reads = {(tile, int(a)) for tile, cls, conn in zip(g.v_tile, g.v_cls, g.v_conn)
-             if cls is tut5.DotProductVertex for a in conn["b"]}
+             if cls is tut5.DotProductVertex for a in conn["b"].idx.reshape(-1)}
     return steps, int(np.bincount([tile for tile, _ in reads]).max())
 
 
