@@ -1173,9 +1173,9 @@ function memoryView(meta, A) {
     header: (k) => `<span class="ipukit-title">Tile memory: ${esc(names[k])} (${meta.layout.num_ipus} IPU${meta.layout.num_ipus > 1 ? "s" : ""} × ${fmt(meta.layout.tiles_per_ipu)} tiles)</span>`,
     caption(k) {
       const rows = worst(k, 5).map((t) => `<tr><td>${t}</td><td>${Math.floor(t / meta.layout.tiles_per_ipu)}</td>` +
-        `<td>${fmt(cache[k][t])}</td><td>${(100 * cache[0][t] / meta.bytes_per_tile).toFixed(1)}%</td></tr>`).join("");
-      return `<b>Fullest tiles (${esc(names[k])})</b><table><tr><th>tile</th><th>IPU</th><th>bytes</th>` +
-        `<th>tile full (all categories)</th></tr>${rows}</table>`;
+        `<td>${fmt(cache[k][t])}</td><td>${(100 * cache[0][t] / meta.bytes_per_tile).toFixed(1)}%</td></tr>\n`).join("");
+      return `<table class="ipukit-worst">\n<caption>Fullest tiles (${esc(names[k])})</caption>\n` +
+        `<tr><th>tile</th> <th>IPU</th> <th>bytes</th> <th>tile full (all categories)</th></tr>\n${rows}</table>`;
     },
   };
   return view;
