@@ -84,3 +84,60 @@ def memory_bars(peaks: dict, ax=None, predicted: dict | None = None, hatched=())
     ax.set_xticks(range(len(peaks)), list(peaks), fontsize=8.5)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return ax
+
+
+def allreduce_panels(rows, shares: dict, gradient_bytes: int):
+    """Lesson 10's two all-reduce panels: left, the bytes one replica sends per all-reduce
+    (``rows`` of (R, bytes sent, ...)) over ``gradient_bytes`` against the ring's
+    2(R-1)/R; right, the % of a call's cycles spent all-reducing for each gradient
+    accumulation count (``shares[G]``, a fraction). Returns the two axes."""
+    plt = _plt()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.2))
+    rs = [r for r, *_ in rows]
+    ax1.plot(rs, [2 * (r - 1) / r for r in rs], "k--", lw=1, label="2(R-1)/R")
+    ax1.plot(rs, [b / gradient_bytes for _, b, *_ in rows], "o", color="tab:red",
+             label="measured (bytes ÷ gradient bytes)")
+    ax1.set(xscale="log", xlabel="replicas R", ylabel="sent per replica ÷ gradient",
+            title="ring all-reduce traffic per replica")
+    ax1.set_xticks(rs, [str(r) for r in rs])
+    ax1.legend(fontsize=8)
+    ax2.bar([str(g) for g in shares], [100 * v for v in shares.values()], color="tab:red")
+    ax2.set(xlabel="gradient accumulation G (same samples per call)",
+            ylabel="% of cycles in all-reduce", title="4 replicas: rarer all-reduces")
+    fig.tight_layout()
+    return ax1, ax2
+
+
+def optimizer_state_saving(stages, without, with_rts, replicas: int) -> list[dict]:
+    """Lesson 10's RTS accounting, per IPU of the first replica (stage ``q`` on IPU ``q``):
+    Adam's two float32 moments per weight, in full (``full``) and as ``replicas`` shards
+    of ``ceil(size / R)`` elements (``shard``), next to what the runs measured (the peak
+    optimiser state ``before``/``after`` and the fall of the peak memory, ``saved``)."""
+    import math  # noqa: PLC0415
+
+    out = []
+    for q, st in enumerate(stages):
+        sizes = [v.size for v in st.params.values()]
+        out.append({"full": 2 * 4 * sum(sizes),
+                    "shard": 2 * 4 * sum(math.ceil(n / replicas) for n in sizes),
+                    "before": max(m.optimizer for m in without.memory if m.ipu == q),
+                    "after": max(m.optimizer for m in with_rts.memory if m.ipu == q),
+                    "saved": without.peak_memory()[q] - with_rts.peak_memory()[q]})
+    return out
+
+
+def accumulator_drift(trace16, trace32, step: float = 0.01, ax=None):
+    """Lesson 10: running sums of ``step`` in a float16 and a float32 accumulator against
+    the exact sum. Returns the axes."""
+    import numpy as np  # noqa: PLC0415
+
+    plt = _plt()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 2.8))
+    ax.plot(np.arange(1, len(trace16) + 1) * step, "k--", lw=1, label="exact", zorder=3)
+    ax.plot(trace32, color="tab:blue", label="float32 accumulator")
+    ax.plot(trace16, color="tab:red", label="float16 accumulator")
+    ax.set(xlabel="micro-batches accumulated", ylabel=f"sum of gradients of {step}",
+           title="float16 accumulators drift, then stop growing")
+    ax.legend(fontsize=8)
+    return ax

@@ -56,6 +56,11 @@ def _ax(ax, figsize=(8, 4)):
     return ax
 
 
+def _short(name: str, n: int = 32) -> str:
+    """``name``, or its first ``n - 1`` characters and an ellipsis (never a silent cut)."""
+    return name if len(name) <= n else name[: n - 1] + "\u2026"
+
+
 def tile_grid_shape(num_tiles: int) -> tuple[int, int]:
     """(rows, columns) of the tile grid: Mk2's 1472 tiles as 32 x 46, else near-square."""
     if num_tiles == 1472:
@@ -66,15 +71,25 @@ def tile_grid_shape(num_tiles: int) -> tuple[int, int]:
 
 def tile_memory_map(trace: Trace, ax=None, category: str | None = None, cmap="viridis"):
     """Heat map of bytes per tile (all categories, or ``category``); returns ``ax``."""
+    from matplotlib.ticker import MaxNLocator
+
     mem = trace.memory
     values = mem.total if category is None else mem.categories[category]
     rows, cols = tile_grid_shape(len(values))
     grid = np.full(rows * cols, np.nan)
     grid[: len(values)] = values
     ax = _ax(ax, (8, 5))
+    # the colours span the emptiest to the fullest tile (not 0 to the fullest), so tiles
+    # that differ by a few buffers (exchange buffers: 1,536 B vs 1,664 B) differ in colour
+    lo, hi = int(np.min(values)), int(np.max(values))
     image = ax.imshow(grid.reshape(rows, cols), cmap=cmap, aspect="auto",
-                      vmin=0, vmax=max(1, float(np.max(values))))
+                      vmin=lo, vmax=hi if hi > lo else lo + 1)
     ax.figure.colorbar(image, ax=ax, label="bytes")
+    if hi == lo:  # one colour is the truth here: say so
+        ax.text(0.5, 0.5, f"every tile: {lo:,} B", transform=ax.transAxes, ha="center",
+                va="center", fontsize=10, bbox={"fc": "white", "ec": "#777", "alpha": 0.9})
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole tiles, no "0.5"
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     worst = int(np.argmax(values))
     over = [t for t, _ in mem.over_full()] if category is None else []
     if over:  # an out-of-memory graph the IPUModel runs anyway: mark the over-full tiles
@@ -203,7 +218,7 @@ def liveness(trace: Trace, ax=None, run: int | None = None):
                     ha="center", fontsize=8)
         ax.set_ylim(0, (always + temp.max()) * 1.15 + 1)
     ax.set_xticks(x)
-    ax.set_xticklabels([s.name[:20] for _, s in executed], rotation=60, ha="right",
+    ax.set_xticklabels([_short(s.name) for _, s in executed], rotation=60, ha="right",
                        fontsize=7)
     ax.set_ylabel("bytes (all tiles)")
     ax.set_title("Liveness per program step")

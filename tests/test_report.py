@@ -60,6 +60,30 @@ def test_tile_memory_map(traces, tmp_path):
     save(report.memory_map_figure(trace), tmp_path, "memory_map_categories")
 
 
+def test_tile_memory_map_colours_span_emptiest_to_fullest(tmp_path):
+    """Lesson 05's exchange-buffer map was one colour (1,536 B vs 1,664 B on a 0-based
+    scale): the scale spans the emptiest to the fullest tile, and the ticks are whole tiles."""
+    t = ipu.IPUModel(tiles_per_ipu=4).create_device().target
+    g = ipu.Graph(t)
+    v = g.add_variable(ipu.FLOAT, [4 * 384 + 32], "v")  # 1,536 B per tile, 128 B more on 3
+    g.set_tile_mapping(v[:384], 0)
+    g.set_tile_mapping(v[384:768], 1)
+    g.set_tile_mapping(v[768:1152], 2)
+    g.set_tile_mapping(v[1152:], 3)
+    ax = report.tile_memory_map(ipu.compile_graph(g, []), category="variables")
+    image = ax.images[0]
+    assert image.get_clim() == (1536, 1664)
+    colours = image.to_rgba(image.get_array().compressed())
+    assert len({tuple(c) for c in colours.round(3)}) == 2  # tile 3 stands out
+    assert not np.allclose(colours[0], colours[3], atol=0.2)
+    ticks = [*ax.get_xticks(), *ax.get_yticks()]
+    assert ticks and all(float(x).is_integer() for x in ticks)
+    save(ax.figure, tmp_path, "tile_memory_map_two_levels")
+    flat = report.tile_memory_map(ipu.compile_graph(g, []), category="constants")
+    assert [x.get_text() for x in flat.texts] == ["every tile: 0 B"]
+    plt.close(flat.figure)
+
+
 def test_execution_trace_marks_slowest_tile(traces, tmp_path):
     trace = traces[0]
     ax = report.execution_trace(trace)
@@ -79,6 +103,11 @@ def test_liveness_names_peak(traces, tmp_path):
     received = [int(s.tile_bytes_in.sum()) for s in trace.executed_steps()]
     peak = trace.executed_steps()[int(np.argmax(received))].name
     assert ax.texts[0].get_text().startswith(f"peak: {peak}")
+    # every step named in full (lesson 05 read "host sync (Engine.ru")
+    labels = [x.get_text() for x in ax.get_xticklabels()]
+    assert labels == [s.name if len(s.name) <= 32 else s.name[:31] + "\u2026"
+                      for s in trace.executed_steps()]
+    assert "host sync (Engine.run)" in labels
     save(ax.figure, tmp_path, "liveness")
 
 

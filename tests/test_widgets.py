@@ -5,6 +5,7 @@ here from the trace or schedule. tests/test_browser.py plays them in Chromium.""
 import base64
 import html
 import io
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -337,6 +338,46 @@ def test_memory_map_of_a_graph_lists_the_fullest_tiles():
     order = sorted(range(6), key=lambda t: (-counts[t], t))
     assert m.worst(3) == [(t, 4 * counts[t]) for t in order[:3]]
     assert "<td>2</td>" in m.caption()
+
+
+def test_memory_map_caption_title_and_header_are_separate():
+    """The "Fullest tiles" title is the table's caption, the header cells are spaced and
+    padded by the widget's CSS, so neither the page nor its text runs together."""
+    from html.parser import HTMLParser
+
+    g = ipu.Graph(ipu.IPUModel(tiles_per_ipu=4).create_device().target)
+    v = g.add_variable(ipu.FLOAT, [6], "v")
+    g.set_tile_mapping(v[:4], 0)
+    g.set_tile_mapping(v[4:], 3)
+    m = MemoryMap(ipu.compile_graph(g, []))
+
+    class Cells(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.tags, self.text, self.cells = [], [], []
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.append((tag, dict(attrs)))
+
+        def handle_data(self, data):
+            self.text.append(data)
+            if data.strip() and self.tags[-1][0] in ("caption", "th", "td"):
+                self.cells.append((self.tags[-1][0], data))
+
+    p = Cells()
+    p.feed(m.caption(0))
+    assert p.tags[0] == ("table", {"class": "ipukit-worst"})
+    assert p.cells[0] == ("caption", "Fullest tiles (total)")
+    assert [c for t, c in p.cells if t == "th"] == ["tile", "IPU", "bytes",
+                                                    "tile full (all categories)"]
+    full = f"{1600 / m.target.bytes_per_tile:.1f}%"
+    assert [c for t, c in p.cells if t == "td"][:4] == ["0", "0", "16", full]
+    text = "".join(p.text)
+    assert "(total)\ntile IPU bytes tile full" in text and "tileIPU" not in text
+    css = (Path(ipu.__file__).parent / "widgets/static/ipukit_widgets.css").read_text()
+    assert ".ipukit-worst th, .ipukit-worst td { padding: 1px 16px" in css
+    js = (Path(ipu.__file__).parent / "widgets/static/ipukit_widgets.js").read_text()
+    assert '<caption>Fullest tiles (${esc(names[k])})</caption>' in js
 
 
 def test_memory_map_of_a_trace_steps_through_categories(trace):

@@ -4,6 +4,7 @@ Builds tut6's matrix-vector graph (:func:`ipukit.tutorials.tut6.build`) for seve
 column splits, compiles it, and compares each compute set's measured cycles with
 Graphcore's integer estimate (``estimateCycles`` in ``tut6.cpp``), part by part. The
 lesson calls :func:`study`, :func:`plot` and :func:`check` instead of carrying the code.
+It also builds lesson 05's profiled program, the tiny classifier (:func:`classifier`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,51 @@ from dataclasses import dataclass
 import numpy as np
 
 import ipukit as ipu
+from ipukit.poplibs import multislice, poplin, popnn, poputil
 from ipukit.tutorials import tut5, tut6
 
 TRIED = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32)
+
+
+def classifier(tiles=16, version="ipu2", w_on_one_tile=False):
+    """Lesson 05's profiled program: an embedding lookup (``multislice.multi_slice``), then
+    ``x @ W`` (``poplin.mat_mul``), softmax (``popnn.non_linearity``) and cross-entropy
+    (``popnn.calc_loss``) on ``tiles`` tiles, run once on random data (seed 5). W is mapped
+    linearly, or all on tile 0 (``w_on_one_tile``, the bad mapping the lesson compares).
+    Returns the loaded, run Engine and the host values written (table, W, ids, labels)."""
+    dev = ipu.IPUModel(version, tiles_per_ipu=tiles).create_device()
+    g = ipu.Graph(dev.target)
+    table = multislice.create_sliceable_tensor(g, ipu.FLOAT, [50, 64], [0], [1], "table")
+    w = g.add_variable(ipu.FLOAT, [64, 10], "W")
+    if w_on_one_tile:
+        g.set_tile_mapping(w, 0)
+    else:
+        poputil.map_tensor_linearly(g, w)
+    ids = g.add_variable(ipu.UNSIGNED_INT, [8, 1], "ids")
+    labels = g.add_variable(ipu.UNSIGNED_INT, [8], "labels")
+    loss, num_correct = (g.add_variable(t, s, n) for t, s, n in [
+        (ipu.FLOAT, [8], "loss"), (ipu.UNSIGNED_INT, [1], "numCorrect")])
+    for t in (ids, labels, loss, num_correct):
+        g.set_tile_mapping(t, 0)
+    for name, t in [("table", table), ("W", w), ("ids", ids), ("labels", labels)]:
+        g.create_host_write(name, t)
+    prog = ipu.Sequence()
+    x = multislice.multi_slice(g, table, ids, [0], [1], prog, "lookup").reshape([8, 64])
+    logits = poplin.mat_mul(g, x, w, prog, "logits")
+    probs = popnn.non_linearity(g, popnn.NonLinearityType.SOFTMAX, logits, prog)
+    delta = g.add_variable(ipu.FLOAT, [8, 10], "delta")
+    poputil.map_tensor_linearly(g, delta)
+    prog.add(popnn.calc_loss(g, probs, labels, loss, delta, num_correct))
+    g.create_host_read("loss", loss)
+    eng = ipu.Engine(g, prog)
+    eng.load(dev)
+    rng = np.random.default_rng(5)
+    host = {"table": rng.normal(size=(50, 64)), "W": rng.normal(size=(64, 10)) / 8,
+            "ids": rng.integers(0, 50, (8, 1)), "labels": rng.integers(0, 10, 8)}
+    for name, value in host.items():
+        eng.write_tensor(name, value)
+    eng.run()
+    return eng, host
 
 
 @dataclass

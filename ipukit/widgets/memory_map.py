@@ -136,7 +136,9 @@ class MemoryMap(Widget):
         rows = "".join(
             f"<tr><td>{tile}</td><td>{self.target.ipu_of_tile(tile)}</td><td>{v:,}</td>"
             f"<td>{100 * int(self.memory.total[tile]) / self.target.bytes_per_tile:.1f}%</td>"
-            "</tr>" for tile, v in self.worst(5, k))
-        return (f"<b>Fullest tiles ({esc(self.names[k])})</b><table><tr><th>tile</th>"
-                f"<th>IPU</th><th>bytes</th><th>tile full (all categories)</th></tr>{rows}"
-                "</table>")
+            "</tr>\n" for tile, v in self.worst(5, k))
+        # the title is the table's <caption> and the header a spaced, ruled row (the learner
+        # trial read "Fullest tiles (total)tileIPUbytes..." as one word)
+        return (f'<table class="ipukit-worst">\n<caption>Fullest tiles ({esc(self.names[k])})'
+                "</caption>\n<tr><th>tile</th> <th>IPU</th> <th>bytes</th> "
+                f"<th>tile full (all categories)</th></tr>\n{rows}</table>")

@@ -1090,11 +1090,14 @@ function memoryView(meta, A) {
     },
     drawFrame(ctx, k, w) {
       const v = cache[k];
-      let top = 1;
-      for (let t = 0; t < T; t++) top = Math.max(top, v[t]);
+      // emptiest to fullest tile (as ipukit.report.tile_memory_map), so small differences show
+      let lo = Infinity;
+      let top = -Infinity;
+      for (let t = 0; t < T; t++) { lo = Math.min(lo, v[t]); top = Math.max(top, v[t]); }
+      const level = (x) => (top > lo ? (x - lo) / (top - lo) : 0);
       for (let t = 0; t < T; t++) {
         const [x, y] = tileXY(g, t);
-        ctx.fillStyle = magma(v[t] / top);
+        ctx.fillStyle = magma(level(v[t]));
         ctx.fillRect(x, y, g.cell, g.cell);
       }
       drawIpuFrames(ctx, g);
@@ -1105,7 +1108,7 @@ function memoryView(meta, A) {
         ctx.lineWidth = 2.2;
         ctx.strokeRect(x + g.cell / 2 - s / 2, y + g.cell / 2 - s / 2, s, s);
         if (g.cell > 36) {
-          ctx.fillStyle = v[t] / top > 0.45 ? "white" : "black";
+          ctx.fillStyle = level(v[t]) > 0.45 ? "white" : "black";
           ctx.font = "bold 11px sans-serif";
           ctx.textAlign = "center";
           ctx.fillText(`#${r + 1}`, x + g.cell / 2, y + g.cell / 2 - 2);
@@ -1121,7 +1124,7 @@ function memoryView(meta, A) {
       ctx.fillStyle = "#333";
       ctx.font = "11px sans-serif";
       ctx.textAlign = "left";
-      ctx.fillText(`0 … ${fmt(top)} B (${esc(names[k])}; a tile has ${fmt(meta.bytes_per_tile / 1024)} KiB)`,
+      ctx.fillText(`${top > lo ? `${fmt(lo)} … ${fmt(top)}` : `every tile ${fmt(top)}`} B (${esc(names[k])}; a tile has ${fmt(meta.bytes_per_tile / 1024)} KiB)`,
         g.x0 + 210, cy + 9);
       this.drawBars(ctx);
     },
@@ -1173,9 +1176,9 @@ function memoryView(meta, A) {
     header: (k) => `<span class="ipukit-title">Tile memory: ${esc(names[k])} (${meta.layout.num_ipus} IPU${meta.layout.num_ipus > 1 ? "s" : ""} × ${fmt(meta.layout.tiles_per_ipu)} tiles)</span>`,
     caption(k) {
       const rows = worst(k, 5).map((t) => `<tr><td>${t}</td><td>${Math.floor(t / meta.layout.tiles_per_ipu)}</td>` +
-        `<td>${fmt(cache[k][t])}</td><td>${(100 * cache[0][t] / meta.bytes_per_tile).toFixed(1)}%</td></tr>`).join("");
-      return `<b>Fullest tiles (${esc(names[k])})</b><table><tr><th>tile</th><th>IPU</th><th>bytes</th>` +
-        `<th>tile full (all categories)</th></tr>${rows}</table>`;
+        `<td>${fmt(cache[k][t])}</td><td>${(100 * cache[0][t] / meta.bytes_per_tile).toFixed(1)}%</td></tr>\n`).join("");
+      return `<table class="ipukit-worst">\n<caption>Fullest tiles (${esc(names[k])})</caption>\n` +
+        `<tr><th>tile</th> <th>IPU</th> <th>bytes</th> <th>tile full (all categories)</th></tr>\n${rows}</table>`;
     },
   };
   return view;
