@@ -29,13 +29,16 @@ def notebook_namespace(folder: str, name: str) -> dict:
 
 def grade_exercises(module, lesson: str, notebook: str, checks: dict, folder: str,
                     status: str) -> list:
-    """Call each check ``{id: (check name, function name)}`` on the notebook's function and
-    assert its status and points; returns the lesson's scoreboard rows."""
+    """Call each check ``{id: (check name, function name or names)}`` on the notebook's
+    functions and assert its status and points, and that a budget's star goes with a pass;
+    returns the lesson's scoreboard rows."""
     ns = notebook_namespace(folder, notebook)
-    for ex_id, (check, fn) in checks.items():
-        r = getattr(module, check)(ns[fn])
+    for ex_id, (check, fns) in checks.items():
+        fns = (fns,) if isinstance(fns, str) else fns
+        r = getattr(module, check)(*(ns[fn] for fn in fns), show=False)
         assert (r.id, r.status) == (ex_id, status), r.text()
         assert r.points == (r.max_points if status == feedback.PASSED else 0)
+        assert not r.star or status == feedback.PASSED
     rows = feedback.lesson_rows(lesson, feedback.results())
     assert [r.id for r in rows] == list(checks)
     return rows

@@ -4,8 +4,8 @@ zero, and plausible mistakes in the learner's mappings, views and streams lose p
 import pytest
 
 import ipukit as ipu
-from ipukit.grading import feedback, lesson02
-from tests.lessons import SOLVED_AND_UNTOUCHED, notebook_namespace
+from ipukit.grading import lesson02
+from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises
 
 NOTEBOOK = "02_graphs_tensors_streams.ipynb"
 CALLS = {"02.1": ("check_map_evenly", "map_evenly"),
@@ -14,22 +14,10 @@ CALLS = {"02.1": ("check_map_evenly", "map_evenly"),
          "02.4": ("check_block_mapping", "map_blocks")}
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    feedback.reset()
-    yield
-    feedback.reset()
-
-
 @SOLVED_AND_UNTOUCHED
 def test_solutions_pass_and_untouched_exercises_score_zero(folder, status):
-    ns = notebook_namespace(folder, NOTEBOOK)
-    for ex_id, (check, name) in CALLS.items():
-        r = getattr(lesson02, check)(ns[name], show=False)
-        assert (r.id, r.status) == (ex_id, status), r.text()
-        assert r.points == (r.max_points if status == feedback.PASSED else 0)
-    rows = feedback.lesson_rows("02", feedback.results())
-    assert [r.id for r in rows] == list(CALLS) and sum(r.max_points for r in rows) == 9
+    rows = grade_exercises(lesson02, "02", NOTEBOOK, CALLS, folder, status)
+    assert sum(r.max_points for r in rows) == 9
 
 
 def test_floor_instead_of_ceil_leaves_elements_unmapped():

@@ -7,7 +7,7 @@ import pytest
 import ipukit as ipu
 from ipukit.grading import feedback, lesson04
 from ipukit.poplibs import poputil
-from tests.lessons import SOLVED_AND_UNTOUCHED, notebook_namespace
+from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises
 
 NOTEBOOK = "04_compute_sets_races_exchange.ipynb"
 CALLS = {"04.1": ("check_reduction_cycles", "reduction_cycles"),
@@ -16,23 +16,12 @@ CALLS = {"04.1": ("check_reduction_cycles", "reduction_cycles"),
          "04.4": ("check_mapping", "map_near_readers")}
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    feedback.reset()
-    yield
-    feedback.reset()
-
-
 @SOLVED_AND_UNTOUCHED
 def test_solutions_pass_and_untouched_exercises_score_zero(folder, status):
-    ns = notebook_namespace(folder, NOTEBOOK)
-    for ex_id, (check, name) in CALLS.items():
-        r = getattr(lesson04, check)(ns[name], show=False)
-        assert (r.id, r.status) == (ex_id, status), r.text()
-        assert r.points == (r.max_points if status == feedback.PASSED else 0)
+    rows = grade_exercises(lesson04, "04", NOTEBOOK, CALLS, folder, status)
+    assert sum(r.max_points for r in rows) == 10
+    for r in rows:
         assert r.star == (status == feedback.PASSED and bool(r.cost))
-    rows = feedback.lesson_rows("04", feedback.results())
-    assert [r.id for r in rows] == list(CALLS) and sum(r.max_points for r in rows) == 10
 
 
 def test_the_automaton_reference_is_rule_90():

@@ -52,6 +52,22 @@ def _stream_cases():
     yield "ipu2", 8, rng.integers(1, 3000, 8), False
 
 
+def _device_loop(g, prog, iterations, dev, infeed, outfeed, what):
+    """The learner's loop must be ``loops.repeat``'s ``ipu.Repeat(iterations, ...)``: compile
+    it, load it and connect the queues."""
+    if not isinstance(prog, ipu.Repeat) or prog.count != iterations:
+        raise Wrong(f"{what}: expected the on-device loop ipu.Repeat({iterations}, ...) "
+                    f"that loops.repeat returns, got {prog!r}")
+    try:
+        eng = ipu.Engine(g, prog)
+    except ipu.IpuError as exc:
+        raise Wrong(library_error(f"{what}: your loop does not compile", exc)) from None
+    eng.load(dev)
+    infeed.connect(eng)
+    outfeed.connect(eng)
+    return eng
+
+
 @exercise("06.1", "the cost of a stream copy", points=2, hints=(
     "Two things carry the bytes one after the other: the PCIe link and the tiles. Which "
     "one limits the step?",
@@ -205,13 +221,7 @@ def check_infeed_loop(build_loop):
         images, dev, g, infeed, outfeed = _infeed_case(iterations, batch, mode, seed)
         what = f"iterations={iterations}, batches of {batch} images, {mode}"
         prog = build_loop(g, infeed, outfeed, iterations)
-        if not isinstance(prog, ipu.Repeat) or prog.count != iterations:
-            raise Wrong(f"{what}: expected the on-device loop ipu.Repeat({iterations}, "
-                        f"...) that loops.repeat returns, got {prog!r}")
-        eng = ipu.Engine(g, prog)
-        eng.load(dev)
-        infeed.connect(eng)
-        outfeed.connect(eng)
+        eng = _device_loop(g, prog, iterations, dev, infeed, outfeed, what)
         means = images.reshape(2, iterations, -1).mean(axis=2)
         for r in range(2):
             eng.run()
@@ -256,16 +266,7 @@ def check_running_max(build_running_max):
         outfeed = OutfeedQueue(OutfeedMode.LAST)
         what = f"iterations={iterations}, batches of {batch} images (all pixels < 0)"
         prog = build_running_max(g, infeed, outfeed, iterations)
-        if not isinstance(prog, ipu.Repeat) or prog.count != iterations:
-            raise Wrong(f"{what}: expected the on-device loop that loops.repeat returns, "
-                        f"ipu.Repeat({iterations}, ...), got {prog!r}")
-        try:
-            eng = ipu.Engine(g, prog)
-        except ipu.IpuError as exc:
-            raise Wrong(library_error(f"{what}: your loop does not compile", exc)) from None
-        eng.load(dev)
-        infeed.connect(eng)
-        outfeed.connect(eng)
+        eng = _device_loop(g, prog, iterations, dev, infeed, outfeed, what)
         per_call = iterations * batch
         for r in range(3):
             eng.run()
@@ -326,17 +327,11 @@ def check_sgd(build_sgd):
         prog, w = got
         if not isinstance(prog, ipu.Repeat) or prog.count != iterations:
             raise Wrong(f"{what}: expected the on-device loop ipu.Repeat({iterations}, ...) "
-                        f"that loops.repeat returns, got {prog!r}")
+                        f"that loops.repeat returns, got {prog!r}")  # before w is read
         if w.num_elements() != d:
             raise Wrong(f"{what}: the weights should hold {d} numbers, got shape {w.shape}")
         g.create_host_read("w", w)
-        try:
-            eng = ipu.Engine(g, prog)
-        except ipu.IpuError as exc:
-            raise Wrong(library_error(f"{what}: your loop does not compile", exc)) from None
-        eng.load(dev)
-        infeed.connect(eng)
-        outfeed.connect(eng)
+        eng = _device_loop(g, prog, iterations, dev, infeed, outfeed, what)
         w_ref = np.zeros(d)
         for c in range(calls):
             eng.run()
