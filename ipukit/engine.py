@@ -215,8 +215,7 @@ class Engine:
                                f"numbered 0..{len(programs) - 1}")
         node = programs[program]
         self._run_start = len(self.trace)
-        need = self._needs.get(id(node))
-        if (self._need(node) if need is None else need) > self.max_steps:
+        if self._need(node) > self.max_steps:
             self._check_steps(node, program)  # raises, saying how to allow it
         self.trace.num_runs += 1
         self.trace.record(0)  # the host synchronisation of this call

@@ -12,23 +12,18 @@ cell wants to check next to it.
 
 from __future__ import annotations
 
+from .report import _ax, _plt
+
 #: The parts of a MemoryRecord drawn as stacked bars, with their colours.
 MEMORY_PARTS = (("weights", "tab:blue"), ("gradients", "tab:cyan"), ("stash", "tab:orange"),
                 ("optimizer", "tab:green"))
-
-
-def _plt():
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    return plt
 
 
 def replication_diagram(replicas: int = 4, stages: int = 2, ax=None):
     """Lesson 10: ``replicas`` copies of a ``stages``-IPU pipeline, each fed its own
     micro-batches, and the ring all-reduce of each stage's gradients. Returns the axes."""
     plt = _plt()
-    if ax is None:
-        _, ax = plt.subplots(figsize=(11, 3.8))
+    ax = _ax(ax, (11, 3.8))
     box_w, box_h, step = 1.7, 0.6, 2.6
     rows_y = [1.2 - 1.15 * s for s in range(stages)]  # bottom of each stage's boxes
     for r in range(replicas):
@@ -69,9 +64,7 @@ def memory_bars(peaks: dict, ax=None, predicted: dict | None = None, hatched=())
     """Stacked bars of peak ``MemoryRecord``s: ``peaks[label] = record`` (weights,
     gradients, stash, optimiser state, in KiB); ``predicted[label]`` bytes as a dashed
     line over the bar; the bars of the labels in ``hatched`` hatched. Returns the axes."""
-    plt = _plt()
-    if ax is None:
-        _, ax = plt.subplots(figsize=(10, 3.6))
+    ax = _ax(ax, (10, 3.6))
     for x, (label, rec) in enumerate(peaks.items()):
         bottom = 0.0
         for part, colour in MEMORY_PARTS:
@@ -131,9 +124,7 @@ def accumulator_drift(trace16, trace32, step: float = 0.01, ax=None):
     the exact sum. Returns the axes."""
     import numpy as np  # noqa: PLC0415
 
-    plt = _plt()
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7, 2.8))
+    ax = _ax(ax, (7, 2.8))
     ax.plot(np.arange(1, len(trace16) + 1) * step, "k--", lw=1, label="exact", zorder=3)
     ax.plot(trace32, color="tab:blue", label="float32 accumulator")
     ax.plot(trace16, color="tab:red", label="float16 accumulator")

@@ -46,7 +46,12 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .errors import IpuError
-from .grading.execute import TOTAL_TIMEOUT, TimeLimitError, positive_seconds, run_notebook
+from .grading.execute import (
+    TOTAL_TIMEOUT,
+    positive_seconds,
+    run_notebook,
+    seconds_arg,
+)
 from .grading.feedback import (
     EXERCISES,
     FAILED,
@@ -54,6 +59,7 @@ from .grading.feedback import (
     PASSED,
     Result,
     format_scoreboard,
+    lesson_exercises,
     load_lesson,
 )
 
@@ -114,8 +120,7 @@ def kit_checks(lesson: str) -> list[tuple[str, str | None]]:
                            f"{solution} to take the kit's checks from")
     cells = [c.source for c in nb.cells if c.cell_type == "code"]
     found = []
-    for ex in sorted((e for e in EXERCISES.values() if e.lesson == lesson),
-                     key=lambda e: tuple(int(p) for p in e.id.split("."))):
+    for ex in lesson_exercises(lesson):
         source = next((s for s in cells if ex.check and re.search(rf"\b{ex.check}\(", s)),
                       None)
         found.append((ex.id, source))
@@ -257,21 +262,14 @@ def _prompt(cell) -> str:
     return f"[{count}]" if count else "[ ]"
 
 
-def _seconds(text: str) -> float:
-    try:
-        return positive_seconds(text, "the time limit")
-    except TimeLimitError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ipukit.grade",
                                 description=__doc__.split("\n")[0])
     p.add_argument("notebook", type=Path)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--timeout", type=_seconds, default=60,
+    p.add_argument("--timeout", type=seconds_arg, default=60,
                    help="seconds per cell, a positive number (default 60)")
-    p.add_argument("--total-timeout", type=_seconds, default=TOTAL_TIMEOUT,
+    p.add_argument("--total-timeout", type=seconds_arg, default=TOTAL_TIMEOUT,
                    help=f"seconds for the whole notebook (default {TOTAL_TIMEOUT:g})")
     args = p.parse_args(argv)
     if not args.notebook.is_file():

@@ -121,6 +121,19 @@ def _executed(trace: Trace, run: int | None):
     return [(e, trace.steps[e.step]) for e in events]
 
 
+def _phase_bars(ax, row, start, step, seen: set) -> float:
+    """One superstep's sync, exchange and compute as bars from ``start``; returns its end.
+    Each phase is labelled once (``seen``) for the legend."""
+    for phase in ("sync", "exchange", "compute"):
+        width = getattr(step, f"{phase}_cycles")
+        if width:
+            ax.barh(row, width, left=start, color=PHASE_COLOURS[phase], height=0.8,
+                    label=None if phase in seen else phase)
+            seen.add(phase)
+        start += width
+    return start
+
+
 def execution_trace(trace: Trace, ax=None, run: int | None = None, max_labels: int = 20):
     """Executed supersteps on a time axis (cycles), split into sync, exchange and compute.
 
@@ -130,14 +143,7 @@ def execution_trace(trace: Trace, ax=None, run: int | None = None, max_labels: i
     executed = _executed(trace, run)
     seen = set()
     for row, (event, step) in enumerate(executed):
-        start = event.start
-        for phase in ("sync", "exchange", "compute"):
-            width = getattr(step, f"{phase}_cycles")
-            if width:
-                ax.barh(row, width, left=start, color=PHASE_COLOURS[phase], height=0.8,
-                        label=None if phase in seen else phase)
-                seen.add(phase)
-            start += width
+        start = _phase_bars(ax, row, event.start, step, seen)
         if step.kind == "compute" and step.compute_cycles and row < max_labels:
             slow = int(np.argmax(step.tile_compute_cycles))
             ax.annotate(f"slowest tile {slow}", (start, row), xytext=(3, 0),
@@ -181,19 +187,12 @@ def span_supersteps(result, span, max_steps: int = 40):
     starts = trace._starts[op.first:op.end][:max_steps]
     seen = set()
     for row, (sid, start) in enumerate(zip(ids, starts)):
-        step = trace.steps[sid]
-        for phase in ("sync", "exchange", "compute"):
-            width = getattr(step, f"{phase}_cycles")
-            if width:
-                low.barh(row, width, left=start, color=PHASE_COLOURS[phase], height=0.8,
-                         label=None if phase in seen else phase)
-                seen.add(phase)
-            start += width
+        _phase_bars(low, row, start, trace.steps[sid], seen)
     low.set_yticks(range(len(ids)))
     low.set_yticklabels([trace.steps[i].name[:40] for i in ids], fontsize=7)
     low.invert_yaxis()
     low.set_xlabel("cycles (trace)")
-    total = sum(trace.steps[i].cycles for i in trace._step_ids[op.first:op.end])
+    total = sum(s.cycles for s in result.span_steps(span))
     low.set_title(f"Its {op.end - op.first} supersteps and copies, {total:,} cycles")
     if seen:
         low.legend(loc="upper right", fontsize=8)

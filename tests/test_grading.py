@@ -346,7 +346,6 @@ def toy():
 
     yield check_toy
     feedback.EXERCISES.pop("99.1")
-    feedback.reset()
 
 
 def answer_of(value, cost=10):

@@ -234,7 +234,7 @@ def main(argv=None) -> int:
                                 description="Run notebooks in fresh kernels and save them "
                                             "with their outputs (for authors).")
     p.add_argument("notebooks", nargs="+", type=Path)
-    p.add_argument("--timeout", type=_seconds, default=120, help="seconds per cell")
+    p.add_argument("--timeout", type=seconds_arg, default=120, help="seconds per cell")
     args = p.parse_args(argv)
     failed = 0
     for path in args.notebooks:
@@ -249,10 +249,10 @@ def main(argv=None) -> int:
     return 1 if failed else 0
 
 
-def _seconds(text: str) -> float:
+def seconds_arg(text: str) -> float:
     """argparse type: positive seconds (argparse turns the error into exit status 2)."""
     try:
-        return positive_seconds(text)
+        return positive_seconds(text, "the time limit")
     except TimeLimitError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -362,11 +362,16 @@ def format_scoreboard(rows: list[Result], title: str = "Scoreboard") -> str:
     return "\n".join(lines)
 
 
+def lesson_exercises(lesson: str) -> list[Exercise]:
+    """The registered exercises of ``lesson``, in order (01.1, 01.2, …, 01.10)."""
+    return sorted((e for e in EXERCISES.values() if e.lesson == lesson), key=_order)
+
+
 def lesson_rows(lesson: str, found: dict[str, Result]) -> list[Result]:
     """One row per registered exercise of ``lesson``; unchecked ones count as not solved."""
     return [found.get(ex.id) or Result(ex.id, ex.title, NOT_SOLVED, 0, ex.points,
                                        "the check did not run")
-            for ex in sorted((e for e in EXERCISES.values() if e.lesson == lesson), key=_order)]
+            for ex in lesson_exercises(lesson)]
 
 
 def scoreboard(lesson: str | None = None) -> None:

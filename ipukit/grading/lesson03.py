@@ -115,12 +115,11 @@ def check_dot_product(PartialDot, ReduceSum, build_dot):  # noqa: N803 - classes
             eng.load(dev)
             eng.write_tensor("a", av)
             eng.write_tensor("b", bv)
-            _run(eng, _mode(per_vertex, "all vertices of a class in one array operation"))
+            mode = _mode(per_vertex, "all vertices of a class in one array operation")
+            _run(eng, mode)
             got = float(eng.read_tensor("out")[0])
             want = float(np.dot(av.astype(np.float64), bv))
             if not np.isclose(got, want, rtol=1e-4, atol=1e-4):
-                mode = ("one vertex at a time" if per_vertex else
-                        "all vertices of a class in one array operation")
                 raise Wrong(f"{what}, run {mode}: expected out = {want:.6g}, got {got:.6g}")
         supersteps = [s for s in eng.executable.steps if s.kind == "compute"]
         if len(supersteps) != 2:
@@ -309,7 +308,7 @@ def check_softmax(Softmax):  # noqa: N803
             with np.errstate(all="ignore"):
                 _run(eng, _mode(per_vertex))
             got = eng.read_tensor("out")
-            mode = "one vertex at a time" if per_vertex else "all vertices at once"
+            mode = _mode(per_vertex)
             if not np.isfinite(got).all():
                 v = int(np.argwhere(~np.isfinite(got))[0][0])
                 raise Wrong(f"run {mode}: vertex {v} wrote {got[v]} for the row "

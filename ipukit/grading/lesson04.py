@@ -92,22 +92,8 @@ def check_smoothing(build_smoothing):
     """Exercise 04.2: ``build_smoothing(graph, v, iterations)`` → program (Jacobi smoothing)."""
 
     for n, iterations in [(6, 1), (8, 3)]:
-        dev = _device(n)
-        g = ipu.Graph(dev.target)
-        v = g.add_variable(ipu.FLOAT, [n], "v")
-        for i in range(n):
-            g.set_tile_mapping(v[i], i)
-        g.create_host_write("v", v)
-        g.create_host_read("v", v)
-        prog = build_smoothing(g, v, iterations)
-        try:
-            eng = ipu.Engine(g, prog)
-        except ipu.ComputeSetRaceError as exc:
-            raise Wrong("your graph has a data race, so ipukit refuses it, as Poplar "
-                        f"verifies a compute set is free of races: {without_fix(str(exc))}") \
-                from None
-        except ipu.IpuError as exc:
-            raise Wrong(no_compile("your graph", exc)) from None
+        dev, g, v = _automaton_graph(n, "v")
+        eng = _compile(g, build_smoothing(g, v, iterations), "your graph")
         data = np.array([0, 9, 0, 3, 6, 0, 12, 3][:n], np.float32)
         eng.load(dev)
         eng.write_tensor("v", data)
@@ -173,14 +159,15 @@ def _reference_automaton(g, cells, generations):
     return prog
 
 
-def _automaton_graph(n):
+def _automaton_graph(n, name="cells"):
+    """A ring of ``n`` cells, one per tile, readable and writable from the host."""
     dev = _device(n)
     g = ipu.Graph(dev.target)
-    cells = g.add_variable(ipu.FLOAT, [n], "cells")
+    cells = g.add_variable(ipu.FLOAT, [n], name)
     for i in range(n):
         g.set_tile_mapping(cells[i], i)
-    g.create_host_write("cells", cells)
-    g.create_host_read("cells", cells)
+    g.create_host_write(name, cells)
+    g.create_host_read(name, cells)
     return dev, g, cells
 
 

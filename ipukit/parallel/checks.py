@@ -13,12 +13,11 @@ ipukit.errors.PipelineConfigError: batch_size must be a positive whole number, g
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
 from ..errors import IpuError, PipelineConfigError
 from . import nn, optim
+from .schedule import is_count
 
 
 def optimizer_and_loss(optimizer, loss) -> None:
@@ -60,7 +59,7 @@ def samples(x, labels) -> tuple[np.ndarray, np.ndarray]:
 
 def batch_size(value) -> int:
     """A positive whole number of samples per forward pass."""
-    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1):
+    if not is_count(value):
         raise PipelineConfigError(f"batch_size must be a positive whole number, got {value!r}")
     return int(value)
 

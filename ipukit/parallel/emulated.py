@@ -50,6 +50,7 @@ from ..graph import Graph
 from ..poplibs import poplin, popnn, popops, poputil
 from ..poplibs.expr import Expr, Sqrt, _1, _2, _3, _4
 from ..program import Copy, Execute, Program, Sequence
+from ..target import Device
 from ..tensor import FLOAT, INT, UNSIGNED_INT, Tensor
 from ..timeline import MemorySample, Span, Timeline
 from ..trace import Step, Trace
@@ -657,7 +658,7 @@ class Emulation:
                            "yet; use emulate=False, or replication_factor=1")
         self.target = p.target
         self.ipus_per_replica = max(q for s in p.stages for q in s.ipus) + 1
-        self.device = _Device(p.target)
+        self.device = Device(p.target)
         self.graph = g = Graph(p.target)
         shapes = p._shapes((micro_batch,) + tuple(sample_shape))
         self.replicas = [[(_ConcurrentStage if len(s.ipus) > 1 else _Stage)(self, s, shape, rep)
@@ -843,10 +844,6 @@ class Emulation:
         return losses, records
 
 
-class _Device:
-    def __init__(self, target):
-        self.target = target
-
 
 def steps_of(trace, op: OpSteps) -> list[Step]:
     """The compiled steps (supersteps and copies) that ``op`` executed, in order."""
@@ -910,8 +907,9 @@ def run(p, x, labels) -> EmulatedRunResult:
     ops = tuple(OpSteps(o.run, o.phase, o.stage, o.microbatch, o.ipu, o.first, o.end)
                 for o in ops)
     origin = float(trace._starts[start])  # the host sync of this call
-    timeline = _timeline(emu, trace, ops, origin)
-    memory = tuple(MemoryRecord(0.0, s.ipu, *_bytes(emu, s)) for s in emu.stages)
+    sizes = [(s.ipu, _bytes(emu, s)) for s in emu.stages]
+    timeline = _timeline(emu, trace, ops, origin, sizes)
+    memory = tuple(MemoryRecord(0.0, q, *b) for q, b in sizes)
     cycles = float(trace.total_cycles - trace._starts[start]) if len(trace) > start else 0.0
     outputs = replication.select_outputs(losses, p.output_mode, p.output_return_period)
     return EmulatedRunResult(losses, timeline, memory, cycles, 0, p.target.clock_hz, outputs,
@@ -933,9 +931,10 @@ def _stage_ipus(stage) -> list[int]:
     return [m.ipu for m in getattr(stage, "members", [stage])]
 
 
-def _timeline(emu, trace, ops, t0) -> Timeline:
+def _timeline(emu, trace, ops, t0, sizes) -> Timeline:
     """F/B/R spans from the trace events each op made (on its IPU's clock), the IPU-Link
-    copies among them, and each IPU's weight update; memory: each IPU's bytes."""
+    copies among them, and each IPU's weight update; memory: ``sizes``, each stage's
+    ``(ipu, bytes by category)``."""
     spans = []
     ipus = sorted({s.ipu for st in emu.replicas for s in st})
     for o in ops:
@@ -956,9 +955,8 @@ def _timeline(emu, trace, ops, t0) -> Timeline:
                 spans.append(Span(st.ipus[0] if o.ipu < 0 else o.ipu, "link", float(t - t0),
                                   float(st.cycles), o.stage, o.microbatch,
                                   int(st.inter_ipu_bytes), st.name))
-    memory = [MemorySample(0.0, s.ipu, dict(zip(("weights", "stash", "gradients",
-                                                 "optimizer"), _bytes(emu, s))))
-              for s in emu.stages]
+    parts = ("weights", "stash", "gradients", "optimizer")
+    memory = [MemorySample(0.0, q, dict(zip(parts, b))) for q, b in sizes]
     return Timeline(spans, memory, emu.target.clock_hz)
 
 

@@ -35,7 +35,7 @@ from ..graph import Graph
 from ..poplibs import poplin, popops, poputil
 from ..poplibs.expr import Exp, Log, Max, _1, _2
 from ..program import Copy, Execute, Sequence
-from ..target import IPUModel, Target
+from ..target import Device, IPUModel, Target
 from ..tensor import FLOAT, INT, UNSIGNED_INT, Tensor
 from ..trace import Trace
 from ..vertex import InOut, Input, Output, State, Vector, Vertex
@@ -314,7 +314,7 @@ def tied_embedding(features, indices, num_ipus: int, target: Target | None = Non
         g.create_host_read(f"logits{s}", logits[s])
         grads.append(dw)
     eng = Engine(g, prog)
-    eng.load(_Device(target))
+    eng.load(Device(target))
     parts = sharded.shard(features, num_ipus, axis=0, name="the embedding table")
     for s, p in enumerate(parts):
         eng.write_tensor(f"w{s}", np.asarray(p))
@@ -324,8 +324,3 @@ def tied_embedding(features, indices, num_ipus: int, target: Target | None = Non
         float(eng.read_tensor("loss")[0]), [np.asarray(p) for p in parts],
         [eng.read_tensor(f"logits{s}") for s in range(num_ipus)],
         [eng.read_tensor(f"grad{s}") for s in range(num_ipus)], eng.trace, g)
-
-
-class _Device:
-    def __init__(self, target):
-        self.target = target

@@ -24,17 +24,17 @@ Dense) and :class:`SoftmaxCrossEntropy`. Parameters are float32 by default; pass
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 
 from .. import backend
 from ..errors import IpuError
+from .schedule import is_count
 
 
 def check_size(value, what: str) -> int:
     """``value`` as an int if it is a positive whole number (NumPy ints too), else IpuError."""
-    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1):
+    if not is_count(value):
         raise IpuError(f"{what} must be a positive whole number, got {value!r}")
     return int(value)
 

@@ -32,6 +32,7 @@ from .. import backend, cost
 from ..errors import IpuError
 from ..target import IPUModel, Target
 from ..timeline import Span, Timeline
+from .schedule import is_count
 
 #: The one record's span kind of each collective (``Span.kind``); the op is in the log's
 #: ``records`` (``"all_reduce_max"``) and in the span's label.
@@ -51,8 +52,7 @@ class CollectiveLog:
     """
 
     def __init__(self, num_shards: int, target: Target | None = None, ipus=None):
-        if not (isinstance(num_shards, numbers.Integral) and not isinstance(num_shards, bool)
-                and num_shards >= 2):
+        if not is_count(num_shards, 2):
             raise IpuError(
                 f"sharding needs at least 2 IPUs, got {num_shards!r} (createIpuShards "
                 "throws with one IPU). Use 2 or more IPUs, or the dense op on one IPU."

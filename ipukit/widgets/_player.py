@@ -119,12 +119,14 @@ class Widget(anywidget.AnyWidget):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.fig = None
-        self._drawn = None
         self._payload = self.payload()
 
     @traitlets.validate("frame")
     def _valid_frame(self, proposal):
-        k, n = proposal["value"], self.num_frames()
+        return self._check_frame(proposal["value"])
+
+    def _check_frame(self, k: int) -> int:
+        n = self.num_frames()
         if not 0 <= k < n:
             raise ValueError(f"frame {k}: {type(self).__name__} has frames 0..{n - 1}")
         return k
@@ -160,11 +162,7 @@ class Widget(anywidget.AnyWidget):
 
     def render(self, k: int | None = None) -> bytes:
         """Frame ``k`` (default: the one shown) as a matplotlib PNG."""
-        k = self.frame if k is None else k
-        if not 0 <= k < self.num_frames():
-            raise ValueError(f"frame {k}: {type(self).__name__} has frames 0.."
-                             f"{self.num_frames() - 1}")
-        self.draw(k)
+        self.draw(self._check_frame(self.frame if k is None else k))
         return png(self.fig)
 
     def to_png(self, max_frames: int = 40, ms_per_frame: int = 400) -> bytes:

@@ -201,10 +201,6 @@ class PipelineTimeline(Widget):
         """The play head's time at frame ``k`` (default: the frame shown)."""
         return float(self._times[self.frame if k is None else k])
 
-    def frame_of_time(self, t: float) -> int:
-        """The first frame whose play head is at or after time ``t``."""
-        return int(min(np.searchsorted(self._times, t - 1e-9), self.num_frames() - 1))
-
     def under_play_head(self, k: int | None = None, which: int = 0) -> list[Span]:
         """The F/B/R boxes running at the play head (start <= t < end), by IPU."""
         t = self.time(k)
