@@ -7,7 +7,7 @@ import functools
 
 import ipukit as ipu
 
-from .feedback import as_int, library_error
+from .feedback import Wrong, as_int, library_error
 
 
 def device(tiles: int, num_ipus: int = 1):
@@ -47,7 +47,30 @@ class AddVertex(ipu.Vertex):
 
 def teaching_target(num_ipus: int, tiles: int = 4):
     """``num_ipus`` Mk2 IPUs of ``tiles`` tiles each (4 tiles: 2.4 MiB per IPU)."""
-    return ipu.IPUModel("ipu2", num_ipus=num_ipus, tiles_per_ipu=tiles).create_device().target
+    return device(tiles, num_ipus).target
+
+
+def engine(g, prog, what: str, per_vertex: bool = False):
+    """The learner's graph compiled into an Engine, or a wrong answer saying why not."""
+    try:
+        return ipu.Engine(g, prog, per_vertex=per_vertex)
+    except ipu.IpuError as exc:
+        raise Wrong(no_compile(what, exc)) from None
+
+
+def device_cycles(eng) -> int:
+    """Cycles of every compiled step but the host synchronisation."""
+    return sum(s.cycles for s in eng.executable.steps if s.kind != "host")
+
+
+class BusyVertex(ipu.Vertex):
+    """A vertex that only costs cycles: the default estimate (10 + its elements, a kit
+    convention) or one set with ``set_perf_estimate``."""
+
+    x = ipu.Input(ipu.Vector(ipu.FLOAT))
+
+    def compute(self):
+        pass
 
 
 def optimisers() -> dict:

@@ -17,9 +17,12 @@ import numpy as np
 
 import ipukit as ipu
 
-from .common import SumVertex, no_compile
+from .common import BusyVertex as _Busy
+from .common import SumVertex
 from .common import as_count as _as_int
 from .common import device as _device
+from .common import device_cycles as _device_cycles
+from .common import engine as _engine
 from .feedback import (
     Cost,
     Wrong,
@@ -29,15 +32,6 @@ from .feedback import (
     side_by_side,
     timeline,
 )
-
-
-class _Busy(ipu.Vertex):
-    """A vertex that only costs cycles (set with ``graph.set_perf_estimate``)."""
-
-    x = ipu.Input(ipu.Vector(ipu.FLOAT))
-
-    def compute(self):
-        pass
 
 
 def _random_steps(seed: int, tiles: int = 4):
@@ -88,17 +82,6 @@ class Scale(ipu.Vertex):
 
     def compute(self):
         self.out[...] = 2 * self.x
-
-
-def _engine(g, prog, what):
-    try:
-        return ipu.Engine(g, prog)
-    except ipu.IpuError as exc:
-        raise Wrong(no_compile(what, exc)) from None
-
-
-def _device_cycles(eng) -> int:
-    return sum(s.cycles for s in eng.executable.steps if s.kind != "host")
 
 
 # -- 01.1: one superstep, written by you ------------------------------------------------------

@@ -21,7 +21,7 @@ import ipukit as ipu
 from ipukit.poplibs import poputil
 
 from .common import device as _device
-from .common import no_compile
+from .common import engine as _engine
 from .feedback import Cost, Wrong, exercise, first_mismatch, plural, side_by_side, tile_grid
 
 
@@ -35,13 +35,6 @@ def _check_codelet_class(cls, fields: dict):
             want = f"ipu.{'InOut' if kind == 'inout' else kind.capitalize()}(" + (
                 "ipu.Vector(ipu.FLOAT))" if vector else "ipu.FLOAT)")
             raise Wrong(f"{cls.__name__}.{name} should be {want}, got {got!r}")
-
-
-def _engine(g, prog, what, per_vertex=False):
-    try:
-        return ipu.Engine(g, prog, per_vertex=per_vertex)
-    except ipu.IpuError as exc:
-        raise Wrong(no_compile(what, exc)) from None
 
 
 def _mode(per_vertex: bool, batched: str = "all vertices at once") -> str:

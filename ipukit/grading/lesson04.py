@@ -115,10 +115,6 @@ def _compile(g, prog, what):
         raise Wrong(no_compile(what, exc)) from None
 
 
-def _device_cycles(eng) -> int:
-    return sum(s.cycles for s in eng.executable.steps if s.kind != "host")
-
-
 # -- 04.3: double buffering ------------------------------------------------------------------
 
 def automaton(cells, generations: int):

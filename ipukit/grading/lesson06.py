@@ -19,6 +19,8 @@ import numpy as np
 import ipukit as ipu
 from ipukit.host import InfeedQueue, OutfeedMode, OutfeedQueue
 
+from .common import BusyVertex as _Busy
+from .common import device
 from .feedback import Wrong, as_int, exercise, first_mismatch, library_error
 
 # -- 06.1 ---------------------------------------------------------------------------------
@@ -110,15 +112,6 @@ def _stream_diagnosis(target, tile_bytes, got: int) -> str:
 # -- 06.2 ---------------------------------------------------------------------------------
 
 
-class _Busy(ipu.Vertex):
-    """A vertex that costs ``10 + elements`` cycles and reads its input."""
-
-    x = ipu.Input(ipu.Vector(ipu.FLOAT))
-
-    def compute(self):
-        pass
-
-
 def _loop(version: str, k: int):
     """A training-like step: stream k floats in, one compute set. (device, graph, step)"""
     dev = ipu.IPUModel(version, tiles_per_ipu=4).create_device()
@@ -197,7 +190,7 @@ def _infeed_case(iterations: int, batch: int, mode, seed: int):
     """Random 4 x 4 "images" for two runs, a 4-tile graph and the queues to build on."""
     rng = np.random.default_rng(seed)
     images = rng.random((2 * iterations * batch, 4, 4)).astype(np.float32)
-    dev = ipu.IPUModel("ipu2", tiles_per_ipu=4).create_device()
+    dev = device(4)
     g = ipu.Graph(dev.target)
     infeed = InfeedQueue(images, batch_size=batch)
     outfeed = OutfeedQueue(mode)
@@ -260,7 +253,7 @@ def check_running_max(build_running_max):
     rng = np.random.default_rng(604)
     for iterations, batch in [(3, 4), (2, 5)]:
         images = (rng.normal(size=(3 * iterations * batch, 4, 4)) - 5).astype(np.float32)
-        dev = ipu.IPUModel("ipu2", tiles_per_ipu=4).create_device()
+        dev = device(4)
         g = ipu.Graph(dev.target)
         infeed = InfeedQueue(images, batch_size=batch)
         outfeed = OutfeedQueue(OutfeedMode.LAST)
@@ -315,7 +308,7 @@ def check_sgd(build_sgd):
         calls = 2
         x = rng.normal(size=(calls * iterations * batch, d)).astype(np.float32)
         y = (x @ rng.normal(size=d) + 0.1 * rng.normal(size=len(x))).astype(np.float32)
-        dev = ipu.IPUModel("ipu2", tiles_per_ipu=4).create_device()
+        dev = device(4)
         g = ipu.Graph(dev.target)
         infeed = InfeedQueue((x, y), batch_size=batch)
         outfeed = OutfeedQueue(OutfeedMode.ALL)

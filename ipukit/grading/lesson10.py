@@ -19,6 +19,7 @@ import numpy as np
 import ipukit as ipu
 from ipukit.parallel import nn, optim, pipeline
 
+from .common import device, teaching_target
 from .feedback import Cost, Wrong, as_int, exercise, first_mismatch
 
 COLLECTIVES = ("allreduce", "reducescatter", "allgather")
@@ -38,7 +39,7 @@ def replicated(replicas, rts=False, optimizer=None, g=4, di=1, widths=(6, 9, 5, 
     where ``g`` allows it (a multiple of 2S), else Sequential (any ``g``)."""
     n = len(widths) - 1
     options.setdefault("offload_optimizer_state", False)  # on chip (TF's None offloads)
-    target = ipu.IPUModel("ipu2", num_ipus=n * replicas, tiles_per_ipu=4).create_device().target
+    target = teaching_target(n * replicas)
     return pipeline(small_stages(widths), None, g, "grouped" if g % (2 * n) == 0 else
                     "sequential", device_iterations=di, replication_factor=replicas,
                     optimizer=optimizer or optim.Adam(), loss=nn.SoftmaxCrossEntropy(),
@@ -338,7 +339,7 @@ class AddInto(ipu.Vertex):
 
 def ring_graph(replicas: int, n: int, tiles_per_ipu: int = 2):
     """A graph on ``replicas`` IPUs with gradient ``g{r}`` [n] on IPU r's first tile."""
-    dev = ipu.IPUModel("ipu2", num_ipus=replicas, tiles_per_ipu=tiles_per_ipu).create_device()
+    dev = device(tiles_per_ipu, replicas)
     g = ipu.Graph(dev.target)
     grads = []
     for r in range(replicas):
