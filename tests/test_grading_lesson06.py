@@ -17,19 +17,19 @@ import ipukit as ipu
 from ipukit.grading import feedback, lesson06
 from ipukit.grading.make_exercises import exercise_notebook
 from ipukit.host import loops
-from tests.lessons import notebook_namespace
+from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises, notebook_namespace
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "06_host_and_ipu.ipynb"
-CHECKS = {"06.1": ("stream_copy_cycles", lesson06.check_stream_copy_cycles),
-          "06.2": ("steps_per_call", lesson06.check_steps_per_call),
-          "06.3": ("build_loop", lesson06.check_infeed_loop),
-          "06.4": ("build_running_max", lesson06.check_running_max),
-          "06.5": ("build_sgd", lesson06.check_sgd)}
+CHECKS = {"06.1": ("check_stream_copy_cycles", "stream_copy_cycles"),
+          "06.2": ("check_steps_per_call", "steps_per_call"),
+          "06.3": ("check_infeed_loop", "build_loop"),
+          "06.4": ("check_running_max", "build_running_max"),
+          "06.5": ("check_sgd", "build_sgd")}
 
 
 def failure(exercise: str, answer) -> str:
-    r = CHECKS[exercise][1](answer)
+    r = getattr(lesson06, CHECKS[exercise][0])(answer)
     assert r.status == "failed" and r.points == 0
     return r.message
 
@@ -40,22 +40,16 @@ def test_registered_with_points_and_doctest():
     assert doctest.testmod(lesson06).failed == 0
 
 
-def test_every_solution_gets_full_marks():
-    env = notebook_namespace("solutions", NAME)
-    for ex, (name, check) in CHECKS.items():
-        r = check(env[name])
-        assert (r.status, r.points, r.max_points) == ("passed", r.max_points,
-                                                      feedback.EXERCISES[ex].points), r.message
+@SOLVED_AND_UNTOUCHED
+def test_solutions_pass_and_untouched_exercises_score_zero(folder, status):
+    rows = grade_exercises(lesson06, "06", NAME, CHECKS, folder, status)
+    assert sum(r.max_points for r in rows) == 13
 
 
-def test_untouched_exercises_are_not_solved_yet(capsys):
+def test_a_check_shows_its_result(capsys):
     env = notebook_namespace("exercises", NAME)
-    for ex, (name, check) in CHECKS.items():
-        r = check(env[name])
-        assert (r.status, r.points) == ("not solved", 0)
-        assert f"Exercise {ex}" in capsys.readouterr().out
-    rows = feedback.lesson_rows("06", feedback.results())
-    assert [(r.id, r.status) for r in rows] == [(ex, "not solved") for ex in CHECKS]
+    lesson06.check_steps_per_call(env["steps_per_call"])
+    assert "Exercise 06.2" in capsys.readouterr().out
 
 
 def test_exercises_notebook_is_generated_from_the_solutions():
