@@ -443,15 +443,13 @@ class _ConcurrentStage:
             self.backward.add(m.backward)
         self.dx = None
         if self.k > 0:  # to_all's backward: the members' input gradients added on IPU 0
-            sh = es._Shards.__new__(es._Shards)
-            sh.vgs, sh.prog = [m.vg for m in self.members], self.backward
+            sh = es._Shards([m.vg for m in self.members], self.backward)
             self.dx = sh.reduce_onto_first([m.dx for m in self.members], f"{pre}/input grad")
 
     def _build_sharded_loss(self, es, pre):
         members, prog = self.members, self.forward
         mb, size = members[0].output.shape
-        sh = es._Shards.__new__(es._Shards)
-        sh.vgs, sh.prog = [m.vg for m in members], prog
+        sh = es._Shards([m.vg for m in members], prog)
         self.labels = _linear(self.vg, UNSIGNED_INT, [mb], f"{pre}/labels")
         labels = popops.cast(self.vg, self.labels, INT, prog, f"{pre}/labels as int")
         label_parts = sh.broadcast(labels, f"{pre}/labels")

@@ -137,11 +137,15 @@ class EmulatedShardedRun:
 
 def _by_columns(vg, t: Tensor) -> None:
     """Map a (rows, C) tensor so that each tile holds all rows of a block of columns."""
-    c = t.shape[1]
-    tiles = min(c, vg.target.num_tiles)
-    for i in range(tiles):
-        c0, c1 = i * c // tiles, (i + 1) * c // tiles
+    for i, c0, c1 in _column_blocks(t.shape[1], vg):
         vg.set_tile_mapping(t.slice([0, c0], [t.shape[0], c1]), i)
+
+
+def _column_blocks(channels: int, vg):
+    """(tile, first column, end column) of each tile's block of ``channels`` columns."""
+    tiles = min(channels, vg.target.num_tiles)
+    for i in range(tiles):
+        yield i, i * channels // tiles, (i + 1) * channels // tiles
 
 
 def _like(vg, t: Tensor, name: str) -> Tensor:
@@ -153,10 +157,8 @@ def _like(vg, t: Tensor, name: str) -> Tensor:
 class _Shards:
     """One virtual graph per IPU and the collectives between them as programs."""
 
-    def __init__(self, graph: Graph, num_ipus: int, prog: Sequence):
-        tpi = graph.target.tiles_per_ipu
-        self.vgs = [graph.create_virtual_graph(s * tpi, (s + 1) * tpi) for s in range(num_ipus)]
-        self.prog = prog
+    def __init__(self, vgs: list, prog: Sequence):
+        self.vgs, self.prog = vgs, prog
 
     def broadcast(self, t: Tensor, name: str) -> list[Tensor]:
         """``t`` (on IPU 0) copied to every IPU: one tensor per shard."""
@@ -209,7 +211,8 @@ def tied_embedding(features, indices, num_ipus: int, target: Target | None = Non
     n = len(indices)
     g = Graph(target)
     prog = Sequence()
-    sh = _Shards(g, num_ipus, prog)
+    tpi = target.tiles_per_ipu
+    sh = _Shards([g.create_virtual_graph(s * tpi, (s + 1) * tpi) for s in range(num_ipus)], prog)
     vgs = sh.vgs
     weights = []
     for s, vg in enumerate(vgs):
@@ -233,9 +236,7 @@ def tied_embedding(features, indices, num_ipus: int, target: Target | None = Non
         part = vg.add_variable(FLOAT, [n, channels], f"embedding/partial {s}")
         _by_columns(vg, part)
         cs = vg.add_compute_set(f"embedding/lookup {s}")
-        tiles = min(channels, vg.target.num_tiles)
-        for i in range(tiles):
-            c0, c1 = i * channels // tiles, (i + 1) * channels // tiles
+        for i, c0, c1 in _column_blocks(channels, vg):
             v = vg.add_vertex(cs, LookupColumns, {
                 "offsets": off, "base": weights[s].slice([0, c0], [size, c1]).flatten(),
                 "out": part.slice([0, c0], [n, c1]).flatten()}, tile=i)
@@ -301,9 +302,7 @@ def tied_embedding(features, indices, num_ipus: int, target: Target | None = Non
         _by_columns(vg, dw)
         popops.zero(vg, dw, prog, f"embedding grad zero {s}")
         cs = vg.add_compute_set(f"embedding grad scatter-add {s}")
-        tiles = min(channels, vg.target.num_tiles)
-        for i in range(tiles):
-            c0, c1 = i * channels // tiles, (i + 1) * channels // tiles
+        for i, c0, c1 in _column_blocks(channels, vg):
             v = vg.add_vertex(cs, UpdateAddColumns, {
                 "offsets": local[s], "sub": dxs[s].slice([0, c0], [n, c1]).flatten(),
                 "base": dw.slice([0, c0], [size, c1]).flatten()}, tile=i)
