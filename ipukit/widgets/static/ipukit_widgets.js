@@ -78,6 +78,33 @@ function gridGeometry(meta, x0, y0, w, hgt) {
   const cell = Math.max(1, Math.min(w / width, (hgt - 16) / rows));
   return { x0, y0: y0 + 16, cell, cols, rows, gap, width, n, tpi: meta.layout.tiles_per_ipu };
 }
+// The picture of frame k at width w, drawn once into an off-screen canvas by paint(ctx)
+// and copied onto ctx on every animation frame; returns the (possibly new) layer.
+function cachedLayer(layer, ctx, k, w, paint) {
+  const r = window.devicePixelRatio || 1;
+  if (!layer || layer.k !== k || layer.w !== w) {
+    layer = document.createElement("canvas");
+    layer.width = ctx.canvas.width;
+    layer.height = ctx.canvas.height;
+    const lc = layer.getContext("2d");
+    lc.setTransform(r, 0, 0, r, 0, 0);
+    paint(lc);
+    layer.k = k;
+    layer.w = w;
+  }
+  ctx.drawImage(layer, 0, 0, w, ctx.canvas.height / r);
+  return layer;
+}
+
+// A black outline round the hovered tile.
+function outlineTile(ctx, g, hover) {
+  if (!(hover && hover.tile >= 0)) return;
+  const [x, y] = tileXY(g, hover.tile);
+  ctx.strokeStyle = "#000";
+  ctx.lineWidth = 1.5;
+  ctx.strokeRect(x - 1, y - 1, g.cell + 2, g.cell + 2);
+}
+
 function tileXY(g, tile) {
   const q = Math.floor(tile / g.tpi);
   const local = tile % g.tpi;
@@ -376,24 +403,8 @@ function bspView(meta, A) {
     draw(ctx, pos, w, hover) {
       const k = Math.floor(pos);
       const f = frame(k);
-      if (!layer || layer.k !== k || layer.w !== w) {
-        layer = document.createElement("canvas");
-        const r = window.devicePixelRatio || 1;
-        layer.width = ctx.canvas.width;
-        layer.height = ctx.canvas.height;
-        const lc = layer.getContext("2d");
-        lc.setTransform(r, 0, 0, r, 0, 0);
-        this.drawFrame(lc, f);
-        layer.k = k;
-        layer.w = w;
-      }
-      ctx.drawImage(layer, 0, 0, w, ctx.canvas.height / (window.devicePixelRatio || 1));
-      if (hover && hover.tile >= 0) {
-        const [x, y] = tileXY(g, hover.tile);
-        ctx.strokeStyle = "#000";
-        ctx.lineWidth = 1.5;
-        ctx.strokeRect(x - 1, y - 1, g.cell + 2, g.cell + 2);
-      }
+      layer = cachedLayer(layer, ctx, k, w, (lc) => this.drawFrame(lc, f));
+      outlineTile(ctx, g, hover);
       // the play head moves through the phase in the strip
       const bw = strip.w / ev.length;
       const x = strip.x0 + (f.e + (PHASES.indexOf(f.phase) + pos - k) / 3) * bw;
@@ -1069,24 +1080,8 @@ function memoryView(meta, A) {
     },
     draw(ctx, pos, w, hover) {
       const k = Math.floor(pos);
-      if (!layer || layer.k !== k || layer.w !== w) {
-        layer = document.createElement("canvas");
-        layer.width = ctx.canvas.width;
-        layer.height = ctx.canvas.height;
-        const lc = layer.getContext("2d");
-        const r = window.devicePixelRatio || 1;
-        lc.setTransform(r, 0, 0, r, 0, 0);
-        this.drawFrame(lc, k, w);
-        layer.k = k;
-        layer.w = w;
-      }
-      ctx.drawImage(layer, 0, 0, w, ctx.canvas.height / (window.devicePixelRatio || 1));
-      if (hover && hover.tile >= 0) {
-        const [x, y] = tileXY(g, hover.tile);
-        ctx.strokeStyle = "#000";
-        ctx.lineWidth = 1.5;
-        ctx.strokeRect(x - 1, y - 1, g.cell + 2, g.cell + 2);
-      }
+      layer = cachedLayer(layer, ctx, k, w, (lc) => this.drawFrame(lc, k, w));
+      outlineTile(ctx, g, hover);
     },
     drawFrame(ctx, k, w) {
       const v = cache[k];
