@@ -159,6 +159,16 @@ def watch(page):
     return errors
 
 
+def open_widget(ctx, path, timeout=10_000):
+    """A new page on the saved ``path``, its console errors watched, once its widget shows."""
+    page = ctx.new_page()
+    errors = watch(page)
+    page.goto(path.as_uri())
+    w = page.locator(".ipukit-widget")
+    w.wait_for(timeout=timeout)
+    return page, w, errors
+
+
 def frame(widget) -> int:
     return int(widget.get_attribute("data-ipukit-frame"))
 
@@ -282,11 +292,7 @@ def test_saved_pages_play_offline(tmp_path):
         ctx = open_chromium(p, tmp_path, offline=True)
         try:
             for kind, path in pages.items():
-                page = ctx.new_page()
-                errors = watch(page)
-                page.goto(path.as_uri())
-                w = page.locator(".ipukit-widget")
-                w.wait_for(timeout=10_000)
+                page, w, errors = open_widget(ctx, path)
                 before, after = plays(w, 1.5 if kind == "timeline" else 2.5)  # few frames
                 assert after > before, (kind, before, after)
                 hover(page, w, kind)
@@ -348,11 +354,7 @@ def test_frame_rate_at_scale(tmp_path):
         ctx = open_chromium(p, tmp_path, offline=True)
         try:
             for name, path in pages.items():
-                page = ctx.new_page()
-                errors = watch(page)
-                page.goto(path.as_uri())
-                w = page.locator(".ipukit-widget")
-                w.wait_for(timeout=10_000)
+                page, w, errors = open_widget(ctx, path)
                 w.locator('[aria-label="Play"]').click()
                 time.sleep(3.5)
                 measured[name] = float(w.get_attribute("data-ipukit-fps"))
@@ -376,11 +378,7 @@ def test_nbconvert_export_plays_offline(tmp_path):
     with sync_api.sync_playwright() as p:
         ctx = open_chromium(p, tmp_path, offline=True)
         try:
-            page = ctx.new_page()
-            errors = watch(page)
-            page.goto(path.as_uri())
-            w = page.locator(".ipukit-widget")
-            w.wait_for(timeout=20_000)
+            page, w, errors = open_widget(ctx, path, timeout=20_000)
             w.scroll_into_view_if_needed()
             w.locator('[aria-label="Speed"]').select_option("4")  # 6 phases, a long first one
             before, after = plays(w)
