@@ -16,6 +16,8 @@ Functions read the module's constants when they are called, so changing one cons
 (1000, 392, 40)
 >>> cost.ring_bytes("allreduce", 1000, 4), cost.ring_steps("allreduce", 4)
 (1500, 6)
+>>> cost.ring_step_cycles(t), cost.ring_cycles("allreduce", 1000, 4, t)  # 6 x 40 + 147
+(40, 387)
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from .errors import IpuError
 
 #: Cycles of an internal (one-IPU) sync; kit convention (Poplar does not publish it).
 SYNC_CYCLES = 20
@@ -123,11 +127,18 @@ def flops_cycles(flops, target) -> int:
 # -- collectives --------------------------------------------------------------------------
 #: Ring steps of a collective over R ranks, and the share of the bytes each rank sends.
 RING = {"allreduce": (2, 2), "reducescatter": (1, 1), "allgather": (1, 1)}
+#: Latency of one step of a ring collective: a neighbour exchange over the IPU-Links that
+#: ends in an external sync of the two neighbouring IPUs. Kit convention: Graphcore
+#: publishes no per-step figure for GCL's rings, so a step costs one hop of poplibs'
+#: ``setGlobalSyncLatency`` there and back (2 x 15 ns: 40 cycles on ipu2).
+RING_STEP_SECONDS = 2 * GLOBAL_SYNC_SECONDS_PER_HOP
 
 
 def ring_steps(kind: str, ranks: int) -> int:
     """Steps of a ring ``kind`` over ``ranks``: 2(R−1) for an all-reduce (a reduce-scatter
     then an all-gather), R−1 for either half."""
+    if kind not in RING:
+        raise IpuError(f"unknown ring collective {kind!r}: use one of {sorted(RING)}")
     return RING[kind][0] * (ranks - 1)
 
 
@@ -137,26 +148,54 @@ def ring_bytes(kind: str, nbytes: int, ranks: int) -> int:
     return math.ceil(RING[kind][1] * (ranks - 1) * nbytes / ranks)
 
 
+def ring_step_cycles(target) -> int:
+    """The fixed latency of one ring step (``RING_STEP_SECONDS``), in cycles."""
+    return math.ceil(round(RING_STEP_SECONDS * target.clock_hz, 6))
+
+
+def ring_cycles(kind: str, nbytes: int, ranks: int, target) -> int:
+    """A ring ``kind`` of an ``nbytes`` tensor over ``ranks`` IPUs (GCL's
+    ``allReduceWithinReplica``, ``allReduceCrossReplica``, ``reduceScatterCrossReplica``,
+    ``allGatherCrossReplica``): the bandwidth term, each rank's :func:`ring_bytes` over one
+    IPU-Link, plus the latency term, :func:`ring_steps` x :func:`ring_step_cycles`. Small
+    tensors are latency-bound: the steps cost the same whatever they carry.
+
+    >>> import ipukit as ipu
+    >>> t = ipu.IPUModel("ipu2", num_ipus=4).create_device().target
+    >>> ring_cycles("allreduce", 4, 4, t)  # 6 steps x 40 cycles + ceil(6 / 10.2) cycles
+    241
+    >>> ring_cycles("allreduce", 4_000_000, 4, t)  # 240 + ceil(6,000,000 / 10.2)
+    587005
+    >>> ring_cycles("allgather", 4_000_000, 1, t)  # one rank: no ring, no cost
+    0
+    """
+    return CostModel.from_target(target).ring(kind, nbytes, ranks)
+
+
 def collective_cycles(busiest_bytes: int, target) -> int:
-    """A collective between IPUs: one external sync, then the busiest IPU's bytes over
-    one IPU-Link (GCL's ring keeps every link busy; kit convention)."""
+    """A collective between IPUs that is not a ring (a broadcast from, or a reduce onto,
+    one root): one external sync, then the busiest IPU's bytes over one IPU-Link (kit
+    convention)."""
     return global_sync_cycles(target) + link_cycles(busiest_bytes, target)
 
 
 @dataclass(frozen=True)
 class CostModel:
     """The rates of one target as plain numbers (the pipeline runner's view of cost.py);
-    ``from_target`` reads them from this module, a test may pass its own."""
+    ``from_target`` reads them from this module, a test may pass its own (a hand-made
+    model charges no ring-step latency unless given ``ring_step_cycles``)."""
 
     flops_per_cycle: float
     link_bytes_per_cycle: float
     host_bytes_per_cycle: float
     sync_cycles: float
+    ring_step_cycles: float = 0.0
 
     @classmethod
     def from_target(cls, target) -> CostModel:
         return cls(flops_per_cycle(target), ipu_link_bytes_per_cycle(target),
-                   host_link_bytes_per_cycle(target), global_sync_cycles(target))
+                   host_link_bytes_per_cycle(target), global_sync_cycles(target),
+                   ring_step_cycles(target))
 
     def compute(self, flops: float) -> float:
         return math.ceil(flops / self.flops_per_cycle)
@@ -167,6 +206,8 @@ class CostModel:
     def host(self, nbytes: int) -> float:
         return _ceil_div(nbytes, self.host_bytes_per_cycle)
 
-    def collective(self, nbytes: int) -> float:
-        """One external sync plus ``nbytes`` over a link (:func:`collective_cycles`)."""
-        return self.sync_cycles + self.link(nbytes)
+    def ring(self, kind: str, nbytes: int, ranks: int) -> float:
+        """A ring collective over ``ranks`` (:func:`ring_cycles`): its steps' latency plus
+        each rank's bytes over one link."""
+        return (ring_steps(kind, ranks) * self.ring_step_cycles
+                + self.link(ring_bytes(kind, nbytes, ranks)))

@@ -7,7 +7,7 @@ import pytest
 
 import ipukit as ipu
 from ipukit import cost
-from ipukit.parallel import nn, optim, pipeline
+from ipukit.parallel import nn, optim, pipeline, sharded
 
 
 def _inter_ipu_copy_cycles() -> int:
@@ -64,6 +64,69 @@ def test_ring_collectives(ranks):
     assert cost.ring_steps("reducescatter", ranks) == ranks - 1
     assert cost.ring_bytes("allreduce", n, ranks) == math.ceil(2 * (ranks - 1) * n / ranks)
     assert cost.ring_bytes("allgather", n, ranks) == math.ceil((ranks - 1) * n / ranks)
+
+
+@pytest.mark.parametrize("version", ["ipu1", "ipu2", "bow"])
+@pytest.mark.parametrize("kind,steps", [("allreduce", 2), ("reducescatter", 1),
+                                        ("allgather", 1)])
+@pytest.mark.parametrize("ranks,nbytes", [(2, 8), (4, 1024), (8, 4_000_000), (3, 1001)])
+def test_ring_cycles_are_bandwidth_plus_steps_times_latency(version, kind, steps, ranks,
+                                                            nbytes):
+    t = ipu.IPUModel(version, num_ipus=ranks).create_device().target
+    link = cost.IPU_LINK_BYTES_PER_SECOND / t.clock_hz
+    latency = math.ceil(2 * 15e-9 * t.clock_hz)  # one hop's sync, there and back
+    assert cost.ring_step_cycles(t) == latency == {"ipu1": 48, "ipu2": 40, "bow": 56}[version]
+    sent = math.ceil(steps * (ranks - 1) * nbytes / ranks)
+    bandwidth = math.ceil(sent / link)
+    assert cost.ring_cycles(kind, nbytes, ranks, t) == bandwidth + steps * (ranks - 1) * latency
+    assert cost.CostModel.from_target(t).ring(kind, nbytes, ranks) == bandwidth + steps * (
+        ranks - 1) * latency
+    assert cost.ring_cycles(kind, nbytes, 1, t) == 0
+
+
+def test_small_collectives_are_latency_bound():
+    t = ipu.IPUModel("ipu2", num_ipus=8).create_device().target
+    small, large = (cost.ring_cycles("allreduce", n, 8, t) for n in (64, 64_000_000))
+    latency = 14 * 40  # 2(R-1) steps of 40 cycles
+    assert latency / small > 0.9 and latency / large < 0.001
+
+
+def test_unknown_ring_collective_is_named():
+    with pytest.raises(ipu.IpuError, match="unknown ring collective 'broadcast'"):
+        cost.ring_steps("broadcast", 4)
+
+
+def _replicated_allreduce_spans() -> list:
+    p = pipeline([[nn.Dense(4, 8, rng=1)], [nn.Dense(8, 3, rng=2)]],
+                 gradient_accumulation_count=4, optimizer=optim.SGD(0.1),
+                 loss=nn.SoftmaxCrossEntropy(), replication_factor=4)
+    rng = np.random.default_rng(0)
+    r = p.run(rng.normal(size=(32, 4)).astype(np.float32), rng.integers(0, 3, 32))
+    return sorted({(s.bytes, s.duration) for s in r.timeline if s.kind == "allreduce"})
+
+
+def _sharded_allreduce_duration() -> int:
+    log = sharded.CollectiveLog(4)
+    log.all_reduce([np.zeros(256, np.float32)] * 4, "max", "m")
+    assert {r.bytes for r in log.records} == {1536}  # 2(S-1)/S x 1,024 bytes
+    return log.records[0].duration
+
+
+def test_the_ring_step_latency_moves_replicas_and_sharded_collectives(monkeypatch):
+    clock = ipu.IPUModel().create_device().target.clock_hz
+    link = cost.IPU_LINK_BYTES_PER_SECOND / clock
+
+    def ring(nbytes, ranks, seconds):  # 2(R-1) steps of latency + the bytes, by hand
+        return 2 * (ranks - 1) * math.ceil(seconds * clock) + math.ceil(nbytes / link)
+
+    before = (_replicated_allreduce_spans(), _sharded_allreduce_duration())
+    assert before[1] == ring(1536, 4, 30e-9) == 6 * 40 + 151
+    assert before[0] and all(d == ring(b, 4, 30e-9) for b, d in before[0])
+    monkeypatch.setattr(cost, "RING_STEP_SECONDS", 1e-6)  # 1 µs a step
+    after = (_replicated_allreduce_spans(), _sharded_allreduce_duration())
+    assert after[1] == ring(1536, 4, 1e-6) == 6 * 1330 + 151
+    assert [b for b, _ in after[0]] == [b for b, _ in before[0]]
+    assert all(d == ring(b, 4, 1e-6) for b, d in after[0])
 
 
 def test_array_and_scalar_rates_agree():

@@ -93,9 +93,8 @@ def grad_bytes(p, ipu):
     return sum(a.nbytes for k, a in p.params.items() if p.stages[int(k[0])].ipus == (ipu,))
 
 
-@pytest.mark.parametrize("g,di", [(4, 3), (12, 1)])
-def test_allreduce_once_per_weight_update_with_ring_bytes_and_cycles(g, di):
-    replicas = 2
+@pytest.mark.parametrize("g,di,replicas", [(4, 3, 2), (12, 1, 2), (4, 3, 4)])
+def test_allreduce_once_per_weight_update_with_ring_bytes_and_cycles(g, di, replicas):
     x, y = data(48 * replicas)  # the same samples per call: G x DI = 12
     p = pipeline(make_stages(2), None, g, device_iterations=di, replication_factor=replicas,
                  optimizer=optim.SGD(0.1), loss=nn.SoftmaxCrossEntropy())
@@ -106,7 +105,9 @@ def test_allreduce_once_per_weight_update_with_ring_bytes_and_cycles(g, di):
         sent = math.ceil(2 * (replicas - 1) / replicas * grad_bytes(p, q))
         link = IPU_LINK_BYTES_PER_SECOND / p.target.clock_hz
         assert {rec.bytes for rec in ar} == {sent}
-        assert {rec.duration for rec in ar} == {p.target.global_sync_cycles
+        # 2(R-1) ring steps, each one hop's sync there and back (2 x 15 ns), plus the bytes
+        step = math.ceil(2 * 15e-9 * p.target.clock_hz)
+        assert {rec.duration for rec in ar} == {2 * (replicas - 1) * step
                                                 + math.ceil(sent / link)}
 
 

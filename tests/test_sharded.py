@@ -194,7 +194,9 @@ def test_collective_records_count_ring_bytes_and_cycles():
     result = log.all_reduce(parts, "add", "sum")
     assert all(np.array_equal(r, np.full(300, 6.0)) for r in result)
     ring = math.ceil(2 * 3 / 4 * 2400)  # 3,600 bytes per shard
-    cycles = target.global_sync_cycles + math.ceil(ring / target.ipu_link_bytes_per_cycle)
+    # GCL's ring: 2(S-1) = 6 steps of one hop's sync there and back (2 x 15 ns), plus bytes
+    step = math.ceil(2 * 15e-9 * target.clock_hz)
+    cycles = 6 * step + math.ceil(ring / target.ipu_link_bytes_per_cycle)
     assert [(r.ipu, r.kind, r.start, r.duration, r.bytes) for r in log.records] == [
         (s, "all_reduce_add", 1000, cycles, ring) for s in range(4)
     ]

@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from .. import backend
+from .. import backend, cost
 from ..errors import IpuError, OutOfMemoryError
 from ..parallel.sharded import CollectiveLog
 
@@ -154,7 +154,8 @@ def print_collectives(log: CollectiveLog) -> None:
     """One line per collective: what it moved per IPU and what it cost."""
     target = log.target
     print(f"Collectives over IPU-Links ({log.num_shards} IPUs, {target.version}, "
-          f"{target.clock_hz / 1e9:.2f} GHz, global sync {target.global_sync_cycles} cycles):")
+          f"{target.clock_hz / 1e9:.2f} GHz, global sync {target.global_sync_cycles} cycles, "
+          f"ring step {cost.ring_step_cycles(target)} cycles):")
     first = [r for r in log.records if r.ipu == log.ipus[0]]
     for rec in first:
         sent = ", ".join(f"{r.bytes:,}" for r in log.records if r.start == rec.start)

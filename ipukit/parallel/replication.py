@@ -331,7 +331,8 @@ def weight_update_steps(weight_bytes: int, gradient_bytes: int, optimizer_flops:
     :class:`~ipukit.cost.CostModel`).
 
     Replicated: ``allreduce`` (ring: 2(R−1)/R of the gradient bytes sent), or with RTS
-    ``reducescatter`` then ``allgather`` ((R−1)/R of the gradient, then weight, bytes).
+    ``reducescatter`` then ``allgather`` ((R−1)/R of the gradient, then weight, bytes),
+    each costing its ring steps' latency plus its bytes over a link (``cost.ring``).
     ``optimizer``: its FLOPs plus offloaded state streamed in and out over the host link.
     """
     update = ("optimizer", cost.compute(optimizer_flops) + 2 * cost.host(offloaded_state),
@@ -340,8 +341,8 @@ def weight_update_steps(weight_bytes: int, gradient_bytes: int, optimizer_flops:
         return [update]
 
     def collective(kind, nbytes):
-        sent = cost_model.ring_bytes(kind, nbytes, replicas)
-        return kind, cost.collective(sent), sent
+        return (kind, cost.ring(kind, nbytes, replicas),
+                cost_model.ring_bytes(kind, nbytes, replicas))
 
     if not rts:
         return [collective("allreduce", gradient_bytes), update]

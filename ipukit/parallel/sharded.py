@@ -43,8 +43,9 @@ TIMELINE_KINDS = {"broadcast": "broadcast", "reduce_add": "reduce",
 class CollectiveLog:
     """The IPUs a sharded op runs on and the collectives it ran (GCL's cross-IPU ops).
 
-    Shard s lives on IPU ``ipus[s]`` (default ``0..num_shards-1``). A collective costs one
-    global sync plus its busiest IPU's bytes over one IPU-Link (:mod:`ipukit.cost`); every
+    Shard s lives on IPU ``ipus[s]`` (default ``0..num_shards-1``). A broadcast or reduce
+    costs one global sync plus its busiest IPU's bytes over one IPU-Link, an all-reduce
+    GCL's ring: 2(S-1) steps of fixed latency plus its bytes (:mod:`ipukit.cost`); every
     participant gets a :class:`~ipukit.timeline.Span` in ``records`` (kind: the op, e.g.
     ``"all_reduce_max"``) starting at ``now``, which then moves on. :meth:`timeline`
     gives them as the one record of time. A caller (the pipeline runner) may set ``now``
@@ -74,9 +75,10 @@ class CollectiveLog:
         self.records: list[Span] = []
         self.now = 0
 
-    def _record(self, kind: str, label: str, sent: list[int], received: list[int]) -> None:
-        busiest = max(max(sent), max(received))
-        cycles = cost.collective_cycles(busiest, self.target)
+    def _record(self, kind: str, label: str, sent: list[int], received: list[int],
+                cycles: int | None = None) -> None:
+        if cycles is None:  # not a ring: one sync, then the busiest IPU's bytes
+            cycles = cost.collective_cycles(max(max(sent), max(received)), self.target)
         for ipu, nbytes in zip(self.ipus, sent):
             self.records.append(Span(ipu, kind, self.now, cycles, bytes=nbytes, label=label))
         self.now += cycles
@@ -100,14 +102,16 @@ class CollectiveLog:
     def all_reduce(self, parts: list, op: str, label: str) -> list:
         """Ring all-reduce (``gcl::allReduceWithinReplica``): every shard gets the result.
 
-        Each shard sends (and receives) 2(S-1)/S of the tensor's bytes.
+        Each shard sends (and receives) 2(S-1)/S of the tensor's bytes, in 2(S-1) ring
+        steps (:func:`ipukit.cost.ring_cycles`).
         """
         xp = backend.get_xp()
         if op not in ("max", "add"):
             raise IpuError(f"all-reduce op {op!r} is not supported; use 'max' or 'add'")
         s_count = self.num_shards
         moved = [cost.ring_bytes("allreduce", parts[0].nbytes, s_count)] * s_count
-        self._record(f"all_reduce_{op}", label, moved, moved)
+        self._record(f"all_reduce_{op}", label, moved, moved,
+                     cost.ring_cycles("allreduce", parts[0].nbytes, s_count, self.target))
         total = parts[0]
         for p in parts[1:]:
             total = xp.maximum(total, p) if op == "max" else total + p
