@@ -227,9 +227,10 @@ def test_collectives_are_in_the_timeline_with_bytes_and_cycles():
         ]
         want = []
         for kind, label, b1, b2, busiest in expected:
-            # ring all-reduce: the busiest IPU moves 2(S-1)/S of the bytes; others: max
-            # of sent and received
-            cycles = cost(busiest)
+            # ring all-reduce: 2(S-1) = 2 steps of one hop's sync there and back (2 x 15 ns),
+            # then 2(S-1)/S of the bytes; others: one sync, then the max of sent and received
+            cycles = (2 * math.ceil(2 * 15e-9 * target.clock_hz) + cost(busiest)
+                      - target.global_sync_cycles if kind == "allreduce" else cost(busiest))
             want += [(1, kind, label, b1, cycles), (2, kind, label, b2, cycles)]
         assert coll == want
         # every record of the op lies within the op, one after another on each IPU

@@ -2,8 +2,8 @@
 
 Values are checked against dense float64 NumPy written here; what crosses between IPUs
 and what it costs against :class:`ipukit.parallel.sharded.CollectiveLog`, the cost model
-every sharded op and concurrent stage uses (its formulas are tested in
-``tests/test_sharded.py``).
+every sharded op and concurrent stage uses (its formulas, :mod:`ipukit.cost`'s, are tested
+in ``tests/test_sharded.py`` and ``tests/test_cost.py``).
 
 >>> from ipukit.grading import lesson11
 >>> r = lesson11.check_collective_cycles(lambda kind, nbytes, num_shards, target: 0)
@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from ipukit import backend
+from ipukit import backend, cost
 from ipukit.parallel import sharded
 from ipukit.target import IPUModel
 
@@ -209,13 +209,16 @@ def _cycle_cases():
 
 @exercise("11.3", "what a collective costs", points=2,
           hints=(
-              'Who is the busiest IPU in each collective?',
-              "A collective costs one global sync plus the busiest IPU's bytes over one IPU- "
-              'Link.',
-              'cycles = target.global_sync_cycles + ceil(busiest / '
-              "target.ipu_link_bytes_per_cycle). Busiest IPU: a broadcast's root sends nbytes "
-              "to each of the S-1 others; a reduce's root receives S-1 copies; a ring all- "
-              'reduce sends ceil(2(S-1)/S * nbytes) from every IPU.',))
+              'Who is the busiest IPU in a broadcast or a reduce? How many steps does a '
+              'ring all-reduce take?',
+              "A broadcast or a reduce costs one global sync plus the busiest IPU's bytes "
+              'over one IPU-Link. A ring all-reduce costs 2(S-1) steps of a fixed latency '
+              '(cost.ring_step_cycles(target)) plus the bytes each IPU sends.',
+              'Broadcast and reduce: target.global_sync_cycles + ceil(busiest / '
+              "target.ipu_link_bytes_per_cycle); a broadcast's root sends nbytes to each of "
+              "the S-1 others, a reduce's root receives S-1 copies. All-reduce: 2(S-1) * "
+              'cost.ring_step_cycles(target) + ceil(ceil(2(S-1)/S * nbytes) / '
+              'target.ipu_link_bytes_per_cycle).',))
 def check_collective_cycles(collective_cycles):
     """Exercise 11.3: ``collective_cycles(kind, nbytes, num_shards, target)`` → cycles of one
     broadcast, reduce_add or all_reduce of an ``nbytes`` tensor over ``num_shards`` IPUs."""
@@ -224,8 +227,9 @@ def check_collective_cycles(collective_cycles):
         target = IPUModel(version, num_ipus=s_count).create_device().target
         want = measured_cycles(kind, nbytes, s_count, target)
         what = (f"{kind} of {nbytes:,} bytes over {s_count} {version} IPUs (global sync "
-                f"{target.global_sync_cycles} cycles, {target.ipu_link_bytes_per_cycle:.2f}"
-                " link bytes per cycle)")
+                f"{target.global_sync_cycles} cycles, ring step "
+                f"{cost.ring_step_cycles(target)} cycles, "
+                f"{target.ipu_link_bytes_per_cycle:.2f} link bytes per cycle)")
         got = as_int(collective_cycles(kind, nbytes, s_count, target), what)
         if got != want:
             raise Wrong(f"{what}: it costs {want:,} cycles, you said {got:,}"
@@ -233,18 +237,33 @@ def check_collective_cycles(collective_cycles):
 
 
 def _cycles_diagnosis(kind, nbytes, s_count, target, got) -> str:
-    def cost(busiest, sync=True):
-        return (target.global_sync_cycles if sync else 0) + math.ceil(
-            busiest / target.ipu_link_bytes_per_cycle)
+    def link(busiest):
+        return math.ceil(busiest / target.ipu_link_bytes_per_cycle)
 
-    busiest = (math.ceil(2 * (s_count - 1) * nbytes / s_count) if kind == "all_reduce"
-               else nbytes * (s_count - 1))
-    if got == cost(busiest, sync=False):
-        return ". Every collective also pays one global sync (target.global_sync_cycles)"
-    if got == cost(nbytes):
-        return (". That is one copy of the tensor; the busiest IPU moves more: "
-                + ("the ring sends 2(S-1)/S of it from every IPU" if kind == "all_reduce"
-                   else "the root sends or receives one copy per other IPU (S-1)"))
+    sync, step = target.global_sync_cycles, cost.ring_step_cycles(target)
+    if kind == "all_reduce":
+        ring = math.ceil(2 * (s_count - 1) * nbytes / s_count)
+        if got == link(ring):
+            return (f". You left out the latency: a ring takes 2(S-1) = {2 * (s_count - 1)}"
+                    f" steps of {step} cycles each, whatever they carry")
+        if got == sync + link(ring):
+            return (". A ring all-reduce pays no single global sync but 2(S-1) steps of "
+                    "cost.ring_step_cycles(target) cycles, each a neighbour exchange and a "
+                    "sync")
+        if got == (s_count - 1) * step + link(ring):
+            return (". An all-reduce is a reduce-scatter then an all-gather: 2(S-1) steps, "
+                    "not S-1")
+        if got == 2 * (s_count - 1) * step:
+            return ". Add the bandwidth term: ceil(2(S-1)/S * nbytes) bytes over one IPU-Link"
+        if got == 2 * (s_count - 1) * step + link(nbytes):
+            return ". That is one copy of the tensor; the ring sends 2(S-1)/S of it"
+        return ""
+    busiest = nbytes * (s_count - 1)
+    if got == link(busiest):
+        return ". Every broadcast or reduce also pays one global sync (target.global_sync_cycles)"
+    if got == sync + link(nbytes):
+        return (". That is one copy of the tensor; the busiest IPU moves more: the root "
+                "sends or receives one copy per other IPU (S-1)")
     return ""
 
 
