@@ -447,63 +447,28 @@ class _ConcurrentStage:
             self.dx = sh.reduce_onto_first([m.dx for m in self.members], f"{pre}/input grad")
 
     def _build_sharded_loss(self, es, pre):
+        """The sharded softmax cross-entropy of :mod:`.emulated_sharded` (the builders the
+        tied embedding uses), its fused backward run in the forward and stashed."""
         members, prog = self.members, self.forward
         mb, size = members[0].output.shape
         sh = es._Shards([m.vg for m in members], prog)
         self.labels = _linear(self.vg, UNSIGNED_INT, [mb], f"{pre}/labels")
         labels = popops.cast(self.vg, self.labels, INT, prog, f"{pre}/labels as int")
-        label_parts = sh.broadcast(labels, f"{pre}/labels")
-        offs = []
-        for j, (m, lab) in enumerate(zip(members, label_parts)):
-            off = m.vg.add_variable(UNSIGNED_INT, [mb], f"{pre}/local labels {j}")
-            m.vg.set_tile_mapping(off, 0)
-            cs = m.vg.add_compute_set(f"{pre}/local labels {j}")
-            v = m.vg.add_vertex(cs, es.LocalOffsets, {"idx": lab, "out": off}, tile=0)
-            m.vg.set_initial_value(v["first"], j * size)
-            prog.add(Execute(cs))
-            offs.append(off)
-        logits = [m.output for m in members]
-        row_max = sh.all_reduce([popops.reduce(m.vg, lg, [1], popops.Operation.MAX, prog,
-                                               f"{pre}/max {j}")
-                                 for j, (m, lg) in enumerate(zip(members, logits))],
-                                f"{pre}/all-reduce max", es.Max(_1, _2))
-        shifted = [popops.map(m.vg, _1 - _2, [lg, mx.reshape([mb, 1])], prog,
-                              f"{pre}/shifted {j}")
-                   for j, (m, lg, mx) in enumerate(zip(members, logits, row_max))]
-        denom = sh.all_reduce([popops.reduce(m.vg, popops.map(m.vg, es.Exp(_1), [t], prog,
-                                                              f"{pre}/exp {j}"),
-                                             [1], popops.Operation.ADD, prog, f"{pre}/sum {j}")
-                               for j, (m, t) in enumerate(zip(members, shifted))],
-                              f"{pre}/all-reduce sum")
-        logp = [popops.map(m.vg, _1 - es.Log(_2), [t, d.reshape([mb, 1])], prog,
-                           f"{pre}/log_softmax {j}")
-                for j, (m, t, d) in enumerate(zip(members, shifted, denom))]
-        ce_parts, self.dlogits = [], []
+        offs = es.local_offsets(sh, sh.broadcast(labels, f"{pre}/labels"), size,
+                                f"{pre}/local labels")
+        name = f"{pre}/cross_entropy"
+        logp, ce_parts = es.cross_entropy(sh, [m.output for m in members], offs, name)
+        g_parts = []  # d(mean loss)/d(per-row loss) = 1/micro-batch, on each member
         for j, m in enumerate(members):
-            ce = m.vg.add_variable(FLOAT, [mb], f"{pre}/cross_entropy partial {j}")
-            rows = poputil.tile_of_elements(m.vg, logp[j]).reshape(mb, size)[:, 0]
-            cs = m.vg.add_compute_set(f"{pre}/take_last {j}")
-            for b in range(mb):
-                m.vg.set_tile_mapping(ce[b], int(rows[b]))
-                m.vg.add_vertex(cs, es.PickColumn, {"row": logp[j][b], "col": offs[j][b],
-                                                    "out": ce[b]}, tile=int(rows[b]))
-            prog.add(Execute(cs))
-            ce_parts.append(ce)
-            # the fused backward: (softmax - one-hot) / micro-batch, on each member
-            d = popops.map(m.vg, es.Exp(_1) * (1.0 / mb), [logp[j]], prog,
-                           f"{pre}/softmax grad {j}")
             g = m.vg.add_constant(FLOAT, [mb], np.full(mb, 1.0 / mb, np.float32),
                                   f"{pre}/dce {j}")
             poputil.map_tensor_linearly(m.vg, g)
-            cs = m.vg.add_compute_set(f"{pre}/minus one-hot {j}")
-            for b in range(mb):
-                m.vg.add_vertex(cs, es.SubtractAtColumn, {"row": d[b], "col": offs[j][b],
-                                                          "g": g[b]}, tile=int(rows[b]))
-            prog.add(Execute(cs))
-            self.dlogits.append(d)
+            g_parts.append(g)
+        self.dlogits = es.cross_entropy_grad(sh, logp, offs, g_parts, name)
+        for m, d in zip(members, self.dlogits):
             m._save(d)
             self.backward.add(Copy(d, m.dy))
-        ce = sh.reduce_onto_first(ce_parts, f"{pre}/cross_entropy")
+        ce = sh.reduce_onto_first(ce_parts, name)
         total = popops.reduce(self.vg, ce, [0], popops.Operation.ADD, prog, f"{pre}/loss sum")
         self.loss = popops.map(self.vg, _1 * (1.0 / mb), [total.reshape([1])], prog,
                                f"{pre}/mean loss")
