@@ -648,7 +648,7 @@ class Emulation:
         self.stages = self.replicas[0]
         self.opt = _Optimizer(self, p.optimizer) if self.training else None
         n_in = math.prod(self.stages[0].input.shape)
-        self.out_shape = tuple(self.stages[-1].result.shape)
+        self.out_shape = () if self.training else tuple(self.stages[-1].result.shape)
         self.streams = []
         for rep in range(p.replication_factor):
             pre = self.replicas[rep][0].pre
