@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ipukit as ipu
 from ipukit.parallel import sharded
@@ -152,3 +154,19 @@ def test_emulated_refuses_float64_and_has_no_trace_before_a_run():
     with pytest.raises(ipu.IpuError, match="outside"):
         sharded.log_softmax_cross_entropy(sharded.shard(np.ones((2, 4), np.float32), 2, 1),
                                           [np.array([0, 9])] * 2, emu)
+
+
+@settings(max_examples=8, deadline=None)
+@given(s=st.integers(2, 3), b=st.integers(1, 4), k=st.integers(1, 3), seed=st.integers(0, 99))
+def test_cross_entropy_and_its_gradient_match_for_any_split(s, b, k, seed):
+    rng = np.random.default_rng(seed)
+    x = (4 * rng.normal(size=(b, k * s))).astype(np.float32)
+    labels = rng.integers(0, k * s, size=b).astype(np.int32)
+    g = rng.normal(size=b).astype(np.float32)
+
+    def run(log):
+        ce, back = sharded.log_softmax_cross_entropy(sharded.shard(x, s, 1), [labels] * s, log)
+        return ce, back(g)
+
+    theirs, ours, _ = both(run, s)
+    close(theirs, ours)
