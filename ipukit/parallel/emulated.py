@@ -321,8 +321,9 @@ class _Stage:
                               f"{k}/loss sum")
         self.loss = popops.map(vg, _1 * (1.0 / mb), [total.reshape([1])], prog,
                                f"{k}/mean loss")
-        self.dlogits = popops.map(vg, _1 * (1.0 / mb), [delta], prog, f"{k}/dlogits")
-        self._save(self.dlogits)
+        if self.emu.training:  # inference scores only
+            self.dlogits = popops.map(vg, _1 * (1.0 / mb), [delta], prog, f"{k}/dlogits")
+            self._save(self.dlogits)
 
     # -- backward -----------------------------------------------------------------------
     def _build_backward(self) -> Tensor | None:
