@@ -329,3 +329,83 @@ def test_sharded_mnist_concurrent_emulated_has_the_same_loss_profile():
         _, means[bool(emulate)], _ = sharded_mnist.train("concurrent", args, images, labels,
                                                          out=io.StringIO())
     np.testing.assert_allclose(means[True], means[False], rtol=1e-4)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_inference_pipelines_equal_the_numpy_runner(kind):
+    # TF's inference pipeline (no optimizer): the forward stages in the schedule's order
+    x, _ = data(2 * 6 * 2, seed=11)
+
+    def make(emulate):
+        return pipeline(stages(), None, gradient_accumulation_count=6, pipeline_schedule=kind,
+                        target=TARGET, repeat_count=2, emulate=emulate)
+
+    pa, pb = make(False), make(True)
+    a, b = pa.run(x), pb.run(x)
+    assert b.outputs.shape == a.outputs.shape == (2, 1, 6, 2, 3)
+    np.testing.assert_allclose(b.outputs, a.outputs, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(b.outputs.reshape(-1, 3), pa.predict(x), rtol=1e-4, atol=1e-6)
+    assert b.losses.shape == (2, 1, 0)
+    ops = [(o.phase, o.stage, o.microbatch) for o in b.op_steps if o.run == 0]
+    assert ops == [(o.phase, o.stage, o.microbatch) for o in pb.schedule.ops]
+    assert {o.phase for o in b.op_steps} == {"F"}  # no backward, no weight update
+    names = [s.name for s in b.trace.executed_steps()]
+    assert not any("stash FIFO" in n or "grad" in n for n in names)
+    assert {sp.kind for sp in b.timeline} <= {"F", "link"}
+    for k in pa.params:  # weights untouched
+        np.testing.assert_array_equal(pb.params[k], pa.params[k])
+    f = next(sp for sp in b.timeline if sp.kind == "F" and sp.stage == 1)
+    assert b.span_steps(f) == b.steps_of("F", 1, f.microbatch)
+
+
+def test_poptorch_inference_model_scores_with_replicas():
+    from ipukit.parallel import PipelinedExecution, inference_model
+
+    target = ipu.IPUModel(num_ipus=6, tiles_per_ipu=2).create_device().target
+    x, y = data(2 * 4 * 2, seed=12)
+
+    def make(emulate):
+        blocks = [Block(f"B{k}", *layers) for k, layers in enumerate(stages())]
+        return inference_model(blocks, PipelinedExecution("B0", "B1", "B2"),
+                               device_iterations=4, replication_factor=2, target=target,
+                               loss=nn.SoftmaxCrossEntropy(), emulate=emulate)
+
+    pa, pb = make(False), make(True)
+    a, b = pa.run(x, y), pb.run(x, y)
+    np.testing.assert_allclose(b.outputs, a.outputs, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(b.losses, a.losses, rtol=1e-4, atol=1e-6)
+    assert b.losses.shape == (1, 2, 4)
+    assert {o.ipu for o in b.op_steps} == {0, 1, 2}
+    c = pb.run(x)  # without labels: outputs only, another build
+    np.testing.assert_allclose(c.outputs, a.outputs, rtol=1e-4, atol=1e-6)
+    assert c.losses.shape == (1, 2, 0)
+
+
+def test_concurrent_inference_joins_the_members_outputs():
+    from ipukit.parallel.concurrent import split_dense
+
+    target = ipu.IPUModel(num_ipus=4, tiles_per_ipu=4).create_device().target
+    x = np.random.default_rng(13).normal(size=(24, 4)).astype("float32")
+    for st, mapping in (([[nn.Dense(4, 8, rng=1), nn.ReLU()],
+                          split_dense(nn.Dense(8, 4, rng=2), 2)], [0, [1, 2]]),
+                        ([[nn.Dense(4, 8, rng=1), nn.ReLU()],
+                          split_dense(nn.Dense(8, 6, rng=2), 2),
+                          [nn.ReLU(), nn.Dense(6, 4, rng=3)]], [0, [1, 2], 3])):
+        a, b = (pipeline(st, mapping, gradient_accumulation_count=12, target=target,
+                         replication_factor=1, emulate=e).run(x) for e in (False, True))
+        np.testing.assert_allclose(b.outputs, a.outputs, rtol=1e-4, atol=1e-6)
+        busy = {q for s in b.trace.executed_steps() if s.kind == "compute" for q in s.ipus}
+        assert {1, 2} <= busy
+    # scored: the sharded softmax cross-entropy of the concurrent last stage, forward only
+    from ipukit.parallel import PipelineOptions
+    from ipukit.parallel.concurrent import ShardedSoftmaxCrossEntropy
+    from ipukit.parallel.runner import Pipeline
+
+    y = np.random.default_rng(14).integers(0, 4, 24)
+    st = [[nn.Dense(4, 8, rng=1), nn.ReLU()], split_dense(nn.Dense(8, 4, rng=2), 2)]
+    a, b = (Pipeline(st, [0, [1, 2]], PipelineOptions(gradient_accumulation=12, training=False,
+                                                       emulate=e),
+                     None, ShardedSoftmaxCrossEntropy(), target).run(x, y)
+            for e in (False, True))
+    np.testing.assert_allclose(b.losses, a.losses, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(b.outputs, a.outputs, rtol=1e-4, atol=1e-6)

@@ -30,8 +30,11 @@ A concurrent stage's members run on their own IPUs (:class:`_ConcurrentStage`); 
 last stage, its sharded softmax cross-entropy uses the collectives of
 :mod:`.emulated_sharded`.
 
+An inference pipeline (no optimiser) runs its forward stages only, in the schedule's
+order, with no stash; the last stage's outputs come back over an outfeed.
+
 Not emulated (a clear :class:`~ipukit.errors.IpuError` says so): concurrent stages in a
-replicated pipeline, float64 weights, inference pipelines. Offloaded optimiser state
+replicated pipeline, float64 weights. Offloaded optimiser state
 (``offload_optimizer_state``) stays in tile memory here (kit convention: the emulator has
 no Streaming Memory); the numbers are the same.
 """
@@ -224,6 +227,11 @@ class _Stage:
                     "or use emulate=False"
                 )
             self.params[name] = _linear(vg, FLOAT, value.shape, f"{pre}stage{k}/{name}")
+            handle = f"{self.pre if member is None else pre.rpartition('member')[0]}{k}.{name}"
+            g.create_host_write(handle, self.params[name])
+            g.create_host_read(handle, self.params[name])
+            if not emu.training:
+                continue  # inference: no gradients
             acc_dtype = np.dtype(p.accumulation_dtypes[k][name])
             if acc_dtype not in (np.float32, np.float16):
                 raise IpuError(
@@ -231,21 +239,21 @@ class _Stage:
                     "accumulates in float32 or float16; use emulate=False for others"
                 )
             self.accs[name] = _linear(vg, acc_dtype, value.shape, f"{pre}stage{k}/{name}/accum")
-            handle = f"{self.pre if member is None else pre.rpartition('member')[0]}{k}.{name}"
-            g.create_host_write(handle, self.params[name])
-            g.create_host_read(handle, self.params[name])
-        self.count = _linear(vg, FLOAT, [1], f"{pre}stage{k}/accumulated")  # RUNNING_MEAN's n
+        if emu.training:  # RUNNING_MEAN's n
+            self.count = _linear(vg, FLOAT, [1], f"{pre}stage{k}/accumulated")
         self.input = _linear(vg, FLOAT, in_shape, f"{pre}stage{k}/input")
         self.forward = Sequence()
         self.saved: list[Tensor] = []  # what the backward reads: the stash of one op
         self.acts = self._build_forward(in_shape)
-        self.output = self.acts[-1]
-        if self.last:
+        self.output = self.result = self.acts[-1]  # result: what goes to the host
+        if self.last and emu.scored:
             self._build_loss()
         self.backward = Sequence()
-        self.dy = None if self.last else _linear(vg, FLOAT, self.output.shape,
-                                                 f"{pre}stage{k}/output grad")
-        self.dx = self._build_backward()
+        self.dy = self.dx = None
+        if emu.training:
+            self.dy = None if self.last else _linear(vg, FLOAT, self.output.shape,
+                                                     f"{pre}stage{k}/output grad")
+            self.dx = self._build_backward()
 
     # -- forward ------------------------------------------------------------------------
     def _build_forward(self, shape) -> list[Tensor]:
@@ -313,8 +321,9 @@ class _Stage:
                               f"{k}/loss sum")
         self.loss = popops.map(vg, _1 * (1.0 / mb), [total.reshape([1])], prog,
                                f"{k}/mean loss")
-        self.dlogits = popops.map(vg, _1 * (1.0 / mb), [delta], prog, f"{k}/dlogits")
-        self._save(self.dlogits)
+        if self.emu.training:  # inference scores only
+            self.dlogits = popops.map(vg, _1 * (1.0 / mb), [delta], prog, f"{k}/dlogits")
+            self._save(self.dlogits)
 
     # -- backward -----------------------------------------------------------------------
     def _build_backward(self) -> Tensor | None:
@@ -429,81 +438,51 @@ class _ConcurrentStage:
             self.forward.add(m.forward)
         self.saved = [t for m in self.members for t in m.saved]
         self.dy = None
-        if self.last:
+        widths = [m.output.shape[-1] for m in self.members]
+        self.bounds = np.cumsum([0] + widths)
+        shape = self.members[0].output.shape[:-1] + (int(self.bounds[-1]),)
+        self.output = self.result = None
+        if self.last and not emu.training:  # inference: the outputs joined on IPU 0
+            self.result = _linear(self.vg, FLOAT, shape, f"{pre}/outputs")
+            for c in self.sends(self.result):
+                self.forward.add(c)
+        if self.last and emu.scored:
             self._build_sharded_loss(es, pre)
-        else:
-            widths = [m.output.shape[-1] for m in self.members]
-            self.bounds = np.cumsum([0] + widths)
-            shape = self.members[0].output.shape[:-1] + (int(self.bounds[-1]),)
-            self.output = None
+        elif not self.last and emu.training:
             self.dy = _linear(self.vg, FLOAT, shape, f"{pre}/output grad")
             for m, c0, c1 in zip(self.members, self.bounds, self.bounds[1:]):
                 self.backward.add(Copy(self.dy[..., int(c0):int(c1)], m.dy))
         for m in self.members:
             self.backward.add(m.backward)
         self.dx = None
-        if self.k > 0:  # to_all's backward: the members' input gradients added on IPU 0
+        if self.k > 0 and emu.training:  # to_all's backward: input gradients onto IPU 0
             sh = es._Shards([m.vg for m in self.members], self.backward)
             self.dx = sh.reduce_onto_first([m.dx for m in self.members], f"{pre}/input grad")
 
     def _build_sharded_loss(self, es, pre):
+        """The sharded softmax cross-entropy of :mod:`.emulated_sharded` (the builders the
+        tied embedding uses), its fused backward run in the forward and stashed."""
         members, prog = self.members, self.forward
         mb, size = members[0].output.shape
         sh = es._Shards([m.vg for m in members], prog)
         self.labels = _linear(self.vg, UNSIGNED_INT, [mb], f"{pre}/labels")
         labels = popops.cast(self.vg, self.labels, INT, prog, f"{pre}/labels as int")
-        label_parts = sh.broadcast(labels, f"{pre}/labels")
-        offs = []
-        for j, (m, lab) in enumerate(zip(members, label_parts)):
-            off = m.vg.add_variable(UNSIGNED_INT, [mb], f"{pre}/local labels {j}")
-            m.vg.set_tile_mapping(off, 0)
-            cs = m.vg.add_compute_set(f"{pre}/local labels {j}")
-            v = m.vg.add_vertex(cs, es.LocalOffsets, {"idx": lab, "out": off}, tile=0)
-            m.vg.set_initial_value(v["first"], j * size)
-            prog.add(Execute(cs))
-            offs.append(off)
-        logits = [m.output for m in members]
-        row_max = sh.all_reduce([popops.reduce(m.vg, lg, [1], popops.Operation.MAX, prog,
-                                               f"{pre}/max {j}")
-                                 for j, (m, lg) in enumerate(zip(members, logits))],
-                                f"{pre}/all-reduce max", es.Max(_1, _2))
-        shifted = [popops.map(m.vg, _1 - _2, [lg, mx.reshape([mb, 1])], prog,
-                              f"{pre}/shifted {j}")
-                   for j, (m, lg, mx) in enumerate(zip(members, logits, row_max))]
-        denom = sh.all_reduce([popops.reduce(m.vg, popops.map(m.vg, es.Exp(_1), [t], prog,
-                                                              f"{pre}/exp {j}"),
-                                             [1], popops.Operation.ADD, prog, f"{pre}/sum {j}")
-                               for j, (m, t) in enumerate(zip(members, shifted))],
-                              f"{pre}/all-reduce sum")
-        logp = [popops.map(m.vg, _1 - es.Log(_2), [t, d.reshape([mb, 1])], prog,
-                           f"{pre}/log_softmax {j}")
-                for j, (m, t, d) in enumerate(zip(members, shifted, denom))]
-        ce_parts, self.dlogits = [], []
+        offs = es.local_offsets(sh, sh.broadcast(labels, f"{pre}/labels"), size,
+                                f"{pre}/local labels")
+        name = f"{pre}/cross_entropy"
+        logp, ce_parts = es.cross_entropy(sh, [m.output for m in members], offs, name)
+        g_parts = []  # d(mean loss)/d(per-row loss) = 1/micro-batch, on each member
         for j, m in enumerate(members):
-            ce = m.vg.add_variable(FLOAT, [mb], f"{pre}/cross_entropy partial {j}")
-            rows = poputil.tile_of_elements(m.vg, logp[j]).reshape(mb, size)[:, 0]
-            cs = m.vg.add_compute_set(f"{pre}/take_last {j}")
-            for b in range(mb):
-                m.vg.set_tile_mapping(ce[b], int(rows[b]))
-                m.vg.add_vertex(cs, es.PickColumn, {"row": logp[j][b], "col": offs[j][b],
-                                                    "out": ce[b]}, tile=int(rows[b]))
-            prog.add(Execute(cs))
-            ce_parts.append(ce)
-            # the fused backward: (softmax - one-hot) / micro-batch, on each member
-            d = popops.map(m.vg, es.Exp(_1) * (1.0 / mb), [logp[j]], prog,
-                           f"{pre}/softmax grad {j}")
             g = m.vg.add_constant(FLOAT, [mb], np.full(mb, 1.0 / mb, np.float32),
                                   f"{pre}/dce {j}")
             poputil.map_tensor_linearly(m.vg, g)
-            cs = m.vg.add_compute_set(f"{pre}/minus one-hot {j}")
-            for b in range(mb):
-                m.vg.add_vertex(cs, es.SubtractAtColumn, {"row": d[b], "col": offs[j][b],
-                                                          "g": g[b]}, tile=int(rows[b]))
-            prog.add(Execute(cs))
-            self.dlogits.append(d)
+            g_parts.append(g)
+        self.dlogits = es.cross_entropy_grad(sh, logp, offs, g_parts, name)
+        for m, d in zip(members, self.dlogits):
             m._save(d)
-            self.backward.add(Copy(d, m.dy))
-        ce = sh.reduce_onto_first(ce_parts, f"{pre}/cross_entropy")
+            if m.dy is not None:  # training
+                self.backward.add(Copy(d, m.dy))
+        ce = sh.reduce_onto_first(ce_parts, name)
         total = popops.reduce(self.vg, ce, [0], popops.Operation.ADD, prog, f"{pre}/loss sum")
         self.loss = popops.map(self.vg, _1 * (1.0 / mb), [total.reshape([1])], prog,
                                f"{pre}/mean loss")
@@ -647,10 +626,15 @@ class Emulation:
     With replication every replica is a copy of the stages on its own IPUs; each op runs
     on every replica, and the accumulated gradients are all-reduced by inter-IPU copies
     and adds before the weight update (with RTS: reduced, updated and gathered by shard).
+    An inference pipeline (``training=False``) builds the forward stages only: its F ops
+    run in the schedule's order, nothing is stashed, the last stage's outputs go to the
+    host over an outfeed (and its losses too when ``scored``: a loss and labels).
     """
 
-    def __init__(self, pipeline, micro_batch: int, sample_shape: tuple):
+    def __init__(self, pipeline, micro_batch: int, sample_shape: tuple, scored: bool = True):
         p = self.pipeline = pipeline
+        self.training = p.options.training
+        self.scored = self.training or scored
         if p.replication_factor > 1 and any(len(s.ipus) > 1 for s in p.stages):
             raise IpuError("replicated pipelines with a concurrent stage are not emulated "
                            "yet; use emulate=False, or replication_factor=1")
@@ -663,16 +647,24 @@ class Emulation:
                           for s, shape in zip(p.stages, shapes)]
                          for rep in range(p.replication_factor)]
         self.stages = self.replicas[0]
-        self.opt = _Optimizer(self, p.optimizer)
+        self.opt = _Optimizer(self, p.optimizer) if self.training else None
         n_in = math.prod(self.stages[0].input.shape)
+        self.out_shape = () if self.training else tuple(self.stages[-1].result.shape)
         self.streams = []
         for rep in range(p.replication_factor):
             pre = self.replicas[rep][0].pre
             self.streams.append((
                 g.add_host_to_device_fifo(pre + "samples", FLOAT, n_in),
                 g.add_host_to_device_fifo(pre + "labels", UNSIGNED_INT, micro_batch),
-                g.add_device_to_host_fifo(pre + "losses", FLOAT, 1)))
+                g.add_device_to_host_fifo(pre + "losses", FLOAT, 1),
+                None if self.training else g.add_device_to_host_fifo(
+                    pre + "outputs", FLOAT, math.prod(self.out_shape))))
         self.ops, programs = self._unroll()
+        if not self.training:  # program 0 runs every op
+            self.counts = [0] + [_leaves(q) for q in programs]
+            self.engine = Engine(g, [Sequence(*programs)])
+            self.engine.load(self.device)
+            return
         zero = Sequence(*(s.zero_program() for st in self.replicas for s in st))
         update = Sequence(*(s.mean_program() for st in self.replicas for s in st))
         update.add(self._all_reduce())
@@ -730,8 +722,8 @@ class Emulation:
         for op in p.schedule.ops:
             plan.append((op, self._plan_op(op, fifo_slots[op.stage], inbox, gradbox)))
         for s in (s for stages in self.replicas for s in stages):  # buffers, sizes known
-            s.stash = [s.input] + ([s.labels] if s.last else []) if p.recomputation \
-                else s.saved
+            s.stash = [] if not self.training else (
+                [s.input] + ([s.labels] if s.last else []) if p.recomputation else s.saved)
             cap = fifo_slots[s.k].size
             pre = f"{s.pre}stage{s.k}"
             s.fifo = [_buffer(s.vg_of(t), t, cap, f"{pre}/stash FIFO {t.name}")
@@ -739,7 +731,7 @@ class Emulation:
             s.inbox = _buffer(s.vg, s.input, inbox[s.k].size, f"{pre}/inbox") \
                 if s.k else None
             s.gradbox = _buffer(s.vg, s.dy, gradbox[s.k].size, f"{pre}/grad inbox") \
-                if not s.last else None
+                if s.dy is not None else None
         programs = [Sequence(*(self._op_program(op, slots, rep)
                                for rep in range(p.replication_factor)))
                     for op, slots in plan]
@@ -751,7 +743,8 @@ class Emulation:
         if op.phase == "F":
             if k > 0:
                 slots["in"] = inbox[k].take(m)
-            slots["push"] = fifo.put(m)
+            if self.training:  # inference stashes nothing
+                slots["push"] = fifo.put(m)
             if k < last:
                 slots["send"] = inbox[k + 1].put(m)
         elif op.phase == "R":
@@ -768,7 +761,7 @@ class Emulation:
     def _op_program(self, op, slots, rep) -> Sequence:
         stages = self.replicas[rep]
         s = stages[op.stage]
-        x_stream, y_stream, loss_stream = self.streams[rep]
+        x_stream, y_stream, loss_stream, out_stream = self.streams[rep]
         prog = Sequence()
         if "pop" in slots:
             for t, f in zip(s.stash, s.fifo):
@@ -776,12 +769,14 @@ class Emulation:
         if op.phase == "F":
             prog.add(Copy(x_stream, s.input) if s.k == 0
                      else Copy(s.inbox[slots["in"]], s.input))
-            if s.last:
+            if s.last and self.scored:
                 prog.add(Copy(y_stream, s.labels))
         if op.phase in ("F", "R"):
             prog.add(s.forward)
-            if s.last and op.phase == "F":
+            if s.last and op.phase == "F" and self.scored:
                 prog.add(Copy(s.loss, loss_stream))
+            if s.last and out_stream is not None:
+                prog.add(Copy(s.result, out_stream))
         if "push" in slots:
             for t, f in zip(s.stash, s.fifo):
                 prog.add(Copy(t, f[slots["push"]]))
@@ -799,47 +794,60 @@ class Emulation:
     # -- running --------------------------------------------------------------------------
     def run(self, xs, ys):
         """Train on ``xs[r, replica, m]`` for every pipeline run ``r``; returns the losses
-        ``(repeat, replica, micro-batch)`` and, per op, the trace events it made."""
-        p, eng = self.pipeline, self.engine
+        ``(repeat, replica, micro-batch)``, per op the trace events it made, and (inference)
+        the last stage's outputs ``(repeat, replica, micro-batch, ...)``, else None."""
+        p, eng, training = self.pipeline, self.engine, self.training
         for st in self.replicas:
             for s in st:
                 for name in s.params:
                     eng.write_tensor(f"{s.pre}{s.k}.{name}",
                                      backend.to_numpy(p.stages[s.k].params[name]))
-        steps = self.opt.write(eng)
+        steps = self.opt.write(eng) if training else {}
         f0 = [o.microbatch for o in self.ops if o.phase == "F" and o.stage == 0]
         fl = [o.microbatch for o in self.ops if o.phase == "F" and o.stage == len(p.stages) - 1]
-        losses = np.zeros((p.repeat_count, p.replication_factor, p.gradient_accumulation))
+        shape = (p.repeat_count, p.replication_factor, p.gradient_accumulation)
+        losses = np.zeros(shape if self.scored else shape[:2] + (0,))
+        outputs = None if training else np.zeros(shape + self.out_shape, np.float32)
         records = []
         for r in range(p.repeat_count):
-            outs = []
+            outs, results = [], []
             for rep, st in enumerate(self.replicas):
                 pre = st[0].pre
                 eng.connect_stream(pre + "samples",
                                    np.ascontiguousarray(xs[r, rep][f0], np.float32))
-                eng.connect_stream(pre + "labels",
-                                   np.ascontiguousarray(ys[r, rep][fl]).astype(np.uint32))
-                outs.append(np.zeros(len(fl), np.float32))
-                eng.connect_stream(pre + "losses", outs[-1])
+                if self.scored:
+                    eng.connect_stream(pre + "labels",
+                                       np.ascontiguousarray(ys[r, rep][fl]).astype(np.uint32))
+                    outs.append(np.zeros(len(fl), np.float32))
+                    eng.connect_stream(pre + "losses", outs[-1])
+                if not training:
+                    results.append(np.zeros((len(fl),) + self.out_shape, np.float32))
+                    eng.connect_stream(pre + "outputs", results[-1])
             pos = len(eng.trace) + 1 + self.counts[0]  # after the host sync and the zeroing
             eng.run(0)
-            self.opt.before_update(eng, steps, r)
-            eng.run(1)
+            if training:
+                self.opt.before_update(eng, steps, r)
+                eng.run(1)
             for rep, out in enumerate(outs):
                 losses[r, rep, fl] = out
+            for rep, out in enumerate(results):
+                outputs[r, rep, fl] = out
             for i, op in enumerate(self.ops):
                 n = self.counts[i + 1]
                 records.append(OpSteps(r, op.phase, op.stage, op.microbatch,
                                        self.stages[op.stage].ipu, pos, pos + n))
                 pos += n
-            records.append(OpSteps(r, "optimizer", -1, -1, -1, pos + 1,
-                                   pos + 1 + self.counts[-1]))
+            if training:
+                records.append(OpSteps(r, "optimizer", -1, -1, -1, pos + 1,
+                                       pos + 1 + self.counts[-1]))
+        if not training:
+            return losses, records, outputs
         self.opt.read(eng, steps, p.repeat_count)
         xp = backend.get_xp()
         for s in self.stages:
             for name in s.params:
                 p.stages[s.k].params[name][...] = xp.asarray(eng.read_tensor(f"{s.k}.{name}"))
-        return losses, records
+        return losses, records, None
 
 
 
@@ -888,19 +896,21 @@ class EmulatedRunResult(RunResult):
 
 
 def run(p, x, labels) -> EmulatedRunResult:
-    """``Pipeline.run`` on the emulator (``pipeline(..., emulate=True)``)."""
-    mb = replication.check_samples(p.options, len(x), len(labels))
+    """``Pipeline.run`` on the emulator (``pipeline(..., emulate=True)``); an inference
+    pipeline's scores ``labels`` when it has a loss (``labels`` may be None)."""
+    scored = p.options.training or (p.loss is not None and labels is not None)
+    mb = replication.check_samples(p.options, len(x), len(x if labels is None else labels))
     sample_shape = tuple(np.shape(x)[1:])
-    key = (mb, sample_shape)
+    key = (mb, sample_shape, scored)
     cache = p.__dict__.setdefault("_emulations", {})
     if key not in cache:
-        cache[key] = Emulation(p, mb, sample_shape)
+        cache[key] = Emulation(p, mb, sample_shape, scored)
     emu = cache[key]
     shape = (p.repeat_count, p.replication_factor, p.gradient_accumulation, mb)
     xs = np.asarray(x).reshape(shape + sample_shape)
-    ys = np.asarray(labels).reshape(shape)
+    ys = np.asarray(labels).reshape(shape) if scored else None
     start = len(emu.engine.trace)
-    losses, ops = emu.run(xs, ys)
+    losses, ops, results = emu.run(xs, ys)
     trace = emu.engine.trace
     ops = tuple(OpSteps(o.run, o.phase, o.stage, o.microbatch, o.ipu, o.first, o.end)
                 for o in ops)
@@ -909,7 +919,8 @@ def run(p, x, labels) -> EmulatedRunResult:
     timeline = _timeline(emu, trace, ops, origin, sizes)
     memory = tuple(MemoryRecord(0.0, q, *b) for q, b in sizes)
     cycles = float(trace.total_cycles - trace._starts[start]) if len(trace) > start else 0.0
-    outputs = replication.select_outputs(losses, p.output_mode, p.output_return_period)
+    outputs = results if results is not None else replication.select_outputs(
+        losses, p.output_mode, p.output_return_period)
     return EmulatedRunResult(losses, timeline, memory, cycles, 0, p.target.clock_hz, outputs,
                              trace, ops, origin)
 
@@ -964,7 +975,7 @@ def _bytes(emu, s) -> tuple[int, int, int, int]:
         return sum(t.num_elements() * t.dtype.itemsize for t in ts)
 
     bufs = list(s.fifo) + [b for b in (s.inbox, s.gradbox) if b is not None]
-    state = [t for (key, rep), st in emu.opt.state.items()
+    state = [t for (key, rep), st in (emu.opt.state.items() if emu.opt else ())
              if key.startswith(f"{s.k}.") and rep == 0 and key.rpartition("/rts")[2] in ("", "0")
              for t in st.values()]
     return size(s.params.values()), size(bufs), size(s.accs.values()), size(state)

@@ -189,6 +189,139 @@ class _Shards:
         return parts
 
 
+
+# -- the builders every emulated sharded op shares (the tied embedding, a concurrent last
+# stage's loss, and parallel.sharded's ops with CollectiveLog(emulate=True)) ---------------
+def local_offsets(sh: _Shards, idx_parts: list[Tensor], size: int, name: str) -> list[Tensor]:
+    """Per shard s, ``idx - s * size`` as unsigned ints (``LocalOffsets``): an index the
+    shard owns gives its row/column there, any other one a number >= ``size``."""
+    out = []
+    for s, (vg, idx) in enumerate(zip(sh.vgs, idx_parts)):
+        off = vg.add_variable(UNSIGNED_INT, [idx.num_elements()], f"{name} {s}")
+        vg.set_tile_mapping(off, 0)
+        cs = vg.add_compute_set(f"{name} {s}")
+        v = vg.add_vertex(cs, LocalOffsets, {"idx": idx.flatten(), "out": off}, tile=0)
+        vg.set_initial_value(v["first"], s * size)
+        sh.prog.add(Execute(cs))
+        out.append(off)
+    return out
+
+
+def lookup(sh: _Shards, weights: list[Tensor], offsets: list[Tensor], name: str) -> list:
+    """The masked ``multiSlice`` of each shard: rows it owns, zeros for the others (one
+    partial [N, C] per shard; ``weights`` mapped by columns)."""
+    parts = []
+    for s, (vg, w, off) in enumerate(zip(sh.vgs, weights, offsets)):
+        (size, channels), n = w.shape, off.shape[0]
+        part = vg.add_variable(FLOAT, [n, channels], f"{name}/partial {s}")
+        _by_columns(vg, part)
+        cs = vg.add_compute_set(f"{name}/lookup {s}")
+        for i, c0, c1 in _column_blocks(channels, vg):
+            v = vg.add_vertex(cs, LookupColumns, {
+                "offsets": off, "base": w.slice([0, c0], [size, c1]).flatten(),
+                "out": part.slice([0, c0], [n, c1]).flatten()}, tile=i)
+            vg.set_initial_value(v["rows"], size)
+        sh.prog.add(Execute(cs))
+        parts.append(part)
+    return parts
+
+
+def scatter_add(sh: _Shards, grads: list[Tensor], offsets: list[Tensor], size: int,
+                name: str) -> list[Tensor]:
+    """The lookup's backward (``multiUpdateAdd``): per shard a zeroed [size, C] gradient
+    with ``grads[n]`` added at each owned row ``offsets[n]``."""
+    out = []
+    for s, (vg, gr, off) in enumerate(zip(sh.vgs, grads, offsets)):
+        n, channels = gr.shape
+        dw = vg.add_variable(FLOAT, [size, channels], f"{name} {s}")
+        _by_columns(vg, dw)
+        popops.zero(vg, dw, sh.prog, f"{name} zero {s}")
+        cs = vg.add_compute_set(f"{name} scatter-add {s}")
+        for i, c0, c1 in _column_blocks(channels, vg):
+            v = vg.add_vertex(cs, UpdateAddColumns, {
+                "offsets": off, "sub": gr.slice([0, c0], [n, c1]).flatten(),
+                "base": dw.slice([0, c0], [size, c1]).flatten()}, tile=i)
+            vg.set_initial_value(v["rows"], size)
+        sh.prog.add(Execute(cs))
+        out.append(dw)
+    return out
+
+
+def log_softmax(sh: _Shards, logits: list[Tensor], name: str) -> list[Tensor]:
+    """Log-softmax over a vocabulary sharded by columns: all-reduce MAX of the row maxima
+    (``"<name> max"``), then all-reduce ADD of the partial sums (``"<name> sum"``)."""
+    prog, n = sh.prog, logits[0].shape[0]
+    row_max = sh.all_reduce([popops.reduce(vg, lg, [1], popops.Operation.MAX, prog,
+                                           f"{name} max {s}")
+                             for s, (vg, lg) in enumerate(zip(sh.vgs, logits))],
+                            f"{name} max", Max(_1, _2))
+    shifted = [popops.map(vg, _1 - _2, [lg, m.reshape([n, 1])], prog, f"{name} shifted {s}")
+               for s, (vg, lg, m) in enumerate(zip(sh.vgs, logits, row_max))]
+    denom = sh.all_reduce([popops.reduce(vg, popops.map(vg, Exp(_1), [t], prog,
+                                                        f"{name} exp {s}"),
+                                         [1], popops.Operation.ADD, prog, f"{name} sum {s}")
+                           for s, (vg, t) in enumerate(zip(sh.vgs, shifted))], f"{name} sum")
+    return [popops.map(vg, _1 - Log(_2), [t, d.reshape([n, 1])], prog,
+                       f"{name} log_softmax {s}")
+            for s, (vg, t, d) in enumerate(zip(sh.vgs, shifted, denom))]
+
+
+def _row_tiles(vg, t: Tensor):
+    """The tile holding the first element of each row of ``t``."""
+    return poputil.tile_of_elements(vg, t).reshape(t.shape[0], -1)[:, 0]
+
+
+def pick_columns(sh: _Shards, rows: list[Tensor], offsets: list[Tensor], name: str) -> list:
+    """Per shard ``-rows[b, offsets[b]]`` where it owns that column, else 0 (``PickColumn``,
+    the ``take_last`` of negated log-probabilities): one [B] partial per shard."""
+    out = []
+    for s, (vg, x, off) in enumerate(zip(sh.vgs, rows, offsets)):
+        n = x.shape[0]
+        part = vg.add_variable(FLOAT, [n], f"{name} partial {s}")
+        tiles = _row_tiles(vg, x)
+        cs = vg.add_compute_set(f"{name} take_last {s}")
+        for b in range(n):
+            vg.set_tile_mapping(part[b], int(tiles[b]))
+            vg.add_vertex(cs, PickColumn, {"row": x[b], "col": off[b], "out": part[b]},
+                          tile=int(tiles[b]))
+        sh.prog.add(Execute(cs))
+        out.append(part)
+    return out
+
+
+def subtract_at_columns(sh: _Shards, rows: list[Tensor], offsets: list[Tensor],
+                        g_parts: list[Tensor], name: str) -> None:
+    """Per shard ``rows[b, offsets[b]] -= g[b]`` where it owns that column
+    (``SubtractAtColumn``: the one-hot of the fused cross-entropy backward)."""
+    for s, (vg, x, off, g) in enumerate(zip(sh.vgs, rows, offsets, g_parts)):
+        tiles = _row_tiles(vg, x)
+        cs = vg.add_compute_set(f"{name} minus one-hot {s}")
+        for b in range(x.shape[0]):
+            vg.add_vertex(cs, SubtractAtColumn, {"row": x[b], "col": off[b], "g": g[b]},
+                          tile=int(tiles[b]))
+        sh.prog.add(Execute(cs))
+
+
+def cross_entropy(sh: _Shards, logits: list[Tensor], offsets: list[Tensor], name: str):
+    """The sharded softmax cross-entropy's forward: (log-probabilities per shard, the
+    partial per-row losses per shard, to be added onto IPU 0). ``offsets``: the labels
+    made local by :func:`local_offsets`."""
+    logp = log_softmax(sh, logits, name)
+    return logp, pick_columns(sh, logp, offsets, name)
+
+
+def cross_entropy_grad(sh: _Shards, logp: list[Tensor], offsets: list[Tensor],
+                       g_parts: list[Tensor], name: str) -> list[Tensor]:
+    """Its fused backward: ``g * (softmax - onehot(label))`` on every shard, the one-hot
+    subtracted only on the shard owning the label; ``g_parts``: g [B] on every shard."""
+    n = logp[0].shape[0]
+    d = [popops.map(vg, Exp(_1) * _2, [lp, g.reshape([n, 1])], sh.prog,
+                    f"{name} softmax x grad {s}")
+         for s, (vg, lp, g) in enumerate(zip(sh.vgs, logp, g_parts))]
+    subtract_at_columns(sh, d, offsets, g_parts, name)
+    return d
+
+
 def tied_embedding(features, indices, num_ipus: int, target: Target | None = None,
                    tiles_per_ipu: int | None = None) -> EmulatedShardedRun:
     """Forward and backward of the tied embedding on ``num_ipus`` emulated IPUs."""
@@ -224,53 +357,12 @@ def tied_embedding(features, indices, num_ipus: int, target: Target | None = Non
     vgs[0].set_tile_mapping(idx0, 0)
     g.create_host_write("indices", idx0)
     idx = sh.broadcast(idx0, "indices")  # to_all
-    local, lookups = [], []
-    for s, vg in enumerate(vgs):  # masked lookup: the rows each shard owns
-        off = vg.add_variable(UNSIGNED_INT, [n], f"local indices {s}")
-        vg.set_tile_mapping(off, 0)
-        cs = vg.add_compute_set(f"embedding/local indices {s}")
-        v = vg.add_vertex(cs, LocalOffsets, {"idx": idx[s], "out": off}, tile=0)
-        vg.set_initial_value(v["first"], s * size)
-        prog.add(Execute(cs))
-        local.append(off)
-        part = vg.add_variable(FLOAT, [n, channels], f"embedding/partial {s}")
-        _by_columns(vg, part)
-        cs = vg.add_compute_set(f"embedding/lookup {s}")
-        for i, c0, c1 in _column_blocks(channels, vg):
-            v = vg.add_vertex(cs, LookupColumns, {
-                "offsets": off, "base": weights[s].slice([0, c0], [size, c1]).flatten(),
-                "out": part.slice([0, c0], [n, c1]).flatten()}, tile=i)
-            vg.set_initial_value(v["rows"], size)
-        prog.add(Execute(cs))
-        lookups.append(part)
-    x = sh.reduce_onto_first(lookups, "embedding")  # partials added onto IPU 0
+    local = local_offsets(sh, idx, size, "embedding/local indices")  # rows each shard owns
+    x = sh.reduce_onto_first(lookup(sh, weights, local, "embedding"), "embedding")  # onto IPU 0
     xs = sh.broadcast(x, "embedded")  # to_all
     logits = [poplin.mat_mul(vg, xs[s], weights[s].transpose(), prog, f"projection {s}")
               for s, vg in enumerate(vgs)]
-    # log-softmax over the sharded vocabulary: all-reduce MAX, then ADD of partial sums
-    row_max = sh.all_reduce([popops.reduce(vg, lg, [1], popops.Operation.MAX, prog,
-                                           f"cross_entropy max {s}")
-                             for s, (vg, lg) in enumerate(zip(vgs, logits))],
-                            "cross_entropy max", Max(_1, _2))
-    shifted = [popops.map(vg, _1 - _2, [lg, m.reshape([n, 1])], prog, f"shifted {s}")
-               for s, (vg, lg, m) in enumerate(zip(vgs, logits, row_max))]
-    denom = sh.all_reduce([popops.reduce(vg, popops.map(vg, Exp(_1), [t], prog, f"exp {s}"),
-                                         [1], popops.Operation.ADD, prog, f"sum {s}")
-                           for s, (vg, t) in enumerate(zip(vgs, shifted))],
-                          "cross_entropy sum")
-    logp = [popops.map(vg, _1 - Log(_2), [t, d.reshape([n, 1])], prog, f"log_softmax {s}")
-            for s, (vg, t, d) in enumerate(zip(vgs, shifted, denom))]
-    ce_parts = []
-    for s, vg in enumerate(vgs):  # take_last: -log p of the label, on its shard
-        ce = vg.add_variable(FLOAT, [n], f"cross_entropy partial {s}")
-        rows = poputil.tile_of_elements(vg, logp[s]).reshape(n, size)[:, 0]
-        cs = vg.add_compute_set(f"cross_entropy take_last {s}")
-        for b in range(n):
-            vg.set_tile_mapping(ce[b], int(rows[b]))
-            vg.add_vertex(cs, PickColumn, {"row": logp[s][b], "col": local[s][b],
-                                           "out": ce[b]}, tile=int(rows[b]))
-        prog.add(Execute(cs))
-        ce_parts.append(ce)
+    logp, ce_parts = cross_entropy(sh, logits, local, "cross_entropy")
     ce = sh.reduce_onto_first(ce_parts, "cross_entropy")
     total = popops.reduce(vgs[0], ce, [0], popops.Operation.ADD, prog, "loss sum")
     loss = popops.map(vgs[0], _1 * (1.0 / n), [total.reshape([1])], prog, "mean loss")
@@ -278,40 +370,19 @@ def tied_embedding(features, indices, num_ipus: int, target: Target | None = Non
     # backward: the mean's gradient broadcast, the fused cross-entropy backward per shard
     g0 = vgs[0].add_constant(FLOAT, [n], np.full(n, 1.0 / n, np.float32), "dloss/dce")
     poputil.map_tensor_linearly(vgs[0], g0)
-    gs = sh.broadcast(g0, "cross_entropy grad")
-    dlogits = []
-    for s, vg in enumerate(vgs):
-        d = popops.map(vg, Exp(_1) * _2, [logp[s], gs[s].reshape([n, 1])], prog,
-                       f"softmax x grad {s}")
-        rows = poputil.tile_of_elements(vg, d).reshape(n, size)[:, 0]
-        cs = vg.add_compute_set(f"cross_entropy minus one-hot {s}")
-        for b in range(n):
-            vg.add_vertex(cs, SubtractAtColumn, {"row": d[b], "col": local[s][b],
-                                                 "g": gs[s][b]}, tile=int(rows[b]))
-        prog.add(Execute(cs))
-        dlogits.append(d)
+    dlogits = cross_entropy_grad(sh, logp, local, sh.broadcast(g0, "cross_entropy grad"),
+                                 "cross_entropy")
     dx_parts = [poplin.mat_mul(vg, dlogits[s], weights[s], prog, f"projection grad x {s}")
                 for s, vg in enumerate(vgs)]
     dw_proj = [poplin.mat_mul(vg, dlogits[s].transpose(), xs[s], prog,
                               f"projection grad w {s}") for s, vg in enumerate(vgs)]
     dx = sh.reduce_onto_first(dx_parts, "embedded grad")  # to_all's backward
     dxs = sh.broadcast(dx, "embedding grad")  # the lookup's backward: scatter-add
-    grads = []
-    for s, vg in enumerate(vgs):
-        dw = vg.add_variable(FLOAT, [size, channels], f"embedding grad {s}")
-        _by_columns(vg, dw)
-        popops.zero(vg, dw, prog, f"embedding grad zero {s}")
-        cs = vg.add_compute_set(f"embedding grad scatter-add {s}")
-        for i, c0, c1 in _column_blocks(channels, vg):
-            v = vg.add_vertex(cs, UpdateAddColumns, {
-                "offsets": local[s], "sub": dxs[s].slice([0, c0], [n, c1]).flatten(),
-                "base": dw.slice([0, c0], [size, c1]).flatten()}, tile=i)
-            vg.set_initial_value(v["rows"], size)
-        prog.add(Execute(cs))
+    grads = scatter_add(sh, dxs, local, size, "embedding grad")
+    for s, (vg, dw) in enumerate(zip(vgs, grads)):
         popops.add_in_place(vg, dw, dw_proj[s], prog, f"tied grad {s}")  # both uses of W
         g.create_host_read(f"grad{s}", dw)
         g.create_host_read(f"logits{s}", logits[s])
-        grads.append(dw)
     eng = Engine(g, prog)
     eng.load(Device(target))
     parts = sharded.shard(features, num_ipus, axis=0, name="the embedding table")

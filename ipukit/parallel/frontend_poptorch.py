@@ -140,7 +140,8 @@ def training_model(blocks, loss, optimizer, strategy: PipelinedExecution | None 
 
 def inference_model(blocks, strategy: PipelinedExecution | None = None,
                     device_iterations: int = 1, replication_factor: int = 1,
-                    target: Target | None = None, loss=None) -> Pipeline:
+                    target: Target | None = None, loss=None,
+                    emulate: bool = False) -> Pipeline:
     """``poptorch.inferenceModel``: the forward stages of ``blocks``, pipelined.
 
     No backward stages, no optimiser: PopART pipelines the N forward stages, so
@@ -149,12 +150,13 @@ def inference_model(blocks, strategy: PipelinedExecution | None = None,
     device_iterations × replication_factor samples and ``run(x).outputs`` holds the last
     stage's outputs per micro-batch. ``loss`` (optional) also scores ``run(x, labels)``.
     Kit convention: the device iterations are the pipeline's micro-batches (one pipeline
-    run per call), as PopART runs them.
+    run per call), as PopART runs them. ``emulate=True`` runs the forward stages as Poplar
+    programs on the emulator (:mod:`.emulated`).
     """
     blocks = checks.blocks(blocks, Block)
     strategy = strategy or _auto_stages(blocks)
     layers, mapping = strategy.resolve(blocks)
     options = PipelineOptions(
         gradient_accumulation=device_iterations, schedule=strategy.schedule_kind,
-        replication_factor=replication_factor, training=False)
+        replication_factor=replication_factor, training=False, emulate=emulate)
     return Pipeline(layers, mapping, options, None, loss, target)

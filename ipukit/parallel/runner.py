@@ -350,9 +350,10 @@ class Pipeline:
         """
         if not self.options.training:
             if self.options.emulate:
-                raise PipelineConfigError(
-                    "inference pipelines (no optimizer) are not emulated yet; drop "
-                    "emulate=True")
+                from . import emulated  # noqa: PLC0415 - emulated.py imports this module
+                x, labels = (checks.features(x), None) if labels is None else \
+                    checks.samples(x, labels)
+                return emulated.run(self, x, labels)
             return self._infer(x, labels)
         x, labels = checks.samples(x, labels)
         if self.options.emulate:

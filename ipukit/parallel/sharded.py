@@ -50,9 +50,15 @@ class CollectiveLog:
     ``"all_reduce_max"``) starting at ``now``, which then moves on. :meth:`timeline`
     gives them as the one record of time. A caller (the pipeline runner) may set ``now``
     to place the next collective on its timeline.
+
+    ``emulate=True`` runs every op given this log on the emulator, one virtual graph per
+    IPU, the collectives as inter-IPU copies and reductions (:mod:`.emulated_collectives`):
+    the same values, each call's ``ipu.Trace`` in ``traces`` (the latest: ``trace``), the
+    records' cycles from the traces, and ``timeline()`` with each IPU's compute as well.
     """
 
-    def __init__(self, num_shards: int, target: Target | None = None, ipus=None):
+    def __init__(self, num_shards: int, target: Target | None = None, ipus=None,
+                 emulate: bool = False):
         if not is_count(num_shards, 2):
             raise IpuError(
                 f"sharding needs at least 2 IPUs, got {num_shards!r} (createIpuShards "
@@ -74,6 +80,17 @@ class CollectiveLog:
         self.num_shards, self.target = num_shards, target
         self.records: list[Span] = []
         self.now = 0
+        self.emulate = bool(emulate)
+        self.traces: list = []  # emulate=True: one ipu.Trace per call
+        self._emulated_spans: list[Span] = []  # their compute, exchange and sync
+
+    @property
+    def trace(self):
+        """The latest emulated call's ``ipu.Trace`` (``emulate=True``)."""
+        if not self.traces:
+            raise IpuError("this CollectiveLog has no trace: create it with emulate=True and "
+                           "run a sharded op with it")
+        return self.traces[-1]
 
     def _record(self, kind: str, label: str, sent: list[int], received: list[int],
                 cycles: int | None = None) -> None:
@@ -123,15 +140,23 @@ class CollectiveLog:
 
     def timeline(self) -> Timeline:
         """The collectives so far as a Timeline (kinds "broadcast", "reduce", "allreduce";
-        the label names the op and what it moved)."""
+        the label names the op and what it moved); emulated, each IPU's compute,
+        exchange and sync spans too."""
         return Timeline([replace(r, kind=TIMELINE_KINDS.get(r.kind, r.kind),
                                  label=f"{r.kind} {r.label}" if r.kind in TIMELINE_KINDS
-                                 else r.label) for r in self.records],
+                                 else r.label) for r in self.records]
+                        + self._emulated_spans,
                         clock_hz=self.target.clock_hz, num_ipus=self.target.num_ipus)
 
     def cycles(self) -> int:
         """Cycles spent in collectives so far (they run one after another)."""
         return sum(r.duration for r in self.records if r.ipu == self.ipus[0])
+
+
+def _emulated():
+    from . import emulated_collectives  # noqa: PLC0415 - it builds on this module
+
+    return emulated_collectives
 
 
 def _sum(parts: list):
@@ -231,6 +256,8 @@ def to_all(x, log: CollectiveLog, name: str = "to_all"):
 
     Backward: the shards' gradients are summed back onto shard 0.
     """
+    if log.emulate:
+        return _emulated().to_all(x, log, name)
     parts = log.broadcast(backend.get_xp().asarray(x), name)
 
     def backward(grads: list):
@@ -255,6 +282,8 @@ def matmul(x_parts: list, w_parts: list, log: CollectiveLog, name: str = "matmul
             f"{name}: input {tuple(x_parts[0].shape)} cannot multiply weight shards "
             f"{tuple(w_parts[0].shape)}: inner sizes differ"
         )
+    if log.emulate:
+        return _emulated().matmul(x_parts, w_parts, log, name)
     y_parts = [_matmul(x, w) for x, w in zip(x_parts, w_parts)]
 
     def backward(dy_parts: list):
@@ -279,6 +308,8 @@ def embedding(w_parts: list, idx_parts: list, log: CollectiveLog, name: str = "e
     _check_indices(idx_parts, f"{name} indices")
     size = w_parts[0].shape[0]
     _check_range(idx_parts[0], size * log.num_shards, f"{name} indices")
+    if log.emulate:
+        return _emulated().embedding(w_parts, idx_parts, log, name)
     local = [local_indices(idx, s, size) for s, idx in enumerate(idx_parts)]
     partials = [
         xp.where(mask[:, None], w[adj], 0).astype(w.dtype, copy=False)
@@ -307,6 +338,8 @@ def log_softmax(x_parts: list, log: CollectiveLog, name: str = "log_softmax"):
     """
     xp = backend.get_xp()
     _check_parts(x_parts, log, f"{name} input", 2)
+    if log.emulate:
+        return _emulated().log_softmax(x_parts, log, name)
     row_max = log.all_reduce([x.max(axis=1) for x in x_parts], "max", f"{name} max")
     shifted = [x - m[:, None] for x, m in zip(x_parts, row_max)]
     denom = log.all_reduce([xp.exp(t).sum(axis=1) for t in shifted], "add", f"{name} sum")
@@ -332,6 +365,8 @@ def take_last(x_parts: list, idx_parts: list, log: CollectiveLog, name: str = "t
     _check_indices(idx_parts, f"{name} indices", x_parts[0].shape[0])
     size = x_parts[0].shape[1]
     _check_range(idx_parts[0], size * log.num_shards, f"{name} indices")
+    if log.emulate:
+        return _emulated().take_last(x_parts, idx_parts, log, name)
     rows = xp.arange(x_parts[0].shape[0])
     local = [local_indices(idx, s, size) for s, idx in enumerate(idx_parts)]
     partials = [
@@ -366,6 +401,10 @@ def log_softmax_cross_entropy(
     _check_parts(logits_parts, log, f"{name} logits", 2)
     _check_parts(label_parts, log, f"{name} labels", 1)
     _check_indices(label_parts, f"{name} labels", logits_parts[0].shape[0])
+    if log.emulate:
+        _check_range(label_parts[0], logits_parts[0].shape[1] * log.num_shards,
+                     f"{name} labels")
+        return _emulated().log_softmax_cross_entropy(logits_parts, label_parts, log, name)
     log_probs, _ = log_softmax(logits_parts, log, name)
     nls = [-a for a in log_probs]
     ce, _ = take_last(nls, label_parts, log, name)
