@@ -119,6 +119,27 @@ def test_short_stream_buffer_is_circular_as_in_poplar():
     assert eng.read_tensor("r").tolist() == [2, 3, 1, 2]
 
 
+def test_many_readers_of_one_element_are_no_race():
+    # Poplar compiles vertices of one compute set that only read a common region (the fix of
+    # UoB-HPC/ipu-hpc-cookbook issue 2 turned overlapping InOut fields, a graph_cycle_error,
+    # into Input fields); only a write meeting another vertex's access is refused.
+    dev, g = small(tiles=2)
+    x = g.add_variable(ipu.FLOAT, [4], "x")
+    out = g.add_variable(ipu.FLOAT, [2], "out")
+    g.set_tile_mapping(x, 0)
+    g.set_tile_mapping(out, 1)
+    g.create_host_write("w", x)
+    g.create_host_read("r", out)
+    cs = g.add_compute_set("both read x")
+    g.add_vertex(cs, SumVertex, {"x": x, "out": out[0]}, tile=0)
+    g.add_vertex(cs, SumVertex, {"x": x[1:], "out": out[1]}, tile=1)
+    eng = ipu.Engine(g, ipu.Execute(cs))
+    eng.load(dev)
+    eng.write_tensor("w", [1.0, 2.0, 4.0, 8.0])
+    eng.run()
+    assert eng.read_tensor("r").tolist() == [15.0, 14.0]
+
+
 def test_connecting_a_stream_again_replaces_its_buffer_as_in_poplar():
     # Poplar accepts a second Engine::connectStream/connectStreamToCallback for one handle and
     # uses the new connection: PopART's Devicex::reconnectInputStreams re-connects every input
