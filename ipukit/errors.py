@@ -22,7 +22,13 @@ class TileMappingError(IpuError):
 
 
 class ComputeSetRaceError(IpuError):
-    """Two vertices of one compute set write, or write and read, the same elements."""
+    """Two vertices of one compute set write, or write and read, the same elements.
+
+    Poplar refuses these when the Engine is built (``poplar::graph_cycle_error``, e.g. "Field
+    V.f writes to elements [0:4) of variable 'v' that are written to elsewhere in same
+    compute set"). Kit convention: ipukit also refuses one vertex that reads and writes an
+    element through two different fields (an ``InOut`` field reads and writes in place).
+    """
 
 
 class OutOfMemoryError(IpuError):

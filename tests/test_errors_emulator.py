@@ -119,6 +119,49 @@ def test_short_stream_buffer_is_circular_as_in_poplar():
     assert eng.read_tensor("r").tolist() == [2, 3, 1, 2]
 
 
+def test_many_readers_of_one_element_are_no_race():
+    # Poplar compiles vertices of one compute set that only read a common region (the fix of
+    # UoB-HPC/ipu-hpc-cookbook issue 2 turned overlapping InOut fields, a graph_cycle_error,
+    # into Input fields); only a write meeting another vertex's access is refused.
+    dev, g = small(tiles=2)
+    x = g.add_variable(ipu.FLOAT, [4], "x")
+    out = g.add_variable(ipu.FLOAT, [2], "out")
+    g.set_tile_mapping(x, 0)
+    g.set_tile_mapping(out, 1)
+    g.create_host_write("w", x)
+    g.create_host_read("r", out)
+    cs = g.add_compute_set("both read x")
+    g.add_vertex(cs, SumVertex, {"x": x, "out": out[0]}, tile=0)
+    g.add_vertex(cs, SumVertex, {"x": x[1:], "out": out[1]}, tile=1)
+    eng = ipu.Engine(g, ipu.Execute(cs))
+    eng.load(dev)
+    eng.write_tensor("w", [1.0, 2.0, 4.0, 8.0])
+    eng.run()
+    assert eng.read_tensor("r").tolist() == [15.0, 14.0]
+
+
+def test_connecting_a_stream_again_replaces_its_buffer_as_in_poplar():
+    # Poplar accepts a second Engine::connectStream/connectStreamToCallback for one handle and
+    # uses the new connection: PopART's Devicex::reconnectInputStreams re-connects every input
+    # stream before each run (graphcore/popart willow/src/popx/devicex.cpp).
+    dev, g = small(tiles=1)
+    v = g.add_variable(ipu.FLOAT, [2], "v")
+    g.set_tile_mapping(v, 0)
+    s = g.add_host_to_device_fifo("s", ipu.FLOAT, 2)
+    g.create_host_read("r", v)
+    eng = ipu.Engine(g, ipu.Copy(s, v))
+    eng.load(dev)
+    eng.connect_stream("s", np.array([1.0, 2.0, 3.0, 4.0], np.float32))
+    eng.run()
+    assert eng.read_tensor("r").tolist() == [1, 2]
+    eng.connect_stream("s", np.array([7.0, 8.0, 9.0, 10.0], np.float32))
+    eng.run()  # the new buffer, from its start: not [3, 4], not [9, 10]
+    assert eng.read_tensor("r").tolist() == [7, 8]
+    eng.connect_stream_to_callback("s", lambda buf: buf.__setitem__(slice(None), [5.0, 6.0]))
+    eng.run()
+    assert eng.read_tensor("r").tolist() == [5, 6]
+
+
 def test_a_stream_callback_that_raises_names_the_stream():
     eng = stream_engine(True)
 

@@ -2,9 +2,11 @@
 
 Lessons 01-06 show Poplar C++ (a Graph, an Engine, codelets where they have vertices);
 07-12 show PopTorch and/or TensorFlow for IPU. Each such cell labels what ipukit does
-differently as a "Kit convention:".
+differently as a "Kit convention:". The code is not compiled here: at least the Python parses
+and the C++ brackets balance.
 """
 
+import ast
 import re
 from pathlib import Path
 
@@ -49,3 +51,41 @@ def test_lesson_shows_the_graphcore_code(path):
     for name in MUST_SHOW[path.name[:2]]:
         assert name in text, f"{path.name}: the hardware code does not show {name!r}"
     assert re.search(r"Kit convention: ", text), f"{path.name}: label the kit's difference"
+
+
+FENCE = re.compile(r"```(python|cpp)\n(.*?)```", re.S)
+
+
+def snippets():
+    for path in NOTEBOOKS:
+        for c in nbformat.read(path, as_version=4).cells:
+            if c.cell_type == "markdown" and c.source.startswith("### On hardware"):
+                for n, (lang, code) in enumerate(FENCE.findall(c.source)):
+                    yield pytest.param(lang, code, id=f"{path.name[:2]}-{n}-{lang}")
+
+
+def unbalanced(code: str) -> str | None:
+    """The first bracket that does not match, ignoring comments, strings and chars."""
+    code = re.sub(r'//[^\n]*|/\*.*?\*/|"(\\.|[^"\\])*"|\'(\\.|[^\'\\])*\'', "", code,
+                  flags=re.S)
+    pairs, stack = {")": "(", "]": "[", "}": "{"}, []
+    for i, ch in enumerate(code):
+        if ch in "([{":
+            stack.append(ch)
+        elif ch in pairs and (not stack or stack.pop() != pairs[ch]):
+            return f"{ch!r} at {code[max(0, i - 40):i + 1]!r}"
+    return f"unclosed {stack[-1]!r}" if stack else None
+
+
+def test_the_bracket_check_can_fail():
+    assert unbalanced("int f() { return g(1]; }") is not None
+    assert unbalanced("int f() { return g(1);") == "unclosed '{'"
+    assert unbalanced('f("{"); // }') is None
+
+
+@pytest.mark.parametrize("lang, code", list(snippets()))
+def test_hardware_code_is_well_formed(lang, code):
+    if lang == "python":
+        ast.parse(code)
+    else:
+        assert unbalanced(code) is None, unbalanced(code)

@@ -109,8 +109,9 @@ def _compile(g, prog, what):
     try:
         return ipu.Engine(g, prog)
     except ipu.ComputeSetRaceError as exc:
-        raise Wrong(f"{what} has a data race, so ipukit refuses it, as Poplar verifies a "
-                    f"compute set is free of races: {without_fix(str(exc))}") from None
+        raise Wrong(f"{what} has a data race, so ipukit refuses it, as Poplar's graph "
+                    "compiler does (poplar::graph_cycle_error when the Engine is built): "
+                    f"{without_fix(str(exc))}") from None
     except ipu.IpuError as exc:
         raise Wrong(no_compile(what, exc)) from None
 
