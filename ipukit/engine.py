@@ -48,7 +48,7 @@ from .compile import (
 )
 from .errors import CodeletError, IpuError, ProgramError, StreamError
 from .graph import Graph, out_of_range
-from .program import PrintTensorFmt
+from .print_tensor import format_tensor
 from .tensor import TYPE_NAMES, contiguous
 from .trace import Trace
 
@@ -521,90 +521,3 @@ def _same(a, b) -> bool:
                                       initial=0.0))
     return bool(np.allclose(a, b, rtol=tol, atol=tol * 1e-2 * min(scale, 1e30),
                             equal_nan=True))
-
-
-def format_tensor(title: str, values: np.ndarray, fmt: PrintTensorFmt | None = None) -> str:
-    """Poplar's PrintTensor text with ``fmt`` (default ``PrintTensorFmt()``): ``v: [5 7 9]``,
-    ``v: [ 6  9 12]``, ``v: [1.0000000 2.5000000]``; 2-D and more one row per line."""
-    fmt = fmt or PrintTensorFmt()
-    values = np.asarray(values)
-    summarise = 0 < fmt.summarise_threshold < values.size
-    edge = fmt.edge_items if summarise else None
-    shown = _edges(values, edge)
-    item = _element_format(shown, values.dtype, fmt)
-
-    def row(a, indent):
-        parts = _items(a, edge, item)
-        lines, line = [], " " * indent + fmt.open_bracket
-        for k, part in enumerate(parts):
-            piece = (fmt.separator if k else "") + part
-            if (fmt.max_line_width and k and len(line) + len(piece) + 1 > fmt.max_line_width):
-                lines.append(line)
-                line = " " * (indent + 1) + part
-            else:
-                line += piece
-        return "\n".join([*lines, line + fmt.close_bracket])
-
-    def block(a, indent):
-        if a.ndim == 1:
-            return row(a, indent)
-        pad = " " * indent
-        inner = []
-        for i in _indices(len(a), edge):
-            inner.append(pad + "  ..." if i is None else block(a[i], indent + 2))
-        return pad + fmt.open_bracket + "\n" + "\n".join(inner) + "\n" + pad + \
-            fmt.close_bracket
-
-    if values.ndim == 0:
-        return f"{title}: {item(values)}"
-    return f"{title}: {block(values, 0).lstrip()}"
-
-
-def _indices(n: int, edge: int | None) -> list:
-    """The indices shown along a dimension of ``n``; None marks the ``...``."""
-    if edge is None or n <= 2 * edge:
-        return list(range(n))
-    return [*range(edge), None, *range(n - edge, n)]
-
-
-def _edges(a: np.ndarray, edge: int | None) -> np.ndarray:
-    """The elements a summary shows (all of them when not summarised), flat."""
-    for axis in range(a.ndim):
-        keep = [i for i in _indices(a.shape[axis], edge) if i is not None]
-        a = np.take(a, keep, axis=axis)
-    return a.reshape(-1)
-
-
-def _items(a: np.ndarray, edge, item) -> list[str]:
-    return ["..." if i is None else item(a[i]) for i in _indices(len(a), edge)]
-
-
-def _element_format(shown: np.ndarray, dtype, fmt: PrintTensorFmt):
-    """A function from one element to its text, padded to the width of the widest."""
-    if dtype.kind != "f":
-        def text(x):
-            return str(int(x))
-    else:
-        finite = np.abs(shown[np.isfinite(shown)]).astype(np.float64)
-        style = fmt.float_format if fmt.digits else "none"
-        big = float(finite.max()) if finite.size else 0.0
-        nonzero = finite[finite > 0]
-        if style == "auto":
-            small = float(nonzero.min()) if nonzero.size else 1.0
-            style = "scientific" if big >= 1e8 or small < 1e-4 else "fixed"
-        int_digits = len(str(int(big))) if big >= 1 else 1
-        decimals = max(fmt.digits - int_digits, 0)
-
-        def text(x):
-            x = float(x)
-            if not np.isfinite(x):
-                return str(x)
-            if style == "fixed":
-                return f"{x:.{decimals}f}"
-            if style == "scientific":
-                return f"{x:.{max(fmt.digits - 1, 0)}e}"
-            return f"{x:g}"
-    if not fmt.digits or shown.size == 0:
-        return text
-    width = max(len(text(x)) for x in shown)
-    return lambda x: text(x).rjust(width)
