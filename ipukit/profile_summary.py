@@ -1,7 +1,7 @@
-"""The text of ``poplar::Engine::printProfileSummary`` (what PopVision's libpva reports):
-target, memory and execution of a :class:`~ipukit.trace.Trace`, from its ``summary()``
-and ``step_table()``. ``Engine.print_profile_summary`` and ``Trace.print_profile_summary``
-print it.
+"""The profile of a run, as ``poplar::Engine::printProfileSummary`` prints it and PopVision's
+libpva reads it: a :class:`~ipukit.trace.Trace`'s totals (:func:`summary`), its per-step
+table (:func:`step_table`) and the summary text. ``Trace.summary()``,
+``Trace.step_table()`` and ``Engine.print_profile_summary()`` call these.
 
 >>> import io, ipukit as ipu
 >>> t = ipu.IPUModel(tiles_per_ipu=2).create_device().target
@@ -19,11 +19,65 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
+
+
+def summary(trace) -> dict:
+    """The profile's numbers as a dict (what :func:`print_profile_summary` prints)."""
+    t, steps, runs = trace.target, trace.steps, trace.executions()
+
+    def total(attr, where=lambda s: True) -> int:
+        return sum(int(n) * getattr(s, attr) for n, s in zip(runs, steps) if n and where(s))
+
+    vertex_types: dict[str, list[int]] = {}
+    for n, s in zip(runs, steps):
+        for name, (inst, cyc) in s.vertex_types.items() if n else ():
+            entry = vertex_types.setdefault(name, [0, 0])  # a step that never ran is out
+            entry[0] += inst  # a step that runs again has the same vertices
+            entry[1] += int(n) * cyc
+    mem, excl = trace.memory.total, total("vertex_cycles")
+    return {
+        "total_cycles": trace.total_cycles,
+        "total_us": t.cycles_to_us(trace.total_cycles),
+        "sync_cycles": total("sync_cycles"),
+        "host_sync_cycles": total("sync_cycles", lambda s: s.kind == "host"),
+        "host_bytes": total("host_bytes"),
+        "host_exchange_cycles": total("exchange_cycles", lambda s: s.kind == "stream"),
+        "exchange_cycles": total("exchange_cycles"),
+        "global_exchange_cycles": total("exchange_cycles", lambda s: s.kind != "stream"
+                                        and s.inter_ipu_bytes),
+        "ipu_exchange_cycles": total("exchange_cycles", lambda s: s.kind != "stream"
+                                     and not s.inter_ipu_bytes),
+        "compute_cycles": total("compute_cycles"),
+        "compute_cycles_excluding_idle": excl,
+        "tile_average_excluding_idle": excl / t.num_tiles,
+        "tile_average_including_idle": float(sum(
+            int(n) * int(s.tile_compute_cycles.sum()) for n, s in zip(runs, steps) if n))
+        / t.num_tiles,
+        "vertex_types": {k: tuple(v) for k, v in vertex_types.items()},
+        "memory_total": int(mem.sum()),
+        "memory_max": int(mem.max()),
+        "memory_mean": float(mem.mean()),
+        "memory_worst": trace.memory.worst(),
+        "memory_over_full": trace.memory.over_full(),
+        "memory_by_category": {k: int(v.sum()) for k, v in trace.memory.categories.items()},
+    }
+
+
+def step_table(trace) -> list[dict]:
+    """One row per compiled step that ran: executions and cycles (PopVision's table)."""
+    return [{"name": s.name, "kind": s.kind, "executions": int(n), "cycles": int(n) * s.cycles,
+             "sync": int(n) * s.sync_cycles, "exchange": int(n) * s.exchange_cycles,
+             "compute": int(n) * s.compute_cycles,
+             "vertices": sum(i for i, _ in s.vertex_types.values()),
+             "slowest tile": int(np.argmax(s.tile_compute_cycles))}
+            for n, s in zip(trace.executions(), trace.steps) if n]
+
 
 def print_profile_summary(trace, file=None) -> None:
     """Print the target, memory and execution summary of ``trace`` (``printProfileSummary``)."""
     out = file or sys.stdout
-    t, s = trace.target, trace.summary()
+    t, s = trace.target, summary(trace)
 
     def w(label, value=""):
         print(f"  {label:<55} {value}", file=out)
@@ -79,6 +133,6 @@ def print_profile_summary(trace, file=None) -> None:
     print("\n  By step:", file=out)
     print(f"    {'step':<40}{'runs':>8}{'cycles':>14}{'exchange':>12}{'compute':>12}",
           file=out)
-    for r in trace.step_table():
+    for r in step_table(trace):
         print(f"    {r['name'][:39]:<40}{r['executions']:>8,}{r['cycles']:>14,}"
               f"{r['exchange']:>12,}{r['compute']:>12,}", file=out)

@@ -77,10 +77,7 @@ class TileMemory:
     def over_full(self) -> list[tuple[int, int]]:
         """Tiles holding more than ``bytes_per_tile`` as (tile, bytes), fullest first: an
         out-of-memory graph the IPUModel runs anyway (``debug.allowOutOfMemory``)."""
-        total = self.total
-        over = np.flatnonzero(total > self.bytes_per_tile)
-        order = over[np.argsort(-total[over], kind="stable")]
-        return [(int(t), int(total[t])) for t in order]
+        return self.worst(int((self.total > self.bytes_per_tile).sum()))
 
     def worst(self, k: int = 5, category: str | None = None) -> list[tuple[int, int]]:
         """The ``k`` fullest tiles (in ``category``, else in all) as (tile, bytes)."""
@@ -160,66 +157,13 @@ class Trace:
         """How many times each compiled step ran."""
         return np.bincount(np.asarray(self._step_ids, np.int64), minlength=len(self.steps))
 
-    def _sum(self, attr: str) -> int:
-        return int(self.executions() @ np.array([getattr(s, attr) for s in self.steps],
-                                                  np.int64)) if self.steps else 0
-
     def summary(self) -> dict:
         """The profile's numbers as a dict (what ``print_profile_summary`` prints)."""
-        runs = self.executions()
-        tiles_incl = sum((n * s.tile_compute_cycles for n, s in zip(runs, self.steps) if n),
-                         np.zeros(self.target.num_tiles, np.int64))
-        vertex_types: dict[str, list[int]] = {}
-        for n, s in zip(runs, self.steps):
-            if not n:
-                continue  # a compute set that never ran is not in the profile
-            for name, (inst, cyc) in s.vertex_types.items():
-                entry = vertex_types.setdefault(name, [0, 0])
-                entry[0] += inst  # a step that runs again has the same vertices
-                entry[1] += int(n) * cyc
-        total_mem = self.memory.total
-        excl = self._sum("vertex_cycles")
-        return {
-            "total_cycles": self.total_cycles,
-            "total_us": self.target.cycles_to_us(self.total_cycles),
-            "sync_cycles": self._sum("sync_cycles"),
-            "host_sync_cycles": sum(int(n) * st.sync_cycles for n, st in zip(runs, self.steps)
-                                    if st.kind == "host"),
-            "host_bytes": self._sum("host_bytes"),
-            "host_exchange_cycles": sum(int(n) * st.exchange_cycles
-                                        for n, st in zip(runs, self.steps) if st.kind == "stream"),
-            "exchange_cycles": self._sum("exchange_cycles"),
-            "global_exchange_cycles": sum(int(n) * st.exchange_cycles
-                                          for n, st in zip(runs, self.steps)
-                                          if st.kind != "stream" and st.inter_ipu_bytes),
-            "ipu_exchange_cycles": sum(int(n) * st.exchange_cycles
-                                       for n, st in zip(runs, self.steps)
-                                       if st.kind != "stream" and not st.inter_ipu_bytes),
-            "compute_cycles": self._sum("compute_cycles"),
-            "compute_cycles_excluding_idle": excl,
-            "tile_average_excluding_idle": excl / self.target.num_tiles,
-            "tile_average_including_idle": float(tiles_incl.sum()) / self.target.num_tiles,
-            "vertex_types": {k: tuple(v) for k, v in vertex_types.items()},
-            "memory_total": int(total_mem.sum()),
-            "memory_max": int(total_mem.max()),
-            "memory_mean": float(total_mem.mean()),
-            "memory_worst": self.memory.worst(),
-            "memory_over_full": self.memory.over_full(),
-            "memory_by_category": {k: int(v.sum()) for k, v in self.memory.categories.items()},
-        }
+        return profile_summary.summary(self)
 
     def step_table(self) -> list[dict]:
         """One row per compiled step that ran: executions and cycles (PopVision's table)."""
-        rows = []
-        for n, s in zip(self.executions(), self.steps):
-            if n:
-                rows.append({"name": s.name, "kind": s.kind, "executions": int(n),
-                             "cycles": int(n) * s.cycles, "sync": int(n) * s.sync_cycles,
-                             "exchange": int(n) * s.exchange_cycles,
-                             "compute": int(n) * s.compute_cycles,
-                             "vertices": sum(i for i, _ in s.vertex_types.values()),
-                             "slowest tile": int(np.argmax(s.tile_compute_cycles))})
-        return rows
+        return profile_summary.step_table(self)
 
     def print_profile_summary(self, file=None) -> None:
         """Print the target, memory and execution summary (``printProfileSummary``)."""
