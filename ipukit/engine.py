@@ -50,7 +50,7 @@ from .compile import (
 from .errors import CodeletError, IpuError, ProgramError, StreamError
 from .graph import Graph, out_of_range
 from .print_tensor import format_tensor
-from .tensor import TYPE_NAMES, contiguous, reshape_strides
+from .tensor import TYPE_NAMES, addresses, contiguous, reshape_strides
 from .trace import Trace
 
 #: Engine options accepted for Poplar compatibility; profiling is always on here.
@@ -248,12 +248,9 @@ class Engine:
     def _check_steps(self, node, program: int | None = None) -> None:
         need = len(self.trace) - self._run_start + self._need(node)
         if need > self.max_steps:
-            if program is None:
-                what = f"Repeat({node.count:,})"
-            else:
-                biggest = max(_repeat_counts(node), default=0)
-                what = f"program {program}" + (f" (with Repeat({biggest:,}))"
-                                               if biggest > 1 else "")
+            biggest = max(_repeat_counts(node), default=0)
+            what = f"Repeat({node.count:,})" if program is None else f"program {program}" + (
+                f" (with Repeat({biggest:,}))" if biggest > 1 else "")
             raise ProgramError(
                 f"{what} would emulate {need:,} steps (compute sets, copies and stream "
                 f"copies) in one run; Poplar runs it, but the emulator stops at "
@@ -313,21 +310,18 @@ class Engine:
                               f"engine.connect_stream('{s.name}', array) before run")
         conn = self._streams[s.name]
         buf, pos = conn
-        if s.to_device:
-            if callable(buf):
-                data = np.zeros(s.n, s.dtype)
-                _callback(buf, data, s.name)
-            else:
-                data = buf[_ring(pos, s.n, buf.size)].astype(s.dtype, copy=False)
-            self._write(node.access, self.xp.asarray(data))
+        if callable(buf):
+            data = np.zeros(s.n, s.dtype) if s.to_device else backend.to_numpy(
+                self._read(node.access)).copy()
+            _callback(buf, data, s.name)
         else:
-            data = backend.to_numpy(self._read(node.access))
-            if callable(buf):
-                _callback(buf, data.copy(), s.name)
+            ring, conn[1] = _ring(pos, s.n, buf.size), (pos + s.n) % buf.size
+            if s.to_device:
+                data = buf[ring].astype(s.dtype, copy=False)
             else:
-                buf[_ring(pos, s.n, buf.size)] = data
-        if not callable(buf):
-            conn[1] = (pos + s.n) % buf.size
+                buf[ring] = backend.to_numpy(self._read(node.access))
+        if s.to_device:
+            self._write(node.access, self.xp.asarray(data))
         self.trace.record(node.step)
 
     def _execute(self, node: ExecNode):
@@ -348,7 +342,7 @@ class Engine:
         proves little, so the check repeats, up to ``AXIS_CHECK_RUNS`` runs."""
         n = len(gr.vertex_ids)
         alone = [(i, self._run_group(gr, i, dry=True)) for i in sorted({0, n - 1})]
-        batched = self._run_group(gr, written=True)
+        batched = self._run_group(gr)
         informative = False
         for i, outs in alone:
             for name, arr in outs.items():
@@ -364,38 +358,34 @@ class Engine:
                         "compute for one vertex, reduce with axis=-1 (self.x.sum(axis=-1), not "
                         "self.x.sum()) and write with self.field[...] = value"
                     )
-        tries = self._tries[id(gr)] = self._tries.get(id(gr), 0) + 1
-        if informative or tries >= AXIS_CHECK_RUNS:
-            self._tries[id(gr)] = -1
+        tries = self._tries.get(id(gr), 0) + 1
+        self._tries[id(gr)] = -1 if informative or tries >= AXIS_CHECK_RUNS else tries
 
-    def _run_group(self, gr: VertexGroup, row: int | None = None, dry: bool = False,
-                   written: bool = False) -> dict | None:
-        """Run ``compute`` on the group (or on vertex ``row`` alone); with ``written``, return
-        the written fields. ``dry`` works on copies, writes nothing back and returns them.
-        Fields reach storage in place where they can (compile refuses compute-set races)."""
+    def _run_group(self, gr: VertexGroup, row: int | None = None, dry: bool = False) -> dict:
+        """Run ``compute`` on the group (or on vertex ``row`` alone) and return the fields it
+        writes; ``dry`` works on copies and writes nothing back. Fields reach storage in
+        place where they can (compile refuses compute-set races)."""
         inst = object.__new__(gr.cls)
         inst.xp = self.xp
         fields, scatter, outputs = inst.__dict__, [], {}
         for fp in gr.fields:
             a = fp.access if row is None else self._access(fp.access, row)
-            arr, in_place = self._read(a, copy=fp.kind != "input"), self._plan(a)[3]
             if fp.kind == "input":
+                arr = self._read(a, copy=False)
                 if isinstance(arr, np.ndarray):
                     arr = arr.view()
                     arr.flags.writeable = False  # an Input is read-only, as in Poplar
             else:
-                if dry:
-                    arr = arr.copy()  # leave storage alone
-                elif not in_place:
+                arr = outputs[fp.name] = self._read(a).copy() if dry else self._read(a)
+                if not (dry or self._plan(a)[3]):
                     scatter.append((a, arr))
-                outputs[fp.name] = arr
             fields[fp.name] = arr
         state = self._state.get(id(gr))
         if state is None:
             state = self._state[id(gr)] = {k: self.xp.asarray(v) for k, v in gr.state.items()}
         for name, values in state.items():
-            fields[name] = values if row is None else values[row:row + 1].copy() if dry else \
-                values[row:row + 1]
+            part = values if row is None else values[row:row + 1]
+            fields[name] = part.copy() if dry else part
         try:
             gr.cls.compute(inst)
         except (Exception, SystemExit) as exc:
@@ -414,11 +404,9 @@ class Engine:
                     f"{gr.cls.__name__}.compute rebound self.{name}; write into the field "
                     f"with self.{name}[...] = value instead of self.{name} = value"
                 )
-        if dry:
-            return {**outputs, **{name: fields[name] for name in state}}
         for a, arr in scatter:
             self._write(a, arr)
-        return {**outputs, **state} if written else None
+        return {**outputs, **{name: fields[name] for name in state}}
 
     # -- memory access --------------------------------------------------------------------
     def _access(self, t, row: int | None = None) -> Access:
@@ -475,23 +463,18 @@ def _spacing(idx: np.ndarray):
     """(offset, shape, strides, distinct) of a region holding the addresses ``idx`` in order
     (evenly spaced in every dimension, strides >= 0), else None."""
     flat = idx.reshape(-1).astype(np.int64)
-    if flat.size < 2:
+    shape, strides, starts = [], [], flat
+    while 1 < starts.size and len(shape) < 8:  # the first run at each level gives the step
+        step = int(starts[1] - starts[0])
+        breaks = np.flatnonzero(np.diff(starts) != step)
+        n = int(breaks[0]) + 1 if breaks.size else starts.size
+        if step < 0 or starts.size % n:
+            return None
+        shape, strides, starts = [n, *shape], [step, *strides], starts[::n]
+    if flat.size < 2 or starts.size > 1 or not np.array_equal(
+            flat, addresses(int(starts[0]), shape, strides).reshape(-1)):
         return None
-    distinct = np.unique(flat).size == flat.size
-    shape, strides = [], []
-    while flat.size > 1 and len(shape) < 8:
-        step = int(flat[1] - flat[0])
-        breaks = np.flatnonzero(np.diff(flat) != step)
-        n = int(breaks[0]) + 1 if breaks.size else flat.size
-        if step < 0 or flat.size % n:
-            return None
-        rows = flat.reshape(-1, n)
-        if not (rows - rows[:, :1] == rows[0] - flat[0]).all():
-            return None
-        shape.insert(0, n)
-        strides.insert(0, step)
-        flat = rows[:, 0]
-    return (int(flat[0]), tuple(shape), tuple(strides), distinct) if flat.size == 1 else None
+    return int(starts[0]), tuple(shape), tuple(strides), np.unique(flat).size == flat.size
 
 
 def _ring(pos: int, n: int, size: int):
@@ -504,13 +487,13 @@ def _count_option(options: dict, key: str, default: int) -> int:
     """A positive whole-number engine option (Poplar passes them as strings)."""
     value = options.get(key, default)
     try:
-        ok = int(str(value)) >= 1 and not isinstance(value, bool | float)
+        n = 0 if isinstance(value, bool | float) else int(str(value))
     except ValueError:
-        ok = False
-    if not ok:
+        n = 0
+    if n < 1:
         raise IpuError(f"engine option '{key}' must be a positive whole number (e.g. "
                        f"'{default}'), got {value!r}")
-    return int(str(value))
+    return n
 
 
 def _children(node) -> tuple:
