@@ -474,7 +474,10 @@ def _spacing(idx: np.ndarray):
     if flat.size < 2 or starts.size > 1 or not np.array_equal(
             flat, addresses(int(starts[0]), shape, strides).reshape(-1)):
         return None
-    return int(starts[0]), tuple(shape), tuple(strides), np.unique(flat).size == flat.size
+    reach, distinct = 0, True  # each dimension steps past all the inner ones: no repeats
+    for step, n in sorted(zip(strides, shape)):
+        distinct, reach = distinct and (n == 1 or step > reach), reach + (n - 1) * step
+    return int(starts[0]), tuple(shape), tuple(strides), distinct
 
 
 def _ring(pos: int, n: int, size: int):
