@@ -148,12 +148,8 @@ class Engine:
 
     def _handle(self, name, handles, verb, how):
         self._loaded()
-        if name not in handles:
-            raise StreamError(
-                f"no host {verb} handle '{name}' (handles: {', '.join(handles) or 'none'}); "
-                f"create one with graph.{how}('{name}', tensor) before compiling"
-            )
-        return handles[name]
+        return _lookup(handles, name, f"host {verb} handle", "handles",
+                       f"; create one with graph.{how}('{name}', tensor) before compiling")
 
     def connect_stream(self, name: str, array: np.ndarray) -> None:
         """``Engine::connectStream``: a host buffer used as a circular buffer.
@@ -193,11 +189,7 @@ class Engine:
         self._streams[name] = [callback, 0]
 
     def _stream_named(self, name):
-        streams = self.executable.graph.streams
-        if name not in streams:
-            raise StreamError(f"no stream named '{name}' (streams: "
-                              f"{', '.join(streams) or 'none'})")
-        return streams[name]
+        return _lookup(self.executable.graph.streams, name, "stream named", "streams")
 
     def set_print_tensor_stream(self, stream) -> None:
         """``Engine::setPrintTensorStream``: where PrintTensor writes (default: stderr)."""
@@ -514,6 +506,13 @@ def _repeat_counts(node):
         yield from _repeat_counts(child)
 
 
+def _lookup(table: dict, name, what: str, plural: str, fix: str = ""):
+    """``table[name]``, or a StreamError naming what there is (and ``fix``)."""
+    if name not in table:
+        raise StreamError(f"no {what} '{name}' ({plural}: {', '.join(table) or 'none'}){fix}")
+    return table[name]
+
+
 def _callback(fn, buffer, name: str) -> None:
     try:
         fn(buffer)
@@ -524,13 +523,12 @@ def _callback(fn, buffer, name: str) -> None:
 
 def _same(a, b) -> bool:
     """Equal, or for floating point close (batching may reorder sums)."""
-    if np.shape(a) != np.shape(b):
-        return False
-    if np.asarray(a).dtype.kind != "f":
-        return bool(np.array_equal(a, b))
-    tol = 1e-2 if np.asarray(a).dtype == np.float16 else 1e-4
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.dtype.kind != "f":
+        return a.shape == b.shape and bool(np.array_equal(a, b))
+    tol = 1e-2 if a.dtype == np.float16 else 1e-4
     with np.errstate(invalid="ignore", over="ignore"):
-        scale = 1.0 + float(np.nanmax(np.abs(np.concatenate([np.ravel(a), np.ravel(b)])),
+        scale = 1.0 + float(np.nanmax(np.abs(np.concatenate([a.ravel(), b.ravel()])),
                                       initial=0.0))
     return bool(np.allclose(a, b, rtol=tol, atol=tol * 1e-2 * min(scale, 1e30),
                             equal_nan=True))
