@@ -112,12 +112,13 @@ class Trace:
         and advances only their clocks (one IPU: steps simply follow each other)."""
         s, clocks = self.steps[step], self.clocks
         start = max(clocks[q] for q in s.ipus)
+        end = start + s.cycles
         for q in s.ipus:
-            clocks[q] = start + s.cycles
+            clocks[q] = end
         self._step_ids.append(step)
         self._starts.append(start)
         self._runs.append(self.num_runs - 1)
-        self.total_cycles = max(self.total_cycles, start + s.cycles)
+        self.total_cycles = max(self.total_cycles, end)
 
     def __len__(self) -> int:
         return len(self._step_ids)
