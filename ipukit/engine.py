@@ -23,6 +23,7 @@ appended to ``engine.trace``. Kit convention: one ``run`` emulates at most
 v: [4 5 6]
 """
 
+
 from __future__ import annotations
 
 import math
@@ -48,8 +49,8 @@ from .compile import (
 )
 from .errors import CodeletError, IpuError, ProgramError, StreamError
 from .graph import Graph, out_of_range
-from .program import PrintTensorFmt
-from .tensor import TYPE_NAMES, contiguous
+from .print_tensor import format_tensor
+from .tensor import TYPE_NAMES, addresses, contiguous, reshape_strides
 from .trace import Trace
 
 #: Engine options accepted for Poplar compatibility; profiling is always on here.
@@ -72,32 +73,28 @@ class Engine:
         if not isinstance(options, dict | None):
             raise IpuError(f"Engine options must be a dict of option name to value, got "
                            f"{options!r}")
-        for key in options or {}:
+        options = options or {}
+        for key in options:
             if key not in OPTIONS and not key.startswith(PROFILING_OPTIONS):
                 raise IpuError(f"unknown engine option '{key}'; ipukit knows "
                                f"{', '.join(map(repr, OPTIONS))} and ignores Poplar's "
                                "profiling options")
-        if str((options or {}).get("debug.perVertex", "false")).lower() == "true":
-            per_vertex = True
-        self.max_steps = _count_option(options or {}, "debug.maxEmulatedSteps",
-                                       MAX_EMULATED_STEPS)
-        if isinstance(graph, Executable):
-            self.executable = graph
-        elif not isinstance(graph, Graph):
+        self.max_steps = _count_option(options, "debug.maxEmulatedSteps", MAX_EMULATED_STEPS)
+        if not isinstance(graph, Graph | Executable):
             raise IpuError(f"Engine needs a Graph (ipu.Graph(target)) or an Executable "
                            f"(ipu.compile_graph), got {graph!r}")
-        else:
-            self.executable = compile_graph(graph, [] if programs is None else programs,
-                                            options)
+        self.executable = graph if isinstance(graph, Executable) else compile_graph(
+            graph, [] if programs is None else programs, options)
         self.target = self.executable.target
-        self.per_vertex, self.max_loop_iterations = per_vertex, max_loop_iterations
+        self.per_vertex = per_vertex or str(options.get("debug.perVertex")).lower() == "true"
+        self.max_loop_iterations = max_loop_iterations
         self.trace = Trace(self.target, self.executable.steps, self.executable.memory)
         self.xp = None
         self._streams: dict[str, list] = {}
         self._print_stream = None  # sys.stderr at the time of printing, as Poplar's default
         self._needs: dict[int, int] = {}  # id(node) -> steps it emulates at least
-        self._checked: set[int] = set()  # vertex groups whose axis check passed
-        self._tries: dict[int, int] = {}  # runs checked so far, per group
+        self._tries: dict[int, int] = {}  # vertex group -> axis-checked runs (-1: done)
+        self._accesses: dict[tuple, Access] = {}  # (id(tensor or access), row) -> Access
         self._run_start = 0
         self._run_node = {SeqNode: self._seq, ExecNode: self._execute, CopyNode: self._copy,
                           StreamNode: self._stream, RepeatNode: self._repeat,
@@ -106,14 +103,12 @@ class Engine:
     # -- device ---------------------------------------------------------------------------
     def load(self, device) -> None:
         """``Engine::load``: allocate (zeroed) tile memory on the backend, set constants."""
-        target = getattr(device, "target", None)
-        if target != self.target:
+        if getattr(device, "target", None) != self.target:
             raise IpuError(f"the graph was compiled for {self.target} but load() got "
                            f"{device!r}; load it on a device made from the same IPUModel")
         g = self.executable.graph
         self.xp = xp = backend.get_xp()
-        self._dev: dict[int, object] = {}
-        self._rows: dict[tuple, Access] = {}
+        self._plans: dict[int, tuple] = {}  # id(access) -> how to reach it in storage
         self._mem = {dt: xp.zeros(p.size, dt) for dt, p in g.pools.items()}
         for dt, pool in g.pools.items():
             for var in pool.variables:
@@ -121,12 +116,8 @@ class Engine:
                     self._mem[dt][var.start:var.start + var.size] = xp.asarray(
                         var.values.reshape(-1))
         for t, value in g.initial_values:
-            self._write(Access.of(t), xp.asarray(value))
+            self._write(self._access(t), xp.asarray(value))
         self._state = {}
-
-    def _loaded(self):
-        if self.xp is None:
-            raise IpuError("the engine is not loaded; call engine.load(device) first")
 
     # -- host access ----------------------------------------------------------------------
     def write_tensor(self, name: str, array) -> None:
@@ -144,21 +135,21 @@ class Engine:
         if data.size != t.num_elements():
             raise StreamError(f"write_tensor('{name}'): tensor '{t.name}' has "
                               f"{t.num_elements()} elements but the data has {data.size}")
-        self._write(Access.of(t), self.xp.asarray(data))
+        self._write(self._access(t), self.xp.asarray(data))
 
     def read_tensor(self, name: str) -> np.ndarray:
         """``Engine::readTensor``: a NumPy copy of a tensor with a host read handle."""
         t = self._handle(name, self.executable.graph.host_reads, "read", "create_host_read")
-        return backend.to_numpy(self._read(Access.of(t))).copy()
+        return backend.to_numpy(self._read(self._access(t))).copy()
+
+    def _loaded(self):
+        if self.xp is None:
+            raise IpuError("the engine is not loaded; call engine.load(device) first")
 
     def _handle(self, name, handles, verb, how):
         self._loaded()
-        if name not in handles:
-            raise StreamError(
-                f"no host {verb} handle '{name}' (handles: {', '.join(handles) or 'none'}); "
-                f"create one with graph.{how}('{name}', tensor) before compiling"
-            )
-        return handles[name]
+        return _lookup(handles, name, f"host {verb} handle", "handles",
+                       f"; create one with graph.{how}('{name}', tensor) before compiling")
 
     def connect_stream(self, name: str, array: np.ndarray) -> None:
         """``Engine::connectStream``: a host buffer used as a circular buffer.
@@ -171,15 +162,15 @@ class Engine:
             raise StreamError(f"connect_stream('{name}') needs a non-empty NumPy array, "
                               f"got {type(array).__name__}")
         flat = array.reshape(-1)
-        if not stream.to_device and not (np.shares_memory(flat, array)
-                                         and array.flags.writeable):
+        if stream.to_device:
+            if not np.can_cast(array.dtype, stream.dtype, "same_kind") and not (
+                    array.dtype.kind in "iub" and stream.dtype.kind in "iubf"):
+                raise StreamError(f"connect_stream('{name}'): a {array.dtype} buffer cannot "
+                                  f"feed a stream of {stream.dtype}")
+        elif not (np.shares_memory(flat, array) and array.flags.writeable):
             raise StreamError(f"connect_stream('{name}'): the buffer of a device-to-host "
                               "stream must be a writeable, contiguous array")
-        if stream.to_device and not np.can_cast(array.dtype, stream.dtype, "same_kind") and not (
-                array.dtype.kind in "iub" and stream.dtype.kind in "iubf"):
-            raise StreamError(f"connect_stream('{name}'): a {array.dtype} buffer cannot feed "
-                              f"a stream of {stream.dtype}")
-        if not stream.to_device and not np.can_cast(stream.dtype, array.dtype, "same_kind"):
+        elif not np.can_cast(stream.dtype, array.dtype, "same_kind"):
             raise StreamError(
                 f"connect_stream('{name}'): a device-to-host stream of "
                 f"{TYPE_NAMES[stream.dtype]} cannot be written into a {array.dtype} buffer "
@@ -198,11 +189,18 @@ class Engine:
         self._streams[name] = [callback, 0]
 
     def _stream_named(self, name):
-        streams = self.executable.graph.streams
-        if name not in streams:
-            raise StreamError(f"no stream named '{name}' (streams: "
-                              f"{', '.join(streams) or 'none'})")
-        return streams[name]
+        return _lookup(self.executable.graph.streams, name, "stream named", "streams")
+
+    def set_print_tensor_stream(self, stream) -> None:
+        """``Engine::setPrintTensorStream``: where PrintTensor writes (default: stderr)."""
+        if not callable(getattr(stream, "write", None)):
+            raise IpuError(f"set_print_tensor_stream needs a file-like object with write(), "
+                           f"got {stream!r}")
+        self._print_stream = stream
+
+    def print_profile_summary(self, file=None) -> None:
+        """``Engine::printProfileSummary``: memory and execution of every run so far."""
+        self.trace.print_profile_summary(file)
 
     # -- running --------------------------------------------------------------------------
     def run(self, program: int = 0) -> None:
@@ -215,16 +213,11 @@ class Engine:
                                f"numbered 0..{len(programs) - 1}")
         node = programs[program]
         self._run_start = len(self.trace)
-        if self._need(node) > self.max_steps:
-            self._check_steps(node, program)  # raises, saying how to allow it
+        self._check_steps(node, program)
         self.trace.num_runs += 1
         self.trace.record(0)  # the host synchronisation of this call
         self._run_start += 1  # it is not an emulated step
-        self._run_node[type(node)](node)
-
-    def print_profile_summary(self, file=None) -> None:
-        """``Engine::printProfileSummary``: memory and execution of every run so far."""
-        self.trace.print_profile_summary(file)
+        self._exec(node)
 
     def _exec(self, node) -> None:
         self._run_node[type(node)](node)
@@ -237,32 +230,19 @@ class Engine:
         """The fewest steps ``node`` emulates (a loop's body counts 0 times)."""
         n = self._needs.get(id(node))
         if n is None:
-            kind = type(node)
-            if kind is SeqNode:
-                n = sum(self._need(c) for c in node.children)
-            elif kind is RepeatNode:
-                n = node.count * self._need(node.body)
-            elif kind is WhileNode:
-                n = self._need(node.cond)
-            elif kind is IfNode:
-                n = min(self._need(node.then), self._need(node.else_))
-            else:
-                n = 0 if kind is PrintNode else 1
+            kind, parts = type(node), [self._need(c) for c in _children(node)]
+            n = (node.count * parts[0] if kind is RepeatNode else parts[0] if kind is WhileNode
+                 else min(parts) if kind is IfNode else sum(parts) if kind is SeqNode
+                 else int(kind is not PrintNode))
             self._needs[id(node)] = n
         return n
 
-    def _done(self) -> int:
-        return len(self.trace) - self._run_start
-
     def _check_steps(self, node, program: int | None = None) -> None:
-        need = self._done() + self._need(node)
+        need = len(self.trace) - self._run_start + self._need(node)
         if need > self.max_steps:
-            if program is None:
-                what = f"Repeat({node.count:,})"
-            else:
-                biggest = max(_repeat_counts(node), default=0)
-                what = f"program {program}" + (f" (with Repeat({biggest:,}))"
-                                               if biggest > 1 else "")
+            biggest = max(_repeat_counts(node), default=0)
+            what = f"Repeat({node.count:,})" if program is None else f"program {program}" + (
+                f" (with Repeat({biggest:,}))" if biggest > 1 else "")
             raise ProgramError(
                 f"{what} would emulate {need:,} steps (compute sets, copies and stream "
                 f"copies) in one run; Poplar runs it, but the emulator stops at "
@@ -289,12 +269,13 @@ class Engine:
                 )
             self._exec(node.body)
             self._exec(node.cond)
-            if self._done() > self.max_steps:
+            if len(self.trace) - self._run_start > self.max_steps:
                 raise ProgramError(
-                    f"RepeatWhileTrue ran {count:,} iterations ({self._done():,} emulated "
-                    f"steps) and predicate '{node.name}' is still true; check that the "
-                    "condition program updates it, or allow more steps with Engine(..., "
-                    "options={'debug.maxEmulatedSteps': ...})"
+                    f"RepeatWhileTrue ran {count:,} iterations "
+                    f"({len(self.trace) - self._run_start:,} emulated steps) and predicate "
+                    f"'{node.name}' is still true; check that the condition program updates "
+                    "it, or allow more steps with Engine(..., options={'debug.maxEmulatedSteps"
+                    "': ...})"
                 )
 
     def _if(self, node: IfNode):
@@ -303,20 +284,13 @@ class Engine:
     def _predicate(self, access: Access) -> bool:
         return bool(backend.to_numpy(self._read(access)).reshape(-1)[0])
 
-    def set_print_tensor_stream(self, stream) -> None:
-        """``Engine::setPrintTensorStream``: where PrintTensor writes (default: stderr)."""
-        if not callable(getattr(stream, "write", None)):
-            raise IpuError(f"set_print_tensor_stream needs a file-like object with write(), "
-                           f"got {stream!r}")
-        self._print_stream = stream
-
     def _print(self, node: PrintNode):
         text = format_tensor(node.title, backend.to_numpy(self._read(node.access)), node.fmt)
         print(text, file=self._print_stream or sys.stderr)
 
     def _copy(self, node: CopyNode):
         values = self._read(node.src)
-        if node.src.view and self.xp is not np:  # CuPy copies may not allow overlap
+        if self._plan(node.src)[3] and self.xp is not np:  # CuPy copies may not allow overlap
             values = values.copy()
         self._write(node.dst, values)
         self.trace.record(node.step)
@@ -328,30 +302,27 @@ class Engine:
                               f"engine.connect_stream('{s.name}', array) before run")
         conn = self._streams[s.name]
         buf, pos = conn
-        if s.to_device:
-            if callable(buf):
-                data = np.zeros(s.n, s.dtype)
-                _callback(buf, data, s.name)
-            else:
-                data = buf[_ring(pos, s.n, buf.size)].astype(s.dtype, copy=False)
-            self._write(node.access, self.xp.asarray(data))
+        if callable(buf):
+            data = np.zeros(s.n, s.dtype) if s.to_device else backend.to_numpy(
+                self._read(node.access)).copy()
+            _callback(buf, data, s.name)
         else:
-            data = backend.to_numpy(self._read(node.access))
-            if callable(buf):
-                _callback(buf, data.copy(), s.name)
+            ring, conn[1] = _ring(pos, s.n, buf.size), (pos + s.n) % buf.size
+            if s.to_device:
+                data = buf[ring].astype(s.dtype, copy=False)
             else:
-                buf[_ring(pos, s.n, buf.size)] = data
-        if not callable(buf):
-            conn[1] = (pos + s.n) % buf.size
+                buf[ring] = backend.to_numpy(self._read(node.access))
+        if s.to_device:
+            self._write(node.access, self.xp.asarray(data))
         self.trace.record(node.step)
 
     def _execute(self, node: ExecNode):
         for group in node.groups:
             if self.per_vertex:
                 for i in range(len(group.vertex_ids)):
-                    self._run_group(group, slice(i, i + 1))
-            elif id(group) in self._checked:
-                self._run_group(group, None)
+                    self._run_group(group, i)
+            elif self._tries.get(id(group)) == -1:
+                self._run_group(group)
             else:
                 self._checked_run(group)
         self.trace.record(node.step)
@@ -362,59 +333,51 @@ class Engine:
         ``axis=-1``). A run whose compared outputs are all zero (data not written yet)
         proves little, so the check repeats, up to ``AXIS_CHECK_RUNS`` runs."""
         n = len(gr.vertex_ids)
-        alone = [(i, self._run_group(gr, slice(i, i + 1), dry=True)) for i in sorted({0, n - 1})]
-        batched = self._run_group(gr, None, written=True)
+        alone = [(i, self._run_group(gr, i, dry=True)) for i in sorted({0, n - 1})]
+        batched = self._run_group(gr)
         informative = False
         for i, outs in alone:
             for name, arr in outs.items():
-                a = backend.to_numpy(arr)[0]
-                b = backend.to_numpy(batched[name])[i]
+                a, b = backend.to_numpy(arr)[0], backend.to_numpy(batched[name])[i]
                 informative = informative or bool(np.any(a != 0))
                 if not _same(a, b):
-                    vid = int(gr.vertex_ids[i])
                     raise CodeletError(
                         f"{gr.cls.__name__}.compute gives field '{name}' of "
-                        f"{self.executable.graph.describe_vertex(vid)} the value {a} when the "
-                        f"vertex runs alone but {b} when it runs with the {n - 1} other "
-                        f"vertices of its group: compute mixes vertices. Every field has a "
-                        "leading vertex axis (scalars (n,), Vectors (n, k)): write compute for "
-                        "one vertex, reduce with axis=-1 (self.x.sum(axis=-1), not "
+                        f"{self.executable.graph.describe_vertex(int(gr.vertex_ids[i]))} the "
+                        f"value {a} when the vertex runs alone but {b} when it runs with the "
+                        f"{n - 1} other vertices of its group: compute mixes vertices. Every "
+                        "field has a leading vertex axis (scalars (n,), Vectors (n, k)): write "
+                        "compute for one vertex, reduce with axis=-1 (self.x.sum(axis=-1), not "
                         "self.x.sum()) and write with self.field[...] = value"
                     )
-        tries = self._tries[id(gr)] = self._tries.get(id(gr), 0) + 1
-        if informative or tries >= AXIS_CHECK_RUNS:
-            self._checked.add(id(gr))
+        tries = self._tries.get(id(gr), 0) + 1
+        self._tries[id(gr)] = -1 if informative or tries >= AXIS_CHECK_RUNS else tries
 
-    def _run_group(self, gr: VertexGroup, rows: slice | None, dry: bool = False,
-                   written: bool = False) -> dict | None:
-        """Run ``compute`` on the group (or on ``rows`` of it); with ``written``, return the
-        written fields. ``dry`` works on copies, writes nothing back and returns them."""
+    def _run_group(self, gr: VertexGroup, row: int | None = None, dry: bool = False) -> dict:
+        """Run ``compute`` on the group (or on vertex ``row`` alone) and return the fields it
+        writes; ``dry`` works on copies and writes nothing back. Fields reach storage in
+        place where they can (compile refuses compute-set races)."""
         inst = object.__new__(gr.cls)
         inst.xp = self.xp
-        fields, scatter = inst.__dict__, []
+        fields, scatter, outputs = inst.__dict__, [], {}
         for fp in gr.fields:
-            a = fp.access
-            if rows is not None:  # debug mode: one vertex's elements (planned once)
-                key = (id(a), rows.start)
-                if key not in self._rows:
-                    self._rows[key] = a.row(rows.start)
-                a = self._rows[key]
-            arr = self._read(a)
-            if dry and fp.kind != "input":
-                arr = arr.copy()  # a region may be a view of storage: leave storage alone
-            elif fp.kind != "input" and not a.view:
-                scatter.append((fp.name, a, arr))
-            elif fp.kind == "input" and isinstance(arr, np.ndarray):
-                arr = arr.view()
-                arr.flags.writeable = False  # an Input is read-only, as in Poplar
+            a = fp.access if row is None else self._access(fp.access, row)
+            if fp.kind == "input":
+                arr = self._read(a, copy=False)
+                if isinstance(arr, np.ndarray):
+                    arr = arr.view()
+                    arr.flags.writeable = False  # an Input is read-only, as in Poplar
+            else:
+                arr = outputs[fp.name] = self._read(a).copy() if dry else self._read(a)
+                if not (dry or self._plan(a)[3]):
+                    scatter.append((a, arr))
             fields[fp.name] = arr
         state = self._state.get(id(gr))
         if state is None:
             state = self._state[id(gr)] = {k: self.xp.asarray(v) for k, v in gr.state.items()}
         for name, values in state.items():
-            fields[name] = values if rows is None else values[rows].copy() if dry else \
-                values[rows]
-        outputs = {fp.name: fields[fp.name] for fp in gr.fields if fp.kind != "input"}
+            part = values if row is None else values[row:row + 1]
+            fields[name] = part.copy() if dry else part
         try:
             gr.cls.compute(inst)
         except (Exception, SystemExit) as exc:
@@ -423,7 +386,7 @@ class Engine:
                                "the field ipu.InOut to update it in place") from exc
             raise CodeletError(
                 f"{gr.cls.__name__}.compute failed ({type(exc).__name__}: {exc}) while "
-                f"running {len(gr.vertex_ids) if rows is None else 1} vertices at once; "
+                f"running {len(gr.vertex_ids) if row is None else 1} vertices at once; "
                 "fields have a leading vertex axis (scalars (n,), Vectors (n, k)): reduce "
                 "with axis=-1 and write outputs with self.field[...] = value"
             ) from exc
@@ -433,41 +396,80 @@ class Engine:
                     f"{gr.cls.__name__}.compute rebound self.{name}; write into the field "
                     f"with self.{name}[...] = value instead of self.{name} = value"
                 )
-        if dry:
-            return {**outputs, **{name: fields[name] for name in state}}
-        for _, a, arr in scatter:
+        for a, arr in scatter:
             self._write(a, arr)
-        return {**outputs, **state} if written else None
+        return {**outputs, **{name: fields[name] for name in state}}
 
     # -- memory access --------------------------------------------------------------------
-    def _device(self, idx: np.ndarray):
-        if self.xp is np:
-            return idx
-        key = id(idx)
-        if key not in self._dev:
-            self._dev[key] = (idx, self.xp.asarray(idx))  # keep idx alive: ids stay unique
-        return self._dev[key][1]
+    def _access(self, t, row: int | None = None) -> Access:
+        """The Access of a tensor the graph holds, or of vertex ``row`` of an access (the
+        per-vertex debug mode), made once: plans are cached by the access's id."""
+        key = (id(t), row)
+        if key not in self._accesses:
+            self._accesses[key] = Access.of(t) if row is None else t.row(row)
+        return self._accesses[key]
 
-    def _region(self, a: Access):
-        """A view of storage (nothing copied): a slice where the region is contiguous."""
-        pool = self._mem[a.dtype]
-        size = math.prod(a.rshape)
-        if contiguous(a.rshape, a.rstrides):
-            return pool[a.offset:a.offset + size].reshape(a.rshape)
-        return self.xp.lib.stride_tricks.as_strided(
-            pool[a.offset:], a.rshape, tuple(st * pool.itemsize for st in a.rstrides))
+    def _plan(self, a: Access) -> tuple:
+        """How ``a`` reaches storage, worked out once per access: (a, view, index,
+        in_place). ``view`` is a slice or strided view of a region, or of a gather whose
+        addresses are evenly spaced (in_place: distinct addresses in ``a``'s shape, so
+        reading gives storage itself), else None; ``index`` (on the backend) gathers and
+        scatters where no view does (a view with repeated addresses only reads)."""
+        plan = self._plans.get(id(a))
+        if plan is None:
+            pool = self._mem[a.dtype]
+            idx = None if a.idx is None else a.idx if self.xp is np else self.xp.asarray(a.idx)
+            region = (a.offset, a.rshape, a.rstrides, True) if idx is None else _spacing(a.idx)
+            view, merged = None, None
+            if region is not None:
+                offset, shape, strides, distinct = region
+                merged = reshape_strides(shape, strides, a.shape)
+                if merged is not None:
+                    shape, strides = a.shape, merged
+                view = (pool[offset:offset + math.prod(shape)].reshape(shape)
+                        if contiguous(shape, strides) else self.xp.lib.stride_tricks.as_strided(
+                            pool[offset:], shape, tuple(s * pool.itemsize for s in strides)))
+                idx = None if distinct else idx
+            plan = self._plans[id(a)] = (a, view, idx, merged is not None and idx is None)
+        return plan  # it holds ``a``: the id stays unique
 
-    def _read(self, a: Access):
-        if a.idx is not None:
-            return self._mem[a.dtype][self._device(a.idx)]
-        region = self._region(a)
-        return region if a.view else region.reshape(a.shape)
+    def _read(self, a: Access, copy: bool = True):
+        """``a``'s elements: storage itself where the plan is in place (or, with ``copy``
+        False, where a view has ``a``'s shape: read only), else a copy."""
+        _, view, idx, in_place = self._plan(a)
+        if view is None:
+            return self._mem[a.dtype][idx]
+        if view.shape != a.shape:
+            return view.reshape(a.shape)  # a copy: no view has this shape
+        return view if in_place or not copy else view.copy()
 
     def _write(self, a: Access, values) -> None:
-        if a.idx is not None:
-            self._mem[a.dtype][self._device(a.idx)] = values.reshape(a.idx.shape)
+        _, view, idx, _ = self._plan(a)
+        if idx is not None:
+            self._mem[a.dtype][idx] = values.reshape(idx.shape)
         else:
-            self._region(a)[...] = values.reshape(a.rshape)
+            view[...] = values.reshape(view.shape)
+
+
+def _spacing(idx: np.ndarray):
+    """(offset, shape, strides, distinct) of a region holding the addresses ``idx`` in order
+    (evenly spaced in every dimension, strides >= 0), else None."""
+    flat = idx.reshape(-1).astype(np.int64)
+    shape, strides, starts = [], [], flat
+    while 1 < starts.size and len(shape) < 8:  # the first run at each level gives the step
+        step = int(starts[1] - starts[0])
+        breaks = np.flatnonzero(np.diff(starts) != step)
+        n = int(breaks[0]) + 1 if breaks.size else starts.size
+        if step < 0 or starts.size % n:
+            return None
+        shape, strides, starts = [n, *shape], [step, *strides], starts[::n]
+    if flat.size < 2 or starts.size > 1 or not np.array_equal(
+            flat, addresses(int(starts[0]), shape, strides).reshape(-1)):
+        return None
+    reach, distinct = 0, True  # each dimension steps past all the inner ones: no repeats
+    for step, n in sorted(zip(strides, shape)):
+        distinct, reach = distinct and (n == 1 or step > reach), reach + (n - 1) * step
+    return int(starts[0]), tuple(shape), tuple(strides), distinct
 
 
 def _ring(pos: int, n: int, size: int):
@@ -480,25 +482,35 @@ def _count_option(options: dict, key: str, default: int) -> int:
     """A positive whole-number engine option (Poplar passes them as strings)."""
     value = options.get(key, default)
     try:
-        ok = int(str(value)) >= 1 and not isinstance(value, bool | float)
+        n = 0 if isinstance(value, bool | float) else int(str(value))
     except ValueError:
-        ok = False
-    if not ok:
+        n = 0
+    if n < 1:
         raise IpuError(f"engine option '{key}' must be a positive whole number (e.g. "
                        f"'{default}'), got {value!r}")
-    return int(str(value))
+    return n
+
+
+def _children(node) -> tuple:
+    kind = type(node)
+    return (node.children if kind is SeqNode else (node.body,) if kind is RepeatNode
+            else (node.cond, node.body) if kind is WhileNode
+            else (node.then, node.else_) if kind is IfNode else ())
 
 
 def _repeat_counts(node):
     """The counts of every Repeat in a compiled program tree."""
-    kind = type(node)
-    if kind is RepeatNode:
+    if type(node) is RepeatNode:
         yield node.count
-    children = (node.children if kind is SeqNode else (node.body,) if kind is RepeatNode
-                else (node.cond, node.body) if kind is WhileNode
-                else (node.then, node.else_) if kind is IfNode else ())
-    for child in children:
+    for child in _children(node):
         yield from _repeat_counts(child)
+
+
+def _lookup(table: dict, name, what: str, plural: str, fix: str = ""):
+    """``table[name]``, or a StreamError naming what there is (and ``fix``)."""
+    if name not in table:
+        raise StreamError(f"no {what} '{name}' ({plural}: {', '.join(table) or 'none'}){fix}")
+    return table[name]
 
 
 def _callback(fn, buffer, name: str) -> None:
@@ -511,100 +523,12 @@ def _callback(fn, buffer, name: str) -> None:
 
 def _same(a, b) -> bool:
     """Equal, or for floating point close (batching may reorder sums)."""
-    if np.shape(a) != np.shape(b):
-        return False
-    if np.asarray(a).dtype.kind != "f":
-        return bool(np.array_equal(a, b))
-    tol = 1e-2 if np.asarray(a).dtype == np.float16 else 1e-4
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.dtype.kind != "f":
+        return a.shape == b.shape and bool(np.array_equal(a, b))
+    tol = 1e-2 if a.dtype == np.float16 else 1e-4
     with np.errstate(invalid="ignore", over="ignore"):
-        scale = 1.0 + float(np.nanmax(np.abs(np.concatenate([np.ravel(a), np.ravel(b)])),
+        scale = 1.0 + float(np.nanmax(np.abs(np.concatenate([a.ravel(), b.ravel()])),
                                       initial=0.0))
     return bool(np.allclose(a, b, rtol=tol, atol=tol * 1e-2 * min(scale, 1e30),
                             equal_nan=True))
-
-
-def format_tensor(title: str, values: np.ndarray, fmt: PrintTensorFmt | None = None) -> str:
-    """Poplar's PrintTensor text with ``fmt`` (default ``PrintTensorFmt()``): ``v: [5 7 9]``,
-    ``v: [ 6  9 12]``, ``v: [1.0000000 2.5000000]``; 2-D and more one row per line."""
-    fmt = fmt or PrintTensorFmt()
-    values = np.asarray(values)
-    summarise = 0 < fmt.summarise_threshold < values.size
-    edge = fmt.edge_items if summarise else None
-    shown = _edges(values, edge)
-    item = _element_format(shown, values.dtype, fmt)
-
-    def row(a, indent):
-        parts = _items(a, edge, item)
-        lines, line = [], " " * indent + fmt.open_bracket
-        for k, part in enumerate(parts):
-            piece = (fmt.separator if k else "") + part
-            if (fmt.max_line_width and k and len(line) + len(piece) + 1 > fmt.max_line_width):
-                lines.append(line)
-                line = " " * (indent + 1) + part
-            else:
-                line += piece
-        return "\n".join([*lines, line + fmt.close_bracket])
-
-    def block(a, indent):
-        if a.ndim == 1:
-            return row(a, indent)
-        pad = " " * indent
-        inner = []
-        for i in _indices(len(a), edge):
-            inner.append(pad + "  ..." if i is None else block(a[i], indent + 2))
-        return pad + fmt.open_bracket + "\n" + "\n".join(inner) + "\n" + pad + \
-            fmt.close_bracket
-
-    if values.ndim == 0:
-        return f"{title}: {item(values)}"
-    return f"{title}: {block(values, 0).lstrip()}"
-
-
-def _indices(n: int, edge: int | None) -> list:
-    """The indices shown along a dimension of ``n``; None marks the ``...``."""
-    if edge is None or n <= 2 * edge:
-        return list(range(n))
-    return [*range(edge), None, *range(n - edge, n)]
-
-
-def _edges(a: np.ndarray, edge: int | None) -> np.ndarray:
-    """The elements a summary shows (all of them when not summarised), flat."""
-    for axis in range(a.ndim):
-        keep = [i for i in _indices(a.shape[axis], edge) if i is not None]
-        a = np.take(a, keep, axis=axis)
-    return a.reshape(-1)
-
-
-def _items(a: np.ndarray, edge, item) -> list[str]:
-    return ["..." if i is None else item(a[i]) for i in _indices(len(a), edge)]
-
-
-def _element_format(shown: np.ndarray, dtype, fmt: PrintTensorFmt):
-    """A function from one element to its text, padded to the width of the widest."""
-    if dtype.kind != "f":
-        def text(x):
-            return str(int(x))
-    else:
-        finite = np.abs(shown[np.isfinite(shown)]).astype(np.float64)
-        style = fmt.float_format if fmt.digits else "none"
-        big = float(finite.max()) if finite.size else 0.0
-        nonzero = finite[finite > 0]
-        if style == "auto":
-            small = float(nonzero.min()) if nonzero.size else 1.0
-            style = "scientific" if big >= 1e8 or small < 1e-4 else "fixed"
-        int_digits = len(str(int(big))) if big >= 1 else 1
-        decimals = max(fmt.digits - int_digits, 0)
-
-        def text(x):
-            x = float(x)
-            if not np.isfinite(x):
-                return str(x)
-            if style == "fixed":
-                return f"{x:.{decimals}f}"
-            if style == "scientific":
-                return f"{x:.{max(fmt.digits - 1, 0)}e}"
-            return f"{x:g}"
-    if not fmt.digits or shown.size == 0:
-        return text
-    width = max(len(text(x)) for x in shown)
-    return lambda x: text(x).rjust(width)

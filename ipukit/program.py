@@ -14,10 +14,10 @@ Programs are plain descriptions; ``compile`` checks them and the Engine runs the
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass
 
 from .errors import ProgramError, StreamError
 from .graph import ComputeSet, DataStream
+from .print_tensor import PrintTensorFmt
 from .tensor import Tensor
 
 
@@ -96,41 +96,6 @@ class If(Program):
         self.predicate = _predicate(predicate, "If")
         self.then = _program(then, "If")
         self.else_ = Sequence() if else_ is None else _program(else_, "If")
-
-
-@dataclass(frozen=True)
-class PrintTensorFmt:
-    """``poplar::PrintTensorFmt``: how PrintTensor lays a tensor out (Poplar's defaults).
-
-    Over ``summarise_threshold`` elements (0: never) only ``edge_items`` at each end of
-    every dimension are shown, with ``...`` between; rows longer than ``max_line_width``
-    characters (0: never) are split; elements are padded to a common width. Floats show
-    ``digits`` significant digits (0: each element unaligned, as it comes);
-    ``float_format`` is ``"auto"``, ``"fixed"``, ``"scientific"`` or ``"none"``.
-    Kit convention: Poplar does not publish its "auto" analysis; ipukit uses fixed
-    notation, scientific when the largest magnitude reaches 1e8 or the smallest non-zero
-    one is under 1e-4.
-    """
-
-    summarise_threshold: int = 1000
-    edge_items: int = 3
-    max_line_width: int = 75
-    digits: int = 8
-    float_format: str = "auto"
-    separator: str = " "
-    open_bracket: str = "["
-    close_bracket: str = "]"
-
-    def __post_init__(self):
-        for name in ("summarise_threshold", "edge_items", "max_line_width", "digits"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not (isinstance(value, numbers.Integral)
-                                               and value >= 0):
-                raise ProgramError(f"PrintTensorFmt: {name} must be a non-negative int, got "
-                                   f"{value!r}")
-        if self.float_format not in ("auto", "fixed", "scientific", "none"):
-            raise ProgramError(f"PrintTensorFmt: float_format must be 'auto', 'fixed', "
-                               f"'scientific' or 'none', got {self.float_format!r}")
 
 
 class PrintTensor(Program):

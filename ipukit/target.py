@@ -121,26 +121,19 @@ class IPUModel:
 
     def __init__(self, version: str = "ipu2", num_ipus: int = 1, tiles_per_ipu=None):
         if version not in PRESETS:
-            raise IpuError(
-                f"unknown IPU version {version!r}; use one of {', '.join(PRESETS)}"
-            )
-        if isinstance(num_ipus, bool) or not (isinstance(num_ipus, numbers.Integral)
-                                              and num_ipus >= 1):
-            raise IpuError(f"num_ipus must be a positive integer, got {num_ipus!r}")
+            raise IpuError(f"unknown IPU version {version!r}; use one of {', '.join(PRESETS)}")
         default_tiles, self.bytes_per_tile, self.clock_hz = PRESETS[version]
-        tiles = default_tiles if tiles_per_ipu is None else tiles_per_ipu
-        if isinstance(tiles, bool) or not (isinstance(tiles, numbers.Integral) and tiles >= 1):
-            raise IpuError(f"tiles_per_ipu must be a positive integer, got {tiles!r}")
-        self.version, self.num_ipus, self.tiles_per_ipu = version, int(num_ipus), int(tiles)
+        self.version, self.num_ipus = version, _positive(num_ipus, "num_ipus")
+        self.tiles_per_ipu = _positive(default_tiles if tiles_per_ipu is None else tiles_per_ipu,
+                                       "tiles_per_ipu")
 
     def create_device(self) -> Device:
-        return Device(
-            Target(
-                version=self.version,
-                num_ipus=self.num_ipus,
-                tiles_per_ipu=self.tiles_per_ipu,
-                bytes_per_tile=self.bytes_per_tile,
-                clock_hz=self.clock_hz,
-                host_link=cost.HOST_LINK_BYTES_PER_CYCLE[self.version],
-            )
-        )
+        return Device(Target(self.version, self.num_ipus, self.tiles_per_ipu,
+                             self.bytes_per_tile, self.clock_hz,
+                             host_link=cost.HOST_LINK_BYTES_PER_CYCLE[self.version]))
+
+
+def _positive(value, name: str) -> int:
+    if isinstance(value, bool) or not (isinstance(value, numbers.Integral) and value >= 1):
+        raise IpuError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)

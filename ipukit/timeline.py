@@ -105,19 +105,14 @@ class Timeline:
         it waited for another IPU).
         """
         n, total = self.num_ipus, self.makespan
-        busy, first, last = np.zeros(n), np.full(n, np.inf), np.zeros(n)
-        idle = {}
+        busy, spread, idle = np.zeros(n), np.zeros(n), {}
         for q in range(n):
             mine = [s for s in self.spans if s.ipu == q]
+            busy[q], idle[q] = _busy_and_idle(mine, total)
             work = [s for s in mine if s.kind in WORK]
-            cover = _cover(work, total)
-            busy[q] = cover
             if work:
-                first[q] = min(s.start for s in work)
-                last[q] = max(s.end for s in work)
-            idle[q] = _idle_causes(mine, total)
-        ideal = float(busy.max(initial=0.0))
-        span = float((last - np.minimum(first, last)).max(initial=0.0))
+                spread[q] = max(s.end for s in work) - min(s.start for s in work)
+        ideal, span = float(busy.max(initial=0.0)), float(spread.max(initial=0.0))
         return {
             "makespan": float(total),
             "ideal_time": ideal,
@@ -130,39 +125,19 @@ class Timeline:
         }
 
 
-def _cover(spans, total) -> float:
-    """Length of the union of ``spans`` within [0, total]."""
-    out, reach = 0.0, 0.0
-    for s in sorted(spans, key=lambda s: s.start):
-        lo, hi = max(s.start, reach), min(s.end, total)
-        if hi > lo:
-            out += hi - lo
-            reach = hi
-    return out
-
-
-def _idle_causes(spans, total) -> dict:
-    """Split the time an IPU did no work over [0, total] by what covered it."""
+def _busy_and_idle(spans, total) -> tuple[float, dict]:
+    """An IPU's work time over [0, total], and the rest split by what covered it."""
     edges = np.unique([0.0, float(total)] + [t for s in spans for t in (s.start, s.end)])
     edges = edges[(edges >= 0) & (edges <= total)]
-    label = np.full(max(len(edges) - 1, 0), "dependency", dtype=object)
-    order = list(CAUSES.values())
-    rank = np.full(len(label), len(order) + 1)
+    causes = [*CAUSES.values(), "dependency"]  # by rank; uncovered: a dependency
+    rank = np.full(max(len(edges) - 1, 0), len(causes) - 1)
     for s in spans:
-        lo, hi = np.searchsorted(edges, [s.start, s.end])
-        if s.kind in WORK:
-            r, name = -1, None
-        elif s.kind in CAUSES:
-            r, name = order.index(CAUSES[s.kind]), CAUSES[s.kind]
-        else:
-            continue
-        sel = slice(lo, hi)
-        better = rank[sel] > r
-        rank[sel] = np.where(better, r, rank[sel])
-        label[sel] = np.where(better, name, label[sel])
-    out: dict[str, float] = {}
-    widths = np.diff(edges)
-    for name, w in zip(label, widths):
-        if name is not None and w > 0:
-            out[name] = out.get(name, 0.0) + float(w)
-    return out
+        if s.kind in WORK or s.kind in CAUSES:
+            lo, hi = np.searchsorted(edges, [s.start, s.end])
+            r = -1 if s.kind in WORK else causes.index(CAUSES[s.kind])
+            rank[lo:hi] = np.minimum(rank[lo:hi], r)
+    widths, idle = np.diff(edges), {}
+    for r, w in zip(rank, widths):
+        if r >= 0 and w > 0:
+            idle[causes[r]] = idle.get(causes[r], 0.0) + float(w)
+    return float(widths[rank < 0].sum()), idle

@@ -18,12 +18,11 @@ what ``poplar::Engine::printProfileSummary`` and PopVision show.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import cost
+from . import cost, profile_summary
 from .target import Target
 from .timeline import MemorySample, Span, Timeline
 
@@ -78,10 +77,7 @@ class TileMemory:
     def over_full(self) -> list[tuple[int, int]]:
         """Tiles holding more than ``bytes_per_tile`` as (tile, bytes), fullest first: an
         out-of-memory graph the IPUModel runs anyway (``debug.allowOutOfMemory``)."""
-        total = self.total
-        over = np.flatnonzero(total > self.bytes_per_tile)
-        order = over[np.argsort(-total[over], kind="stable")]
-        return [(int(t), int(total[t])) for t in order]
+        return self.worst(int((self.total > self.bytes_per_tile).sum()))
 
     def worst(self, k: int = 5, category: str | None = None) -> list[tuple[int, int]]:
         """The ``k`` fullest tiles (in ``category``, else in all) as (tile, bytes)."""
@@ -116,12 +112,13 @@ class Trace:
         and advances only their clocks (one IPU: steps simply follow each other)."""
         s, clocks = self.steps[step], self.clocks
         start = max(clocks[q] for q in s.ipus)
+        end = start + s.cycles
         for q in s.ipus:
-            clocks[q] = start + s.cycles
+            clocks[q] = end
         self._step_ids.append(step)
         self._starts.append(start)
         self._runs.append(self.num_runs - 1)
-        self.total_cycles = max(self.total_cycles, start + s.cycles)
+        self.total_cycles = max(self.total_cycles, end)
 
     def __len__(self) -> int:
         return len(self._step_ids)
@@ -161,126 +158,14 @@ class Trace:
         """How many times each compiled step ran."""
         return np.bincount(np.asarray(self._step_ids, np.int64), minlength=len(self.steps))
 
-    def _sum(self, attr: str) -> int:
-        return int(self.executions() @ np.array([getattr(s, attr) for s in self.steps],
-                                                  np.int64)) if self.steps else 0
-
     def summary(self) -> dict:
         """The profile's numbers as a dict (what ``print_profile_summary`` prints)."""
-        runs = self.executions()
-        tiles_incl = sum((n * s.tile_compute_cycles for n, s in zip(runs, self.steps) if n),
-                         np.zeros(self.target.num_tiles, np.int64))
-        vertex_types: dict[str, list[int]] = {}
-        for n, s in zip(runs, self.steps):
-            if not n:
-                continue  # a compute set that never ran is not in the profile
-            for name, (inst, cyc) in s.vertex_types.items():
-                entry = vertex_types.setdefault(name, [0, 0])
-                entry[0] += inst  # a step that runs again has the same vertices
-                entry[1] += int(n) * cyc
-        total_mem = self.memory.total
-        excl = self._sum("vertex_cycles")
-        return {
-            "total_cycles": self.total_cycles,
-            "total_us": self.target.cycles_to_us(self.total_cycles),
-            "sync_cycles": self._sum("sync_cycles"),
-            "host_sync_cycles": sum(int(n) * st.sync_cycles for n, st in zip(runs, self.steps)
-                                    if st.kind == "host"),
-            "host_bytes": self._sum("host_bytes"),
-            "host_exchange_cycles": sum(int(n) * st.exchange_cycles
-                                        for n, st in zip(runs, self.steps) if st.kind == "stream"),
-            "exchange_cycles": self._sum("exchange_cycles"),
-            "global_exchange_cycles": sum(int(n) * st.exchange_cycles
-                                          for n, st in zip(runs, self.steps)
-                                          if st.kind != "stream" and st.inter_ipu_bytes),
-            "ipu_exchange_cycles": sum(int(n) * st.exchange_cycles
-                                       for n, st in zip(runs, self.steps)
-                                       if st.kind != "stream" and not st.inter_ipu_bytes),
-            "compute_cycles": self._sum("compute_cycles"),
-            "compute_cycles_excluding_idle": excl,
-            "tile_average_excluding_idle": excl / self.target.num_tiles,
-            "tile_average_including_idle": float(tiles_incl.sum()) / self.target.num_tiles,
-            "vertex_types": {k: tuple(v) for k, v in vertex_types.items()},
-            "memory_total": int(total_mem.sum()),
-            "memory_max": int(total_mem.max()),
-            "memory_mean": float(total_mem.mean()),
-            "memory_worst": self.memory.worst(),
-            "memory_over_full": self.memory.over_full(),
-            "memory_by_category": {k: int(v.sum()) for k, v in self.memory.categories.items()},
-        }
+        return profile_summary.summary(self)
 
     def step_table(self) -> list[dict]:
         """One row per compiled step that ran: executions and cycles (PopVision's table)."""
-        rows = []
-        for n, s in zip(self.executions(), self.steps):
-            if n:
-                rows.append({"name": s.name, "kind": s.kind, "executions": int(n),
-                             "cycles": int(n) * s.cycles, "sync": int(n) * s.sync_cycles,
-                             "exchange": int(n) * s.exchange_cycles,
-                             "compute": int(n) * s.compute_cycles,
-                             "vertices": sum(i for i, _ in s.vertex_types.values()),
-                             "slowest tile": int(np.argmax(s.tile_compute_cycles))})
-        return rows
+        return profile_summary.step_table(self)
 
     def print_profile_summary(self, file=None) -> None:
         """Print the target, memory and execution summary (``printProfileSummary``)."""
-        out = file or sys.stdout
-        t, s = self.target, self.summary()
-
-        def w(label, value=""):
-            print(f"  {label:<55} {value}", file=out)
-
-        print("Target:", file=out)
-        w("Type:", f"IPU Model ({t.version})")
-        w("Number of IPUs:", t.num_ipus)
-        w("Tiles per IPU:", f"{t.tiles_per_ipu:,}")
-        w("Total number of tiles:", f"{t.num_tiles:,}")
-        w("Memory per tile:", f"{t.bytes_per_tile // 1024:,} KiB")
-        w("Clock:", f"{t.clock_hz / 1e9:.2f} GHz")
-        print("\nMemory Usage:", file=out)
-        w("Total for all IPUs:", f"{s['memory_total']:,} B")
-        for k, v in s["memory_by_category"].items():
-            w(f"  {k.capitalize()}:", f"{v:,} B")
-        w("Per tile, maximum:", f"{s['memory_max']:,} B "
-          f"({100 * s['memory_max'] / t.bytes_per_tile:.1f}% of {t.bytes_per_tile:,} B)")
-        w("Per tile, mean:", f"{s['memory_mean']:,.1f} B")
-        w("Worst tiles:", ", ".join(f"tile {i}: {b:,} B" for i, b in s["memory_worst"]))
-        if s["memory_over_full"]:
-            over = s["memory_over_full"]
-            w("Out of memory (the IPUModel runs on):",
-              f"{len(over):,} tiles over {t.bytes_per_tile:,} B, "
-              + ", ".join(f"tile {i}: {b:,} B" for i, b in over[:5]))
-        print("\nExecution:", file=out)
-        w("Engine.run calls:", self.num_runs)
-        w("Total cycles:", f"{s['total_cycles']:,} (approx {s['total_us']:,.1f} microseconds)")
-        # Poplar's tile averages (tut6 README). Kit convention: in ipukit's BSP every tile
-        # spends a step's whole exchange and sync phases in them, so their averages are the
-        # phase totals; sync includes the host synchronisation of each Engine.run call.
-        for label, value in (
-                ("compute cycles (including idle threads)", s["tile_average_including_idle"]),
-                ("compute cycles (excluding idle threads)", s["tile_average_excluding_idle"]),
-                ("IPU exchange cycles", s["ipu_exchange_cycles"]),
-                ("global exchange cycles", s["global_exchange_cycles"]),
-                ("host exchange cycles", s["host_exchange_cycles"]),
-                ("sync cycles", s["sync_cycles"])):
-            w(f"Tile average {label}:",
-              f"{value:,.1f} ({100 * value / max(s['total_cycles'], 1):.1f}% of total)")
-        print("\n  Breakdown of the total cycles (ipukit):", file=out)
-        w("  Host synchronisation (Engine.run calls):", f"{s['host_sync_cycles']:,}")
-        w("  Sync:", f"{s['sync_cycles'] - s['host_sync_cycles']:,}")
-        w("  Exchange:", f"{s['exchange_cycles']:,}")
-        w("    of which host exchange (stream copies):",
-          f"{s['host_exchange_cycles']:,} ({s['host_bytes']:,} B over PCIe)")
-        w("  Compute:", f"{s['compute_cycles']:,}")
-        w("Total compute cycles (excluding idle threads):",
-          f"{s['compute_cycles_excluding_idle']:,}")
-        if s["vertex_types"]:
-            print("\n  By vertex type:", file=out)
-            for name, (inst, cyc) in s["vertex_types"].items():
-                w(f"  {name} ({inst:,} instances):", f"{cyc:,}")
-        print("\n  By step:", file=out)
-        print(f"    {'step':<40}{'runs':>8}{'cycles':>14}{'exchange':>12}{'compute':>12}",
-              file=out)
-        for r in self.step_table():
-            print(f"    {r['name'][:39]:<40}{r['executions']:>8,}{r['cycles']:>14,}"
-                  f"{r['exchange']:>12,}{r['compute']:>12,}", file=out)
+        profile_summary.print_profile_summary(self, file)

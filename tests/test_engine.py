@@ -337,3 +337,29 @@ def test_copies_through_views_match_numpy(shape, data):
     eng.write_tensor("src", values)
     eng.run()
     assert np.array_equal(eng.read_tensor("dst"), values.T)
+
+
+# -- how the engine reaches a gather: a strided view where the addresses are evenly spaced ---
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(0, 9)), min_size=1, max_size=3),
+       st.integers(0, 50), st.integers(-1, 63))
+def test_spacing_describes_exactly_the_addresses(dims, offset, poke):
+    """``_spacing`` finds a region (offset, shape, strides) only when it holds exactly the
+    addresses in order, and calls them distinct only when none repeats; evenly spaced,
+    non-overlapping addresses always get one (so they are read through a view)."""
+    from ipukit.engine import _spacing
+    from ipukit.tensor import addresses
+
+    shape, strides = [n for n, _ in dims], [s for _, s in dims]
+    idx = addresses(offset, shape, strides).reshape(-1)
+    if 0 <= poke < idx.size:
+        idx[poke] += 1  # usually no longer evenly spaced
+    found = _spacing(idx)
+    if found is not None:
+        start, shape2, strides2, distinct = found
+        assert np.array_equal(addresses(start, shape2, strides2).reshape(-1), idx)
+        assert not distinct or np.unique(idx).size == idx.size
+    reach, apart = 0, True
+    for s, n in sorted(zip(strides, shape)):
+        apart, reach = apart and (n == 1 or s > reach), reach + (n - 1) * s
+    if poke < 0 and apart and idx.size > 1:
+        assert found is not None and found[3]
