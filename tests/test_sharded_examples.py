@@ -6,6 +6,7 @@ import sys
 import numpy as np
 import pytest
 
+from ipukit import backend
 from ipukit.examples import sharded_embedding, sharded_matmul
 from ipukit.parallel import sharded
 
@@ -63,7 +64,7 @@ def test_embedding_large_golden_values():
     result = sharded_embedding.sharded_tied_embedding(features, indices, 4)
     assert result.loss == pytest.approx(7.98802658, abs=1e-5)
     grad = sharded.unshard(result.grad, axis=0).astype(np.float64)
-    assert np.linalg.norm(grad) == pytest.approx(0.12633501, rel=1e-5)
+    assert np.linalg.norm(backend.to_numpy(grad)) == pytest.approx(0.12633501, rel=1e-5)
     # No IPU ever holds more than its quarter of the logits.
     assert {p.shape for p in result.logits} == {(256, 2000)}
 
