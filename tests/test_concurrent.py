@@ -157,7 +157,7 @@ def test_concurrent_stage_and_sharded_loss_equal_dense(batch, d, shards, per, se
     dlogits = np.exp(logp)
     dlogits[np.arange(batch), y] -= 1
     dlogits *= 2.0 / batch
-    np.testing.assert_allclose(dx, dlogits @ layer.params["weight"].T, rtol=1e-10,
+    np.testing.assert_allclose(dx, dlogits @ w.T, rtol=1e-10,
                                atol=1e-12)
     w, b = joined([m for m in stage.members])
     g = np.concatenate([m.grads["weight"] for m in stage.members], axis=1)
