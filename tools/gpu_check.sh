@@ -13,7 +13,7 @@
 #   emulator  bench_emulator.py at 10^5, 10^6 and 10^7 vertices on NumPy, then on CuPy (about
 #             6 min: building 10^7 vertices is a Python loop of ~110 s per backend)
 #   benches   bench_scale (to 10^7), tut6, sharded, parallel, replication and host, each on
-#             NumPy then on CuPy (about 3 min)
+#             NumPy then on CuPy (about 6 min; bench_parallel takes ~2 min per backend)
 # Copy the rows into BENCHMARKS.md ("GPU (CuPy)") with the GPU's name.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -64,7 +64,7 @@ stage_benches() {
   bench 60 bench_scale.py --sizes 1000 100000 10000000
   bench 50 bench_tut6.py
   bench 40 bench_sharded.py --repeats 5
-  bench 60 bench_parallel.py
+  bench 170 bench_parallel.py
   bench 30 bench_replication.py
   bench 30 bench_host.py --repeats 5
 }
