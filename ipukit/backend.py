@@ -96,6 +96,18 @@ def to_numpy(a) -> np.ndarray:
     return a if type(a) is np.ndarray else np.asarray(a)
 
 
+def module_of(a):
+    """The array module that holds ``a``: NumPy for host arrays and scalars, else the
+    backend's (``cupy.get_array_module`` without importing CuPy here)."""
+    return np if isinstance(a, (np.ndarray, np.generic, int, float)) else xp
+
+
+def like(a, ref):
+    """``a`` on the same side as ``ref``: a NumPy array if ``ref`` is on the host, else an
+    array of the backend in use (no copy when ``a`` is already there)."""
+    return to_numpy(a) if module_of(ref) is np else xp.asarray(a)
+
+
 def asarray(a, dtype=None):
     """Put ``a`` on the backend in use."""
     return xp.asarray(a, dtype=dtype)

@@ -1,13 +1,41 @@
 """Fixtures shared by tests/."""
 
+import functools
+
+import numpy as np
 import pytest
 from hypothesis import settings
 
+from ipukit import backend
 from ipukit.grading import feedback
 
 # Property tests run on busy 2-core CI machines: time limits per example would be flaky.
 settings.register_profile("ipukit", deadline=None)
 settings.load_profile("ipukit")
+
+
+def _host(a):
+    """A CuPy array (or a list/tuple of them) as NumPy; anything else unchanged."""
+    if isinstance(a, (list, tuple)):
+        return type(a)(_host(x) for x in a)
+    return backend.to_numpy(a) if type(a).__module__.startswith("cupy") else a
+
+
+def _on_host(compare):
+    @functools.wraps(compare)
+    def wrapper(*args, **kwargs):
+        return compare(*map(_host, args), **{k: _host(v) for k, v in kwargs.items()})
+    return wrapper
+
+
+# With IPUKIT_BACKEND=cupy, model parameters and the parallel ops' results are CuPy arrays,
+# which refuse implicit conversion to NumPy: NumPy's comparisons copy them to the host
+# first (backend.to_numpy), so the same assertions check the same values on both backends.
+if backend.name() == "cupy":
+    for _mod, _name in [(np.testing, "assert_allclose"), (np.testing, "assert_array_equal"),
+                        (np.testing, "assert_equal"), (np, "allclose"),
+                        (np, "array_equal")]:
+        setattr(_mod, _name, _on_host(getattr(_mod, _name)))
 
 
 @pytest.fixture(autouse=True)

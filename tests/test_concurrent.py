@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ipukit import backend
 from ipukit.errors import IpuError, PipelineConfigError
 from ipukit.parallel import nn, optim, pipeline
 from ipukit.parallel.concurrent import (
@@ -56,8 +57,9 @@ def dense(a, b, seed):
     return nn.Dense(a, b, rng=seed, dtype="float64")
 
 
-def wb(layer):
-    return layer.params["weight"].copy(), layer.params["bias"].copy()
+def wb(layer):  # host copies (on CuPy the parameters live on the GPU)
+    return backend.to_numpy(layer.params["weight"]).copy(), \
+        backend.to_numpy(layer.params["bias"]).copy()
 
 
 def joined(members):
@@ -145,7 +147,8 @@ def test_concurrent_stage_and_sharded_loss_equal_dense(batch, d, shards, per, se
     value, lcache = loss.forward(out, y)
     dx = stage.backward(loss.backward(lcache, scale=2.0), cache)
 
-    logits = x @ layer.params["weight"] + layer.params["bias"]
+    w, b = wb(layer)
+    logits = x @ w + b
     np.testing.assert_allclose(join(out), logits, rtol=1e-12, atol=1e-12)
     assert len(out) == shards and all(o.shape == (batch, per) for o in out)
     top = logits.max(axis=1, keepdims=True)
@@ -154,7 +157,7 @@ def test_concurrent_stage_and_sharded_loss_equal_dense(batch, d, shards, per, se
     dlogits = np.exp(logp)
     dlogits[np.arange(batch), y] -= 1
     dlogits *= 2.0 / batch
-    np.testing.assert_allclose(dx, dlogits @ layer.params["weight"].T, rtol=1e-10,
+    np.testing.assert_allclose(dx, dlogits @ w.T, rtol=1e-10,
                                atol=1e-12)
     w, b = joined([m for m in stage.members])
     g = np.concatenate([m.grads["weight"] for m in stage.members], axis=1)

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import ipukit as ipu
+from ipukit import backend
 
 from .helpers import SumVertex, run, small
 
@@ -238,7 +239,9 @@ class WritesInput(ipu.Vertex):
 
 @pytest.mark.parametrize("cls, word", [
     (Broken, r"Broken.compute failed \(AttributeError"), (Rebinds, r"self.out\[...\] = value"),
-    (WritesInput, "wrote into an Input field; declare the field ipu.InOut")])
+    pytest.param(WritesInput, "wrote into an Input field; declare the field ipu.InOut",
+                 marks=pytest.mark.xfail(backend.name() == "cupy", strict=True,
+                                         reason="CuPy arrays cannot be made read-only"))])
 @pytest.mark.parametrize("gathered", [False, True])
 def test_codelet_mistakes_are_explained(cls, word, gathered):
     dev, g = small(tiles=1)
@@ -315,7 +318,9 @@ def test_random_vertex_graphs_match_numpy(data):
         want_out[outs[v]] = xs[reads[v]].sum(dtype=np.float32)
     want_y = y0 + a[:, None] * xs[[r[0] for r in reads]][:, None]
     np.testing.assert_allclose(results[0][0], want_out, rtol=1e-5, atol=1e-3)
-    np.testing.assert_array_equal(results[0][1], want_y.astype(np.float32))
+    # exact, except that CUDA (CuPy) flushes subnormal float32 results to zero
+    np.testing.assert_allclose(results[0][1], want_y.astype(np.float32), rtol=0,
+                               atol=np.finfo(np.float32).tiny)
     for batched, single in zip(results[0], results[1]):
         np.testing.assert_array_equal(batched, single)
 

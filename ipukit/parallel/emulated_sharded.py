@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import backend
 from ..engine import Engine
 from ..errors import IpuError
 from ..graph import Graph
@@ -333,7 +334,7 @@ def tied_embedding(features, indices, num_ipus: int, target: Target | None = Non
     size = sharded.check_even(vocab, num_ipus, f"the embedding table {list(features.shape)} "
                               "along dimension 0")
     sharded.CollectiveLog(num_ipus)  # the same checks (at least 2 IPUs)
-    indices = np.asarray(indices)
+    indices = backend.to_numpy(indices)
     if indices.min() < 0 or indices.max() >= vocab:
         bad = int(indices.min() if indices.min() < 0 else indices.max())
         raise IpuError(f"embedding indices holds {bad}, outside 0..{vocab - 1} (the {vocab} "
@@ -387,10 +388,10 @@ def tied_embedding(features, indices, num_ipus: int, target: Target | None = Non
     eng.load(Device(target))
     parts = sharded.shard(features, num_ipus, axis=0, name="the embedding table")
     for s, p in enumerate(parts):
-        eng.write_tensor(f"w{s}", np.asarray(p))
+        eng.write_tensor(f"w{s}", backend.to_numpy(p))
     eng.write_tensor("indices", indices.astype(np.int32))
     eng.run()
     return EmulatedShardedRun(
-        float(eng.read_tensor("loss")[0]), [np.asarray(p) for p in parts],
+        float(eng.read_tensor("loss")[0]), [backend.to_numpy(p) for p in parts],
         [eng.read_tensor(f"logits{s}") for s in range(num_ipus)],
         [eng.read_tensor(f"grad{s}") for s in range(num_ipus)], eng.trace, g)

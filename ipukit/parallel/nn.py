@@ -61,6 +61,12 @@ def _uniform(rng, shape, fan_in, dtype):
     return backend.get_xp().asarray(values)
 
 
+def _dev(a):
+    """``a`` on the backend in use (a no-op for an array already there): layers take host
+    (NumPy) inputs and gradients on CuPy too, as ``Engine.write_tensor`` does."""
+    return backend.get_xp().asarray(a)
+
+
 class Layer:
     """Base class: no parameters, identity shape, no FLOPs."""
 
@@ -111,9 +117,11 @@ class Dense(Layer):
         }
 
     def forward(self, x):
+        x = _dev(x)
         return x @ self.params["weight"] + self.params["bias"], x
 
     def backward(self, dy, x):
+        dy = _dev(dy)
         self._accumulate("weight", x.T @ dy)
         self._accumulate("bias", dy.sum(axis=0))
         return dy @ self.params["weight"].T
@@ -136,11 +144,12 @@ class ReLU(Layer):
     """``max(x, 0)``."""
 
     def forward(self, x):
+        x = _dev(x)
         mask = x > 0
         return x * mask, mask
 
     def backward(self, dy, mask):
-        return dy * mask
+        return _dev(dy) * mask
 
     def flops(self, shape):
         n = math.prod(shape)
@@ -151,10 +160,11 @@ class Flatten(Layer):
     """``(B, ...) -> (B, prod(...))``."""
 
     def forward(self, x):
+        x = _dev(x)
         return x.reshape(x.shape[0], -1), x.shape
 
     def backward(self, dy, shape):
-        return dy.reshape(shape)
+        return _dev(dy).reshape(shape)
 
     def out_shape(self, shape):
         return (shape[0], math.prod(shape[1:]))
@@ -193,6 +203,7 @@ class Conv2D(Layer):
         return cols.reshape(b, c * k * k, ho * wo), (ho, wo)
 
     def forward(self, x):
+        x = _dev(x)
         cols, (ho, wo) = self._cols(x)
         w2 = self.params["weight"].reshape(self.cout, -1)
         y = (w2 @ cols).reshape(x.shape[0], self.cout, ho, wo)
@@ -201,6 +212,7 @@ class Conv2D(Layer):
     def backward(self, dy, cache):
         xp = backend.get_xp()
         cols, shape = cache
+        dy = _dev(dy)
         b, c, h, w = shape
         k, ho, wo = self.k, dy.shape[2], dy.shape[3]
         dy2 = dy.reshape(b, self.cout, ho * wo)
@@ -235,6 +247,7 @@ class MaxPool2D(Layer):
 
     def forward(self, x):
         xp = backend.get_xp()
+        x = _dev(x)
         b, c, h, w = x.shape
         win = (x.reshape(b, c, h // 2, 2, w // 2, 2).transpose(0, 1, 2, 4, 3, 5)
                .reshape(b, c, h // 2, w // 2, 4))
@@ -245,7 +258,7 @@ class MaxPool2D(Layer):
     def backward(self, dy, cache):
         xp = backend.get_xp()
         idx, (b, c, h, w) = cache
-        win = (xp.arange(4) == idx[..., None]) * dy[..., None]
+        win = (xp.arange(4) == idx[..., None]) * _dev(dy)[..., None]
         return (win.reshape(b, c, h // 2, w // 2, 2, 2).transpose(0, 1, 2, 4, 3, 5)
                 .reshape(b, c, h, w))
 
@@ -316,6 +329,7 @@ class SoftmaxCrossEntropy:
     def forward(self, logits, labels):
         xp = backend.get_xp()
         check_labels(labels, logits.shape)
+        logits, labels = _dev(logits), _dev(labels)
         shifted = logits - logits.max(axis=1, keepdims=True)
         log_z = xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))
         logp = shifted - log_z

@@ -49,8 +49,8 @@ class Optimizer:
         self.state: dict = {}
 
     def step(self, params: dict, grads: dict) -> None:
-        for key, p in params.items():
-            self._update(key, p, grads[key])
+        for key, p in params.items():  # host parameters stay on the host, device ones there
+            self._update(key, p, backend.like(grads[key], p))
 
     def _update(self, key, p, g):
         raise NotImplementedError
@@ -114,7 +114,7 @@ class Adam(Optimizer):
         self.betas, self.eps, self.weight_decay = betas, eps, weight_decay
 
     def _update(self, key, p, g):
-        xp = backend.get_xp()
+        xp = backend.module_of(p)
         b1, b2 = self.betas
         if self.weight_decay and self.decoupled:
             p *= 1 - self.lr * self.weight_decay

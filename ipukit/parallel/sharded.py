@@ -102,6 +102,7 @@ class CollectiveLog:
 
     def broadcast(self, x, label: str, root: int = 0) -> list:
         """Copy ``x`` (on shard ``root``) to every shard; the root keeps ``x`` itself."""
+        x = backend.get_xp().asarray(x)  # a host gradient goes to the device first
         n, s_count = x.nbytes, self.num_shards
         sent = [n * (s_count - 1) if s == root else 0 for s in range(s_count)]
         received = [0 if s == root else n for s in range(s_count)]
@@ -192,7 +193,8 @@ def shard(x, num_shards: int, axis: int, name: str = "tensor") -> list:
 
 def unshard(parts: list, axis: int):
     """Host side only: what reading every shard back to the host and joining them gives."""
-    return backend.get_xp().concatenate(parts, axis=axis)
+    xp = backend.get_xp()
+    return xp.concatenate([xp.asarray(p) for p in parts], axis=axis)  # host parts too
 
 
 def local_indices(indices, shard_index: int, size: int):
@@ -202,7 +204,7 @@ def local_indices(indices, shard_index: int, size: int):
     to a huge number (0 - 2 = 4294967294) and fails the one test ``adjusted < size``.
     """
     xp = backend.get_xp()
-    adjusted = indices.astype(xp.uint32) - xp.uint32(shard_index * size)
+    adjusted = xp.asarray(indices).astype(xp.uint32) - xp.uint32(shard_index * size)
     mask = adjusted < size
     return xp.where(mask, adjusted, 0), mask
 
