@@ -50,9 +50,9 @@ class Pool:
         self.dtype, self.size = dtype, 0
         self.variables: list[Variable] = []
         self.starts: list[int] = []
-        self._mapped: tuple[list, list, list] = ([], [], [])  # begins, ends, tiles, in order
-        self._segments = None  # the resolved mapping: sorted, disjoint (begin, end, tile)
-        self._cuts = None  # the addresses where the mapping changes
+        self._new: tuple[list, list, list] = ([], [], [])  # begins, ends, tiles not resolved
+        self._segments = (np.zeros(0, np.int64),) * 3  # sorted, disjoint (begin, end, tile)
+        self._cuts, self._cut_tiles = np.zeros(0, np.int64), np.full(1, -1, np.int64)
 
     def alloc(self, name, shape, values=None) -> Variable:
         size = int(np.prod(shape, dtype=np.int64))
@@ -65,47 +65,49 @@ class Pool:
     def map(self, begins, lengths, tile: int) -> None:
         """Map runs of addresses (one as ints, or arrays) to ``tile``; a later mapping of an
         address wins."""
-        b, e, t = self._mapped
-        if not isinstance(begins, np.ndarray):
-            b.append(int(begins))
-            e.append(int(begins + lengths))
-            t.append(tile)
-        else:
+        b, e, t = self._new
+        if isinstance(begins, np.ndarray):
             b.extend(begins.tolist())
             e.extend((begins + lengths).tolist())
             t.extend([tile] * len(begins))
-        self._segments = None
+        else:
+            b.append(int(begins))
+            e.append(int(begins + lengths))
+            t.append(tile)
 
     def segments(self):
-        """The tile mapping as sorted, disjoint intervals: (begins, ends, tiles)."""
-        if self._segments is None:
-            self._segments = _resolve(*(np.array(x, np.int64) for x in self._mapped))
-            self._mapped = tuple(x.tolist() for x in self._segments)  # compacted
-            b, e, _ = self._segments
-            cuts = np.stack([b, e], axis=1).reshape(-1)  # sorted: the segments are disjoint
-            self._cuts = cuts[np.r_[True, cuts[1:] != cuts[:-1]]] if cuts.size else cuts
+        """The tile mapping as sorted, disjoint intervals: (begins, ends, tiles). Mappings
+        made since the last call are painted over the resolved ones (never re-read)."""
+        if self._new[0]:
+            self._segments = b, e, t = _resolve(*(
+                np.concatenate([old, np.array(new, np.int64)])
+                for old, new in zip(self._segments, self._new)))
+            self._new = ([], [], [])
+            self._cuts = np.unique(np.concatenate([b, e]))  # where the mapping changes
+            self._cut_tiles = np.full(self._cuts.size + 1, -1, np.int64)  # tile after a cut
+            self._cut_tiles[np.searchsorted(self._cuts, b, "right")] = t
         return self._segments
 
     def pieces(self, begins: np.ndarray, lengths: np.ndarray):
         """Cut address runs where the tile mapping changes: (run, begin, end, tile) of
         every piece, in order; tile -1 where unmapped."""
-        sb, se, st = self.segments()
+        self.segments()
         keep = np.flatnonzero(lengths > 0)
         b = begins[keep].astype(np.int64)
         e = b + lengths[keep]
-        if not sb.size:
-            return keep, b, e, np.full(b.size, -1, np.int64)
         cuts = self._cuts
         lo = np.searchsorted(cuts, b, "right")
-        count = np.maximum(np.searchsorted(cuts, e, "left") - lo, 0) + 1
+        count = np.searchsorted(cuts, e, "left") - lo + 1
+        if (count == 1).all():  # no run crosses a change of tile
+            return keep, b, e, self._cut_tiles[lo]
         run = np.repeat(np.arange(b.size), count)
         j = np.arange(run.size) - np.repeat(np.cumsum(count) - count, count)
-        start = np.where(j == 0, b[run], cuts[np.minimum(lo[run] + j - 1, cuts.size - 1)])
-        end = np.r_[start[1:], 0].astype(np.int64)
+        at = lo[run] + j
+        start = np.where(j == 0, b[run], cuts[at - 1])
+        end = np.empty_like(start)
+        end[:-1] = start[1:]
         end[np.cumsum(count) - 1] = e
-        k = np.maximum(np.searchsorted(sb, start, "right") - 1, 0)
-        tile = np.where((start >= sb[k]) & (start < se[k]), st[k], -1)
-        return keep[run], start, end, tile
+        return keep[run], start, end, self._cut_tiles[at]
 
     def variable_at(self, address: int) -> Variable:
         return self.variables[int(np.searchsorted(self.starts, address, "right")) - 1]
@@ -286,16 +288,18 @@ class Graph:
                 f"(first: {list(map(int, first))}); map them with graph.set_tile_mapping, or "
                 "pass throw_on_incomplete=False for the mapping of the mapped ones"
             )
-        mapping: list[list[tuple[int, int]]] = [[] for _ in range(self.target.num_tiles)]
-        if tiles.size:  # join pieces that continue each other on one tile
-            first = np.flatnonzero(np.r_[True, (tiles[1:] != tiles[:-1])
-                                         | (flat[1:] != (flat + end - start)[:-1])])
-            last = np.r_[first[1:] - 1, tiles.size - 1]
-            ends = flat[last] + end[last] - start[last]
-            for b, e, tile in zip(flat[first].tolist(), ends.tolist(), tiles[first].tolist()):
-                if tile >= 0:
-                    mapping[tile].append((b, e))
-        return mapping
+        n = self.target.num_tiles
+        if not tiles.size:
+            return [[] for _ in range(n)]
+        # join pieces that continue each other on one tile, then group them by tile
+        first = np.flatnonzero(np.r_[True, (tiles[1:] != tiles[:-1])
+                                     | (flat[1:] != (flat + end - start)[:-1])])
+        last = np.r_[first[1:] - 1, tiles.size - 1]
+        ends, tiles = flat[last] + end[last] - start[last], tiles[first]
+        order = np.argsort(tiles, kind="stable")
+        pairs = list(zip(flat[first][order].tolist(), ends[order].tolist()))
+        cut = np.searchsorted(tiles[order], np.arange(n + 1)).tolist()
+        return [pairs[cut[i]:cut[i + 1]] for i in range(n)]
 
     def set_initial_value(self, target, value) -> None:
         """``Graph::setInitialValue`` of a vertex State field or of a tensor."""
