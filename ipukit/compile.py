@@ -312,7 +312,8 @@ class _Compiler:
             tiles = np.concatenate([np.asarray(tiles, np.int64).reshape(-1),
                                     transfers[:, 0], transfers[:, 1]])
         if tiles is not None and np.size(tiles):
-            ipus = tuple(int(q) for q in np.unique(np.asarray(tiles) // self.t.tiles_per_ipu))
+            ipus = tuple(np.flatnonzero(np.bincount(np.asarray(tiles) // self.t.tiles_per_ipu,
+                                                    minlength=self.t.num_ipus)).tolist())
         inter = 0
         if transfers.size and self.t.num_ipus > 1:
             ends = transfers[:, :2] // self.t.tiles_per_ipu
