@@ -36,8 +36,9 @@ from .errors import (
     TileMappingError,
 )
 from .graph import DataStream, Graph
+from .memory_report import out_of_memory
 from .program import Copy, Execute, If, PrintTensor, Program, Repeat, RepeatWhileTrue, Sequence
-from .tensor import TYPE_NAMES, Tensor, addresses, index_runs, reshape_strides, runs
+from .tensor import TYPE_NAMES, Tensor, addresses, firsts, index_runs, reshape_strides, runs
 from .trace import Step, TileMemory
 
 #: Bytes of vertex state per field: a pointer (scalar) or pointer and size (Vector).
@@ -336,19 +337,12 @@ class _Compiler:
 
     def _transfers(self, src_tiles, dst_tiles, nbytes) -> np.ndarray:
         """Aggregate element moves into (source tile, destination tile, bytes) rows."""
-        if src_tiles.size == 0:
-            return np.zeros((0, 3), np.int64)
         n = self.t.num_tiles
         key = src_tiles.astype(np.int64) * n + dst_tiles
-        if n * n <= 1 << 23:  # a table of all tile pairs is small: count in one pass
-            total = np.bincount(key, weights=nbytes, minlength=n * n).astype(np.int64)
-            pairs = np.flatnonzero(total)
-            return np.stack([pairs // n, pairs % n, total[pairs]], axis=1)
         order = np.argsort(key, kind="stable")
-        key, nbytes = key[order], np.asarray(nbytes, np.int64)[order]
-        first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-        pairs, total = key[first], np.add.reduceat(nbytes, first)
-        return np.stack([pairs // self.t.num_tiles, pairs % self.t.num_tiles, total], axis=1)
+        key, first = key[order], firsts(key[order])
+        total = np.add.reduceat(np.asarray(nbytes, np.int64)[order], first) if key.size else key
+        return np.stack([key[first] // n, key[first] % n, total], axis=1)
 
     # -- copies ---------------------------------------------------------------------------
     def _copy(self, src, dst):
@@ -596,8 +590,7 @@ class _Compiler:
                 vt = gr.tiles[row]
                 if fp.kind == "input" and b.size > 1:  # a tile reads a shared run once
                     o = np.lexsort((n, b, vt))
-                    o = o[np.r_[True, (np.diff(vt[o]) != 0) | (np.diff(b[o]) != 0)
-                                | (np.diff(n[o]) != 0)]]
+                    o = o[firsts(vt[o], b[o], n[o])]
                     b, n, vt = b[o], n[o], vt[o]
                 run, start, end, et = self.g.pools[a.dtype].pieces(b, n)
                 vt = vt[run]
@@ -650,60 +643,24 @@ class _Compiler:
         variables, constants = np.zeros(n, np.int64), np.zeros(n, np.int64)
         for pool in self.g.pools.values():
             b, e, tiles = pool.segments()
-            size = pool.dtype.itemsize
-            variables += (np.bincount(tiles, weights=e - b, minlength=n) * size).astype(
-                np.int64)
-            for var in pool.variables:
-                if var.values is not None:
-                    _, start, end, tile = pool.pieces(np.array([var.start]),
-                                                      np.array([var.size]))
-                    here = (np.bincount(tile, weights=end - start, minlength=n)
-                            * size).astype(np.int64)
-                    variables -= here
-                    constants += here
-        mem = TileMemory({"variables": variables, "constants": constants,
+            variables += np.bincount(tiles, weights=e - b, minlength=n).astype(np.int64) * \
+                pool.dtype.itemsize
+            fixed = [var for var in pool.variables if var.values is not None]
+            if fixed:
+                _, start, end, tile = pool.pieces(np.array([var.start for var in fixed]),
+                                                  np.array([var.size for var in fixed]))
+                constants += np.bincount(tile, weights=end - start, minlength=n).astype(
+                    np.int64) * pool.dtype.itemsize
+        mem = TileMemory({"variables": variables - constants, "constants": constants,
                           "vertex state": self.vertex_state, "vertex code": self.vertex_code,
                           "exchange buffers": self.exchange_buffers},
                          self.t.bytes_per_tile)
-        total = mem.total
-        over = np.flatnonzero(total > self.t.bytes_per_tile)
-        if over.size:
-            worst = "; ".join(self._tile_report(mem, tile) for tile, used in mem.worst(3)
-                              if used)
-            detail = (
-                f"cannot fit all data onto {over.size} of {n} tiles "
-                f"({self.t.bytes_per_tile:,} bytes per tile on {self.t.version}). Worst "
-                f"tiles: {worst}. Fix: spread tensors over more tiles "
-                "(poputil.map_tensor_linearly), split the work across more vertices or "
-                "IPUs, or use smaller tensors."
-            )
-            first = int(mem.worst(1)[0][0])
+        if (mem.total > self.t.bytes_per_tile).any():
+            text = out_of_memory(self.g, mem, error=not self.allow_out_of_memory)
             if not self.allow_out_of_memory:
-                raise OutOfMemoryError(
-                    f"Memory allocation error : Out of memory on tile {first}: "
-                    f"{int(total[first]):,} bytes used but tiles only have "
-                    f"{self.t.bytes_per_tile:,} bytes of memory ({detail})"
-                )
-            warnings.warn(OutOfMemoryWarning(
-                f"Out of memory: Cannot fit all variable data onto one or more tiles: "
-                f"{detail} The IPUModel runs on (debug.allowOutOfMemory is true); on an IPU "
-                "this graph would not compile. Engine options "
-                "{'debug.allowOutOfMemory': 'false'} make this an OutOfMemoryError."
-            ), stacklevel=4)
+                raise OutOfMemoryError(text)
+            warnings.warn(OutOfMemoryWarning(text), stacklevel=4)
         return mem
-
-    def _tile_report(self, mem: TileMemory, tile: int) -> str:
-        parts = [f"{k} {int(v[tile]):,}" for k, v in mem.categories.items() if v[tile]]
-        biggest = []
-        for pool in self.g.pools.values():
-            for var in pool.variables:
-                _, start, end, on = pool.pieces(np.array([var.start]), np.array([var.size]))
-                count = int((end - start)[on == tile].sum())
-                if count:
-                    biggest.append((count * pool.dtype.itemsize, var.name))
-        names = ", ".join(f"'{name}' {b:,} B" for b, name in sorted(biggest, reverse=True)[:3])
-        return (f"tile {tile}: {int(mem.total[tile]):,} B ({', '.join(parts)}"
-                f"{'; largest tensors ' + names if names else ''})")
 
 
 def _field_access(dtype, tensors: list[Tensor], vector: bool) -> Access:
@@ -739,3 +696,4 @@ def _union_lengths(key: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.
     out = np.empty(b.size, np.int64)
     out[order] = np.clip(e - np.maximum(b, covered), 0, None)
     return out
+

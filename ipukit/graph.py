@@ -26,7 +26,7 @@ from .errors import (
     TileMappingError,
 )
 from .target import Device, Target
-from .tensor import TYPE_NAMES, Tensor, as_type, contiguous_strides, runs, single_run
+from .tensor import TYPE_NAMES, Tensor, as_type, contiguous_strides, firsts, runs, single_run
 from .vertex import Vertex
 
 
@@ -83,7 +83,8 @@ class Pool:
                 np.concatenate([old, np.array(new, np.int64)])
                 for old, new in zip(self._segments, self._new)))
             self._new = ([], [], [])
-            self._cuts = _distinct(np.stack([b, e], 1).reshape(-1))  # sorted: disjoint
+            cuts = np.stack([b, e], 1).reshape(-1)  # sorted: the segments are disjoint
+            self._cuts = cuts[firsts(cuts)]
             self._cut_tiles = np.full(self._cuts.size + 1, -1, np.int64)  # tile after a cut
             self._cut_tiles[np.searchsorted(self._cuts, b, "right")] = t
         return self._segments
@@ -126,17 +127,13 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
 
 
-def _distinct(x: np.ndarray) -> np.ndarray:
-    """The sorted array ``x`` without repeats (``np.unique`` of a sorted array, faster)."""
-    return x[np.concatenate([[True], x[1:] != x[:-1]])] if x.size else x
-
-
 def _resolve(b, e, t):
     """Turn mapping records (in the order made) into sorted, disjoint, merged intervals."""
     order = np.argsort(b, kind="stable")
     sb, se, st = b[order], e[order], t[order]
     if sb.size and (sb[1:] < se[:-1]).any():  # re-mapped addresses: paint in order
-        cuts = _distinct(np.sort(np.concatenate([b, e])))
+        cuts = np.sort(np.concatenate([b, e]))
+        cuts = cuts[firsts(cuts)]
         lo, hi = np.searchsorted(cuts, b), np.searchsorted(cuts, e)
         tiles = np.full(cuts.size - 1, -1, np.int64)
         tiles[_ranges(lo, hi)] = t.repeat(np.maximum(hi - lo, 0))  # the last write wins

@@ -346,9 +346,15 @@ def runs(t: Tensor, keep: int = 0):
 def index_runs(flat: np.ndarray, row: int):
     """Runs of consecutive addresses in an address array, never across a multiple of
     ``row`` positions: (begins, lengths, positions)."""
-    flat = flat.astype(np.int64)
-    cut = np.r_[True, np.diff(flat) != 1] if flat.size else np.zeros(0, bool)
-    if row:
-        cut[::row] = True
-    first = np.flatnonzero(cut)
-    return flat[first], np.diff(np.r_[first, flat.size]), first
+    flat, pos = flat.astype(np.int64), np.arange(flat.size)
+    first = firsts(flat - pos, pos // max(row, 1))
+    return flat[first], np.diff(first, append=flat.size), first
+
+
+def firsts(*keys: np.ndarray) -> np.ndarray:
+    """Where each run of equal values (equal in every key) begins."""
+    new = np.zeros(keys[0].size, bool)
+    new[:1] = True
+    for k in keys:
+        new[1:] |= k[1:] != k[:-1]
+    return np.flatnonzero(new)
