@@ -421,43 +421,32 @@ class _Compiler:
             self.by_cs = np.split(order, cut[:-1])
         vids = self.by_cs[cs.id].tolist()
         buckets: dict[tuple, list[int]] = {}
-        specs: dict[type, list] = {}
         for v in vids:
-            cls, conn = g.v_cls[v], g.v_conn[v]
+            cls, conn, state = g.v_cls[v], g.v_conn[v], g.v_state[v]
             if g.v_tile[v] < 0:
-                raise TileMappingError(
-                    f"{g.describe_vertex(v)} is not mapped to a tile; call "
-                    "graph.set_tile_mapping(vertex, tile)"
-                )
-            spec = specs.get(cls)
-            if spec is None:
-                spec = specs[cls] = [(n, f, f.kind == "state") for n, f in cls.fields.items()]
-            shape = [cls]
-            for name, f, state in spec:
-                if state:
-                    if f.vector:
-                        if name not in g.v_state[v]:
-                            raise GraphConnectionError(
-                                f"State field '{name}' of {g.describe_vertex(v)} is a Vector "
-                                "with no value; set it with graph.set_initial_value"
-                            )
-                        shape.append(g.v_state[v][name].size)
-                    continue
-                t = conn.get(name)
-                if t is None:
+                raise TileMappingError(f"{g.describe_vertex(v)} is not mapped to a tile; call "
+                                       "graph.set_tile_mapping(vertex, tile)")
+            shape = [cls]  # vertices whose fields have the same region shape share one plan
+            for name, f in cls.fields.items():
+                if f.kind == "state" and f.vector and name not in state:
+                    raise GraphConnectionError(
+                        f"State field '{name}' of {g.describe_vertex(v)} is a Vector "
+                        "with no value; set it with graph.set_initial_value")
+                if f.kind == "state":
+                    shape.append(state[name].size if f.vector else 0)
+                elif name not in conn:
                     raise GraphConnectionError(
                         f"field '{name}' ({f!r}) of {g.describe_vertex(v)} is not connected; "
-                        f"connect a tensor with graph.connect(v['{name}'], tensor)"
-                    )
-                # vertices whose fields have the same region shape share one plan
-                shape.append(t.shape if t._idx is None else t.num_elements())
-                shape.append(t.strides)
+                        f"connect a tensor with graph.connect(v['{name}'], tensor)")
+                else:
+                    t = conn[name]
+                    shape += [t.shape if t._idx is None else t.num_elements(), t.strides]
             buckets.setdefault(tuple(shape), []).append(v)
         groups = tuple(self._group(key[0], np.array(run)) for key, vs in buckets.items()
                        for run in self._regular_runs(key[0], vs))
-        self._check_races(cs, groups)
-        step = self._compute_step(cs, groups)
-        self.done[key] = ExecNode(step, groups)
+        fields = [(gr, fp, fp.access.runs()) for gr in groups for fp in gr.fields]
+        self._check_races(cs, fields)
+        self.done[key] = ExecNode(self._compute_step(cs, groups, fields), groups)
         return self.done[key]
 
     def _regular_runs(self, cls, vids: list[int]) -> list[list[int]]:
@@ -499,143 +488,116 @@ class _Compiler:
         tiles = np.array([g.v_tile[v] for v in vids], np.int64)
         return VertexGroup(cls, vids, tiles, estimates, tuple(fields), state)
 
-    def _check_races(self, cs, groups):
+    def _check_races(self, cs, fields):
         """No vertex may write what another vertex (or field) of the compute set touches."""
-        slots = [(gr, fp) for gr in groups for fp in gr.fields]
-        n_slots = len(slots)
-        for dtype in {fp.access.dtype for _, fp in slots}:
-            # every field's runs of addresses, with "who" = vertex id and field slot (so
-            # that a vertex's own InOut is no race)
-            rb, re_, who, writes, reads = [], [], [], [], []
-            for s, (gr, fp) in enumerate(slots):
-                if fp.access.dtype == dtype:
-                    b, n, row = fp.access.runs()
-                    rb.append(b)
-                    re_.append(b + n)
-                    who.append(gr.vertex_ids[row] * n_slots + s)
-                    writes.append(np.full(b.size, fp.kind != "input"))
-                    reads.append(np.full(b.size, fp.kind != "output"))
-            b, e, who, w, r = (np.concatenate(x) for x in (rb, re_, who, writes, reads))
-            if not w.any():
-                continue
-            order = np.flatnonzero(w)[np.argsort(b[w], kind="stable")]
-            wb, we, wo = b[order], e[order], who[order]
-            reach = np.maximum.accumulate(we)
-            holder = np.maximum.accumulate(np.where(we == reach, np.arange(we.size), 0))
-            clash = np.flatnonzero((wb[1:] < reach[:-1]) & (wo[1:] != wo[holder[:-1]]))
-            if clash.size:  # two writers of one element
-                i, j = order[clash[0] + 1], order[holder[clash[0]]]
-                first, later = (i, j) if i < j else (j, i)
-                self._race(cs, slots, dtype, b[order[clash[0] + 1]], who[first], who[later],
-                           "also writes")
-            # writes merged into disjoint runs, one writer each; then every read or
-            # in-out run may only meet writes of its own vertex and field
-            first = np.flatnonzero(np.r_[True, wb[1:] >= reach[:-1]])
-            wb, we, wo = wb[first], reach[np.r_[first[1:] - 1, wb.size - 1]], wo[first]
-            lo = np.searchsorted(we, b, "right")
-            hi = np.searchsorted(wb, e, "left")
-            changes = np.r_[0, np.cumsum(wo[1:] != wo[:-1])]
-            lo_c = np.minimum(lo, wo.size - 1)
-            bad = (hi > lo) & ((wo[lo_c] != who)
-                               | (changes[np.maximum(hi - 1, 0)] != changes[lo_c]))
-            bad &= r
-            if bad.any():
-                k = int(np.flatnonzero(bad)[0])
-                m = int(lo[k]) + int(np.flatnonzero(wo[lo[k]:hi[k]] != who[k])[0])
-                self._race(cs, slots, dtype, max(b[k], wb[m]), wo[m], who[k], "reads")
+        if all(fp.kind == "input" for _, fp, _ in fields):
+            return
+        # every field's runs of addresses (types apart: each type's storage starts at a
+        # multiple of span), "who" = vertex id and field slot (a vertex's own InOut is no
+        # race), and whether it writes and reads
+        dtypes, span = list(self.g.pools), max(p.size for p in self.g.pools.values()) + 1
+        b, e, who, w, r = (np.concatenate(x) for x in zip(*(
+            (b + dtypes.index(fp.access.dtype) * span, b + n + dtypes.index(fp.access.dtype)
+             * span, gr.vertex_ids[row] * len(fields) + s, np.full(b.size, fp.kind != "input"),
+             np.full(b.size, fp.kind != "output"))
+            for s, (gr, fp, (b, n, row)) in enumerate(fields))))
+        order = np.flatnonzero(w)[np.argsort(b[w], kind="stable")]
+        wb, we, wo = b[order], e[order], who[order]
+        reach = np.maximum.accumulate(we)
+        holder = np.maximum.accumulate(np.where(we == reach, np.arange(we.size), 0))
+        clash = np.flatnonzero((wb[1:] < reach[:-1]) & (wo[1:] != wo[holder[:-1]]))
+        if clash.size:  # two writers of one element
+            i, j = order[clash[0] + 1], order[holder[clash[0]]]
+            first, later = (i, j) if i < j else (j, i)
+            self._race(cs, fields, span, b[i], who[first], who[later], "also writes")
+        # writes merged into disjoint runs, one writer each; then every read or in-out run
+        # may only meet writes of its own vertex and field
+        first = np.flatnonzero(np.r_[True, wb[1:] >= reach[:-1]])
+        wb, we, wo = wb[first], reach[np.r_[first[1:] - 1, wb.size - 1]], wo[first]
+        lo, hi = np.searchsorted(we, b, "right"), np.searchsorted(wb, e, "left")
+        changes = np.r_[0, np.cumsum(wo[1:] != wo[:-1])]
+        lo_c = np.minimum(lo, wo.size - 1)
+        bad = r & (hi > lo) & ((wo[lo_c] != who) | (changes[np.maximum(hi - 1, 0)]
+                                                    != changes[lo_c]))
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            m = int(lo[k]) + int(np.flatnonzero(wo[lo[k]:hi[k]] != who[k])[0])
+            self._race(cs, fields, span, max(b[k], wb[m]), wo[m], who[k], "reads")
 
-    def _race(self, cs, slots, dtype, addr, writer, other, verb):
+    def _race(self, cs, fields, span, addr, writer, other, verb):
         def who(code):
-            vid, s = divmod(int(code), len(slots))
-            return f"{self.g.describe_vertex(vid)} field '{slots[s][1].name}'"
+            vid, s = divmod(int(code), len(fields))
+            return f"{self.g.describe_vertex(vid)} field '{fields[s][1].name}'"
 
-        other_text = who(other)
-        if divmod(int(writer), len(slots))[0] == divmod(int(other), len(slots))[0]:
-            other_text = f"its own field '{slots[divmod(int(other), len(slots))[1]][1].name}'"
+        (w_vid, _), (o_vid, o_slot) = divmod(int(writer), len(fields)), divmod(int(other),
+                                                                           len(fields))
+        other_text = f"its own field '{fields[o_slot][1].name}'" if w_vid == o_vid else \
+            who(other)
+        pool, addr = divmod(int(addr), span)
         raise ComputeSetRaceError(
             f"race in compute set '{cs.name}': {who(writer)} writes "
-            f"{self.g.pools[dtype].describe(addr)}, which {other_text} {verb}. Vertices of "
-            "one compute set run in parallel in no order the programming model promises, "
-            "so Poplar too refuses a compute set with a data race. Fix: "
+            f"{list(self.g.pools.values())[pool].describe(addr)}, which {other_text} {verb}. "
+            "Vertices of one compute set run in parallel in no order the programming model "
+            "promises, so Poplar too refuses a compute set with a data race. Fix: "
             "write to separate tensors, or put the two vertices in different compute sets "
             "executed one after the other (an InOut field reads and writes in place)."
         )
 
-    def _compute_step(self, cs, groups) -> int:
+    def _compute_step(self, cs, groups, fields) -> int:
         t, n_tiles, W = self.t, self.t.num_tiles, self.t.num_worker_contexts
-        if groups:
-            tiles = np.concatenate([gr.tiles for gr in groups])
-            est = np.concatenate([gr.estimates for gr in groups])
-            vids = np.concatenate([gr.vertex_ids for gr in groups])
-        else:
-            tiles = est = vids = np.zeros(0, np.int64)
+        tiles, est, vids = (np.concatenate([getattr(gr, k) for gr in groups]
+                                           or [np.zeros(0, np.int64)])
+                            for k in ("tiles", "estimates", "vertex_ids"))
         # Vertices on a tile go round-robin to its 6 workers; each worker issues every
         # 6th cycle, so the tile is busy W x the heaviest worker's load.
-        order = np.lexsort((vids, tiles))
-        st = tiles[order]
-        first = np.searchsorted(st, st)  # index of the first vertex on the same tile
-        worker = (np.arange(st.size) - first) % W
+        st = tiles[order := np.lexsort((vids, tiles))]
+        worker = (np.arange(st.size) - np.searchsorted(st, st)) % W
         load = np.bincount(st * W + worker, weights=est[order], minlength=n_tiles * W)
         compute = (load.reshape(n_tiles, W).max(axis=1) * W).astype(np.int64)
         # Exchange: a vertex's data on another tile is fetched before compute (once per
         # tile); what it writes to another tile is sent after. The exchange broadcasts: a
         # tile sends an element once, however many tiles receive it.
-        srcs, dsts, sizes, read_remote = [], [], [], {}
-        received = np.zeros(n_tiles, np.int64)
-        sent = np.zeros(n_tiles, np.int64)
-        for gr in groups:
-            for fp in gr.fields:
-                a, size = fp.access, fp.access.dtype.itemsize
-                b, n, row = a.runs()
-                vt = gr.tiles[row]
-                if fp.kind == "input" and b.size > 1:  # a tile reads a shared run once
-                    o = np.lexsort((n, b, vt))
-                    o = o[firsts(vt[o], b[o], n[o])]
-                    b, n, vt = b[o], n[o], vt[o]
-                run, start, end, et = self.g.pools[a.dtype].pieces(b, n)
-                vt = vt[run]
-                remote = et != vt
-                if not remote.any():
-                    continue
-                start, end, et, vt = start[remote], end[remote], et[remote], vt[remote]
-                if fp.kind in ("input", "inout"):
-                    once = _union_lengths(vt, start, end)  # a tile receives an element once
-                    srcs.append(et)
-                    dsts.append(vt)
-                    sizes.append(once * size)
-                    received += (np.bincount(vt, weights=once, minlength=n_tiles)
-                                 * size).astype(np.int64)
-                    read_remote.setdefault(a.dtype, []).append((start, end, et))
-                if fp.kind in ("output", "inout"):
-                    srcs.append(vt)
-                    dsts.append(et)
-                    sizes.append((end - start) * size)
-                    sent += (np.bincount(vt, weights=end - start, minlength=n_tiles)
-                             * size).astype(np.int64)
-        for dtype, parts in read_remote.items():
-            start, end, et = (np.concatenate(x) for x in zip(*parts))
-            once = _union_lengths(np.zeros(start.size, np.int64), start, end)
-            sent += (np.bincount(et, weights=once, minlength=n_tiles)
-                     * dtype.itemsize).astype(np.int64)
-        self.exchange_buffers = np.maximum(self.exchange_buffers, received)
-        transfers = (self._transfers(np.concatenate(srcs), np.concatenate(dsts),
-                                     np.concatenate(sizes)) if srcs else None)
+        moves, reads = [], []  # (source tiles, destination tiles, bytes); remote reads
+        received, sent = np.zeros(n_tiles), np.zeros(n_tiles)
+        dtypes = list(self.g.pools)
+        for gr, fp, (b, n, row) in fields:
+            size, vt = fp.access.dtype.itemsize, gr.tiles[row]
+            if fp.kind == "input" and b.size > 1:  # a tile reads a shared run once
+                o = np.lexsort((n, b, vt))
+                b, n, vt = (x[o[firsts(vt[o], b[o], n[o])]] for x in (b, n, vt))
+            run, start, end, et = self.g.pools[fp.access.dtype].pieces(b, n)
+            remote = et != vt[run]
+            start, end, et, vt = start[remote], end[remote], et[remote], vt[run][remote]
+            if fp.kind != "output":
+                once = _union_lengths(vt, start, end) * size  # a tile receives it once
+                moves.append((et, vt, once))
+                received += np.bincount(vt, weights=once, minlength=n_tiles)
+                reads.append((np.full(start.size, dtypes.index(fp.access.dtype)), start, end,
+                              et, np.full(start.size, size)))
+            if fp.kind != "input":
+                moves.append((vt, et, (end - start) * size))
+                sent += np.bincount(vt, weights=(end - start) * size, minlength=n_tiles)
+        if reads:  # a tile sends each element read from it once
+            code, start, end, et, size = (np.concatenate(x) for x in zip(*reads))
+            sent += np.bincount(et, weights=_union_lengths(code, start, end) * size,
+                                minlength=n_tiles)
+        self.exchange_buffers = np.maximum(self.exchange_buffers, received.astype(np.int64))
+        transfers = (self._transfers(*(np.concatenate(x) for x in zip(*moves)))
+                     if moves else None)
         # Memory: vertex state and code on every tile that has vertices.
         kinds = {}
         for gr in groups:
+            on = np.bincount(gr.tiles, minlength=n_tiles)
             per_vertex = 4 + sum(VECTOR_FIELD_BYTES if gr.cls.fields[fp.name].vector
                                  else SCALAR_FIELD_BYTES for fp in gr.fields)
-            per_vertex += sum(v[0].nbytes for v in gr.state.values())
-            self.vertex_state += np.bincount(gr.tiles, minlength=n_tiles) * per_vertex
-            self.vertex_code += (np.bincount(gr.tiles, minlength=n_tiles) > 0) * \
-                CODELET_CODE_BYTES
+            self.vertex_state += on * (per_vertex + sum(v[0].nbytes for v in gr.state.values()))
+            self.vertex_code += (on > 0) * CODELET_CODE_BYTES
             inst, cyc = kinds.get(gr.cls.__name__, (0, 0))
             kinds[gr.cls.__name__] = (inst + len(gr.vertex_ids), cyc + int(gr.estimates.sum()))
-        per_tile = sum((np.bincount(gr.tiles, minlength=n_tiles) for gr in groups),
-                       np.zeros(n_tiles, np.int64))
         return self._step(cs.name, "compute", sync=cost.sync_cycles(t), compute=compute,
-                          transfers=transfers, tile_out=sent, vertex_cycles=int(est.sum()),
-                          vertex_types=kinds, tiles=tiles, tile_vertices=per_tile)
+                          transfers=transfers, tile_out=sent.astype(np.int64),
+                          vertex_cycles=int(est.sum()), vertex_types=kinds, tiles=tiles,
+                          tile_vertices=np.bincount(tiles, minlength=n_tiles))
 
     # -- memory ---------------------------------------------------------------------------
     def _memory(self) -> TileMemory:
