@@ -13,6 +13,7 @@ Building a graph records metadata only; nothing is computed until an Engine runs
 
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass
 
@@ -128,18 +129,15 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def _resolve(b, e, t):
-    """Turn mapping records (in the order made) into sorted, disjoint, merged intervals."""
-    order = np.argsort(b, kind="stable")
-    sb, se, st = b[order], e[order], t[order]
-    if sb.size and (sb[1:] < se[:-1]).any():  # re-mapped addresses: paint in order
-        cuts = np.sort(np.concatenate([b, e]))
-        cuts = cuts[firsts(cuts)]
-        lo, hi = np.searchsorted(cuts, b), np.searchsorted(cuts, e)
-        tiles = np.full(cuts.size - 1, -1, np.int64)
-        tiles[_ranges(lo, hi)] = t.repeat(np.maximum(hi - lo, 0))  # the last write wins
-        sb, se, st = cuts[:-1], cuts[1:], tiles
-    keep = (se > sb) & (st >= 0)
-    b, e, t = sb[keep], se[keep], st[keep]
+    """Turn mapping records (in the order made) into sorted, disjoint, merged intervals:
+    cut at every record's ends; each piece takes the tile of the last record over it."""
+    cuts = np.sort(np.concatenate([b, e]))
+    cuts = cuts[firsts(cuts)]
+    lo, hi = np.searchsorted(cuts, b), np.searchsorted(cuts, e)
+    tiles = np.full(max(cuts.size - 1, 0), -1, np.int64)
+    tiles[_ranges(lo, hi)] = t.repeat(np.maximum(hi - lo, 0))  # the last write wins
+    keep = tiles >= 0
+    b, e, t = cuts[:-1][keep], cuts[1:][keep], tiles[keep]
     if not b.size:
         return b, e, t
     first = np.flatnonzero(np.r_[True, (b[1:] != e[:-1]) | (t[1:] != t[:-1])])
@@ -218,29 +216,26 @@ class Graph:
 
     def add_variable(self, dtype, shape, name: str = "") -> Tensor:
         """``Graph::addVariable``: zero-initialised storage, to be mapped to tiles."""
-        shape = _shape(shape, name)
-        pool = self._pool(dtype)
-        name = name or f"var{len(pool.variables)}"
-        self._check_fits(name, pool.dtype, shape)
-        var = pool.alloc(name, shape)
-        region = (var.start, shape, contiguous_strides(shape))
-        return Tensor(self.root, pool.dtype, region, var.name)
+        return self._add(dtype, shape, name, "var")
 
     def add_constant(self, dtype, shape, values, name: str = "") -> Tensor:
         """``Graph::addConstant``: a tensor with fixed values (map it to a tile too)."""
-        shape = _shape(shape, name)
-        dtype = as_type(dtype)
-        values = _values(values, dtype, None, f"constant '{name}'")
-        size = int(np.prod(shape, dtype=np.int64))
-        if values.size == 1:
-            values = np.full(shape, values.reshape(()), dtype=dtype)
-        if values.size != size:
-            raise IpuError(
-                f"constant '{name}' of shape {shape} needs {size} values, got {values.size}"
-            )
-        pool = self._pool(dtype)
-        var = pool.alloc(name or f"const{len(pool.variables)}", shape, values.reshape(shape))
-        return Tensor(self.root, dtype, (var.start, shape, contiguous_strides(shape)), var.name)
+        return self._add(dtype, shape, name, "const", values)
+
+    def _add(self, dtype, shape, name, kind, values=None) -> Tensor:
+        shape, pool = _shape(shape, name), self._pool(dtype)
+        if values is not None:
+            values = _values(values, pool.dtype, None, f"constant '{name}'")
+            if values.size == 1:
+                values = np.full(shape, values.reshape(()), dtype=pool.dtype)
+            if values.size != math.prod(shape):
+                raise IpuError(f"constant '{name}' of shape {shape} needs {math.prod(shape)} "
+                               f"values, got {values.size}")
+            values = values.reshape(shape)
+        name = name or f"{kind}{len(pool.variables)}"
+        self._check_fits(name, pool.dtype, shape)
+        var = pool.alloc(name, shape, values)
+        return Tensor(self.root, pool.dtype, (var.start, shape, contiguous_strides(shape)), name)
 
     def _check_fits(self, name, dtype, shape) -> None:
         """OutOfMemoryError, by arithmetic, for a tensor larger than all tiles together."""
@@ -266,11 +261,7 @@ class Graph:
             t = self._own(t, "set_tile_mapping")
         if not (type(tile) is int and 0 <= tile < self.target.num_tiles):
             tile = self.target.check_tile(tile, lambda: f"tensor '{t.name}'")
-        run = (t.offset, 1) if not t.shape and t._idx is None else single_run(t)
-        if run is not None:
-            self.pools[t.dtype].map(*run, tile)
-        else:
-            self.pools[t.dtype].map(*runs(t), tile)
+        self.pools[t.dtype].map(*(single_run(t) or runs(t)), tile)
 
     def get_tile_mapping(self, tensor: Tensor, throw_on_incomplete: bool = True
                          ) -> list[list[tuple[int, int]]]:
