@@ -290,41 +290,29 @@ class _Compiler:
 
     # -- steps ----------------------------------------------------------------------------
     def _step(self, name, kind, sync=0, compute=None, transfers=None, host_bytes=0,
-              host_in=None, host_out=None, tile_out=None, tiles=None, **extra) -> int:
-        """Record a superstep. Bytes in and out per tile come from ``transfers`` (rows of
-        source tile, destination tile, bytes) unless ``tile_out`` gives what each tile
+              tile_in=0, tile_out=0, tiles=(), **extra) -> int:
+        """Record a superstep. Bytes in per tile: ``transfers`` (rows of source tile,
+        destination tile, bytes) plus ``tile_in``; bytes out: ``tile_out``, what each tile
         sends (the exchange broadcasts: an element read by many tiles is sent once).
-        ``tiles`` are the tiles taking part: the step involves (and syncs) their IPUs
-        only; every IPU when None or empty (IPU-level task parallelism)."""
-        n = self.t.num_tiles
+        ``tiles`` and the transfers' ends are the tiles taking part: the step involves
+        (and syncs) their IPUs only; every IPU when there are none (IPU-level task
+        parallelism)."""
+        t, n = self.t, self.t.num_tiles
         compute = np.zeros(n, np.int64) if compute is None else compute
         transfers = np.zeros((0, 3), np.int64) if transfers is None else transfers
-        src, dst, nbytes = transfers.T if transfers.size else (np.zeros(0, np.int64),) * 3
-        b_in = np.bincount(dst, weights=nbytes, minlength=n).astype(np.int64)
-        b_out = (np.bincount(src, weights=nbytes, minlength=n).astype(np.int64)
-                 if tile_out is None else tile_out.astype(np.int64))
-        if host_in is not None:
-            b_in += host_in
-        if host_out is not None:
-            b_out += host_out
-        exch = int(cost.exchange_cycles(int(np.maximum(b_in, b_out).max(initial=0)), self.t))
-        ipus = tuple(range(self.t.num_ipus))
-        if tiles is not None and transfers.size:
-            tiles = np.concatenate([np.asarray(tiles, np.int64).reshape(-1),
-                                    transfers[:, 0], transfers[:, 1]])
-        if tiles is not None and np.size(tiles):
-            ipus = tuple(np.flatnonzero(np.bincount(np.asarray(tiles) // self.t.tiles_per_ipu,
-                                                    minlength=self.t.num_ipus)).tolist())
-        inter = 0
-        if transfers.size and self.t.num_ipus > 1:
-            ends = transfers[:, :2] // self.t.tiles_per_ipu
-            cross = ends[:, 0] != ends[:, 1]
-            if cross.any():  # an external sync of the IPUs the step joins, and IPU-Links
-                inter = int(nbytes[cross].sum())
-                pair = ends[cross, 0] * self.t.num_ipus + ends[cross, 1]
-                busiest_link = np.bincount(pair, weights=nbytes[cross]).max()
-                exch += cost.link_cycles(int(busiest_link), self.t)
-                sync = max(sync, cost.global_sync_cycles(self.t, len(ipus)))
+        src, dst, nbytes = transfers.T
+        b_in = (np.bincount(dst, weights=nbytes, minlength=n) + tile_in).astype(np.int64)
+        b_out = (np.zeros(n) + tile_out).astype(np.int64)
+        exch = int(cost.exchange_cycles(int(np.maximum(b_in, b_out).max(initial=0)), t))
+        tiles = np.concatenate([np.asarray(tiles, np.int64).reshape(-1), src, dst])
+        ipus = tuple(np.flatnonzero(np.bincount(tiles // t.tiles_per_ipu, minlength=t.num_ipus))
+                     .tolist() if tiles.size else range(t.num_ipus))
+        cross = src // t.tiles_per_ipu != dst // t.tiles_per_ipu
+        inter = int(nbytes[cross].sum())
+        if cross.any():  # an external sync of the IPUs the step joins, and IPU-Links
+            pair = src[cross] // t.tiles_per_ipu * t.num_ipus + dst[cross] // t.tiles_per_ipu
+            exch += cost.link_cycles(int(np.bincount(pair, weights=nbytes[cross]).max()), t)
+            sync = max(sync, cost.global_sync_cycles(t, len(ipus)))
         if host_bytes:
             exch = max(exch, cost.host_cycles(int(host_bytes), self.t))
         step = Step(index=len(self.steps), name=name, kind=kind, sync_cycles=int(sync),
@@ -406,7 +394,7 @@ class _Compiler:
         step = self._step(f"StreamCopy {stream.name} {arrow} {tensor.name}", "stream",
                           sync=cost.sync_cycles(self.t), host_bytes=nbytes,
                           tiles=tile,
-                          **{"host_in" if stream.to_device else "host_out": per_tile})
+                          **{"tile_in" if stream.to_device else "tile_out": per_tile})
         return StreamNode(step, stream, Access.of(tensor, (tensor.num_elements(),)))
 
     # -- compute sets ---------------------------------------------------------------------
