@@ -129,15 +129,18 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def _resolve(b, e, t):
-    """Turn mapping records (in the order made) into sorted, disjoint, merged intervals:
-    cut at every record's ends; each piece takes the tile of the last record over it."""
-    cuts = np.sort(np.concatenate([b, e]))
-    cuts = cuts[firsts(cuts)]
-    lo, hi = np.searchsorted(cuts, b), np.searchsorted(cuts, e)
-    tiles = np.full(max(cuts.size - 1, 0), -1, np.int64)
-    tiles[_ranges(lo, hi)] = t.repeat(np.maximum(hi - lo, 0))  # the last write wins
-    keep = tiles >= 0
-    b, e, t = cuts[:-1][keep], cuts[1:][keep], tiles[keep]
+    """Turn mapping records (in the order made) into sorted, disjoint, merged intervals."""
+    order = np.argsort(b, kind="stable")
+    sb, se, st = b[order], e[order], t[order]
+    if (sb[1:] < se[:-1]).any():  # re-mapped addresses: cut at every end, paint in order
+        cuts = np.sort(np.concatenate([b, e]))
+        cuts = cuts[firsts(cuts)]
+        lo, hi = np.searchsorted(cuts, b), np.searchsorted(cuts, e)
+        tiles = np.full(cuts.size - 1, -1, np.int64)
+        tiles[_ranges(lo, hi)] = t.repeat(np.maximum(hi - lo, 0))  # the last write wins
+        sb, se, st = cuts[:-1], cuts[1:], tiles
+    keep = (se > sb) & (st >= 0)
+    b, e, t = sb[keep], se[keep], st[keep]
     if not b.size:
         return b, e, t
     first = np.flatnonzero(np.r_[True, (b[1:] != e[:-1]) | (t[1:] != t[:-1])])
