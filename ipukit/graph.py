@@ -507,25 +507,20 @@ class Graph:
 
 def out_of_range(values, dtype) -> str | None:
     """Why ``values`` do not fit integer ``dtype`` (inf, NaN, too big), or None if they do."""
-    if dtype.kind not in "iu":
-        return None
     try:
         raw = np.asarray(values)
+        if (dtype.kind not in "iu" or raw.size == 0 or raw.dtype.kind not in "iufO"
+                or np.can_cast(raw.dtype, dtype)):
+            return None
+        f = raw.astype(np.float64).reshape(-1)
     except (TypeError, ValueError, OverflowError):
-        return None  # the conversion itself will say what is wrong
-    if raw.size == 0 or raw.dtype.kind not in "iufO" or np.can_cast(raw.dtype, dtype):
-        return None
-    try:
-        f = raw.astype(np.float64)
-    except (TypeError, ValueError, OverflowError):
-        return None  # not numbers: the conversion itself will say so
+        return None  # not numbers: the conversion itself will say what is wrong
     info = np.iinfo(dtype)
     bad = ~np.isfinite(f) | (f < info.min) | (f > info.max)
     if not bad.any():
         return None
-    first = raw.reshape(-1)[int(np.flatnonzero(bad.reshape(-1))[0])]
-    return (f"value {first!r} is outside the range of {TYPE_NAMES[dtype]} "
-            f"({info.min:,}..{info.max:,})")
+    return (f"value {raw.reshape(-1)[int(bad.argmax())]!r} is outside the range of "
+            f"{TYPE_NAMES[dtype]} ({info.min:,}..{info.max:,})")
 
 
 def _values(values, dtype, shape, what: str) -> np.ndarray:
