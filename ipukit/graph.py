@@ -366,40 +366,36 @@ class Graph:
         self._connect(self._vertex(field_ref.vertex, "connect"), field_ref.field, tensor)
 
     def _connect(self, vid: int, name: str, tensor: Tensor) -> None:
-        field = self.v_cls[vid].fields.get(name)
-        ok = (field is not None and field.kind != "state" and type(tensor) is Tensor
-              and tensor.graph is self.root and (tensor.dtype is field.dtype
-                                                 or tensor.dtype == field.dtype)
-              and (field.vector or not tensor.shape or tensor.num_elements() == 1))
-        if not ok:
-            self._connection_error(vid, name, tensor)
-        if name in self.v_conn[vid]:
-            raise GraphConnectionError(
-                f"field '{name}' of {self.describe_vertex(vid)} is already connected; "
-                "Poplar connects each field once: connect it to one tensor (concat views "
-                "to join several)"
-            )
-        self.v_conn[vid][name] = tensor  # a Vector field sees it flattened
+        field = (self.v_cls[vid].fields.get(name)
+                 or self._field(FieldRef(VertexRef(self, vid), name), "connect"))
 
-    def _connection_error(self, vid, name, tensor):
-        field = self._field(FieldRef(VertexRef(self, vid), name), "connect")
-        who = f"field '{name}' of {self.describe_vertex(vid)}"
+        def who():
+            return f"field '{name}' of {self.describe_vertex(vid)}"
+
         if field.kind == "state":
-            raise GraphConnectionError(f"{who} is State; set it with graph.set_initial_value")
+            raise GraphConnectionError(f"{who()} is State; set it with graph.set_initial_value")
         if not isinstance(tensor, Tensor):
-            raise GraphConnectionError(f"{who} must be connected to a Tensor, got {tensor!r}")
-        self._own(tensor, "connect")
+            raise GraphConnectionError(f"{who()} must be connected to a Tensor, got {tensor!r}")
+        if tensor.graph is not self.root:
+            self._own(tensor, "connect")
         if tensor.dtype != field.dtype:
             raise GraphConnectionError(
-                f"{who} is {field!r} but tensor '{tensor.name}' is "
+                f"{who()} is {field!r} but tensor '{tensor.name}' is "
                 f"{TYPE_NAMES[tensor.dtype]}; connect a tensor of type "
                 f"{TYPE_NAMES[field.dtype]} (popops.cast converts)"
             )
-        raise GraphConnectionError(
-            f"{who} is a scalar but tensor '{tensor.name}' has shape {tensor.shape} "
-            f"({tensor.num_elements()} elements); connect one element, e.g. "
-            f"{tensor.name}[i], or declare the field as ipu.Vector"
-        )
+        if not (field.vector or not tensor.shape or tensor.num_elements() == 1):
+            raise GraphConnectionError(
+                f"{who()} is a scalar but tensor '{tensor.name}' has shape {tensor.shape} "
+                f"({tensor.num_elements()} elements); connect one element, e.g. "
+                f"{tensor.name}[i], or declare the field as ipu.Vector"
+            )
+        if name in self.v_conn[vid]:
+            raise GraphConnectionError(
+                f"{who()} is already connected; Poplar connects each field once: connect it "
+                "to one tensor (concat views to join several)"
+            )
+        self.v_conn[vid][name] = tensor  # a Vector field sees it flattened
 
     def set_perf_estimate(self, vertex: VertexRef, cycles: int) -> None:
         """``Graph::setPerfEstimate``: the cycles this vertex takes on one worker."""
