@@ -274,19 +274,16 @@ class _Compiler:
     # -- checks ---------------------------------------------------------------------------
     def _check_mapped(self):
         for pool in self.g.pools.values():
-            b, e, _ = pool.segments()
-            if int((e - b).sum()) == pool.size:
-                continue
-            gaps = np.flatnonzero(np.r_[b, pool.size] != np.r_[0, e])
-            var = pool.variable_at(int(np.r_[0, e][gaps[0]]))
-            _, start, end, tile = pool.pieces(np.array([var.start]), np.array([var.size]))
-            free = tile < 0
-            first = np.unravel_index(int(start[free][0]) - var.start, var.shape)
-            raise TileMappingError(
-                f"tensor '{var.name}' has {int((end - start)[free].sum())} unmapped elements "
-                f"(first: {list(map(int, first))}); map every element with "
-                "graph.set_tile_mapping (or poputil.map_tensor_linearly) before compiling"
-            )
+            run, start, end, tile = pool.pieces(np.array(pool.starts, np.int64), np.array(
+                [var.size for var in pool.variables], np.int64))
+            if (tile < 0).any():
+                var = pool.variables[run[k := int(np.argmax(tile < 0))]]
+                first = np.unravel_index(int(start[k]) - var.start, var.shape)
+                missing = int((end - start)[(tile < 0) & (run == run[k])].sum())
+                raise TileMappingError(
+                    f"tensor '{var.name}' has {missing} unmapped elements (first: "
+                    f"{list(map(int, first))}); map every element with graph.set_tile_mapping "
+                    "(or poputil.map_tensor_linearly) before compiling")
 
     # -- steps ----------------------------------------------------------------------------
     def _step(self, name, kind, sync=0, compute=None, transfers=None, host_bytes=0,

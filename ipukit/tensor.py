@@ -219,15 +219,14 @@ def concat(tensors, dim: int = 0) -> Tensor:
         raise IpuError(f"concat needs Tensors, a list of them, got {tensors!r}") from None
     if not tensors:
         raise IpuError("concat needs at least one tensor")
+    first = tensors[0]
     for t in tensors:
         if not isinstance(t, Tensor):
             raise IpuError(f"concat needs Tensors (graph.add_variable and its views), got "
                            f"{t!r}")
-    first = tensors[0]
-    if any(t.rank == 0 for t in tensors):
-        raise IpuError("concat of single elements: use v[i:i + 1] (a 1-element slice) "
-                       "instead of v[i], or concat along a dimension the tensors have")
-    for t in tensors[1:]:
+        if t.rank == 0:
+            raise IpuError("concat of single elements: use v[i:i + 1] (a 1-element slice) "
+                           "instead of v[i], or concat along a dimension the tensors have")
         if t.dtype != first.dtype or t.graph is not first.graph:
             raise GraphConnectionError(
                 f"concat: '{t.name}' is {TYPE_NAMES[t.dtype]} but '{first.name}' is "
