@@ -347,18 +347,17 @@ class _Compiler:
             raise ProgramError(f"Copy destination '{dst.name}' has aliased elements (it names "
                                "some element twice, e.g. a broadcast view); copy to a tensor "
                                "whose elements are distinct")
-        # Pair source and destination runs by flat position, then cut where either side's
-        # tile changes: pieces of (source address, destination address, length).
-        s_pos, d_pos = np.cumsum(sn) - sn, np.cumsum(dn) - dn
-        pos = np.union1d(s_pos, d_pos)
-        si, di = np.searchsorted(s_pos, pos, "right") - 1, np.searchsorted(d_pos, pos, "right") - 1
-        s_addr, d_addr = sb[si] + pos - s_pos[si], db[di] + pos - d_pos[di]
-        length = np.diff(np.r_[pos, src.num_elements()])
-        run, s_start, s_end, s_tile = self.g.pools[src.dtype].pieces(s_addr, length)
-        d_addr = d_addr[run] + s_start - s_addr[run]
-        run, d_start, d_end, d_tile = self.g.pools[dst.dtype].pieces(d_addr, s_end - s_start)
-        s_start, s_tile, length = s_start[run] + d_start - d_addr[run], s_tile[run], \
-            d_end - d_start
+        # Cut each side where its tile changes, then pair the pieces by flat position:
+        # pieces of (source address, source tile, destination tile, length).
+        sides = []
+        for t, b, n in ((src, sb, sn), (dst, db, dn)):
+            run, start, _, tile = self.g.pools[t.dtype].pieces(b, n)
+            sides.append(((np.cumsum(n) - n)[run] + start - b[run], start, tile))
+        (sp, ss, s_tile), (dp, _, d_tile) = sides
+        pos = np.union1d(sp, dp)
+        i, j = np.searchsorted(sp, pos, "right") - 1, np.searchsorted(dp, pos, "right") - 1
+        s_start, s_tile, d_tile = ss[i] + pos - sp[i], s_tile[i], d_tile[j]
+        length = np.diff(pos, append=src.num_elements())
         remote = s_tile != d_tile
         transfers = self._transfers(s_tile[remote], d_tile[remote], length[remote] * size)
         once = _union_lengths(np.zeros(int(remote.sum()), np.int64), s_start[remote],
@@ -367,7 +366,7 @@ class _Compiler:
         local = np.bincount(d_tile[~remote], weights=length[~remote], minlength=n_tiles) * size
         compute = cost.copy_cycles(local.astype(np.int64)).astype(np.int64)
         step = self._step(f"Copy {src.name} -> {dst.name}", "copy", sync=cost.sync_cycles(self.t),
-                          compute=compute, transfers=transfers, tile_out=sent.astype(np.int64),
+                          compute=compute, transfers=transfers, tile_out=sent,
                           tiles=np.concatenate([s_tile, d_tile]))
         n = (src.num_elements(),)
         return CopyNode(step, Access.of(src, n), Access.of(dst, n))
