@@ -368,33 +368,25 @@ class Graph:
     def _connect(self, vid: int, name: str, tensor: Tensor) -> None:
         field = (self.v_cls[vid].fields.get(name)
                  or self._field(FieldRef(VertexRef(self, vid), name), "connect"))
-
-        def who():
-            return f"field '{name}' of {self.describe_vertex(vid)}"
-
+        why = None
         if field.kind == "state":
-            raise GraphConnectionError(f"{who()} is State; set it with graph.set_initial_value")
-        if not isinstance(tensor, Tensor):
-            raise GraphConnectionError(f"{who()} must be connected to a Tensor, got {tensor!r}")
-        if tensor.graph is not self.root:
+            why = "is State; set it with graph.set_initial_value"
+        elif not isinstance(tensor, Tensor):
+            why = f"must be connected to a Tensor, got {tensor!r}"
+        elif tensor.graph is not self.root:
             self._own(tensor, "connect")
-        if tensor.dtype != field.dtype:
-            raise GraphConnectionError(
-                f"{who()} is {field!r} but tensor '{tensor.name}' is "
-                f"{TYPE_NAMES[tensor.dtype]}; connect a tensor of type "
-                f"{TYPE_NAMES[field.dtype]} (popops.cast converts)"
-            )
-        if not (field.vector or not tensor.shape or tensor.num_elements() == 1):
-            raise GraphConnectionError(
-                f"{who()} is a scalar but tensor '{tensor.name}' has shape {tensor.shape} "
-                f"({tensor.num_elements()} elements); connect one element, e.g. "
-                f"{tensor.name}[i], or declare the field as ipu.Vector"
-            )
-        if name in self.v_conn[vid]:
-            raise GraphConnectionError(
-                f"{who()} is already connected; Poplar connects each field once: connect it "
-                "to one tensor (concat views to join several)"
-            )
+        elif tensor.dtype != field.dtype:
+            why = (f"is {field!r} but tensor '{tensor.name}' is {TYPE_NAMES[tensor.dtype]}; "
+                   f"connect a tensor of type {TYPE_NAMES[field.dtype]} (popops.cast converts)")
+        elif not (field.vector or not tensor.shape or tensor.num_elements() == 1):
+            why = (f"is a scalar but tensor '{tensor.name}' has shape {tensor.shape} "
+                   f"({tensor.num_elements()} elements); connect one element, e.g. "
+                   f"{tensor.name}[i], or declare the field as ipu.Vector")
+        elif name in self.v_conn[vid]:
+            why = ("is already connected; Poplar connects each field once: connect it to one "
+                   "tensor (concat views to join several)")
+        if why:
+            raise GraphConnectionError(f"field '{name}' of {self.describe_vertex(vid)} {why}")
         self.v_conn[vid][name] = tensor  # a Vector field sees it flattened
 
     def set_perf_estimate(self, vertex: VertexRef, cycles: int) -> None:

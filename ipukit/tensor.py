@@ -314,9 +314,12 @@ def contiguous(shape, strides) -> bool:
 
 def single_run(t: Tensor):
     """(offset, length) when ``t``'s elements are one run of consecutive addresses."""
-    if t._idx is None and contiguous(t.shape, t.strides):
-        return t.offset, math.prod(t.shape)
-    return None
+    if t._idx is not None:
+        return None
+    if len(t.shape) < 2:  # fast path: a scalar or a 1-D view
+        return (t.offset, t.shape[0] if t.shape else 1) if not t.shape or t.strides[0] == 1 \
+            or t.shape[0] <= 1 else None
+    return (t.offset, math.prod(t.shape)) if contiguous(t.shape, t.strides) else None
 
 
 def runs(t: Tensor, keep: int = 0):
