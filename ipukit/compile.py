@@ -224,7 +224,9 @@ class _Compiler:
         self.allow_out_of_memory = allow_out_of_memory
         self.steps: list[Step] = []
         self.done: dict[int, object] = {}  # id(program) or cs -> compiled node
-        self.by_cs = None  # per compute set, its vertex ids
+        v_cs = np.array(graph.v_cs, np.int64)  # each compute set's vertices, in order added
+        self.by_cs = np.split(np.argsort(v_cs, kind="stable"), np.cumsum(
+            np.bincount(v_cs, minlength=len(graph.compute_sets)))[:-1])
         self.exchange_buffers = np.zeros(self.t.num_tiles, np.int64)
         self.vertex_state = np.zeros(self.t.num_tiles, np.int64)
         self.vertex_code = np.zeros(self.t.num_tiles, np.int64)
@@ -399,10 +401,6 @@ class _Compiler:
         if key in self.done:
             return self.done[key]
         g = self.g
-        if self.by_cs is None:  # every compute set's vertices, in the order added
-            order = np.argsort(np.array(g.v_cs, np.int64), kind="stable")
-            cut = np.cumsum(np.bincount(g.v_cs, minlength=len(g.compute_sets)))
-            self.by_cs = np.split(order, cut[:-1])
         vids = self.by_cs[cs.id].tolist()
         buckets: dict[tuple, list[int]] = {}
         for v in vids:

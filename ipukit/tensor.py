@@ -291,15 +291,13 @@ def reshape_strides(shape, strides, new_shape):
 
 
 def _describe(key) -> str:
-    keys = key if isinstance(key, tuple) else (key,)
-    parts = []
-    for k in keys:
+    """A view's key as Python writes it: '[1:3, 2]'."""
+    def one(k):
         if isinstance(k, slice):
-            start, stop = ("" if x is None else x for x in (k.start, k.stop))
-            parts.append(f"{start}:{stop}")
-        else:
-            parts.append("..." if k is Ellipsis else str(k))
-    return "[" + ", ".join(parts) + "]"
+            return f"{'' if k.start is None else k.start}:{'' if k.stop is None else k.stop}"
+        return "..." if k is Ellipsis else str(k)
+
+    return "[" + ", ".join(map(one, key if isinstance(key, tuple) else (key,))) + "]"
 
 
 def contiguous(shape, strides) -> bool:
