@@ -36,8 +36,9 @@ from .errors import (
     TileMappingError,
 )
 from .graph import DataStream, Graph
+from .memory_report import out_of_memory
 from .program import Copy, Execute, If, PrintTensor, Program, Repeat, RepeatWhileTrue, Sequence
-from .tensor import TYPE_NAMES, Tensor, addresses, index_runs, reshape_strides, runs
+from .tensor import TYPE_NAMES, Tensor, addresses, firsts, index_runs, reshape_strides, runs
 from .trace import Step, TileMemory
 
 #: Bytes of vertex state per field: a pointer (scalar) or pointer and size (Vector).
@@ -223,6 +224,9 @@ class _Compiler:
         self.allow_out_of_memory = allow_out_of_memory
         self.steps: list[Step] = []
         self.done: dict[int, object] = {}  # id(program) or cs -> compiled node
+        v_cs = np.array(graph.v_cs, np.int64)  # each compute set's vertices, in order added
+        self.by_cs = np.split(np.argsort(v_cs, kind="stable"), np.cumsum(
+            np.bincount(v_cs, minlength=len(graph.compute_sets)))[:-1])
         self.exchange_buffers = np.zeros(self.t.num_tiles, np.int64)
         self.vertex_state = np.zeros(self.t.num_tiles, np.int64)
         self.vertex_code = np.zeros(self.t.num_tiles, np.int64)
@@ -272,56 +276,42 @@ class _Compiler:
     # -- checks ---------------------------------------------------------------------------
     def _check_mapped(self):
         for pool in self.g.pools.values():
-            b, e, _ = pool.segments()
-            if int((e - b).sum()) == pool.size:
-                continue
-            gaps = np.flatnonzero(np.r_[b, pool.size] != np.r_[0, e])
-            var = pool.variable_at(int(np.r_[0, e][gaps[0]]))
-            _, start, end, tile = pool.pieces(np.array([var.start]), np.array([var.size]))
-            free = tile < 0
-            first = np.unravel_index(int(start[free][0]) - var.start, var.shape)
-            raise TileMappingError(
-                f"tensor '{var.name}' has {int((end - start)[free].sum())} unmapped elements "
-                f"(first: {list(map(int, first))}); map every element with "
-                "graph.set_tile_mapping (or poputil.map_tensor_linearly) before compiling"
-            )
+            run, start, end, tile = pool.pieces(np.array(pool.starts, np.int64), np.array(
+                [var.size for var in pool.variables], np.int64))
+            if (tile < 0).any():
+                var = pool.variables[run[k := int(np.argmax(tile < 0))]]
+                first = np.unravel_index(int(start[k]) - var.start, var.shape)
+                missing = int((end - start)[(tile < 0) & (run == run[k])].sum())
+                raise TileMappingError(
+                    f"tensor '{var.name}' has {missing} unmapped elements (first: "
+                    f"{list(map(int, first))}); map every element with graph.set_tile_mapping "
+                    "(or poputil.map_tensor_linearly) before compiling")
 
     # -- steps ----------------------------------------------------------------------------
     def _step(self, name, kind, sync=0, compute=None, transfers=None, host_bytes=0,
-              host_in=None, host_out=None, tile_out=None, tiles=None, **extra) -> int:
-        """Record a superstep. Bytes in and out per tile come from ``transfers`` (rows of
-        source tile, destination tile, bytes) unless ``tile_out`` gives what each tile
+              tile_in=0, tile_out=0, tiles=(), **extra) -> int:
+        """Record a superstep. Bytes in per tile: ``transfers`` (rows of source tile,
+        destination tile, bytes) plus ``tile_in``; bytes out: ``tile_out``, what each tile
         sends (the exchange broadcasts: an element read by many tiles is sent once).
-        ``tiles`` are the tiles taking part: the step involves (and syncs) their IPUs
-        only; every IPU when None or empty (IPU-level task parallelism)."""
-        n = self.t.num_tiles
+        ``tiles`` and the transfers' ends are the tiles taking part: the step involves
+        (and syncs) their IPUs only; every IPU when there are none (IPU-level task
+        parallelism)."""
+        t, n = self.t, self.t.num_tiles
         compute = np.zeros(n, np.int64) if compute is None else compute
         transfers = np.zeros((0, 3), np.int64) if transfers is None else transfers
-        src, dst, nbytes = transfers.T if transfers.size else (np.zeros(0, np.int64),) * 3
-        b_in = np.bincount(dst, weights=nbytes, minlength=n).astype(np.int64)
-        b_out = (np.bincount(src, weights=nbytes, minlength=n).astype(np.int64)
-                 if tile_out is None else tile_out.astype(np.int64))
-        if host_in is not None:
-            b_in += host_in
-        if host_out is not None:
-            b_out += host_out
-        exch = int(cost.exchange_cycles(int(np.maximum(b_in, b_out).max(initial=0)), self.t))
-        ipus = tuple(range(self.t.num_ipus))
-        if tiles is not None and transfers.size:
-            tiles = np.concatenate([np.asarray(tiles, np.int64).reshape(-1),
-                                    transfers[:, 0], transfers[:, 1]])
-        if tiles is not None and np.size(tiles):
-            ipus = tuple(int(q) for q in np.unique(np.asarray(tiles) // self.t.tiles_per_ipu))
-        inter = 0
-        if transfers.size and self.t.num_ipus > 1:
-            ends = transfers[:, :2] // self.t.tiles_per_ipu
-            cross = ends[:, 0] != ends[:, 1]
-            if cross.any():  # an external sync of the IPUs the step joins, and IPU-Links
-                inter = int(nbytes[cross].sum())
-                pair = ends[cross, 0] * self.t.num_ipus + ends[cross, 1]
-                busiest_link = np.bincount(pair, weights=nbytes[cross]).max()
-                exch += cost.link_cycles(int(busiest_link), self.t)
-                sync = max(sync, cost.global_sync_cycles(self.t, len(ipus)))
+        src, dst, nbytes = transfers.T
+        b_in = (np.bincount(dst, weights=nbytes, minlength=n) + tile_in).astype(np.int64)
+        b_out = (np.zeros(n) + tile_out).astype(np.int64)
+        exch = int(cost.exchange_cycles(int(np.maximum(b_in, b_out).max(initial=0)), t))
+        tiles = np.concatenate([np.asarray(tiles, np.int64).reshape(-1), src, dst])
+        ipus = tuple(np.flatnonzero(np.bincount(tiles // t.tiles_per_ipu, minlength=t.num_ipus))
+                     .tolist() if tiles.size else range(t.num_ipus))
+        cross = src // t.tiles_per_ipu != dst // t.tiles_per_ipu
+        inter = int(nbytes[cross].sum())
+        if cross.any():  # an external sync of the IPUs the step joins, and IPU-Links
+            pair = src[cross] // t.tiles_per_ipu * t.num_ipus + dst[cross] // t.tiles_per_ipu
+            exch += cost.link_cycles(int(np.bincount(pair, weights=nbytes[cross]).max()), t)
+            sync = max(sync, cost.global_sync_cycles(t, len(ipus)))
         if host_bytes:
             exch = max(exch, cost.host_cycles(int(host_bytes), self.t))
         step = Step(index=len(self.steps), name=name, kind=kind, sync_cycles=int(sync),
@@ -334,19 +324,12 @@ class _Compiler:
 
     def _transfers(self, src_tiles, dst_tiles, nbytes) -> np.ndarray:
         """Aggregate element moves into (source tile, destination tile, bytes) rows."""
-        if src_tiles.size == 0:
-            return np.zeros((0, 3), np.int64)
         n = self.t.num_tiles
         key = src_tiles.astype(np.int64) * n + dst_tiles
-        if n * n <= 1 << 23:  # a table of all tile pairs is small: count in one pass
-            total = np.bincount(key, weights=nbytes, minlength=n * n).astype(np.int64)
-            pairs = np.flatnonzero(total)
-            return np.stack([pairs // n, pairs % n, total[pairs]], axis=1)
         order = np.argsort(key, kind="stable")
-        key, nbytes = key[order], np.asarray(nbytes, np.int64)[order]
-        first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-        pairs, total = key[first], np.add.reduceat(nbytes, first)
-        return np.stack([pairs // self.t.num_tiles, pairs % self.t.num_tiles, total], axis=1)
+        key, first = key[order], firsts(key[order])
+        total = np.add.reduceat(np.asarray(nbytes, np.int64)[order], first) if key.size else key
+        return np.stack([key[first] // n, key[first] % n, total], axis=1)
 
     # -- copies ---------------------------------------------------------------------------
     def _copy(self, src, dst):
@@ -366,18 +349,17 @@ class _Compiler:
             raise ProgramError(f"Copy destination '{dst.name}' has aliased elements (it names "
                                "some element twice, e.g. a broadcast view); copy to a tensor "
                                "whose elements are distinct")
-        # Pair source and destination runs by flat position, then cut where either side's
-        # tile changes: pieces of (source address, destination address, length).
-        s_pos, d_pos = np.cumsum(sn) - sn, np.cumsum(dn) - dn
-        pos = np.union1d(s_pos, d_pos)
-        si, di = np.searchsorted(s_pos, pos, "right") - 1, np.searchsorted(d_pos, pos, "right") - 1
-        s_addr, d_addr = sb[si] + pos - s_pos[si], db[di] + pos - d_pos[di]
-        length = np.diff(np.r_[pos, src.num_elements()])
-        run, s_start, s_end, s_tile = self.g.pools[src.dtype].pieces(s_addr, length)
-        d_addr = d_addr[run] + s_start - s_addr[run]
-        run, d_start, d_end, d_tile = self.g.pools[dst.dtype].pieces(d_addr, s_end - s_start)
-        s_start, s_tile, length = s_start[run] + d_start - d_addr[run], s_tile[run], \
-            d_end - d_start
+        # Cut each side where its tile changes, then pair the pieces by flat position:
+        # pieces of (source address, source tile, destination tile, length).
+        sides = []
+        for t, b, n in ((src, sb, sn), (dst, db, dn)):
+            run, start, _, tile = self.g.pools[t.dtype].pieces(b, n)
+            sides.append(((np.cumsum(n) - n)[run] + start - b[run], start, tile))
+        (sp, ss, s_tile), (dp, _, d_tile) = sides
+        pos = np.union1d(sp, dp)
+        i, j = np.searchsorted(sp, pos, "right") - 1, np.searchsorted(dp, pos, "right") - 1
+        s_start, s_tile, d_tile = ss[i] + pos - sp[i], s_tile[i], d_tile[j]
+        length = np.diff(pos, append=src.num_elements())
         remote = s_tile != d_tile
         transfers = self._transfers(s_tile[remote], d_tile[remote], length[remote] * size)
         once = _union_lengths(np.zeros(int(remote.sum()), np.int64), s_start[remote],
@@ -386,7 +368,7 @@ class _Compiler:
         local = np.bincount(d_tile[~remote], weights=length[~remote], minlength=n_tiles) * size
         compute = cost.copy_cycles(local.astype(np.int64)).astype(np.int64)
         step = self._step(f"Copy {src.name} -> {dst.name}", "copy", sync=cost.sync_cycles(self.t),
-                          compute=compute, transfers=transfers, tile_out=sent.astype(np.int64),
+                          compute=compute, transfers=transfers, tile_out=sent,
                           tiles=np.concatenate([s_tile, d_tile]))
         n = (src.num_elements(),)
         return CopyNode(step, Access.of(src, n), Access.of(dst, n))
@@ -410,7 +392,7 @@ class _Compiler:
         step = self._step(f"StreamCopy {stream.name} {arrow} {tensor.name}", "stream",
                           sync=cost.sync_cycles(self.t), host_bytes=nbytes,
                           tiles=tile,
-                          **{"host_in" if stream.to_device else "host_out": per_tile})
+                          **{"tile_in" if stream.to_device else "tile_out": per_tile})
         return StreamNode(step, stream, Access.of(tensor, (tensor.num_elements(),)))
 
     # -- compute sets ---------------------------------------------------------------------
@@ -419,45 +401,34 @@ class _Compiler:
         if key in self.done:
             return self.done[key]
         g = self.g
-        vids = [v for v, c in enumerate(g.v_cs) if c == cs.id]
+        vids = self.by_cs[cs.id].tolist()
         buckets: dict[tuple, list[int]] = {}
-        specs: dict[type, list] = {}
         for v in vids:
-            cls, conn = g.v_cls[v], g.v_conn[v]
+            cls, conn, state = g.v_cls[v], g.v_conn[v], g.v_state[v]
             if g.v_tile[v] < 0:
-                raise TileMappingError(
-                    f"{g.describe_vertex(v)} is not mapped to a tile; call "
-                    "graph.set_tile_mapping(vertex, tile)"
-                )
-            spec = specs.get(cls)
-            if spec is None:
-                spec = specs[cls] = [(n, f, f.kind == "state") for n, f in cls.fields.items()]
-            shape = [cls]
-            for name, f, state in spec:
-                if state:
-                    if f.vector:
-                        if name not in g.v_state[v]:
-                            raise GraphConnectionError(
-                                f"State field '{name}' of {g.describe_vertex(v)} is a Vector "
-                                "with no value; set it with graph.set_initial_value"
-                            )
-                        shape.append(g.v_state[v][name].size)
-                    continue
-                t = conn.get(name)
-                if t is None:
+                raise TileMappingError(f"{g.describe_vertex(v)} is not mapped to a tile; call "
+                                       "graph.set_tile_mapping(vertex, tile)")
+            shape = [cls]  # vertices whose fields have the same region shape share one plan
+            for name, f in cls.fields.items():
+                if f.kind == "state" and f.vector and name not in state:
+                    raise GraphConnectionError(
+                        f"State field '{name}' of {g.describe_vertex(v)} is a Vector "
+                        "with no value; set it with graph.set_initial_value")
+                if f.kind == "state":
+                    shape.append(state[name].size if f.vector else 0)
+                elif name not in conn:
                     raise GraphConnectionError(
                         f"field '{name}' ({f!r}) of {g.describe_vertex(v)} is not connected; "
-                        f"connect a tensor with graph.connect(v['{name}'], tensor)"
-                    )
-                # vertices whose fields have the same region shape share one plan
-                shape.append(t.shape if t._idx is None else t.num_elements())
-                shape.append(t.strides)
+                        f"connect a tensor with graph.connect(v['{name}'], tensor)")
+                else:
+                    t = conn[name]
+                    shape += [t.shape if t._idx is None else t.num_elements(), t.strides]
             buckets.setdefault(tuple(shape), []).append(v)
         groups = tuple(self._group(key[0], np.array(run)) for key, vs in buckets.items()
                        for run in self._regular_runs(key[0], vs))
-        self._check_races(cs, groups)
-        step = self._compute_step(cs, groups)
-        self.done[key] = ExecNode(step, groups)
+        fields = [(gr, fp, fp.access.runs()) for gr in groups for fp in gr.fields]
+        self._check_races(cs, fields)
+        self.done[key] = ExecNode(self._compute_step(cs, groups, fields), groups)
         return self.done[key]
 
     def _regular_runs(self, cls, vids: list[int]) -> list[list[int]]:
@@ -499,144 +470,116 @@ class _Compiler:
         tiles = np.array([g.v_tile[v] for v in vids], np.int64)
         return VertexGroup(cls, vids, tiles, estimates, tuple(fields), state)
 
-    def _check_races(self, cs, groups):
+    def _check_races(self, cs, fields):
         """No vertex may write what another vertex (or field) of the compute set touches."""
-        slots = [(gr, fp) for gr in groups for fp in gr.fields]
-        n_slots = len(slots)
-        for dtype in {fp.access.dtype for _, fp in slots}:
-            # every field's runs of addresses, with "who" = vertex id and field slot (so
-            # that a vertex's own InOut is no race)
-            rb, re_, who, writes, reads = [], [], [], [], []
-            for s, (gr, fp) in enumerate(slots):
-                if fp.access.dtype == dtype:
-                    b, n, row = fp.access.runs()
-                    rb.append(b)
-                    re_.append(b + n)
-                    who.append(gr.vertex_ids[row] * n_slots + s)
-                    writes.append(np.full(b.size, fp.kind != "input"))
-                    reads.append(np.full(b.size, fp.kind != "output"))
-            b, e, who, w, r = (np.concatenate(x) for x in (rb, re_, who, writes, reads))
-            if not w.any():
-                continue
-            order = np.flatnonzero(w)[np.argsort(b[w], kind="stable")]
-            wb, we, wo = b[order], e[order], who[order]
-            reach = np.maximum.accumulate(we)
-            holder = np.maximum.accumulate(np.where(we == reach, np.arange(we.size), 0))
-            clash = np.flatnonzero((wb[1:] < reach[:-1]) & (wo[1:] != wo[holder[:-1]]))
-            if clash.size:  # two writers of one element
-                i, j = order[clash[0] + 1], order[holder[clash[0]]]
-                first, later = (i, j) if i < j else (j, i)
-                self._race(cs, slots, dtype, b[order[clash[0] + 1]], who[first], who[later],
-                           "also writes")
-            # writes merged into disjoint runs, one writer each; then every read or
-            # in-out run may only meet writes of its own vertex and field
-            first = np.flatnonzero(np.r_[True, wb[1:] >= reach[:-1]])
-            wb, we, wo = wb[first], reach[np.r_[first[1:] - 1, wb.size - 1]], wo[first]
-            lo = np.searchsorted(we, b, "right")
-            hi = np.searchsorted(wb, e, "left")
-            changes = np.r_[0, np.cumsum(wo[1:] != wo[:-1])]
-            lo_c = np.minimum(lo, wo.size - 1)
-            bad = (hi > lo) & ((wo[lo_c] != who)
-                               | (changes[np.maximum(hi - 1, 0)] != changes[lo_c]))
-            bad &= r
-            if bad.any():
-                k = int(np.flatnonzero(bad)[0])
-                m = int(lo[k]) + int(np.flatnonzero(wo[lo[k]:hi[k]] != who[k])[0])
-                self._race(cs, slots, dtype, max(b[k], wb[m]), wo[m], who[k], "reads")
+        if all(fp.kind == "input" for _, fp, _ in fields):
+            return
+        # every field's runs of addresses (types apart: each type's storage starts at a
+        # multiple of span), "who" = vertex id and field slot (a vertex's own InOut is no
+        # race), and whether it writes and reads
+        dtypes, span = list(self.g.pools), max(p.size for p in self.g.pools.values()) + 1
+        b, e, who, w, r = (np.concatenate(x) for x in zip(*(
+            (b + dtypes.index(fp.access.dtype) * span, b + n + dtypes.index(fp.access.dtype)
+             * span, gr.vertex_ids[row] * len(fields) + s, np.full(b.size, fp.kind != "input"),
+             np.full(b.size, fp.kind != "output"))
+            for s, (gr, fp, (b, n, row)) in enumerate(fields))))
+        order = np.flatnonzero(w)[np.argsort(b[w], kind="stable")]
+        wb, we, wo = b[order], e[order], who[order]
+        reach = np.maximum.accumulate(we)
+        holder = np.maximum.accumulate(np.where(we == reach, np.arange(we.size), 0))
+        clash = np.flatnonzero((wb[1:] < reach[:-1]) & (wo[1:] != wo[holder[:-1]]))
+        if clash.size:  # two writers of one element
+            i, j = order[clash[0] + 1], order[holder[clash[0]]]
+            first, later = (i, j) if i < j else (j, i)
+            self._race(cs, fields, span, b[i], who[first], who[later], "also writes")
+        # writes merged into disjoint runs, one writer each; then every read or in-out run
+        # may only meet writes of its own vertex and field
+        first = np.flatnonzero(np.r_[True, wb[1:] >= reach[:-1]])
+        wb, we, wo = wb[first], reach[np.r_[first[1:] - 1, wb.size - 1]], wo[first]
+        lo, hi = np.searchsorted(we, b, "right"), np.searchsorted(wb, e, "left")
+        changes = np.r_[0, np.cumsum(wo[1:] != wo[:-1])]
+        lo_c = np.minimum(lo, wo.size - 1)
+        bad = r & (hi > lo) & ((wo[lo_c] != who) | (changes[np.maximum(hi - 1, 0)]
+                                                    != changes[lo_c]))
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            m = int(lo[k]) + int(np.flatnonzero(wo[lo[k]:hi[k]] != who[k])[0])
+            self._race(cs, fields, span, max(b[k], wb[m]), wo[m], who[k], "reads")
 
-    def _race(self, cs, slots, dtype, addr, writer, other, verb):
+    def _race(self, cs, fields, span, addr, writer, other, verb):
         def who(code):
-            vid, s = divmod(int(code), len(slots))
-            return f"{self.g.describe_vertex(vid)} field '{slots[s][1].name}'"
+            vid, s = divmod(int(code), len(fields))
+            return f"{self.g.describe_vertex(vid)} field '{fields[s][1].name}'"
 
-        other_text = who(other)
-        if divmod(int(writer), len(slots))[0] == divmod(int(other), len(slots))[0]:
-            other_text = f"its own field '{slots[divmod(int(other), len(slots))[1]][1].name}'"
+        (w_vid, _), (o_vid, o_slot) = divmod(int(writer), len(fields)), divmod(int(other),
+                                                                           len(fields))
+        other_text = f"its own field '{fields[o_slot][1].name}'" if w_vid == o_vid else \
+            who(other)
+        pool, addr = divmod(int(addr), span)
         raise ComputeSetRaceError(
             f"race in compute set '{cs.name}': {who(writer)} writes "
-            f"{self.g.pools[dtype].describe(addr)}, which {other_text} {verb}. Vertices of "
-            "one compute set run in parallel in no order the programming model promises, "
-            "so Poplar too refuses a compute set with a data race. Fix: "
+            f"{list(self.g.pools.values())[pool].describe(addr)}, which {other_text} {verb}. "
+            "Vertices of one compute set run in parallel in no order the programming model "
+            "promises, so Poplar too refuses a compute set with a data race. Fix: "
             "write to separate tensors, or put the two vertices in different compute sets "
             "executed one after the other (an InOut field reads and writes in place)."
         )
 
-    def _compute_step(self, cs, groups) -> int:
+    def _compute_step(self, cs, groups, fields) -> int:
         t, n_tiles, W = self.t, self.t.num_tiles, self.t.num_worker_contexts
-        if groups:
-            tiles = np.concatenate([gr.tiles for gr in groups])
-            est = np.concatenate([gr.estimates for gr in groups])
-            vids = np.concatenate([gr.vertex_ids for gr in groups])
-        else:
-            tiles = est = vids = np.zeros(0, np.int64)
+        tiles, est, vids = (np.concatenate([getattr(gr, k) for gr in groups]
+                                           or [np.zeros(0, np.int64)])
+                            for k in ("tiles", "estimates", "vertex_ids"))
         # Vertices on a tile go round-robin to its 6 workers; each worker issues every
         # 6th cycle, so the tile is busy W x the heaviest worker's load.
-        order = np.lexsort((vids, tiles))
-        st = tiles[order]
-        first = np.searchsorted(st, st)  # index of the first vertex on the same tile
-        worker = (np.arange(st.size) - first) % W
+        st = tiles[order := np.lexsort((vids, tiles))]
+        worker = (np.arange(st.size) - np.searchsorted(st, st)) % W
         load = np.bincount(st * W + worker, weights=est[order], minlength=n_tiles * W)
         compute = (load.reshape(n_tiles, W).max(axis=1) * W).astype(np.int64)
         # Exchange: a vertex's data on another tile is fetched before compute (once per
         # tile); what it writes to another tile is sent after. The exchange broadcasts: a
         # tile sends an element once, however many tiles receive it.
-        srcs, dsts, sizes, read_remote = [], [], [], {}
-        received = np.zeros(n_tiles, np.int64)
-        sent = np.zeros(n_tiles, np.int64)
-        for gr in groups:
-            for fp in gr.fields:
-                a, size = fp.access, fp.access.dtype.itemsize
-                b, n, row = a.runs()
-                vt = gr.tiles[row]
-                if fp.kind == "input" and b.size > 1:  # a tile reads a shared run once
-                    o = np.lexsort((n, b, vt))
-                    o = o[np.r_[True, (np.diff(vt[o]) != 0) | (np.diff(b[o]) != 0)
-                                | (np.diff(n[o]) != 0)]]
-                    b, n, vt = b[o], n[o], vt[o]
-                run, start, end, et = self.g.pools[a.dtype].pieces(b, n)
-                vt = vt[run]
-                remote = et != vt
-                if not remote.any():
-                    continue
-                start, end, et, vt = start[remote], end[remote], et[remote], vt[remote]
-                if fp.kind in ("input", "inout"):
-                    once = _union_lengths(vt, start, end)  # a tile receives an element once
-                    srcs.append(et)
-                    dsts.append(vt)
-                    sizes.append(once * size)
-                    received += (np.bincount(vt, weights=once, minlength=n_tiles)
-                                 * size).astype(np.int64)
-                    read_remote.setdefault(a.dtype, []).append((start, end, et))
-                if fp.kind in ("output", "inout"):
-                    srcs.append(vt)
-                    dsts.append(et)
-                    sizes.append((end - start) * size)
-                    sent += (np.bincount(vt, weights=end - start, minlength=n_tiles)
-                             * size).astype(np.int64)
-        for dtype, parts in read_remote.items():
-            start, end, et = (np.concatenate(x) for x in zip(*parts))
-            once = _union_lengths(np.zeros(start.size, np.int64), start, end)
-            sent += (np.bincount(et, weights=once, minlength=n_tiles)
-                     * dtype.itemsize).astype(np.int64)
-        self.exchange_buffers = np.maximum(self.exchange_buffers, received)
-        transfers = (self._transfers(np.concatenate(srcs), np.concatenate(dsts),
-                                     np.concatenate(sizes)) if srcs else None)
+        moves, reads = [], []  # (source tiles, destination tiles, bytes); remote reads
+        received, sent = np.zeros(n_tiles), np.zeros(n_tiles)
+        dtypes = list(self.g.pools)
+        for gr, fp, (b, n, row) in fields:
+            size, vt = fp.access.dtype.itemsize, gr.tiles[row]
+            if fp.kind == "input" and b.size > 1:  # a tile reads a shared run once
+                o = np.lexsort((n, b, vt))
+                b, n, vt = (x[o[firsts(vt[o], b[o], n[o])]] for x in (b, n, vt))
+            run, start, end, et = self.g.pools[fp.access.dtype].pieces(b, n)
+            remote = et != vt[run]
+            start, end, et, vt = start[remote], end[remote], et[remote], vt[run][remote]
+            if fp.kind != "output":
+                once = _union_lengths(vt, start, end) * size  # a tile receives it once
+                moves.append((et, vt, once))
+                received += np.bincount(vt, weights=once, minlength=n_tiles)
+                reads.append((np.full(start.size, dtypes.index(fp.access.dtype)), start, end,
+                              et, np.full(start.size, size)))
+            if fp.kind != "input":
+                moves.append((vt, et, (end - start) * size))
+                sent += np.bincount(vt, weights=(end - start) * size, minlength=n_tiles)
+        if reads:  # a tile sends each element read from it once
+            code, start, end, et, size = (np.concatenate(x) for x in zip(*reads))
+            sent += np.bincount(et, weights=_union_lengths(code, start, end) * size,
+                                minlength=n_tiles)
+        self.exchange_buffers = np.maximum(self.exchange_buffers, received.astype(np.int64))
+        transfers = (self._transfers(*(np.concatenate(x) for x in zip(*moves)))
+                     if moves else None)
         # Memory: vertex state and code on every tile that has vertices.
         kinds = {}
         for gr in groups:
+            on = np.bincount(gr.tiles, minlength=n_tiles)
             per_vertex = 4 + sum(VECTOR_FIELD_BYTES if gr.cls.fields[fp.name].vector
                                  else SCALAR_FIELD_BYTES for fp in gr.fields)
-            per_vertex += sum(v[0].nbytes for v in gr.state.values())
-            self.vertex_state += np.bincount(gr.tiles, minlength=n_tiles) * per_vertex
-            self.vertex_code += (np.bincount(gr.tiles, minlength=n_tiles) > 0) * \
-                CODELET_CODE_BYTES
+            self.vertex_state += on * (per_vertex + sum(v[0].nbytes for v in gr.state.values()))
+            self.vertex_code += (on > 0) * CODELET_CODE_BYTES
             inst, cyc = kinds.get(gr.cls.__name__, (0, 0))
             kinds[gr.cls.__name__] = (inst + len(gr.vertex_ids), cyc + int(gr.estimates.sum()))
-        per_tile = sum((np.bincount(gr.tiles, minlength=n_tiles) for gr in groups),
-                       np.zeros(n_tiles, np.int64))
         return self._step(cs.name, "compute", sync=cost.sync_cycles(t), compute=compute,
-                          transfers=transfers, tile_out=sent, vertex_cycles=int(est.sum()),
-                          vertex_types=kinds, tiles=tiles, tile_vertices=per_tile)
+                          transfers=transfers, tile_out=sent.astype(np.int64),
+                          vertex_cycles=int(est.sum()), vertex_types=kinds, tiles=tiles,
+                          tile_vertices=np.bincount(tiles, minlength=n_tiles))
 
     # -- memory ---------------------------------------------------------------------------
     def _memory(self) -> TileMemory:
@@ -644,60 +587,24 @@ class _Compiler:
         variables, constants = np.zeros(n, np.int64), np.zeros(n, np.int64)
         for pool in self.g.pools.values():
             b, e, tiles = pool.segments()
-            size = pool.dtype.itemsize
-            variables += (np.bincount(tiles, weights=e - b, minlength=n) * size).astype(
-                np.int64)
-            for var in pool.variables:
-                if var.values is not None:
-                    _, start, end, tile = pool.pieces(np.array([var.start]),
-                                                      np.array([var.size]))
-                    here = (np.bincount(tile, weights=end - start, minlength=n)
-                            * size).astype(np.int64)
-                    variables -= here
-                    constants += here
-        mem = TileMemory({"variables": variables, "constants": constants,
+            variables += np.bincount(tiles, weights=e - b, minlength=n).astype(np.int64) * \
+                pool.dtype.itemsize
+            fixed = [var for var in pool.variables if var.values is not None]
+            if fixed:
+                _, start, end, tile = pool.pieces(np.array([var.start for var in fixed]),
+                                                  np.array([var.size for var in fixed]))
+                constants += np.bincount(tile, weights=end - start, minlength=n).astype(
+                    np.int64) * pool.dtype.itemsize
+        mem = TileMemory({"variables": variables - constants, "constants": constants,
                           "vertex state": self.vertex_state, "vertex code": self.vertex_code,
                           "exchange buffers": self.exchange_buffers},
                          self.t.bytes_per_tile)
-        total = mem.total
-        over = np.flatnonzero(total > self.t.bytes_per_tile)
-        if over.size:
-            worst = "; ".join(self._tile_report(mem, tile) for tile, used in mem.worst(3)
-                              if used)
-            detail = (
-                f"cannot fit all data onto {over.size} of {n} tiles "
-                f"({self.t.bytes_per_tile:,} bytes per tile on {self.t.version}). Worst "
-                f"tiles: {worst}. Fix: spread tensors over more tiles "
-                "(poputil.map_tensor_linearly), split the work across more vertices or "
-                "IPUs, or use smaller tensors."
-            )
-            first = int(mem.worst(1)[0][0])
+        if (mem.total > self.t.bytes_per_tile).any():
+            text = out_of_memory(self.g, mem, error=not self.allow_out_of_memory)
             if not self.allow_out_of_memory:
-                raise OutOfMemoryError(
-                    f"Memory allocation error : Out of memory on tile {first}: "
-                    f"{int(total[first]):,} bytes used but tiles only have "
-                    f"{self.t.bytes_per_tile:,} bytes of memory ({detail})"
-                )
-            warnings.warn(OutOfMemoryWarning(
-                f"Out of memory: Cannot fit all variable data onto one or more tiles: "
-                f"{detail} The IPUModel runs on (debug.allowOutOfMemory is true); on an IPU "
-                "this graph would not compile. Engine options "
-                "{'debug.allowOutOfMemory': 'false'} make this an OutOfMemoryError."
-            ), stacklevel=4)
+                raise OutOfMemoryError(text)
+            warnings.warn(OutOfMemoryWarning(text), stacklevel=4)
         return mem
-
-    def _tile_report(self, mem: TileMemory, tile: int) -> str:
-        parts = [f"{k} {int(v[tile]):,}" for k, v in mem.categories.items() if v[tile]]
-        biggest = []
-        for pool in self.g.pools.values():
-            for var in pool.variables:
-                _, start, end, on = pool.pieces(np.array([var.start]), np.array([var.size]))
-                count = int((end - start)[on == tile].sum())
-                if count:
-                    biggest.append((count * pool.dtype.itemsize, var.name))
-        names = ", ".join(f"'{name}' {b:,} B" for b, name in sorted(biggest, reverse=True)[:3])
-        return (f"tile {tile}: {int(mem.total[tile]):,} B ({', '.join(parts)}"
-                f"{'; largest tensors ' + names if names else ''})")
 
 
 def _field_access(dtype, tensors: list[Tensor], vector: bool) -> Access:
@@ -733,3 +640,4 @@ def _union_lengths(key: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.
     out = np.empty(b.size, np.int64)
     out[order] = np.clip(e - np.maximum(b, covered), 0, None)
     return out
+

@@ -13,6 +13,7 @@ Building a graph records metadata only; nothing is computed until an Engine runs
 
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass
 
@@ -26,7 +27,7 @@ from .errors import (
     TileMappingError,
 )
 from .target import Device, Target
-from .tensor import TYPE_NAMES, Tensor, as_type, contiguous_strides, runs, single_run
+from .tensor import TYPE_NAMES, Tensor, as_type, contiguous_strides, firsts, runs, single_run
 from .vertex import Vertex
 
 
@@ -50,9 +51,9 @@ class Pool:
         self.dtype, self.size = dtype, 0
         self.variables: list[Variable] = []
         self.starts: list[int] = []
-        self._mapped: tuple[list, list, list] = ([], [], [])  # begins, ends, tiles, in order
-        self._segments = None  # the resolved mapping: sorted, disjoint (begin, end, tile)
-        self._cuts = None  # the addresses where the mapping changes
+        self._new: tuple[list, list, list] = ([], [], [])  # begins, ends, tiles not resolved
+        self._segments = (np.zeros(0, np.int64),) * 3  # sorted, disjoint (begin, end, tile)
+        self._cuts, self._cut_tiles = np.zeros(0, np.int64), np.full(1, -1, np.int64)
 
     def alloc(self, name, shape, values=None) -> Variable:
         size = int(np.prod(shape, dtype=np.int64))
@@ -65,47 +66,50 @@ class Pool:
     def map(self, begins, lengths, tile: int) -> None:
         """Map runs of addresses (one as ints, or arrays) to ``tile``; a later mapping of an
         address wins."""
-        b, e, t = self._mapped
-        if not isinstance(begins, np.ndarray):
-            b.append(int(begins))
-            e.append(int(begins + lengths))
-            t.append(tile)
-        else:
+        b, e, t = self._new
+        if isinstance(begins, np.ndarray):
             b.extend(begins.tolist())
             e.extend((begins + lengths).tolist())
             t.extend([tile] * len(begins))
-        self._segments = None
+        else:
+            b.append(int(begins))
+            e.append(int(begins + lengths))
+            t.append(tile)
 
     def segments(self):
-        """The tile mapping as sorted, disjoint intervals: (begins, ends, tiles)."""
-        if self._segments is None:
-            self._segments = _resolve(*(np.array(x, np.int64) for x in self._mapped))
-            self._mapped = tuple(x.tolist() for x in self._segments)  # compacted
-            b, e, _ = self._segments
-            cuts = np.stack([b, e], axis=1).reshape(-1)  # sorted: the segments are disjoint
-            self._cuts = cuts[np.r_[True, cuts[1:] != cuts[:-1]]] if cuts.size else cuts
+        """The tile mapping as sorted, disjoint intervals: (begins, ends, tiles). Mappings
+        made since the last call are painted over the resolved ones (never re-read)."""
+        if self._new[0]:
+            self._segments = b, e, t = _resolve(*(
+                np.concatenate([old, np.array(new, np.int64)])
+                for old, new in zip(self._segments, self._new)))
+            self._new = ([], [], [])
+            cuts = np.stack([b, e], 1).reshape(-1)  # sorted: the segments are disjoint
+            self._cuts = cuts[firsts(cuts)]
+            self._cut_tiles = np.full(self._cuts.size + 1, -1, np.int64)  # tile after a cut
+            self._cut_tiles[np.searchsorted(self._cuts, b, "right")] = t
         return self._segments
 
     def pieces(self, begins: np.ndarray, lengths: np.ndarray):
         """Cut address runs where the tile mapping changes: (run, begin, end, tile) of
         every piece, in order; tile -1 where unmapped."""
-        sb, se, st = self.segments()
+        self.segments()
         keep = np.flatnonzero(lengths > 0)
         b = begins[keep].astype(np.int64)
         e = b + lengths[keep]
-        if not sb.size:
-            return keep, b, e, np.full(b.size, -1, np.int64)
         cuts = self._cuts
         lo = np.searchsorted(cuts, b, "right")
-        count = np.maximum(np.searchsorted(cuts, e, "left") - lo, 0) + 1
+        count = np.searchsorted(cuts, e, "left") - lo + 1
+        if (count == 1).all():  # no run crosses a change of tile
+            return keep, b, e, self._cut_tiles[lo]
         run = np.repeat(np.arange(b.size), count)
         j = np.arange(run.size) - np.repeat(np.cumsum(count) - count, count)
-        start = np.where(j == 0, b[run], cuts[np.minimum(lo[run] + j - 1, cuts.size - 1)])
-        end = np.r_[start[1:], 0].astype(np.int64)
+        at = lo[run] + j
+        start = np.where(j == 0, b[run], cuts[at - 1])
+        end = np.empty_like(start)
+        end[:-1] = start[1:]
         end[np.cumsum(count) - 1] = e
-        k = np.maximum(np.searchsorted(sb, start, "right") - 1, 0)
-        tile = np.where((start >= sb[k]) & (start < se[k]), st[k], -1)
-        return keep[run], start, end, tile
+        return keep[run], start, end, self._cut_tiles[at]
 
     def variable_at(self, address: int) -> Variable:
         return self.variables[int(np.searchsorted(self.starts, address, "right")) - 1]
@@ -128,8 +132,9 @@ def _resolve(b, e, t):
     """Turn mapping records (in the order made) into sorted, disjoint, merged intervals."""
     order = np.argsort(b, kind="stable")
     sb, se, st = b[order], e[order], t[order]
-    if sb.size and (sb[1:] < se[:-1]).any():  # re-mapped addresses: paint in order
-        cuts = np.unique(np.concatenate([b, e]))
+    if (sb[1:] < se[:-1]).any():  # re-mapped addresses: cut at every end, paint in order
+        cuts = np.sort(np.concatenate([b, e]))
+        cuts = cuts[firsts(cuts)]
         lo, hi = np.searchsorted(cuts, b), np.searchsorted(cuts, e)
         tiles = np.full(cuts.size - 1, -1, np.int64)
         tiles[_ranges(lo, hi)] = t.repeat(np.maximum(hi - lo, 0))  # the last write wins
@@ -214,29 +219,26 @@ class Graph:
 
     def add_variable(self, dtype, shape, name: str = "") -> Tensor:
         """``Graph::addVariable``: zero-initialised storage, to be mapped to tiles."""
-        shape = _shape(shape, name)
-        pool = self._pool(dtype)
-        name = name or f"var{len(pool.variables)}"
-        self._check_fits(name, pool.dtype, shape)
-        var = pool.alloc(name, shape)
-        region = (var.start, shape, contiguous_strides(shape))
-        return Tensor(self.root, pool.dtype, region, var.name)
+        return self._add(dtype, shape, name, "var")
 
     def add_constant(self, dtype, shape, values, name: str = "") -> Tensor:
         """``Graph::addConstant``: a tensor with fixed values (map it to a tile too)."""
-        shape = _shape(shape, name)
-        dtype = as_type(dtype)
-        values = _values(values, dtype, None, f"constant '{name}'")
-        size = int(np.prod(shape, dtype=np.int64))
-        if values.size == 1:
-            values = np.full(shape, values.reshape(()), dtype=dtype)
-        if values.size != size:
-            raise IpuError(
-                f"constant '{name}' of shape {shape} needs {size} values, got {values.size}"
-            )
-        pool = self._pool(dtype)
-        var = pool.alloc(name or f"const{len(pool.variables)}", shape, values.reshape(shape))
-        return Tensor(self.root, dtype, (var.start, shape, contiguous_strides(shape)), var.name)
+        return self._add(dtype, shape, name, "const", values)
+
+    def _add(self, dtype, shape, name, kind, values=None) -> Tensor:
+        shape, pool = _shape(shape, name), self._pool(dtype)
+        if values is not None:
+            values = _values(values, pool.dtype, None, f"constant '{name}'")
+            if values.size == 1:
+                values = np.full(shape, values.reshape(()), dtype=pool.dtype)
+            if values.size != math.prod(shape):
+                raise IpuError(f"constant '{name}' of shape {shape} needs {math.prod(shape)} "
+                               f"values, got {values.size}")
+            values = values.reshape(shape)
+        name = name or f"{kind}{len(pool.variables)}"
+        self._check_fits(name, pool.dtype, shape)
+        var = pool.alloc(name, shape, values)
+        return Tensor(self.root, pool.dtype, (var.start, shape, contiguous_strides(shape)), name)
 
     def _check_fits(self, name, dtype, shape) -> None:
         """OutOfMemoryError, by arithmetic, for a tensor larger than all tiles together."""
@@ -262,11 +264,7 @@ class Graph:
             t = self._own(t, "set_tile_mapping")
         if not (type(tile) is int and 0 <= tile < self.target.num_tiles):
             tile = self.target.check_tile(tile, lambda: f"tensor '{t.name}'")
-        run = (t.offset, 1) if not t.shape and t._idx is None else single_run(t)
-        if run is not None:
-            self.pools[t.dtype].map(*run, tile)
-        else:
-            self.pools[t.dtype].map(*runs(t), tile)
+        self.pools[t.dtype].map(*(single_run(t) or runs(t)), tile)
 
     def get_tile_mapping(self, tensor: Tensor, throw_on_incomplete: bool = True
                          ) -> list[list[tuple[int, int]]]:
@@ -286,16 +284,18 @@ class Graph:
                 f"(first: {list(map(int, first))}); map them with graph.set_tile_mapping, or "
                 "pass throw_on_incomplete=False for the mapping of the mapped ones"
             )
-        mapping: list[list[tuple[int, int]]] = [[] for _ in range(self.target.num_tiles)]
-        if tiles.size:  # join pieces that continue each other on one tile
-            first = np.flatnonzero(np.r_[True, (tiles[1:] != tiles[:-1])
-                                         | (flat[1:] != (flat + end - start)[:-1])])
-            last = np.r_[first[1:] - 1, tiles.size - 1]
-            ends = flat[last] + end[last] - start[last]
-            for b, e, tile in zip(flat[first].tolist(), ends.tolist(), tiles[first].tolist()):
-                if tile >= 0:
-                    mapping[tile].append((b, e))
-        return mapping
+        n = self.target.num_tiles
+        if not tiles.size:
+            return [[] for _ in range(n)]
+        # join pieces that continue each other on one tile, then group them by tile
+        first = np.flatnonzero(np.r_[True, (tiles[1:] != tiles[:-1])
+                                     | (flat[1:] != (flat + end - start)[:-1])])
+        last = np.r_[first[1:] - 1, tiles.size - 1]
+        ends, tiles = flat[last] + end[last] - start[last], tiles[first]
+        order = np.argsort(tiles, kind="stable")
+        pairs = list(zip(flat[first][order].tolist(), ends[order].tolist()))
+        cut = np.searchsorted(tiles[order], np.arange(n + 1)).tolist()
+        return [pairs[cut[i]:cut[i + 1]] for i in range(n)]
 
     def set_initial_value(self, target, value) -> None:
         """``Graph::setInitialValue`` of a vertex State field or of a tensor."""
@@ -366,40 +366,28 @@ class Graph:
         self._connect(self._vertex(field_ref.vertex, "connect"), field_ref.field, tensor)
 
     def _connect(self, vid: int, name: str, tensor: Tensor) -> None:
-        field = self.v_cls[vid].fields.get(name)
-        ok = (field is not None and field.kind != "state" and type(tensor) is Tensor
-              and tensor.graph is self.root and (tensor.dtype is field.dtype
-                                                 or tensor.dtype == field.dtype)
-              and (field.vector or not tensor.shape or tensor.num_elements() == 1))
-        if not ok:
-            self._connection_error(vid, name, tensor)
-        if name in self.v_conn[vid]:
-            raise GraphConnectionError(
-                f"field '{name}' of {self.describe_vertex(vid)} is already connected; "
-                "Poplar connects each field once: connect it to one tensor (concat views "
-                "to join several)"
-            )
-        self.v_conn[vid][name] = tensor  # a Vector field sees it flattened
-
-    def _connection_error(self, vid, name, tensor):
-        field = self._field(FieldRef(VertexRef(self, vid), name), "connect")
-        who = f"field '{name}' of {self.describe_vertex(vid)}"
+        field = (self.v_cls[vid].fields.get(name)
+                 or self._field(FieldRef(VertexRef(self, vid), name), "connect"))
+        why = None
         if field.kind == "state":
-            raise GraphConnectionError(f"{who} is State; set it with graph.set_initial_value")
-        if not isinstance(tensor, Tensor):
-            raise GraphConnectionError(f"{who} must be connected to a Tensor, got {tensor!r}")
-        self._own(tensor, "connect")
-        if tensor.dtype != field.dtype:
-            raise GraphConnectionError(
-                f"{who} is {field!r} but tensor '{tensor.name}' is "
-                f"{TYPE_NAMES[tensor.dtype]}; connect a tensor of type "
-                f"{TYPE_NAMES[field.dtype]} (popops.cast converts)"
-            )
-        raise GraphConnectionError(
-            f"{who} is a scalar but tensor '{tensor.name}' has shape {tensor.shape} "
-            f"({tensor.num_elements()} elements); connect one element, e.g. "
-            f"{tensor.name}[i], or declare the field as ipu.Vector"
-        )
+            why = "is State; set it with graph.set_initial_value"
+        elif not isinstance(tensor, Tensor):
+            why = f"must be connected to a Tensor, got {tensor!r}"
+        elif tensor.graph is not self.root:
+            self._own(tensor, "connect")
+        elif tensor.dtype != field.dtype:
+            why = (f"is {field!r} but tensor '{tensor.name}' is {TYPE_NAMES[tensor.dtype]}; "
+                   f"connect a tensor of type {TYPE_NAMES[field.dtype]} (popops.cast converts)")
+        elif not (field.vector or not tensor.shape or tensor.num_elements() == 1):
+            why = (f"is a scalar but tensor '{tensor.name}' has shape {tensor.shape} "
+                   f"({tensor.num_elements()} elements); connect one element, e.g. "
+                   f"{tensor.name}[i], or declare the field as ipu.Vector")
+        elif name in self.v_conn[vid]:
+            why = ("is already connected; Poplar connects each field once: connect it to one "
+                   "tensor (concat views to join several)")
+        if why:
+            raise GraphConnectionError(f"field '{name}' of {self.describe_vertex(vid)} {why}")
+        self.v_conn[vid][name] = tensor  # a Vector field sees it flattened
 
     def set_perf_estimate(self, vertex: VertexRef, cycles: int) -> None:
         """``Graph::setPerfEstimate``: the cycles this vertex takes on one worker."""
@@ -507,25 +495,20 @@ class Graph:
 
 def out_of_range(values, dtype) -> str | None:
     """Why ``values`` do not fit integer ``dtype`` (inf, NaN, too big), or None if they do."""
-    if dtype.kind not in "iu":
-        return None
     try:
         raw = np.asarray(values)
+        if (dtype.kind not in "iu" or raw.size == 0 or raw.dtype.kind not in "iufO"
+                or np.can_cast(raw.dtype, dtype)):
+            return None
+        f = raw.astype(np.float64).reshape(-1)
     except (TypeError, ValueError, OverflowError):
-        return None  # the conversion itself will say what is wrong
-    if raw.size == 0 or raw.dtype.kind not in "iufO" or np.can_cast(raw.dtype, dtype):
-        return None
-    try:
-        f = raw.astype(np.float64)
-    except (TypeError, ValueError, OverflowError):
-        return None  # not numbers: the conversion itself will say so
+        return None  # not numbers: the conversion itself will say what is wrong
     info = np.iinfo(dtype)
     bad = ~np.isfinite(f) | (f < info.min) | (f > info.max)
     if not bad.any():
         return None
-    first = raw.reshape(-1)[int(np.flatnonzero(bad.reshape(-1))[0])]
-    return (f"value {first!r} is outside the range of {TYPE_NAMES[dtype]} "
-            f"({info.min:,}..{info.max:,})")
+    return (f"value {raw.reshape(-1)[int(bad.argmax())]!r} is outside the range of "
+            f"{TYPE_NAMES[dtype]} ({info.min:,}..{info.max:,})")
 
 
 def _values(values, dtype, shape, what: str) -> np.ndarray:

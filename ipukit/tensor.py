@@ -219,15 +219,14 @@ def concat(tensors, dim: int = 0) -> Tensor:
         raise IpuError(f"concat needs Tensors, a list of them, got {tensors!r}") from None
     if not tensors:
         raise IpuError("concat needs at least one tensor")
+    first = tensors[0]
     for t in tensors:
         if not isinstance(t, Tensor):
             raise IpuError(f"concat needs Tensors (graph.add_variable and its views), got "
                            f"{t!r}")
-    first = tensors[0]
-    if any(t.rank == 0 for t in tensors):
-        raise IpuError("concat of single elements: use v[i:i + 1] (a 1-element slice) "
-                       "instead of v[i], or concat along a dimension the tensors have")
-    for t in tensors[1:]:
+        if t.rank == 0:
+            raise IpuError("concat of single elements: use v[i:i + 1] (a 1-element slice) "
+                           "instead of v[i], or concat along a dimension the tensors have")
         if t.dtype != first.dtype or t.graph is not first.graph:
             raise GraphConnectionError(
                 f"concat: '{t.name}' is {TYPE_NAMES[t.dtype]} but '{first.name}' is "
@@ -292,15 +291,13 @@ def reshape_strides(shape, strides, new_shape):
 
 
 def _describe(key) -> str:
-    keys = key if isinstance(key, tuple) else (key,)
-    parts = []
-    for k in keys:
+    """A view's key as Python writes it: '[1:3, 2]'."""
+    def one(k):
         if isinstance(k, slice):
-            start, stop = ("" if x is None else x for x in (k.start, k.stop))
-            parts.append(f"{start}:{stop}")
-        else:
-            parts.append("..." if k is Ellipsis else str(k))
-    return "[" + ", ".join(parts) + "]"
+            return f"{'' if k.start is None else k.start}:{'' if k.stop is None else k.stop}"
+        return "..." if k is Ellipsis else str(k)
+
+    return "[" + ", ".join(map(one, key if isinstance(key, tuple) else (key,))) + "]"
 
 
 def contiguous(shape, strides) -> bool:
@@ -317,8 +314,9 @@ def single_run(t: Tensor):
     """(offset, length) when ``t``'s elements are one run of consecutive addresses."""
     if t._idx is not None:
         return None
-    if len(t.shape) == 1:
-        return (t.offset, t.shape[0]) if t.strides[0] == 1 or t.shape[0] <= 1 else None
+    if len(t.shape) < 2:  # fast path: a scalar or a 1-D view
+        return (t.offset, t.shape[0] if t.shape else 1) if not t.shape or t.strides[0] == 1 \
+            or t.shape[0] <= 1 else None
     return (t.offset, math.prod(t.shape)) if contiguous(t.shape, t.strides) else None
 
 
@@ -346,9 +344,15 @@ def runs(t: Tensor, keep: int = 0):
 def index_runs(flat: np.ndarray, row: int):
     """Runs of consecutive addresses in an address array, never across a multiple of
     ``row`` positions: (begins, lengths, positions)."""
-    flat = flat.astype(np.int64)
-    cut = np.r_[True, np.diff(flat) != 1] if flat.size else np.zeros(0, bool)
-    if row:
-        cut[::row] = True
-    first = np.flatnonzero(cut)
-    return flat[first], np.diff(np.r_[first, flat.size]), first
+    flat, pos = flat.astype(np.int64), np.arange(flat.size)
+    first = firsts(flat - pos, pos // max(row, 1))
+    return flat[first], np.diff(first, append=flat.size), first
+
+
+def firsts(*keys: np.ndarray) -> np.ndarray:
+    """Where each run of equal values (equal in every key) begins."""
+    new = np.zeros(keys[0].size, bool)
+    new[:1] = True
+    for k in keys:
+        new[1:] |= k[1:] != k[:-1]
+    return np.flatnonzero(new)

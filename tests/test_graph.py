@@ -1,5 +1,9 @@
+import re
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ipukit as ipu
 
@@ -14,6 +18,37 @@ def test_tile_mapping_as_intervals_like_poplar():
     assert g.get_tile_mapping(v) == [[], [(0, 4)], [], [(4, 6)]]
     # mapping follows the view's element order
     assert g.get_tile_mapping(v.transpose()) == [[], [(0, 3), (4, 5)], [], [(3, 4), (5, 6)]]
+
+
+@settings(max_examples=60)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 12), st.integers(0, 12),
+                          st.integers(0, 3), st.booleans()), max_size=12),
+       st.booleans())
+def test_tile_mapping_equals_an_element_by_element_reference(ops, transposed):
+    """Mappings interleaved with queries (the pool resolves them incrementally) agree with
+    a per-element record where the last mapping of an element wins."""
+    _, g = small(tiles=4)
+    vs = [g.add_variable(ipu.FLOAT, [3, 4], f"v{i}") for i in range(3)]
+    ref = [np.full(12, -1) for _ in vs]
+    for var, a, b, tile, query in ops:
+        a, b = min(a, b), max(a, b)
+        g.set_tile_mapping(vs[var].flatten()[a:b], tile)
+        ref[var][a:b] = tile
+        if query:  # a query in between: the mapping so far is resolved
+            g.get_tile_mapping(vs[var], throw_on_incomplete=False)
+    for v, want in zip(vs, ref):
+        t = v.transpose() if transposed else v
+        want = want.reshape(3, 4).T.reshape(-1) if transposed else want
+        got = np.full(12, -1)
+        for tile, intervals in enumerate(g.get_tile_mapping(t, throw_on_incomplete=False)):
+            for b, e in intervals:
+                assert (got[b:e] == -1).all()  # each element on one tile
+                got[b:e] = tile
+        assert (got == want).all()
+        if (want < 0).any():
+            with pytest.raises(ipu.TileMappingError, match=re.escape(f"'{t.name}' has "
+                               f"{int((want < 0).sum())} unmapped")):
+                g.get_tile_mapping(t)
 
 
 # poplar Graph::getTileMapping(t, throwOnIncompleteMapping = true) throws for a tensor with

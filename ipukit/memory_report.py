@@ -1,0 +1,58 @@
+"""The text of Poplar's out-of-memory report: which tiles do not fit, and what fills them.
+
+Graphcore's memory guide ("Debugging an out-of-memory exception") shows the two forms:
+``Memory allocation error : Out of memory on tile N`` when compiling for hardware, and
+``Out of memory: Cannot fit all variable data onto one or more tiles`` when the IPUModel
+runs on (``debug.allowOutOfMemory``). The compiler decides which; this module only words
+it, naming each over-full tile's categories and largest tensors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def largest_tensors(graph, tile: int, k: int = 3) -> list[tuple[int, str]]:
+    """The ``k`` tensors holding most bytes on ``tile``, as (bytes, name), largest first."""
+    found = []
+    for pool in graph.pools.values():
+        if pool.variables:
+            run, start, end, on = pool.pieces(np.array(pool.starts),
+                                              np.array([v.size for v in pool.variables]))
+            count = np.bincount(run[on == tile], weights=(end - start)[on == tile],
+                                minlength=len(pool.variables))
+            found += [(int(c) * pool.dtype.itemsize, pool.variables[i].name)
+                      for i, c in enumerate(count.tolist()) if c]
+    return sorted(found, reverse=True)[:k]
+
+
+def tile_report(graph, mem, tile: int) -> str:
+    """'tile 2: 280,000 B (variables 280,000; largest tensors 'v' 280,000 B)'."""
+    parts = [f"{k} {int(v[tile]):,}" for k, v in mem.categories.items() if v[tile]]
+    names = ", ".join(f"'{name}' {b:,} B" for b, name in largest_tensors(graph, tile))
+    return (f"tile {tile}: {int(mem.total[tile]):,} B ({', '.join(parts)}"
+            f"{'; largest tensors ' + names if names else ''})")
+
+
+def out_of_memory(graph, mem, error: bool) -> str:
+    """The message for a graph whose tiles do not all fit: an error's (``error``, as on
+    hardware) or the IPUModel's warning."""
+    t, total = graph.target, mem.total
+    over = int((total > t.bytes_per_tile).sum())
+    worst = "; ".join(tile_report(graph, mem, tile) for tile, used in mem.worst(3) if used)
+    detail = (
+        f"cannot fit all data onto {over} of {t.num_tiles} tiles "
+        f"({t.bytes_per_tile:,} bytes per tile on {t.version}). Worst "
+        f"tiles: {worst}. Fix: spread tensors over more tiles "
+        "(poputil.map_tensor_linearly), split the work across more vertices or "
+        "IPUs, or use smaller tensors."
+    )
+    if error:
+        first = mem.worst(1)[0][0]
+        return (f"Memory allocation error : Out of memory on tile {first}: "
+                f"{int(total[first]):,} bytes used but tiles only have "
+                f"{t.bytes_per_tile:,} bytes of memory ({detail})")
+    return (f"Out of memory: Cannot fit all variable data onto one or more tiles: "
+            f"{detail} The IPUModel runs on (debug.allowOutOfMemory is true); on an IPU "
+            "this graph would not compile. Engine options "
+            "{'debug.allowOutOfMemory': 'false'} make this an OutOfMemoryError.")
