@@ -513,14 +513,16 @@ class _Compiler:
 
         (w_vid, _), (o_vid, o_slot) = divmod(int(writer), len(fields)), divmod(int(other),
                                                                            len(fields))
-        other_text = f"its own field '{fields[o_slot][1].name}'" if w_vid == o_vid else \
-            who(other)
+        other_text = f"{who(other)} {verb}" if w_vid != o_vid else (
+            f"its own field '{fields[o_slot][1].name}' {verb} (kit convention: Poplar checks "
+            "between vertices)")
         pool, addr = divmod(int(addr), span)
         raise ComputeSetRaceError(
             f"race in compute set '{cs.name}': {who(writer)} writes "
-            f"{list(self.g.pools.values())[pool].describe(addr)}, which {other_text} {verb}. "
-            "Vertices of one compute set run in parallel in no order the programming model "
-            "promises, so Poplar too refuses a compute set with a data race. Fix: "
+            f"{list(self.g.pools.values())[pool].describe(addr)}, which {other_text}. "
+            "Vertices of one compute set run in parallel, in no promised order; Poplar's "
+            "graph compiler refuses this when the Engine is built (poplar::graph_cycle_error:"
+            " '... written to elsewhere in same compute set'). Fix: "
             "write to separate tensors, or put the two vertices in different compute sets "
             "executed one after the other (an InOut field reads and writes in place)."
         )

@@ -155,7 +155,8 @@ class Engine:
         """``Engine::connectStream``: a host buffer used as a circular buffer.
 
         As in Poplar, a buffer shorter than a copy, or not a multiple of it, wraps round:
-        each copy takes the next ``n`` elements modulo the buffer's length.
+        each copy takes the next ``n`` elements modulo the buffer's length. Connecting a
+        stream again replaces its previous buffer or callback, as in Poplar.
         """
         stream = self._stream_named(name)
         if not isinstance(array, np.ndarray) or array.size == 0:
@@ -359,14 +360,17 @@ class Engine:
         place where they can (compile refuses compute-set races)."""
         inst = object.__new__(gr.cls)
         inst.xp = self.xp
-        fields, scatter, outputs = inst.__dict__, [], {}
+        fields, scatter, outputs, inputs = inst.__dict__, [], {}, []
         for fp in gr.fields:
             a = fp.access if row is None else self._access(fp.access, row)
             if fp.kind == "input":
                 arr = self._read(a, copy=False)
-                if isinstance(arr, np.ndarray):
+                if self.xp is np:
                     arr = arr.view()
                     arr.flags.writeable = False  # an Input is read-only, as in Poplar
+                elif dry:  # CuPy has no read-only arrays: the checked run compares instead
+                    arr = arr.copy()
+                    inputs.append((arr, arr.copy()))
             else:
                 arr = outputs[fp.name] = self._read(a).copy() if dry else self._read(a)
                 if not (dry or self._plan(a)[3]):
@@ -378,12 +382,13 @@ class Engine:
         for name, values in state.items():
             part = values if row is None else values[row:row + 1]
             fields[name] = part.copy() if dry else part
+        wrote_input = IpuError(f"{gr.cls.__name__}.compute wrote into an Input field; "
+                               "declare the field ipu.InOut to update it in place")
         try:
             gr.cls.compute(inst)
         except (Exception, SystemExit) as exc:
             if "read-only" in str(exc):
-                raise IpuError(f"{gr.cls.__name__}.compute wrote into an Input field; declare "
-                               "the field ipu.InOut to update it in place") from exc
+                raise wrote_input from exc
             raise CodeletError(
                 f"{gr.cls.__name__}.compute failed ({type(exc).__name__}: {exc}) while "
                 f"running {len(gr.vertex_ids) if row is None else 1} vertices at once; "
@@ -396,6 +401,8 @@ class Engine:
                     f"{gr.cls.__name__}.compute rebound self.{name}; write into the field "
                     f"with self.{name}[...] = value instead of self.{name} = value"
                 )
+        if any(not self.xp.array_equal(arr, orig) for arr, orig in inputs):
+            raise wrote_input
         for a, arr in scatter:
             self._write(a, arr)
         return {**outputs, **{name: fields[name] for name in state}}

@@ -383,8 +383,10 @@ class Graph:
                    f"({tensor.num_elements()} elements); connect one element, e.g. "
                    f"{tensor.name}[i], or declare the field as ipu.Vector")
         elif name in self.v_conn[vid]:
-            why = ("is already connected; Poplar connects each field once: connect it to one "
-                   "tensor (concat views to join several)")
+            why = ("is already connected; Poplar allows one edge per field (a second is a "
+                   "poplar::graph_connection_error when the Engine is built; kit convention: "
+                   "ipukit refuses it at connect): connect it to one tensor (concat views to "
+                   "join several)")
         if why:
             raise GraphConnectionError(f"field '{name}' of {self.describe_vertex(vid)} {why}")
         self.v_conn[vid][name] = tensor  # a Vector field sees it flattened

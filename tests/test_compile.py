@@ -218,3 +218,18 @@ def test_steps_are_shared_when_a_compute_set_runs_twice():
     exe = ipu.compile_graph(g, [ipu.Sequence(ipu.Execute(cs), ipu.Execute(cs))])
     assert [s.name for s in exe.steps] == ["host sync (Engine.run)", "scale"]
     assert isinstance(exe.memory.total, np.ndarray)
+
+
+def test_a_race_names_poplars_graph_cycle_error():
+    """Poplar's graph compiler refuses two writers in one compute set with
+    poplar::graph_cycle_error ('... written to elsewhere in same compute set'); one vertex
+    reading and writing through two fields is a kit convention."""
+    g, v, cs = race_graph()
+    g.add_vertex(cs, Copy1, {"a": v[0], "b": v[3]}, tile=0)
+    g.add_vertex(cs, Copy1, {"a": v[1], "b": v[3]}, tile=0)
+    with pytest.raises(ipu.ComputeSetRaceError, match=r"poplar::graph_cycle_error"):
+        ipu.compile_graph(g, [ipu.Execute(cs)])
+    g2, v2, cs2 = race_graph()
+    g2.add_vertex(cs2, Copy1, {"a": v2[0], "b": v2[0]}, tile=0)
+    with pytest.raises(ipu.ComputeSetRaceError, match=r"[Kk]it convention"):
+        ipu.compile_graph(g2, [ipu.Execute(cs2)])

@@ -122,6 +122,7 @@ fake_cupy = types.SimpleNamespace(
     zeros=lambda *a, **k: _device(np.zeros(*a, **k)),
     asarray=lambda a, dtype=None: _device(np.asarray(a, dtype)),
     broadcast_to=lambda a, shape: np.broadcast_to(a, shape, subok=True),
+    array_equal=np.array_equal,
     lib=types.SimpleNamespace(stride_tricks=types.SimpleNamespace(
         as_strided=lambda x, shape, strides: np.lib.stride_tricks.as_strided(
             x, shape, strides, subok=True))),
@@ -159,6 +160,36 @@ def test_the_engine_never_copies_to_the_host_between_supersteps(monkeypatch):
     ref = np.arange(32, dtype=np.float32).reshape(8, 4)
     assert np.array_equal(eng.read_tensor("s"), ref[perm].sum(axis=1))
     assert np.array_equal(eng.read_tensor("y"), ref) and DeviceArray.gets == 2
+
+
+class WritesInput(ipu.Vertex):
+    x = ipu.Input(ipu.Vector(ipu.FLOAT))
+    out = ipu.Output(ipu.FLOAT)
+
+    def compute(self):
+        self.x[...] = 0
+
+
+def test_a_codelet_writing_an_input_is_caught_on_a_device_backend(monkeypatch):
+    """CuPy arrays cannot be made read-only, so the first (checked) run compares the Input
+    fields instead, and tile memory keeps its values."""
+    monkeypatch.setattr(backend, "xp", fake_cupy)
+    dev, g = small(tiles=2)
+    x = g.add_variable(ipu.FLOAT, [2, 3], "x")
+    out = g.add_variable(ipu.FLOAT, [2], "out")
+    cs = g.add_compute_set("cs")
+    for i in range(2):
+        g.set_tile_mapping(x[i], i)
+        g.set_tile_mapping(out[i], i)
+        g.add_vertex(cs, WritesInput, {"x": x[i], "out": out[i]}, tile=i)
+    g.set_initial_value(x, np.ones((2, 3), np.float32))
+    g.create_host_read("x", x)
+    eng = ipu.Engine(g, ipu.Execute(cs))
+    eng.load(dev)
+    with pytest.raises(ipu.IpuError, match="wrote into an Input field; declare the field "
+                                           "ipu.InOut"):
+        eng.run()
+    assert np.array_equal(eng.read_tensor("x"), np.ones((2, 3)))
 
 
 # -- tile mappings are intervals, and a later mapping wins -----------------------------------
