@@ -170,10 +170,20 @@ class WritesInput(ipu.Vertex):
         self.x[...] = 0
 
 
+class NoReadOnly(DeviceArray):
+    """Like a CuPy array, it cannot be made read-only (setting ``writeable`` does nothing)."""
+
+    @property
+    def flags(self):
+        return types.SimpleNamespace(writeable=True)
+
+
 def test_a_codelet_writing_an_input_is_caught_on_a_device_backend(monkeypatch):
     """CuPy arrays cannot be made read-only, so the first (checked) run compares the Input
     fields instead, and tile memory keeps its values."""
-    monkeypatch.setattr(backend, "xp", fake_cupy)
+    monkeypatch.setattr(backend, "xp", types.SimpleNamespace(
+        **{**vars(fake_cupy), "zeros": lambda *a, **k: np.zeros(*a, **k).view(NoReadOnly),
+           "asarray": lambda a, dtype=None: np.asarray(a, dtype).view(NoReadOnly)}))
     dev, g = small(tiles=2)
     x = g.add_variable(ipu.FLOAT, [2, 3], "x")
     out = g.add_variable(ipu.FLOAT, [2], "out")
