@@ -154,58 +154,23 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     """
     if len(tiles) == 0:
         return 0
-    items = len(tiles)
-    flat = {name: _Rows(t, items) for name, t in fields.items()}
+    flat = {name: (t, np.ascontiguousarray(t.idx).reshape(len(tiles), -1))
+            for name, t in fields.items()}
     order = np.argsort(tiles, kind="stable")
     sorted_tiles = tiles[order]
     cuts = np.flatnonzero(np.diff(sorted_tiles)) + 1
     starts = np.concatenate([[0], cuts]).astype(np.int64)
     ends = np.concatenate([cuts, [sorted_tiles.size]]).astype(np.int64)
-    add_vertex, count = graph.add_vertex, 0
+    count = 0
     for s, e in zip(starts.tolist(), ends.tolist()):
         tile = int(sorted_tiles[s])
         for b, f in poputil.split_regions(e - s, grain, _workers(graph)):
             rows = order[s + b:s + f]
-            r0 = int(rows[0])
-            if int(rows[-1]) - r0 == f - b - 1:  # consecutive rows (sorted): a view
-                conn = {name: r.range(r0, r0 + f - b) for name, r in flat.items()}
-            else:
-                conn = {name: r.take(rows) for name, r in flat.items()}
-            add_vertex(cs, cls, conn, tile=tile)
+            conn = {name: Tensor(t.graph, t.dtype, idx[rows].reshape(-1), t.name)
+                    for name, (t, idx) in flat.items()}
+            graph.add_vertex(cs, cls, conn, tile=tile)
             count += 1
     return count
-
-
-class _Rows:
-    """A vertex field's tensor as ``items`` rows: the flat elements of a range of rows
-    (one run, or one strided dimension, as a view: no address array) or of any rows."""
-
-    def __init__(self, t: Tensor, items: int):
-        self.t, self.k = t, t.num_elements() // items
-        self.idx = None
-        self.step = None  # the address step between consecutive flat elements, if any
-        if t._idx is None and self.k:
-            shape = [n for n in t.shape if n != 1]
-            strides = [st for n, st in zip(t.shape, t.strides) if n != 1]
-            if not shape:
-                self.step = 1
-            elif all(strides[i] == strides[i + 1] * shape[i + 1]
-                     for i in range(len(shape) - 1)):
-                self.step = strides[-1]  # flat element j is at offset + j * step
-
-    def range(self, r0: int, r1: int) -> Tensor:
-        t, k = self.t, self.k
-        if self.step is None:
-            return self.take(np.arange(r0, r1))
-        n = (r1 - r0) * k
-        return Tensor(t.graph, t.dtype, (t.offset + r0 * k * self.step, (n,),
-                                         (self.step if n > 1 else 1,)), t.name)
-
-    def take(self, rows: np.ndarray) -> Tensor:
-        if self.idx is None:
-            self.idx = np.ascontiguousarray(self.t.idx).reshape(-1, self.k) if self.k else \
-                np.zeros((0, 0), np.int64)
-        return Tensor(self.t.graph, self.t.dtype, self.idx[rows].reshape(-1), self.t.name)
 
 
 def _name(debug_name, default):
