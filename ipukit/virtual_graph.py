@@ -68,12 +68,18 @@ class VirtualGraph(Graph):
         return self.root.add_compute_set(name)
 
     def add_vertex(self, cs, vertex_class, connections=None, tile=None) -> VertexRef:
+        if type(tile) is int and 0 <= tile < self.target.num_tiles:  # the common case
+            return self.root.add_vertex(cs, vertex_class, connections, self._offset + tile)
         ref = self.root.add_vertex(cs, vertex_class, connections)
         if tile is not None:
             self.set_tile_mapping(ref, tile)
         return ref
 
     def set_tile_mapping(self, tensor_or_vertex, tile: int) -> None:
+        root = self.root
+        if (type(tensor_or_vertex) is Tensor and tensor_or_vertex.graph is root
+                and type(tile) is int and 0 <= tile < self.target.num_tiles):
+            return root.set_tile_mapping(tensor_or_vertex, self._offset + tile)
         if isinstance(tensor_or_vertex, VertexRef):
             vid = self._vertex(tensor_or_vertex, "set_tile_mapping")
             what = lambda: self.root.describe_vertex(vid)  # noqa: E731

@@ -260,3 +260,34 @@ def test_interleaved_views_that_share_no_element_are_not_copied():
 def test_shares_elements_matches_numpy_intersect(a, b):
     a, b = np.array(a, np.int64), np.array(b, np.int64)
     assert popops._shares_elements(a, b) == (np.intersect1d(a, b).size > 0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(items=st.integers(1, 60), k=st.integers(1, 3), tiles=st.sampled_from([1, 2, 5]),
+       sorted_tiles=st.booleans(), seed=st.integers(0, 100))
+def test_per_tile_vertices_take_each_row_once_on_its_tile(items, k, tiles, sorted_tiles, seed):
+    # a vertex gets rows of one tile, at most 6 vertices per tile; every row goes to
+    # exactly one vertex, with the same rows of every field
+    _, g, _ = setup(tiles)
+    rng = np.random.default_rng(seed)
+    item_tiles = rng.integers(0, tiles, items)
+    if sorted_tiles:
+        item_tiles.sort()
+    a = g.add_variable(ipu.FLOAT, [items, k], "a")
+    b = g.add_variable(ipu.FLOAT, [k, items], "b")  # its transpose: rows k apart
+    cs = g.add_compute_set("cs")
+    first = len(g.v_cs)
+    count = popops.add_per_tile_vertices(
+        g, cs, popops.map_vertex(_1 + _2, [np.dtype("float32")] * 2, np.dtype("float32"),
+                                 False),
+        {"in1": a, "in2": b.transpose(), "out": a}, item_tiles)
+    assert count == len(g.v_cs) - first
+    seen = []
+    for vid in range(first, len(g.v_cs)):
+        conn = g.v_conn[vid]
+        rows = conn["in1"].idx.reshape(-1, k)[:, 0] // k  # a's rows, by their addresses
+        assert (item_tiles[rows] == g.v_tile[vid]).all()
+        assert np.array_equal(conn["in2"].idx, b.transpose().idx[rows].reshape(-1))
+        seen.extend(rows.tolist())
+    assert sorted(seen) == list(range(items))
+    assert np.bincount(g.v_tile[first:]).max() <= g.target.num_worker_contexts

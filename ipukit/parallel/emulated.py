@@ -89,8 +89,8 @@ def _map_like(vg: Graph, dst: Tensor, src: Tensor) -> None:
 def _buffer(vg: Graph, like: Tensor, slots: int, name: str) -> Tensor:
     """``slots`` tile variables shaped and mapped like ``like`` (a FIFO or an inbox)."""
     t = vg.add_variable(like.dtype, (max(slots, 1),) + tuple(like.shape), name)
-    for j in range(max(slots, 1)):
-        _map_like(vg, t[j], like)
+    tiles = poputil.tile_of_elements(vg, like)  # every slot mapped as ``like``: asked once
+    popops._map_elements(vg, t, np.tile(tiles, max(slots, 1)))
     return t
 
 

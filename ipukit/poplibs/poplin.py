@@ -171,10 +171,10 @@ def _add_blocks(graph, cs, a, b, partials, p: Plan, first_tile: int) -> None:
                 k0, k1 = kk * k // p.tiles_k, (kk + 1) * k // p.tiles_k
                 block = partials[kk].slice([m0, n0], [m1, n1])
                 graph.set_tile_mapping(block, tile)
-                v = graph.add_vertex(cs, cls, {
-                    "a": a.slice([m0, k0], [m1, k1]).flatten(),
-                    "b": b.slice([k0, n0], [k1, n1]).flatten(),
-                    "out": block.flatten()}, tile=tile)
+                v = graph.add_vertex(cs, cls, {  # 2-D views (the fields flatten them):
+                    "a": a.slice([m0, k0], [m1, k1]),  # no address array per element
+                    "b": b.slice([k0, n0], [k1, n1]),
+                    "out": block}, tile=tile)
                 graph.set_initial_value(v["k"], k1 - k0)
                 cycles = VERTEX_OVERHEAD + _ceil((m1 - m0) * (n1 - n0) * (k1 - k0), macs)
                 graph.set_perf_estimate(v, _ceil(cycles, workers))

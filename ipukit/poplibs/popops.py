@@ -220,7 +220,8 @@ def map(graph, expr, tensors, prog: Sequence, debug_name: str = "",  # noqa: A00
             raise IpuError(f"{op}: in-place output '{out.name}' {out.shape} must have the "
                            f"broadcast shape {shape} of all operands")
         out_tiles = tiles_of[0]
-        tensors[1:] = [copy_if_aliased(graph, t, out, prog, op) for t in tensors[1:]]
+        tensors[1:] = [copy_if_aliased(graph, t, out, prog, op, tiles)
+                       for t, tiles in zip(tensors[1:], tiles_of[1:])]
     else:
         out = graph.add_variable(out_type, shape, _name(debug_name, "map") + "/out")
         same = [i for i, t in enumerate(tensors) if tuple(t.shape) == tuple(shape)]
@@ -229,7 +230,7 @@ def map(graph, expr, tensors, prog: Sequence, debug_name: str = "",  # noqa: A00
             _map_elements(graph, out, out_tiles)
         else:
             poputil.map_tensor_linearly(graph, out)
-            out_tiles = poputil.tile_of_elements(graph, out)
+            out_tiles = poputil.linear_tiles(graph, out)
     if out.num_elements() == 0:
         return out  # nothing to compute: no compute set
     cs = graph.add_compute_set(_name(debug_name, f"map {expr}"))
@@ -243,15 +244,16 @@ def map(graph, expr, tensors, prog: Sequence, debug_name: str = "",  # noqa: A00
     return out
 
 
-def copy_if_aliased(graph, t: Tensor, out: Tensor, prog: Sequence, op: str) -> Tensor:
+def copy_if_aliased(graph, t: Tensor, out: Tensor, prog: Sequence, op: str,
+                    tiles: np.ndarray | None = None) -> Tensor:
     """``t``, or a copy of it (mapped like ``t``, filled by a Copy appended to ``prog``)
     when ``t`` shares elements with ``out``, which a vertex writes in place: one vertex
     may not read what it or another vertex of its compute set writes. PopLibs' in-place
-    ops clone an aliased operand the same way."""
+    ops clone an aliased operand the same way. ``tiles``: t's tiles, when known."""
     if t.dtype != out.dtype or not _shares_elements(t.idx, out.idx):
         return t
     copy = graph.add_variable(t.dtype, t.shape, f"{op}/{t.name} copy")
-    _map_elements(graph, copy, poputil.tile_of_elements(graph, t))
+    _map_elements(graph, copy, poputil.tile_of_elements(graph, t) if tiles is None else tiles)
     prog.add(Copy(t, copy))
     return copy
 
@@ -401,8 +403,9 @@ def reduce_with_output(graph, t: Tensor, out: Tensor, dims, op, prog: Sequence,
     if out.num_elements() != int(np.prod(want, dtype=np.int64)):
         raise IpuError(f"{name}: output '{out.name}' {out.shape} does not match the reduced "
                        f"shape {want} of '{t.name}' {t.shape}")
-    poputil.check_mapped(graph, out, name, "output")
-    _reduce(graph, t, out, dims, op, prog, name, update=update, map_out=False)
+    out_tiles = poputil.check_mapped(graph, out, name, "output")
+    _reduce(graph, t, out, dims, op, prog, name, update=update, map_out=False,
+            out_tiles=out_tiles)
 
 
 def _check_dims(t, dims, name):
@@ -420,7 +423,7 @@ def _check_dims(t, dims, name):
     return sorted(int(d) for d in dims)
 
 
-def _reduce(graph, t, out, dims, op, prog, name, update, map_out):
+def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None):
     op = str(op).upper().removeprefix("OPERATION.")
     if op not in REDUCE_OPS:
         raise IpuError(f"{name}: unknown reduce operation {op!r}; use "
@@ -431,7 +434,7 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out):
             f"{TYPE_NAMES[t.dtype]} and '{out.name}' {TYPE_NAMES[out.dtype]}; cast to BOOL "
             "first (popops.cast)")
     tiles_in = poputil.check_mapped(graph, t, name, "input")
-    t = copy_if_aliased(graph, t, out, prog, name)
+    t = copy_if_aliased(graph, t, out, prog, name, tiles_in)
     keep = [d for d in range(t.rank) if d not in dims]
     m = int(np.prod([t.shape[d] for d in keep], dtype=np.int64))
     k = int(np.prod([t.shape[d] for d in dims], dtype=np.int64))
@@ -443,10 +446,11 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out):
     if k == 0:
         raise IpuError(f"{name}: tensor '{t.name}' {t.shape} has no elements to reduce")
     if map_out and (src_tiles == src_tiles[:, :1]).all():
-        _map_elements(graph, out_flat, src_tiles[:, 0])  # each output where its row is
+        out_tiles = src_tiles[:, 0]
+        _map_elements(graph, out_flat, out_tiles)  # each output where its row is
     elif map_out:
         poputil.map_tensor_linearly(graph, out_flat)
-    out_tiles = poputil.tile_of_elements(graph, out_flat)
+        out_tiles = poputil.linear_tiles(graph, out_flat)
     cls = reduce_vertex(op, t.dtype, out.dtype, update)
     key = np.arange(m)[:, None] * graph.target.num_tiles + src_tiles
     order = np.argsort(key, axis=None, kind="stable")

@@ -16,6 +16,8 @@ uses, exactly as poplibs' ``calcLinearTileMapping`` / ``splitRegions`` do.
 
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 
 from ..errors import IpuError, TileMappingError
@@ -64,12 +66,30 @@ def map_tensor_linearly(graph, t: Tensor, min_elements_per_tile: int | None = No
     Defaults are Poplar's: the grain is the vector width and the minimum per tile is
     128 bytes.
     """
+    grain_size, min_elements_per_tile = _linear_defaults(t, min_elements_per_tile, grain_size)
+    set_tile_mapping(graph, t, calc_linear_tile_mapping(graph, t.shape,
+                                                        min_elements_per_tile, grain_size))
+
+
+def linear_tiles(graph, t: Tensor, min_elements_per_tile: int | None = None,
+                 grain_size: int | None = None) -> np.ndarray:
+    """The tile of every element of ``t`` (flat) that :func:`map_tensor_linearly` gives."""
+    grain_size, min_elements_per_tile = _linear_defaults(t, min_elements_per_tile, grain_size)
+    out = np.full(t.num_elements(), -1, np.int64)
+    for tile, intervals in enumerate(calc_linear_tile_mapping(graph, t.shape,
+                                                              min_elements_per_tile,
+                                                              grain_size)):
+        for b, e in intervals:
+            out[b:e] = tile
+    return out
+
+
+def _linear_defaults(t, min_elements_per_tile, grain_size):
     if grain_size is None:
         grain_size = vector_width(t.dtype)
     if min_elements_per_tile is None:
         min_elements_per_tile = -(-MIN_BYTES_PER_TILE // t.dtype.itemsize)
-    set_tile_mapping(graph, t, calc_linear_tile_mapping(graph, t.shape,
-                                                        min_elements_per_tile, grain_size))
+    return grain_size, min_elements_per_tile
 
 
 def set_tile_mapping(graph, t: Tensor, mapping) -> None:
@@ -81,21 +101,58 @@ def set_tile_mapping(graph, t: Tensor, mapping) -> None:
 
 
 def tile_of_elements(graph, t: Tensor) -> np.ndarray:
-    """The tile of every element of ``t`` (flat, -1 where unmapped), from its tile mapping."""
+    """The tile of every element of ``t`` (flat, -1 where unmapped), from its tile mapping.
+
+    A view whose elements are scattered (a transpose, a broadcast, a gather) is asked
+    about in address order, so the mapping is read as a few runs, not one per element.
+    """
+    n = t.num_elements()
+    if n == 0:
+        return np.full(0, -1, np.int64)
+    if t._idx is None and t.strides is not None:
+        shape, strides = np.array(t.shape, np.int64), np.array(t.strides, np.int64)
+        if (strides >= 0).all() and not _is_contiguous(shape, strides):
+            keep = (strides > 0) & (shape > 1)  # repeated (broadcast) dimensions drop out
+            order = np.flatnonzero(keep)[np.argsort(-strides[keep], kind="stable")]
+            inner = Tensor(t.graph, t.dtype, (t.offset, tuple(shape[order].tolist()),
+                                              tuple(strides[order].tolist())), t.name)
+            tiles = _tiles(graph, inner).reshape(shape[order])
+            back = np.argsort(order)  # undo the sort, then repeat the dropped dimensions
+            tiles = tiles.transpose(back).reshape(np.where(keep, shape, 1))
+            return np.broadcast_to(tiles, tuple(shape)).reshape(-1).copy()
+        return _tiles(graph, t)
+    flat = t.idx.reshape(-1)
+    if np.count_nonzero(np.diff(flat) != 1) < 64:
+        return _tiles(graph, t)
+    order = np.argsort(flat, kind="stable")  # ask in address order, each address once
+    ordered = flat[order]
+    first = np.r_[True, ordered[1:] != ordered[:-1]]
+    where = np.empty(n, np.int64)
+    where[order] = np.cumsum(first) - 1
+    return _tiles(graph, Tensor(t.graph, t.dtype, ordered[first], t.name))[where]
+
+
+def _is_contiguous(shape, strides) -> bool:
+    step = 1
+    for size, stride in zip(shape[::-1].tolist(), strides[::-1].tolist()):
+        if size != 1 and stride != step:
+            return False
+        step *= size
+    return True
+
+
+def _tiles(graph, t: Tensor) -> np.ndarray:
+    """The tile of every element of ``t`` from ``graph.get_tile_mapping`` (-1 unmapped)."""
     mapping = graph.get_tile_mapping(t, throw_on_incomplete=False)
-    begins, ends, tiles = [], [], []
-    for tile, intervals in enumerate(mapping):
-        for b, e in intervals:
-            begins.append(b)
-            ends.append(e)
-            tiles.append(tile)
     out = np.full(t.num_elements(), -1, np.int64)
-    if begins:
-        b, e = np.array(begins), np.array(ends)
-        lengths = e - b
+    counts = np.fromiter(map(len, mapping), np.int64, len(mapping))
+    if counts.any():  # every (begin, end) pair in tile order, read at C speed
+        pairs = np.fromiter(chain.from_iterable(chain.from_iterable(mapping)), np.int64,
+                            2 * int(counts.sum())).reshape(-1, 2)
+        lengths = pairs[:, 1] - pairs[:, 0]
         offsets = np.cumsum(lengths) - lengths
-        pos = np.arange(lengths.sum()) - np.repeat(offsets, lengths) + np.repeat(b, lengths)
-        out[pos] = np.repeat(np.array(tiles), lengths)
+        pos = np.arange(lengths.sum()) + np.repeat(pairs[:, 0] - offsets, lengths)
+        out[pos] = np.repeat(np.repeat(np.arange(len(mapping)), counts), lengths)
     return out
 
 
