@@ -79,7 +79,11 @@ class Engine:
                 raise IpuError(f"unknown engine option '{key}'; ipukit knows "
                                f"{', '.join(map(repr, OPTIONS))} and ignores Poplar's "
                                "profiling options")
-        self.max_steps = _count_option(options, "debug.maxEmulatedSteps", MAX_EMULATED_STEPS)
+        steps = options.get("debug.maxEmulatedSteps", MAX_EMULATED_STEPS)
+        if isinstance(steps, bool | float) or not str(steps).isdecimal() or int(steps) < 1:
+            raise IpuError(f"engine option 'debug.maxEmulatedSteps' must be a positive whole "
+                           f"number (e.g. '{MAX_EMULATED_STEPS}'), got {steps!r}")
+        self.max_steps = int(steps)
         if not isinstance(graph, Graph | Executable):
             raise IpuError(f"Engine needs a Graph (ipu.Graph(target)) or an Executable "
                            f"(ipu.compile_graph), got {graph!r}")
@@ -212,13 +216,10 @@ class Engine:
                                              and 0 <= program < len(programs)):
             raise ProgramError(f"run({program!r}): the engine has {len(programs)} program(s), "
                                f"numbered 0..{len(programs) - 1}")
-        node = programs[program]
-        self._run_start = len(self.trace)
-        self._check_steps(node, program)
         self.trace.num_runs += 1
         self.trace.record(0)  # the host synchronisation of this call
-        self._run_start += 1  # it is not an emulated step
-        self._exec(node)
+        self._run_start = len(self.trace)  # it is not an emulated step
+        self._exec(programs[program])
 
     def _exec(self, node) -> None:
         self._run_node[type(node)](node)
@@ -231,29 +232,24 @@ class Engine:
         """The fewest steps ``node`` emulates (a loop's body counts 0 times)."""
         n = self._needs.get(id(node))
         if n is None:
-            kind, parts = type(node), [self._need(c) for c in _children(node)]
-            n = (node.count * parts[0] if kind is RepeatNode else parts[0] if kind is WhileNode
-                 else min(parts) if kind is IfNode else sum(parts) if kind is SeqNode
+            kind = type(node)
+            n = (node.count * self._need(node.body) if kind is RepeatNode
+                 else self._need(node.cond) if kind is WhileNode
+                 else min(self._need(node.then), self._need(node.else_)) if kind is IfNode
+                 else sum(map(self._need, node.children)) if kind is SeqNode
                  else int(kind is not PrintNode))
             self._needs[id(node)] = n
         return n
 
-    def _check_steps(self, node, program: int | None = None) -> None:
-        need = len(self.trace) - self._run_start + self._need(node)
-        if need > self.max_steps:
-            biggest = max(_repeat_counts(node), default=0)
-            what = f"Repeat({node.count:,})" if program is None else f"program {program}" + (
-                f" (with Repeat({biggest:,}))" if biggest > 1 else "")
+    def _repeat(self, node: RepeatNode):
+        need = len(self.trace) - self._run_start + node.count * self._need(node.body)
+        if node.count > 1 and need > self.max_steps:  # up front: not after hours of steps
             raise ProgramError(
-                f"{what} would emulate {need:,} steps (compute sets, copies and stream "
-                f"copies) in one run; Poplar runs it, but the emulator stops at "
+                f"Repeat({node.count:,}) would emulate {need:,} steps (compute sets, copies "
+                f"and stream copies) in one run; Poplar runs it, but the emulator stops at "
                 f"{self.max_steps:,} (about 10 us a step). Use a smaller count, or allow it "
                 f"with Engine(..., options={{'debug.maxEmulatedSteps': '{need}'}})"
             )
-
-    def _repeat(self, node: RepeatNode):
-        if node.count > 1:
-            self._check_steps(node)
         for _ in range(node.count):
             self._exec(node.body)
 
@@ -483,34 +479,6 @@ def _ring(pos: int, n: int, size: int):
     """Positions pos, pos+1, … (n of them) in a circular buffer of ``size``: a slice when
     they do not wrap round (no index array)."""
     return slice(pos, pos + n) if pos + n <= size else (pos + np.arange(n)) % size
-
-
-def _count_option(options: dict, key: str, default: int) -> int:
-    """A positive whole-number engine option (Poplar passes them as strings)."""
-    value = options.get(key, default)
-    try:
-        n = 0 if isinstance(value, bool | float) else int(str(value))
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise IpuError(f"engine option '{key}' must be a positive whole number (e.g. "
-                       f"'{default}'), got {value!r}")
-    return n
-
-
-def _children(node) -> tuple:
-    kind = type(node)
-    return (node.children if kind is SeqNode else (node.body,) if kind is RepeatNode
-            else (node.cond, node.body) if kind is WhileNode
-            else (node.then, node.else_) if kind is IfNode else ())
-
-
-def _repeat_counts(node):
-    """The counts of every Repeat in a compiled program tree."""
-    if type(node) is RepeatNode:
-        yield node.count
-    for child in _children(node):
-        yield from _repeat_counts(child)
 
 
 def _lookup(table: dict, name, what: str, plural: str, fix: str = ""):
