@@ -63,6 +63,10 @@ OPTIONS = ("debug.perVertex", "debug.allowOutOfMemory", "debug.maxEmulatedSteps"
 MAX_EMULATED_STEPS = 1_000_000
 #: Most runs of a vertex group compared with one vertex alone while the outputs are zero.
 AXIS_CHECK_RUNS = 8
+#: How codelets see fields, told with every CodeletError.
+VERTEX_AXIS = ("every field has a leading vertex axis (scalars (n,), Vectors (n, k)): write "
+               "compute for one vertex, reduce with axis=-1 (self.x.sum(axis=-1), not "
+               "self.x.sum()) and write outputs with self.field[...] = value")
 
 
 class Engine:
@@ -257,23 +261,17 @@ class Engine:
         self._exec(node.cond)
         count = 0
         while self._predicate(node.predicate):
-            count += 1
-            if count > self.max_loop_iterations:
+            steps = len(self.trace) - self._run_start
+            if count >= self.max_loop_iterations or steps > self.max_steps:
                 raise ProgramError(
-                    f"RepeatWhileTrue ran {self.max_loop_iterations:,} iterations and "
+                    f"RepeatWhileTrue ran {count:,} iterations ({steps:,} emulated steps) and "
                     f"predicate '{node.name}' is still true; check that the condition program "
-                    "updates it (or raise max_loop_iterations in Engine(...))"
+                    "updates it, or allow more with Engine(..., max_loop_iterations=...) or "
+                    "Engine(..., options={'debug.maxEmulatedSteps': ...})"
                 )
+            count += 1
             self._exec(node.body)
             self._exec(node.cond)
-            if len(self.trace) - self._run_start > self.max_steps:
-                raise ProgramError(
-                    f"RepeatWhileTrue ran {count:,} iterations "
-                    f"({len(self.trace) - self._run_start:,} emulated steps) and predicate "
-                    f"'{node.name}' is still true; check that the condition program updates "
-                    "it, or allow more steps with Engine(..., options={'debug.maxEmulatedSteps"
-                    "': ...})"
-                )
 
     def _if(self, node: IfNode):
         self._exec(node.then if self._predicate(node.predicate) else node.else_)
@@ -302,7 +300,11 @@ class Engine:
         if callable(buf):
             data = np.zeros(s.n, s.dtype) if s.to_device else backend.to_numpy(
                 self._read(node.access)).copy()
-            _callback(buf, data, s.name)
+            try:
+                buf(data)
+            except Exception as exc:
+                raise StreamError(f"the callback of stream '{s.name}' raised "
+                                  f"{type(exc).__name__}: {exc}") from exc
         else:
             ring, conn[1] = _ring(pos, s.n, buf.size), (pos + s.n) % buf.size
             if s.to_device:
@@ -342,11 +344,8 @@ class Engine:
                         f"{gr.cls.__name__}.compute gives field '{name}' of "
                         f"{self.executable.graph.describe_vertex(int(gr.vertex_ids[i]))} the "
                         f"value {a} when the vertex runs alone but {b} when it runs with the "
-                        f"{n - 1} other vertices of its group: compute mixes vertices. Every "
-                        "field has a leading vertex axis (scalars (n,), Vectors (n, k)): write "
-                        "compute for one vertex, reduce with axis=-1 (self.x.sum(axis=-1), not "
-                        "self.x.sum()) and write with self.field[...] = value"
-                    )
+                        f"{n - 1} other vertices of its group: compute mixes vertices; "
+                        f"{VERTEX_AXIS}")
         tries = self._tries.get(id(gr), 0) + 1
         self._tries[id(gr)] = -1 if informative or tries >= AXIS_CHECK_RUNS else tries
 
@@ -388,9 +387,7 @@ class Engine:
             raise CodeletError(
                 f"{gr.cls.__name__}.compute failed ({type(exc).__name__}: {exc}) while "
                 f"running {len(gr.vertex_ids) if row is None else 1} vertices at once; "
-                "fields have a leading vertex axis (scalars (n,), Vectors (n, k)): reduce "
-                "with axis=-1 and write outputs with self.field[...] = value"
-            ) from exc
+                f"{VERTEX_AXIS}") from exc
         for name, arr in outputs.items():
             if fields[name] is not arr:
                 raise IpuError(
@@ -486,14 +483,6 @@ def _lookup(table: dict, name, what: str, plural: str, fix: str = ""):
     if name not in table:
         raise StreamError(f"no {what} '{name}' ({plural}: {', '.join(table) or 'none'}){fix}")
     return table[name]
-
-
-def _callback(fn, buffer, name: str) -> None:
-    try:
-        fn(buffer)
-    except Exception as exc:
-        raise StreamError(f"the callback of stream '{name}' raised {type(exc).__name__}: "
-                          f"{exc}") from exc
 
 
 def _same(a, b) -> bool:
