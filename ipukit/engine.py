@@ -130,8 +130,7 @@ class Engine:
     # -- host access ----------------------------------------------------------------------
     def write_tensor(self, name: str, array) -> None:
         """``Engine::writeTensor``: copy host data into a tensor with a host write handle."""
-        t = self._handle(name, self.executable.graph.host_writes, "write",
-                         "create_host_write")
+        t = self._handle(name, "write")
         why = out_of_range(array, t.dtype)
         if why:
             raise StreamError(f"write_tensor('{name}'): for tensor '{t.name}', {why}")
@@ -147,17 +146,26 @@ class Engine:
 
     def read_tensor(self, name: str) -> np.ndarray:
         """``Engine::readTensor``: a NumPy copy of a tensor with a host read handle."""
-        t = self._handle(name, self.executable.graph.host_reads, "read", "create_host_read")
+        t = self._handle(name, "read")
         return backend.to_numpy(self._read(self._access(t))).copy()
 
     def _loaded(self):
         if self.xp is None:
             raise IpuError("the engine is not loaded; call engine.load(device) first")
 
-    def _handle(self, name, handles, verb, how):
+    def _handle(self, name: str, verb: str):
+        """The tensor of host ``verb`` ("read" or "write") handle ``name``."""
         self._loaded()
-        return _lookup(handles, name, f"host {verb} handle", "handles",
-                       f"; create one with graph.{how}('{name}', tensor) before compiling")
+        return self._lookup(f"host_{verb}s", name, f"host {verb} handle", "handles",
+                            f"; create one with graph.create_host_{verb}('{name}', tensor) "
+                            "before compiling")
+
+    def _lookup(self, table: str, name, what: str, plural: str, fix: str = ""):
+        """``graph.<table>[name]``, or a StreamError naming what there is (and ``fix``)."""
+        found = getattr(self.executable.graph, table)
+        if name not in found:
+            raise StreamError(f"no {what} '{name}' ({plural}: {', '.join(found) or 'none'}){fix}")
+        return found[name]
 
     def connect_stream(self, name: str, array: np.ndarray) -> None:
         """``Engine::connectStream``: a host buffer used as a circular buffer.
@@ -166,7 +174,7 @@ class Engine:
         each copy takes the next ``n`` elements modulo the buffer's length. Connecting a
         stream again replaces its previous buffer or callback, as in Poplar.
         """
-        stream = self._stream_named(name)
+        stream = self._lookup("streams", name, "stream named", "streams")
         if not isinstance(array, np.ndarray) or array.size == 0:
             raise StreamError(f"connect_stream('{name}') needs a non-empty NumPy array, "
                               f"got {type(array).__name__}")
@@ -189,16 +197,13 @@ class Engine:
 
     def connect_stream_to_callback(self, name: str, callback) -> None:
         """``Engine::connectStreamToCallback``: ``callback(buffer)`` fills or consumes data."""
-        self._stream_named(name)
+        self._lookup("streams", name, "stream named", "streams")
         if not callable(callback):
             raise StreamError(f"connect_stream_to_callback('{name}'): the callback of "
                               f"stream '{name}' must be callable (a function taking the "
                               f"buffer), got {type(callback).__name__}; connect_stream takes "
                               "arrays")
         self._streams[name] = [callback, 0]
-
-    def _stream_named(self, name):
-        return _lookup(self.executable.graph.streams, name, "stream named", "streams")
 
     def set_print_tensor_stream(self, stream) -> None:
         """``Engine::setPrintTensorStream``: where PrintTensor writes (default: stderr)."""
@@ -476,13 +481,6 @@ def _ring(pos: int, n: int, size: int):
     """Positions pos, pos+1, … (n of them) in a circular buffer of ``size``: a slice when
     they do not wrap round (no index array)."""
     return slice(pos, pos + n) if pos + n <= size else (pos + np.arange(n)) % size
-
-
-def _lookup(table: dict, name, what: str, plural: str, fix: str = ""):
-    """``table[name]``, or a StreamError naming what there is (and ``fix``)."""
-    if name not in table:
-        raise StreamError(f"no {what} '{name}' ({plural}: {', '.join(table) or 'none'}){fix}")
-    return table[name]
 
 
 def _same(a, b) -> bool:
