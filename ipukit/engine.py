@@ -100,8 +100,8 @@ class Engine:
         self.xp = None
         self._streams: dict[str, list] = {}
         self._print_stream = None  # sys.stderr at the time of printing, as Poplar's default
-        self._needs: dict[int, int] = {}  # id(node) -> steps it emulates at least
-        self._tries: dict[int, int] = {}  # vertex group -> axis-checked runs (-1: done)
+        self._needs: dict = {}  # compiled node -> steps it emulates at least
+        self._tries: dict = {}  # vertex group -> axis-checked runs (-1: done)
         self._accesses: dict[tuple, Access] = {}  # (id(tensor or access), row) -> Access
         self._run_start = 0
         self._run_node = {SeqNode: self._seq, ExecNode: self._execute, CopyNode: self._copy,
@@ -116,7 +116,7 @@ class Engine:
                            f"{device!r}; load it on a device made from the same IPUModel")
         g = self.executable.graph
         self.xp = xp = backend.get_xp()
-        self._plans: dict[int, tuple] = {}  # id(access) -> how to reach it in storage
+        self._plans: dict = {}  # Access -> how to reach it in storage
         self._mem = {dt: xp.zeros(p.size, dt) for dt, p in g.pools.items()}
         for dt, pool in g.pools.items():
             for var in pool.variables:
@@ -239,7 +239,7 @@ class Engine:
 
     def _need(self, node) -> int:
         """The fewest steps ``node`` emulates (a loop's body counts 0 times)."""
-        n = self._needs.get(id(node))
+        n = self._needs.get(node)
         if n is None:
             kind = type(node)
             n = (node.count * self._need(node.body) if kind is RepeatNode
@@ -247,7 +247,7 @@ class Engine:
                  else min(self._need(node.then), self._need(node.else_)) if kind is IfNode
                  else sum(map(self._need, node.children)) if kind is SeqNode
                  else int(kind is not PrintNode))
-            self._needs[id(node)] = n
+            self._needs[node] = n
         return n
 
     def _repeat(self, node: RepeatNode):
@@ -290,7 +290,7 @@ class Engine:
 
     def _copy(self, node: CopyNode):
         values = self._read(node.src)
-        if self._plan(node.src)[3] and self.xp is not np:  # CuPy copies may not allow overlap
+        if self._plan(node.src)[2] and self.xp is not np:  # CuPy copies may not allow overlap
             values = values.copy()
         self._write(node.dst, values)
         self.trace.record(node.step)
@@ -325,7 +325,7 @@ class Engine:
             if self.per_vertex:
                 for i in range(len(group.vertex_ids)):
                     self._run_group(group, i)
-            elif self._tries.get(id(group)) == -1:
+            elif self._tries.get(group) == -1:
                 self._run_group(group)
             else:
                 self._checked_run(group)
@@ -351,8 +351,8 @@ class Engine:
                         f"value {a} when the vertex runs alone but {b} when it runs with the "
                         f"{n - 1} other vertices of its group: compute mixes vertices; "
                         f"{VERTEX_AXIS}")
-        tries = self._tries.get(id(gr), 0) + 1
-        self._tries[id(gr)] = -1 if informative or tries >= AXIS_CHECK_RUNS else tries
+        tries = self._tries.get(gr, 0) + 1
+        self._tries[gr] = -1 if informative or tries >= AXIS_CHECK_RUNS else tries
 
     def _run_group(self, gr: VertexGroup, row: int | None = None, dry: bool = False) -> dict:
         """Run ``compute`` on the group (or on vertex ``row`` alone) and return the fields it
@@ -373,12 +373,12 @@ class Engine:
                     inputs.append((arr, arr.copy()))
             else:
                 arr = outputs[fp.name] = self._read(a).copy() if dry else self._read(a)
-                if not (dry or self._plan(a)[3]):
+                if not (dry or self._plan(a)[2]):
                     scatter.append((a, arr))
             fields[fp.name] = arr
-        state = self._state.get(id(gr))
+        state = self._state.get(gr)
         if state is None:
-            state = self._state[id(gr)] = {k: self.xp.asarray(v) for k, v in gr.state.items()}
+            state = self._state[gr] = {k: self.xp.asarray(v) for k, v in gr.state.items()}
         for name, values in state.items():
             part = values if row is None else values[row:row + 1]
             fields[name] = part.copy() if dry else part
@@ -415,12 +415,12 @@ class Engine:
         return self._accesses[key]
 
     def _plan(self, a: Access) -> tuple:
-        """How ``a`` reaches storage, worked out once per access: (a, view, index,
+        """How ``a`` reaches storage, worked out once per access: (view, index,
         in_place). ``view`` is a slice or strided view of a region, or of a gather whose
         addresses are evenly spaced (in_place: distinct addresses in ``a``'s shape, so
         reading gives storage itself), else None; ``index`` (on the backend) gathers and
         scatters where no view does (a view with repeated addresses only reads)."""
-        plan = self._plans.get(id(a))
+        plan = self._plans.get(a)
         if plan is None:
             pool = self._mem[a.dtype]
             idx = None if a.idx is None else a.idx if self.xp is np else self.xp.asarray(a.idx)
@@ -435,13 +435,13 @@ class Engine:
                         if contiguous(shape, strides) else self.xp.lib.stride_tricks.as_strided(
                             pool[offset:], shape, tuple(s * pool.itemsize for s in strides)))
                 idx = None if distinct else idx
-            plan = self._plans[id(a)] = (a, view, idx, merged is not None and idx is None)
-        return plan  # it holds ``a``: the id stays unique
+            plan = self._plans[a] = (view, idx, merged is not None and idx is None)
+        return plan
 
     def _read(self, a: Access, copy: bool = True):
         """``a``'s elements: storage itself where the plan is in place (or, with ``copy``
         False, where a view has ``a``'s shape: read only), else a copy."""
-        _, view, idx, in_place = self._plan(a)
+        view, idx, in_place = self._plan(a)
         if view is None:
             return self._mem[a.dtype][idx]
         if view.shape != a.shape:
@@ -449,7 +449,7 @@ class Engine:
         return view if in_place or not copy else view.copy()
 
     def _write(self, a: Access, values) -> None:
-        _, view, idx, _ = self._plan(a)
+        view, idx, _ = self._plan(a)
         if idx is not None:
             self._mem[a.dtype][idx] = values.reshape(idx.shape)
         else:
