@@ -63,6 +63,10 @@ OPTIONS = ("debug.perVertex", "debug.allowOutOfMemory", "debug.maxEmulatedSteps"
 MAX_EMULATED_STEPS = 1_000_000
 #: Most runs of a vertex group compared with one vertex alone while the outputs are zero.
 AXIS_CHECK_RUNS = 8
+#: How codelets see fields, told with every CodeletError.
+VERTEX_AXIS = ("every field has a leading vertex axis (scalars (n,), Vectors (n, k)): write "
+               "compute for one vertex, reduce with axis=-1 (self.x.sum(axis=-1), not "
+               "self.x.sum()) and write outputs with self.field[...] = value")
 
 
 class Engine:
@@ -79,7 +83,11 @@ class Engine:
                 raise IpuError(f"unknown engine option '{key}'; ipukit knows "
                                f"{', '.join(map(repr, OPTIONS))} and ignores Poplar's "
                                "profiling options")
-        self.max_steps = _count_option(options, "debug.maxEmulatedSteps", MAX_EMULATED_STEPS)
+        steps = options.get("debug.maxEmulatedSteps", MAX_EMULATED_STEPS)
+        if isinstance(steps, bool | float) or not str(steps).isdecimal() or int(steps) < 1:
+            raise IpuError(f"engine option 'debug.maxEmulatedSteps' must be a positive whole "
+                           f"number (e.g. '{MAX_EMULATED_STEPS}'), got {steps!r}")
+        self.max_steps = int(steps)
         if not isinstance(graph, Graph | Executable):
             raise IpuError(f"Engine needs a Graph (ipu.Graph(target)) or an Executable "
                            f"(ipu.compile_graph), got {graph!r}")
@@ -92,8 +100,8 @@ class Engine:
         self.xp = None
         self._streams: dict[str, list] = {}
         self._print_stream = None  # sys.stderr at the time of printing, as Poplar's default
-        self._needs: dict[int, int] = {}  # id(node) -> steps it emulates at least
-        self._tries: dict[int, int] = {}  # vertex group -> axis-checked runs (-1: done)
+        self._needs: dict = {}  # compiled node -> steps it emulates at least
+        self._tries: dict = {}  # vertex group -> axis-checked runs (-1: done)
         self._accesses: dict[tuple, Access] = {}  # (id(tensor or access), row) -> Access
         self._run_start = 0
         self._run_node = {SeqNode: self._seq, ExecNode: self._execute, CopyNode: self._copy,
@@ -108,7 +116,7 @@ class Engine:
                            f"{device!r}; load it on a device made from the same IPUModel")
         g = self.executable.graph
         self.xp = xp = backend.get_xp()
-        self._plans: dict[int, tuple] = {}  # id(access) -> how to reach it in storage
+        self._plans: dict = {}  # Access -> how to reach it in storage
         self._mem = {dt: xp.zeros(p.size, dt) for dt, p in g.pools.items()}
         for dt, pool in g.pools.items():
             for var in pool.variables:
@@ -122,8 +130,7 @@ class Engine:
     # -- host access ----------------------------------------------------------------------
     def write_tensor(self, name: str, array) -> None:
         """``Engine::writeTensor``: copy host data into a tensor with a host write handle."""
-        t = self._handle(name, self.executable.graph.host_writes, "write",
-                         "create_host_write")
+        t = self._handle(name, "write")
         why = out_of_range(array, t.dtype)
         if why:
             raise StreamError(f"write_tensor('{name}'): for tensor '{t.name}', {why}")
@@ -139,17 +146,26 @@ class Engine:
 
     def read_tensor(self, name: str) -> np.ndarray:
         """``Engine::readTensor``: a NumPy copy of a tensor with a host read handle."""
-        t = self._handle(name, self.executable.graph.host_reads, "read", "create_host_read")
+        t = self._handle(name, "read")
         return backend.to_numpy(self._read(self._access(t))).copy()
 
     def _loaded(self):
         if self.xp is None:
             raise IpuError("the engine is not loaded; call engine.load(device) first")
 
-    def _handle(self, name, handles, verb, how):
+    def _handle(self, name: str, verb: str):
+        """The tensor of host ``verb`` ("read" or "write") handle ``name``."""
         self._loaded()
-        return _lookup(handles, name, f"host {verb} handle", "handles",
-                       f"; create one with graph.{how}('{name}', tensor) before compiling")
+        return self._lookup(f"host_{verb}s", name, f"host {verb} handle", "handles",
+                            f"; create one with graph.create_host_{verb}('{name}', tensor) "
+                            "before compiling")
+
+    def _lookup(self, table: str, name, what: str, plural: str, fix: str = ""):
+        """``graph.<table>[name]``, or a StreamError naming what there is (and ``fix``)."""
+        found = getattr(self.executable.graph, table)
+        if name not in found:
+            raise StreamError(f"no {what} '{name}' ({plural}: {', '.join(found) or 'none'}){fix}")
+        return found[name]
 
     def connect_stream(self, name: str, array: np.ndarray) -> None:
         """``Engine::connectStream``: a host buffer used as a circular buffer.
@@ -158,7 +174,7 @@ class Engine:
         each copy takes the next ``n`` elements modulo the buffer's length. Connecting a
         stream again replaces its previous buffer or callback, as in Poplar.
         """
-        stream = self._stream_named(name)
+        stream = self._lookup("streams", name, "stream named", "streams")
         if not isinstance(array, np.ndarray) or array.size == 0:
             raise StreamError(f"connect_stream('{name}') needs a non-empty NumPy array, "
                               f"got {type(array).__name__}")
@@ -181,16 +197,13 @@ class Engine:
 
     def connect_stream_to_callback(self, name: str, callback) -> None:
         """``Engine::connectStreamToCallback``: ``callback(buffer)`` fills or consumes data."""
-        self._stream_named(name)
+        self._lookup("streams", name, "stream named", "streams")
         if not callable(callback):
             raise StreamError(f"connect_stream_to_callback('{name}'): the callback of "
                               f"stream '{name}' must be callable (a function taking the "
                               f"buffer), got {type(callback).__name__}; connect_stream takes "
                               "arrays")
         self._streams[name] = [callback, 0]
-
-    def _stream_named(self, name):
-        return _lookup(self.executable.graph.streams, name, "stream named", "streams")
 
     def set_print_tensor_stream(self, stream) -> None:
         """``Engine::setPrintTensorStream``: where PrintTensor writes (default: stderr)."""
@@ -212,13 +225,10 @@ class Engine:
                                              and 0 <= program < len(programs)):
             raise ProgramError(f"run({program!r}): the engine has {len(programs)} program(s), "
                                f"numbered 0..{len(programs) - 1}")
-        node = programs[program]
-        self._run_start = len(self.trace)
-        self._check_steps(node, program)
         self.trace.num_runs += 1
         self.trace.record(0)  # the host synchronisation of this call
-        self._run_start += 1  # it is not an emulated step
-        self._exec(node)
+        self._run_start = len(self.trace)  # it is not an emulated step
+        self._exec(programs[program])
 
     def _exec(self, node) -> None:
         self._run_node[type(node)](node)
@@ -229,31 +239,26 @@ class Engine:
 
     def _need(self, node) -> int:
         """The fewest steps ``node`` emulates (a loop's body counts 0 times)."""
-        n = self._needs.get(id(node))
+        n = self._needs.get(node)
         if n is None:
-            kind, parts = type(node), [self._need(c) for c in _children(node)]
-            n = (node.count * parts[0] if kind is RepeatNode else parts[0] if kind is WhileNode
-                 else min(parts) if kind is IfNode else sum(parts) if kind is SeqNode
+            kind = type(node)
+            n = (node.count * self._need(node.body) if kind is RepeatNode
+                 else self._need(node.cond) if kind is WhileNode
+                 else min(self._need(node.then), self._need(node.else_)) if kind is IfNode
+                 else sum(map(self._need, node.children)) if kind is SeqNode
                  else int(kind is not PrintNode))
-            self._needs[id(node)] = n
+            self._needs[node] = n
         return n
 
-    def _check_steps(self, node, program: int | None = None) -> None:
-        need = len(self.trace) - self._run_start + self._need(node)
-        if need > self.max_steps:
-            biggest = max(_repeat_counts(node), default=0)
-            what = f"Repeat({node.count:,})" if program is None else f"program {program}" + (
-                f" (with Repeat({biggest:,}))" if biggest > 1 else "")
+    def _repeat(self, node: RepeatNode):
+        need = len(self.trace) - self._run_start + node.count * self._need(node.body)
+        if node.count > 1 and need > self.max_steps:  # up front: not after hours of steps
             raise ProgramError(
-                f"{what} would emulate {need:,} steps (compute sets, copies and stream "
-                f"copies) in one run; Poplar runs it, but the emulator stops at "
+                f"Repeat({node.count:,}) would emulate {need:,} steps (compute sets, copies "
+                f"and stream copies) in one run; Poplar runs it, but the emulator stops at "
                 f"{self.max_steps:,} (about 10 us a step). Use a smaller count, or allow it "
                 f"with Engine(..., options={{'debug.maxEmulatedSteps': '{need}'}})"
             )
-
-    def _repeat(self, node: RepeatNode):
-        if node.count > 1:
-            self._check_steps(node)
         for _ in range(node.count):
             self._exec(node.body)
 
@@ -261,23 +266,17 @@ class Engine:
         self._exec(node.cond)
         count = 0
         while self._predicate(node.predicate):
-            count += 1
-            if count > self.max_loop_iterations:
+            steps = len(self.trace) - self._run_start
+            if count >= self.max_loop_iterations or steps > self.max_steps:
                 raise ProgramError(
-                    f"RepeatWhileTrue ran {self.max_loop_iterations:,} iterations and "
+                    f"RepeatWhileTrue ran {count:,} iterations ({steps:,} emulated steps) and "
                     f"predicate '{node.name}' is still true; check that the condition program "
-                    "updates it (or raise max_loop_iterations in Engine(...))"
+                    "updates it, or allow more with Engine(..., max_loop_iterations=...) or "
+                    "Engine(..., options={'debug.maxEmulatedSteps': ...})"
                 )
+            count += 1
             self._exec(node.body)
             self._exec(node.cond)
-            if len(self.trace) - self._run_start > self.max_steps:
-                raise ProgramError(
-                    f"RepeatWhileTrue ran {count:,} iterations "
-                    f"({len(self.trace) - self._run_start:,} emulated steps) and predicate "
-                    f"'{node.name}' is still true; check that the condition program updates "
-                    "it, or allow more steps with Engine(..., options={'debug.maxEmulatedSteps"
-                    "': ...})"
-                )
 
     def _if(self, node: IfNode):
         self._exec(node.then if self._predicate(node.predicate) else node.else_)
@@ -291,7 +290,7 @@ class Engine:
 
     def _copy(self, node: CopyNode):
         values = self._read(node.src)
-        if self._plan(node.src)[3] and self.xp is not np:  # CuPy copies may not allow overlap
+        if self._plan(node.src)[2] and self.xp is not np:  # CuPy copies may not allow overlap
             values = values.copy()
         self._write(node.dst, values)
         self.trace.record(node.step)
@@ -306,7 +305,11 @@ class Engine:
         if callable(buf):
             data = np.zeros(s.n, s.dtype) if s.to_device else backend.to_numpy(
                 self._read(node.access)).copy()
-            _callback(buf, data, s.name)
+            try:
+                buf(data)
+            except Exception as exc:
+                raise StreamError(f"the callback of stream '{s.name}' raised "
+                                  f"{type(exc).__name__}: {exc}") from exc
         else:
             ring, conn[1] = _ring(pos, s.n, buf.size), (pos + s.n) % buf.size
             if s.to_device:
@@ -322,7 +325,7 @@ class Engine:
             if self.per_vertex:
                 for i in range(len(group.vertex_ids)):
                     self._run_group(group, i)
-            elif self._tries.get(id(group)) == -1:
+            elif self._tries.get(group) == -1:
                 self._run_group(group)
             else:
                 self._checked_run(group)
@@ -346,13 +349,10 @@ class Engine:
                         f"{gr.cls.__name__}.compute gives field '{name}' of "
                         f"{self.executable.graph.describe_vertex(int(gr.vertex_ids[i]))} the "
                         f"value {a} when the vertex runs alone but {b} when it runs with the "
-                        f"{n - 1} other vertices of its group: compute mixes vertices. Every "
-                        "field has a leading vertex axis (scalars (n,), Vectors (n, k)): write "
-                        "compute for one vertex, reduce with axis=-1 (self.x.sum(axis=-1), not "
-                        "self.x.sum()) and write with self.field[...] = value"
-                    )
-        tries = self._tries.get(id(gr), 0) + 1
-        self._tries[id(gr)] = -1 if informative or tries >= AXIS_CHECK_RUNS else tries
+                        f"{n - 1} other vertices of its group: compute mixes vertices; "
+                        f"{VERTEX_AXIS}")
+        tries = self._tries.get(gr, 0) + 1
+        self._tries[gr] = -1 if informative or tries >= AXIS_CHECK_RUNS else tries
 
     def _run_group(self, gr: VertexGroup, row: int | None = None, dry: bool = False) -> dict:
         """Run ``compute`` on the group (or on vertex ``row`` alone) and return the fields it
@@ -373,12 +373,12 @@ class Engine:
                     inputs.append((arr, arr.copy()))
             else:
                 arr = outputs[fp.name] = self._read(a).copy() if dry else self._read(a)
-                if not (dry or self._plan(a)[3]):
+                if not (dry or self._plan(a)[2]):
                     scatter.append((a, arr))
             fields[fp.name] = arr
-        state = self._state.get(id(gr))
+        state = self._state.get(gr)
         if state is None:
-            state = self._state[id(gr)] = {k: self.xp.asarray(v) for k, v in gr.state.items()}
+            state = self._state[gr] = {k: self.xp.asarray(v) for k, v in gr.state.items()}
         for name, values in state.items():
             part = values if row is None else values[row:row + 1]
             fields[name] = part.copy() if dry else part
@@ -392,9 +392,7 @@ class Engine:
             raise CodeletError(
                 f"{gr.cls.__name__}.compute failed ({type(exc).__name__}: {exc}) while "
                 f"running {len(gr.vertex_ids) if row is None else 1} vertices at once; "
-                "fields have a leading vertex axis (scalars (n,), Vectors (n, k)): reduce "
-                "with axis=-1 and write outputs with self.field[...] = value"
-            ) from exc
+                f"{VERTEX_AXIS}") from exc
         for name, arr in outputs.items():
             if fields[name] is not arr:
                 raise IpuError(
@@ -417,12 +415,12 @@ class Engine:
         return self._accesses[key]
 
     def _plan(self, a: Access) -> tuple:
-        """How ``a`` reaches storage, worked out once per access: (a, view, index,
+        """How ``a`` reaches storage, worked out once per access: (view, index,
         in_place). ``view`` is a slice or strided view of a region, or of a gather whose
         addresses are evenly spaced (in_place: distinct addresses in ``a``'s shape, so
         reading gives storage itself), else None; ``index`` (on the backend) gathers and
         scatters where no view does (a view with repeated addresses only reads)."""
-        plan = self._plans.get(id(a))
+        plan = self._plans.get(a)
         if plan is None:
             pool = self._mem[a.dtype]
             idx = None if a.idx is None else a.idx if self.xp is np else self.xp.asarray(a.idx)
@@ -437,13 +435,13 @@ class Engine:
                         if contiguous(shape, strides) else self.xp.lib.stride_tricks.as_strided(
                             pool[offset:], shape, tuple(s * pool.itemsize for s in strides)))
                 idx = None if distinct else idx
-            plan = self._plans[id(a)] = (a, view, idx, merged is not None and idx is None)
-        return plan  # it holds ``a``: the id stays unique
+            plan = self._plans[a] = (view, idx, merged is not None and idx is None)
+        return plan
 
     def _read(self, a: Access, copy: bool = True):
         """``a``'s elements: storage itself where the plan is in place (or, with ``copy``
         False, where a view has ``a``'s shape: read only), else a copy."""
-        _, view, idx, in_place = self._plan(a)
+        view, idx, in_place = self._plan(a)
         if view is None:
             return self._mem[a.dtype][idx]
         if view.shape != a.shape:
@@ -451,7 +449,7 @@ class Engine:
         return view if in_place or not copy else view.copy()
 
     def _write(self, a: Access, values) -> None:
-        _, view, idx, _ = self._plan(a)
+        view, idx, _ = self._plan(a)
         if idx is not None:
             self._mem[a.dtype][idx] = values.reshape(idx.shape)
         else:
@@ -483,49 +481,6 @@ def _ring(pos: int, n: int, size: int):
     """Positions pos, pos+1, … (n of them) in a circular buffer of ``size``: a slice when
     they do not wrap round (no index array)."""
     return slice(pos, pos + n) if pos + n <= size else (pos + np.arange(n)) % size
-
-
-def _count_option(options: dict, key: str, default: int) -> int:
-    """A positive whole-number engine option (Poplar passes them as strings)."""
-    value = options.get(key, default)
-    try:
-        n = 0 if isinstance(value, bool | float) else int(str(value))
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise IpuError(f"engine option '{key}' must be a positive whole number (e.g. "
-                       f"'{default}'), got {value!r}")
-    return n
-
-
-def _children(node) -> tuple:
-    kind = type(node)
-    return (node.children if kind is SeqNode else (node.body,) if kind is RepeatNode
-            else (node.cond, node.body) if kind is WhileNode
-            else (node.then, node.else_) if kind is IfNode else ())
-
-
-def _repeat_counts(node):
-    """The counts of every Repeat in a compiled program tree."""
-    if type(node) is RepeatNode:
-        yield node.count
-    for child in _children(node):
-        yield from _repeat_counts(child)
-
-
-def _lookup(table: dict, name, what: str, plural: str, fix: str = ""):
-    """``table[name]``, or a StreamError naming what there is (and ``fix``)."""
-    if name not in table:
-        raise StreamError(f"no {what} '{name}' ({plural}: {', '.join(table) or 'none'}){fix}")
-    return table[name]
-
-
-def _callback(fn, buffer, name: str) -> None:
-    try:
-        fn(buffer)
-    except Exception as exc:
-        raise StreamError(f"the callback of stream '{name}' raised {type(exc).__name__}: "
-                          f"{exc}") from exc
 
 
 def _same(a, b) -> bool:

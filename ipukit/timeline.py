@@ -4,7 +4,7 @@ The emulator (``Trace.timeline()``), a schedule (``Schedule.timeline()``), the p
 runner (``RunResult.timeline``) and the sharded collectives all produce a Timeline; the
 widgets and :mod:`ipukit.report` read it. Times are cycles of the target's clock (unit
 times for a schedule). :meth:`Timeline.measures` gives the bubble three ways, the
-utilisation, and each IPU's idle time attributed to its cause.
+utilisation, and each IPU's idle time attributed to its cause (:mod:`ipukit.timeline_measures`).
 
 >>> tl = Timeline([Span(0, "F", 0, 2), Span(0, "link", 2, 1, bytes=64),
 ...                Span(1, "F", 3, 2), Span(1, "sync", 5, 1), Span(0, "sync", 5, 1)])
@@ -19,16 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
-#: Span kinds that are work (compute); everything else is time around it.
-WORK = ("compute", "F", "B", "R", "W")
-#: Which cause an idle moment is charged to when spans of several kinds cover it (first
-#: wins); an IPU covered by none of its own spans is waiting on a dependency.
-CAUSES = {"link": "link", "exchange": "exchange", "sync": "sync", "host": "host",
-          "allreduce": "collective", "reducescatter": "collective",
-          "allgather": "collective", "broadcast": "collective", "reduce": "collective",
-          "optimizer": "optimizer"}
+from . import timeline_measures
 
 
 @dataclass(frozen=True)
@@ -96,7 +87,8 @@ class Timeline:
         """Bubble, utilisation and idle time of the run.
 
         ``makespan``: end of the last span (time starts at 0). ``ideal_time``: the busiest
-        IPU's work (spans of kinds :data:`WORK`). ``total``: bubble ÷ makespan (GPipe);
+        IPU's work (spans of kinds :data:`~ipukit.timeline_measures.WORK`). ``total``:
+        bubble ÷ makespan (GPipe);
         ``ideal``: bubble ÷ ideal time (Megatron); ``span``: the zero-bubble paper's rate
         on the longest per-IPU span from its first to its last work. ``utilisation``: all
         IPUs' work ÷ (IPUs × makespan). ``busy``: work per IPU. ``idle``: per IPU, the time
@@ -104,40 +96,4 @@ class Timeline:
         a ``collective``, the ``optimizer``, or ``dependency`` (none of its own spans:
         it waited for another IPU).
         """
-        n, total = self.num_ipus, self.makespan
-        busy, spread, idle = np.zeros(n), np.zeros(n), {}
-        for q in range(n):
-            mine = [s for s in self.spans if s.ipu == q]
-            busy[q], idle[q] = _busy_and_idle(mine, total)
-            work = [s for s in mine if s.kind in WORK]
-            if work:
-                spread[q] = max(s.end for s in work) - min(s.start for s in work)
-        ideal, span = float(busy.max(initial=0.0)), float(spread.max(initial=0.0))
-        return {
-            "makespan": float(total),
-            "ideal_time": ideal,
-            "total": (total - ideal) / total if total else 0.0,
-            "ideal": (total - ideal) / ideal if ideal else 0.0,
-            "span": (span - ideal) / span if span else 0.0,
-            "utilisation": float(busy.sum()) / (n * total) if n and total else 0.0,
-            "busy": {q: float(busy[q]) for q in range(n)},
-            "idle": idle,
-        }
-
-
-def _busy_and_idle(spans, total) -> tuple[float, dict]:
-    """An IPU's work time over [0, total], and the rest split by what covered it."""
-    edges = np.unique([0.0, float(total)] + [t for s in spans for t in (s.start, s.end)])
-    edges = edges[(edges >= 0) & (edges <= total)]
-    causes = [*CAUSES.values(), "dependency"]  # by rank; uncovered: a dependency
-    rank = np.full(max(len(edges) - 1, 0), len(causes) - 1)
-    for s in spans:
-        if s.kind in WORK or s.kind in CAUSES:
-            lo, hi = np.searchsorted(edges, [s.start, s.end])
-            r = -1 if s.kind in WORK else causes.index(CAUSES[s.kind])
-            rank[lo:hi] = np.minimum(rank[lo:hi], r)
-    widths, idle = np.diff(edges), {}
-    for r, w in zip(rank, widths):
-        if r >= 0 and w > 0:
-            idle[causes[r]] = idle.get(causes[r], 0.0) + float(w)
-    return float(widths[rank < 0].sum()), idle
+        return timeline_measures.measures(self)
