@@ -19,7 +19,9 @@ ipukit.errors.TileMappingError: tensor 'v' has 4 unmapped elements (first: [0]);
 from __future__ import annotations
 
 import warnings
+from collections import namedtuple
 from dataclasses import dataclass
+from math import prod
 
 import numpy as np
 
@@ -38,7 +40,7 @@ from .errors import (
 from .graph import DataStream, Graph
 from .memory_report import out_of_memory
 from .program import Copy, Execute, If, PrintTensor, Program, Repeat, RepeatWhileTrue, Sequence
-from .tensor import TYPE_NAMES, Tensor, addresses, firsts, index_runs, reshape_strides, runs
+from .tensor import TYPE_NAMES, Tensor, addresses, firsts, runs
 from .trace import Step, TileMemory
 
 #: Bytes of vertex state per field: a pointer (scalar) or pointer and size (Vector).
@@ -54,10 +56,9 @@ GATHER_ELEMENTS = 4096
 @dataclass(frozen=True, eq=False)
 class Access:
     """How the engine reaches some elements, seen with ``shape``: a *region* of the storage
-    (``offset`` and a stride per dimension of ``rshape``: a view, nothing copied) or, where
-    no region describes them, an ``idx`` array of addresses (int32 where it fits: a gather
-    and scatter). ``view`` says that reading gives storage itself (writes land in place);
-    otherwise reading copies, and writing goes back through the region or index."""
+    (``offset`` and a stride per dimension of ``rshape``: the engine views it, nothing
+    copied, where ``shape`` is a no-copy reshape of it) or, where no region describes them,
+    an ``idx`` array of addresses (int32 where it fits: a gather and scatter)."""
 
     dtype: np.dtype
     shape: tuple
@@ -65,15 +66,7 @@ class Access:
     rshape: tuple = ()
     rstrides: tuple = ()
     idx: np.ndarray | None = None
-    view: bool = False
     gather_runs: tuple | None = None  # runs() of a gather, when known without scanning idx
-
-    @staticmethod
-    def region(dtype, shape, offset, rshape, rstrides) -> Access:
-        merged = reshape_strides(rshape, rstrides, shape)
-        if merged is not None:
-            return Access(dtype, tuple(shape), int(offset), tuple(shape), merged, view=True)
-        return Access(dtype, tuple(shape), int(offset), tuple(rshape), tuple(rstrides))
 
     @staticmethod
     def gather(dtype, idx: np.ndarray, gather_runs=None) -> Access:
@@ -84,38 +77,29 @@ class Access:
     @staticmethod
     def of(t: Tensor, shape=None) -> Access:
         """The access of a tensor's elements (flat when ``shape`` is ``(n,)``)."""
-        shape = t.shape if shape is None else shape
+        shape = t.shape if shape is None else tuple(shape)
         if t._idx is not None:
             return Access.gather(t.dtype, t._idx.reshape(shape))
-        return Access.region(t.dtype, shape, t.offset, t.shape, t.strides)
+        return Access(t.dtype, shape, t.offset, t.shape, t.strides)
 
     def row(self, i: int) -> Access:
         """Vertex ``i``'s elements only (per-vertex debug mode)."""
+        shape = (1,) + self.shape[1:]
         if self.idx is not None:
-            return Access(self.dtype, (1,) + self.shape[1:], idx=self.idx[i:i + 1])
-        return Access.region(self.dtype, (1,) + self.shape[1:],
-                             self.offset + i * self.rstrides[0], (1,) + self.rshape[1:],
-                             self.rstrides)
+            return Access(self.dtype, shape, idx=self.idx[i:i + 1])
+        return Access(self.dtype, shape, self.offset + i * self.rstrides[0],
+                      (1,) + self.rshape[1:], self.rstrides)
 
     def runs(self):
         """Runs of consecutive addresses, in order, and the vertex (row) of each."""
         if self.gather_runs is not None:
             return self.gather_runs
-        if self.idx is not None:
-            k = self.idx.size // max(self.shape[0], 1)
-            begins, lengths, first = index_runs(self.idx.reshape(-1), k)
-            return begins, lengths, first // max(k, 1)
-        t = Tensor(None, self.dtype, (self.offset, self.rshape, self.rstrides), "")
-        begins, lengths = runs(t, keep=1)
-        per_row = begins.size // self.shape[0] if self.shape[0] else 1
-        return begins, lengths, np.arange(begins.size) // max(per_row, 1)
+        layout = (self.offset, self.rshape, self.rstrides) if self.idx is None else self.idx
+        begins, lengths = runs(Tensor(None, self.dtype, layout, ""), keep=1)
+        return begins, lengths, (np.cumsum(lengths) - lengths) // max(prod(self.shape[1:]), 1)
 
 
-@dataclass(frozen=True, eq=False)
-class FieldPlan:
-    name: str
-    kind: str
-    access: Access | None  # None for State fields
+FieldPlan = namedtuple("FieldPlan", "name kind access")  # a connected field of a group
 
 
 @dataclass(frozen=True, eq=False)
@@ -130,58 +114,15 @@ class VertexGroup:
     state: dict  # State field name -> initial values, shape (n,) or (n, k)
 
 
-# -- the compiled program tree ------------------------------------------------------------
-@dataclass(frozen=True, eq=False)
-class ExecNode:
-    step: int
-    groups: tuple[VertexGroup, ...]
-
-
-@dataclass(frozen=True, eq=False)
-class CopyNode:
-    step: int
-    src: Access
-    dst: Access
-
-
-@dataclass(frozen=True, eq=False)
-class StreamNode:
-    step: int
-    stream: DataStream
-    access: Access
-
-
-@dataclass(frozen=True, eq=False)
-class SeqNode:
-    children: tuple
-
-
-@dataclass(frozen=True, eq=False)
-class RepeatNode:
-    count: int
-    body: object
-
-
-@dataclass(frozen=True, eq=False)
-class WhileNode:
-    cond: object
-    predicate: Access
-    body: object
-    name: str
-
-
-@dataclass(frozen=True, eq=False)
-class IfNode:
-    predicate: Access
-    then: object
-    else_: object
-
-
-@dataclass(frozen=True, eq=False)
-class PrintNode:
-    title: str
-    access: Access
-    fmt: object = None  # a PrintTensorFmt
+# -- the compiled program tree: the Engine runs each kind of node ------------------------
+ExecNode = namedtuple("ExecNode", "step groups")  # a compute set: its step, vertex groups
+CopyNode = namedtuple("CopyNode", "step src dst")
+StreamNode = namedtuple("StreamNode", "step stream access")
+SeqNode = namedtuple("SeqNode", "children")
+RepeatNode = namedtuple("RepeatNode", "count body")
+WhileNode = namedtuple("WhileNode", "cond predicate body name")  # name: the predicate's
+IfNode = namedtuple("IfNode", "predicate then else_")
+PrintNode = namedtuple("PrintNode", "title access fmt")  # fmt: a PrintTensorFmt
 
 
 @dataclass(frozen=True, eq=False)
@@ -620,7 +561,7 @@ def _field_access(dtype, tensors: list[Tensor], vector: bool) -> Access:
     offsets = np.array([t.offset for t in tensors], np.int64)
     step = int(offsets[1] - offsets[0]) if n > 1 else 0
     if (np.diff(offsets) == step).all():
-        return Access.region(dtype, shape, offsets[0], (n,) + t0.shape, (step,) + t0.strides)
+        return Access(dtype, shape, int(offsets[0]), (n,) + t0.shape, (step,) + t0.strides)
     small = offsets.max() + sum((n - 1) * st for n, st in zip(t0.shape, t0.strides)) < 2**31
     dt = np.int32 if small else np.int64
     inner = addresses(0, t0.shape, t0.strides, dt).reshape(1, -1)

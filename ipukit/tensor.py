@@ -324,7 +324,7 @@ def runs(t: Tensor, keep: int = 0):
     """``t``'s elements in flat order as runs of consecutive addresses: (begins, lengths).
     The first ``keep`` dimensions are never merged into one run (one run per vertex)."""
     if t._idx is not None:
-        return index_runs(t._idx.reshape(-1), t._idx.size)[:2]
+        return index_runs(t._idx.reshape(-1), math.prod(t.shape[keep:]))[:2]
     shape, strides, merged, step = t.shape, t.strides, 0, 1
     for n, st in zip(reversed(shape[keep:]), reversed(strides[keep:])):
         if n != 1 and st != step:
