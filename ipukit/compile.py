@@ -164,7 +164,7 @@ class _Compiler:
         self.g, self.t = graph, graph.target
         self.allow_out_of_memory = allow_out_of_memory
         self.steps: list[Step] = []
-        self.done: dict[int, object] = {}  # id(program) or cs -> compiled node
+        self.done: dict = {}  # id(program) or compute set -> compiled node
         v_cs = np.array(graph.v_cs, np.int64)  # each compute set's vertices, in order added
         self.by_cs = np.split(np.argsort(v_cs, kind="stable"), np.cumsum(
             np.bincount(v_cs, minlength=len(graph.compute_sets)))[:-1])
@@ -183,7 +183,7 @@ class _Compiler:
 
     # -- program tree ---------------------------------------------------------------------
     def node(self, p):
-        key = id(p)
+        key = p.cs if isinstance(p, Execute) else id(p)  # a compute set is compiled once
         if key not in self.done:
             self.done[key] = self._node(p)
         return self.done[key]
@@ -216,9 +216,11 @@ class _Compiler:
 
     # -- checks ---------------------------------------------------------------------------
     def _check_mapped(self):
-        for pool in self.g.pools.values():
-            run, start, end, tile = pool.pieces(np.array(pool.starts, np.int64), np.array(
-                [var.size for var in pool.variables], np.int64))
+        """Every element is on a tile; keeps each type's pieces of variables on tiles."""
+        self.pieces = {}
+        for dtype, pool in self.g.pools.items():
+            run, start, end, tile = self.pieces[dtype] = pool.pieces(
+                np.array(pool.starts, np.int64), np.array([v.size for v in pool.variables]))
             if (tile < 0).any():
                 var = pool.variables[run[k := int(np.argmax(tile < 0))]]
                 first = np.unravel_index(int(start[k]) - var.start, var.shape)
@@ -338,9 +340,6 @@ class _Compiler:
 
     # -- compute sets ---------------------------------------------------------------------
     def _compute_set(self, cs):
-        key = ("cs", cs.id)
-        if key in self.done:
-            return self.done[key]
         g = self.g
         vids = self.by_cs[cs.id].tolist()
         buckets: dict[tuple, list[int]] = {}
@@ -369,8 +368,7 @@ class _Compiler:
                        for run in self._regular_runs(key[0], vs))
         fields = [(gr, fp, fp.access.runs()) for gr in groups for fp in gr.fields]
         self._check_races(cs, fields)
-        self.done[key] = ExecNode(self._compute_step(cs, groups, fields), groups)
-        return self.done[key]
+        return ExecNode(self._compute_step(cs, groups, fields), groups)
 
     def _regular_runs(self, cls, vids: list[int]) -> list[list[int]]:
         """Split vertices into runs whose fields' offsets step evenly (each field is then
@@ -528,16 +526,13 @@ class _Compiler:
     def _memory(self) -> TileMemory:
         n = self.t.num_tiles
         variables, constants = np.zeros(n, np.int64), np.zeros(n, np.int64)
-        for pool in self.g.pools.values():
-            b, e, tiles = pool.segments()
-            variables += np.bincount(tiles, weights=e - b, minlength=n).astype(np.int64) * \
-                pool.dtype.itemsize
-            fixed = [var for var in pool.variables if var.values is not None]
-            if fixed:
-                _, start, end, tile = pool.pieces(np.array([var.start for var in fixed]),
-                                                  np.array([var.size for var in fixed]))
-                constants += np.bincount(tile, weights=end - start, minlength=n).astype(
-                    np.int64) * pool.dtype.itemsize
+        for dtype, (run, start, end, tile) in self.pieces.items():
+            nbytes = (end - start) * dtype.itemsize
+            fixed = np.array([v.values is not None for v in self.g.pools[dtype].variables],
+                             bool)[run]
+            variables += np.bincount(tile, weights=nbytes, minlength=n).astype(np.int64)
+            constants += np.bincount(tile[fixed], weights=nbytes[fixed], minlength=n).astype(
+                np.int64)
         mem = TileMemory({"variables": variables - constants, "constants": constants,
                           "vertex state": self.vertex_state, "vertex code": self.vertex_code,
                           "exchange buffers": self.exchange_buffers},

@@ -111,12 +111,9 @@ class Pool:
         end[np.cumsum(count) - 1] = e
         return keep[run], start, end, self._cut_tiles[at]
 
-    def variable_at(self, address: int) -> Variable:
-        return self.variables[int(np.searchsorted(self.starts, address, "right")) - 1]
-
     def describe(self, address: int) -> str:
         """'element 5 of tensor v2', for error messages."""
-        var = self.variable_at(address)
+        var = self.variables[int(np.searchsorted(self.starts, address, "right")) - 1]
         local = int(address) - var.start
         where = np.unravel_index(local, var.shape) if len(var.shape) > 1 else (local,)
         return f"element {list(map(int, where))} of tensor '{var.name}'"
@@ -140,7 +137,11 @@ def _resolve(b, e, t):
         tiles[_ranges(lo, hi)] = t.repeat(np.maximum(hi - lo, 0))  # the last write wins
         sb, se, st = cuts[:-1], cuts[1:], tiles
     keep = (se > sb) & (st >= 0)
-    b, e, t = sb[keep], se[keep], st[keep]
+    return _join(sb[keep], se[keep], st[keep])
+
+
+def _join(b, e, t):
+    """Sorted, disjoint intervals with those that continue each other on one tile joined."""
     if not b.size:
         return b, e, t
     first = np.flatnonzero(np.r_[True, (b[1:] != e[:-1]) | (t[1:] != t[:-1])])
@@ -285,15 +286,9 @@ class Graph:
                 "pass throw_on_incomplete=False for the mapping of the mapped ones"
             )
         n = self.target.num_tiles
-        if not tiles.size:
-            return [[] for _ in range(n)]
-        # join pieces that continue each other on one tile, then group them by tile
-        first = np.flatnonzero(np.r_[True, (tiles[1:] != tiles[:-1])
-                                     | (flat[1:] != (flat + end - start)[:-1])])
-        last = np.r_[first[1:] - 1, tiles.size - 1]
-        ends, tiles = flat[last] + end[last] - start[last], tiles[first]
+        begins, ends, tiles = _join(flat, flat + end - start, tiles)  # grouped by tile next
         order = np.argsort(tiles, kind="stable")
-        pairs = list(zip(flat[first][order].tolist(), ends[order].tolist()))
+        pairs = list(zip(begins[order].tolist(), ends[order].tolist()))
         cut = np.searchsorted(tiles[order], np.arange(n + 1)).tolist()
         return [pairs[cut[i]:cut[i + 1]] for i in range(n)]
 

@@ -300,14 +300,19 @@ def _describe(key) -> str:
     return "[" + ", ".join(map(one, key if isinstance(key, tuple) else (key,))) + "]"
 
 
-def contiguous(shape, strides) -> bool:
-    """Whether a region's elements are consecutive addresses, in order."""
-    step = 1
+def inner_dims(shape, strides) -> int:
+    """How many trailing dimensions of a region step through consecutive addresses."""
+    step, inner = 1, 0
     for n, st in zip(reversed(shape), reversed(strides)):
         if n != 1 and st != step:
-            return False
-        step *= n
-    return True
+            break
+        step, inner = step * n, inner + 1
+    return inner
+
+
+def contiguous(shape, strides) -> bool:
+    """Whether a region's elements are consecutive addresses, in order."""
+    return inner_dims(shape, strides) == len(shape)
 
 
 def single_run(t: Tensor):
@@ -325,12 +330,8 @@ def runs(t: Tensor, keep: int = 0):
     The first ``keep`` dimensions are never merged into one run (one run per vertex)."""
     if t._idx is not None:
         return index_runs(t._idx.reshape(-1), math.prod(t.shape[keep:]))[:2]
-    shape, strides, merged, step = t.shape, t.strides, 0, 1
-    for n, st in zip(reversed(shape[keep:]), reversed(strides[keep:])):
-        if n != 1 and st != step:
-            break
-        step, merged = step * n, merged + 1
-    outer = len(shape) - merged
+    shape, strides = t.shape, t.strides
+    outer = len(shape) - inner_dims(shape[keep:], strides[keep:])
     if outer == 0:  # one run
         n = math.prod(shape)
         return np.array([t.offset] if n else [], np.int64), np.array([n] if n else [], np.int64)
