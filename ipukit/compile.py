@@ -102,16 +102,9 @@ class Access:
 FieldPlan = namedtuple("FieldPlan", "name kind access")  # a connected field of a group
 
 
-@dataclass(frozen=True, eq=False)
-class VertexGroup:
-    """Vertices of one class and field shape in one compute set: one array operation."""
-
-    cls: type
-    vertex_ids: np.ndarray
-    tiles: np.ndarray
-    estimates: np.ndarray
-    fields: tuple[FieldPlan, ...]
-    state: dict  # State field name -> initial values, shape (n,) or (n, k)
+#: Vertices of one class and field shape in one compute set, run as one array operation:
+#: their ids, tiles and cycle estimates, FieldPlans, and each State field's initial values.
+VertexGroup = namedtuple("VertexGroup", "cls vertex_ids tiles estimates fields state")
 
 
 # -- the compiled program tree: the Engine runs each kind of node ------------------------
@@ -168,9 +161,8 @@ class _Compiler:
         v_cs = np.array(graph.v_cs, np.int64)  # each compute set's vertices, in order added
         self.by_cs = np.split(np.argsort(v_cs, kind="stable"), np.cumsum(
             np.bincount(v_cs, minlength=len(graph.compute_sets)))[:-1])
-        self.exchange_buffers = np.zeros(self.t.num_tiles, np.int64)
-        self.vertex_state = np.zeros(self.t.num_tiles, np.int64)
-        self.vertex_code = np.zeros(self.t.num_tiles, np.int64)
+        self.memory = {k: np.zeros(self.t.num_tiles, np.int64)  # added to as compute sets
+                       for k in ("vertex state", "vertex code", "exchange buffers")}  # compile
 
     def run(self, programs) -> Executable:
         if isinstance(programs, Program):
@@ -178,8 +170,7 @@ class _Compiler:
         self._check_mapped()
         self._step("host sync (Engine.run)", "host", sync=cost.host_sync_cycles(self.t))  # step 0
         nodes = tuple(self.node(p) for p in programs)
-        memory = self._memory()
-        return Executable(self.g, nodes, tuple(self.steps), memory)
+        return Executable(self.g, nodes, tuple(self.steps), self._memory())
 
     # -- program tree ---------------------------------------------------------------------
     def node(self, p):
@@ -504,7 +495,8 @@ class _Compiler:
             code, start, end, et, size = (np.concatenate(x) for x in zip(*reads))
             sent += np.bincount(et, weights=_union_lengths(code, start, end) * size,
                                 minlength=n_tiles)
-        self.exchange_buffers = np.maximum(self.exchange_buffers, received.astype(np.int64))
+        mem = self.memory
+        mem["exchange buffers"] = np.maximum(mem["exchange buffers"], received.astype(np.int64))
         transfers = (self._transfers(*(np.concatenate(x) for x in zip(*moves)))
                      if moves else None)
         # Memory: vertex state and code on every tile that has vertices.
@@ -513,8 +505,8 @@ class _Compiler:
             on = np.bincount(gr.tiles, minlength=n_tiles)
             per_vertex = 4 + sum(VECTOR_FIELD_BYTES if gr.cls.fields[fp.name].vector
                                  else SCALAR_FIELD_BYTES for fp in gr.fields)
-            self.vertex_state += on * (per_vertex + sum(v[0].nbytes for v in gr.state.values()))
-            self.vertex_code += (on > 0) * CODELET_CODE_BYTES
+            mem["vertex state"] += on * (per_vertex + sum(v[0].nbytes for v in gr.state.values()))
+            mem["vertex code"] += (on > 0) * CODELET_CODE_BYTES
             inst, cyc = kinds.get(gr.cls.__name__, (0, 0))
             kinds[gr.cls.__name__] = (inst + len(gr.vertex_ids), cyc + int(gr.estimates.sum()))
         return self._step(cs.name, "compute", sync=cost.sync_cycles(t), compute=compute,
@@ -534,9 +526,7 @@ class _Compiler:
             constants += np.bincount(tile[fixed], weights=nbytes[fixed], minlength=n).astype(
                 np.int64)
         mem = TileMemory({"variables": variables - constants, "constants": constants,
-                          "vertex state": self.vertex_state, "vertex code": self.vertex_code,
-                          "exchange buffers": self.exchange_buffers},
-                         self.t.bytes_per_tile)
+                          **self.memory}, self.t.bytes_per_tile)
         if (mem.total > self.t.bytes_per_tile).any():
             text = out_of_memory(self.g, mem, error=not self.allow_out_of_memory)
             if not self.allow_out_of_memory:
