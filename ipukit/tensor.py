@@ -265,29 +265,23 @@ def reshape_strides(shape, strides, new_shape):
     new_shape = tuple(new_shape)
     if 0 in shape or 0 in new_shape:
         return contiguous_strides(new_shape)
-    old = [(n, st) for n, st in zip(shape, strides) if n != 1]
-    new = [n for n in new_shape if n != 1]
-    out, i, j = [], 0, 0
-    while i < len(old) and j < len(new):
-        # smallest blocks of old and new dimensions with the same number of elements
-        i2, j2, a, b = i + 1, j + 1, old[i][0], new[j]
-        while a != b:
-            if a < b:
-                a, i2 = a * old[i2][0], i2 + 1
-            else:
-                b, j2 = b * new[j2], j2 + 1
-        for k in range(i, i2 - 1):  # the old block must be one contiguous run
-            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
-                return None
-        step = old[i2 - 1][1]
-        block = []
-        for n in reversed(new[j:j2]):
-            block.append(step)
-            step *= n
-        out.extend(reversed(block))
-        i, j = i2, j2
-    it = iter(out)
-    return tuple(0 if n == 1 else next(it) for n in new_shape)
+    chunks = []  # runs of dimensions that step evenly: (elements, innermost stride)
+    for n, st in zip(shape, strides):
+        if n == 1:
+            continue
+        if chunks and chunks[-1][1] == n * st:
+            chunks[-1] = (chunks[-1][0] * n, st)
+        else:
+            chunks.append((n, st))
+    out, left, step = [], 1, 0  # new dimensions fill the chunks from the innermost
+    for n in reversed(new_shape):
+        if n != 1 and left == 1:
+            left, step = chunks.pop()
+        if left % n:  # this dimension would span two chunks
+            return None
+        out.append(0 if n == 1 else step)
+        left, step = left // n, step * n
+    return tuple(reversed(out))
 
 
 def _describe(key) -> str:
