@@ -374,12 +374,11 @@ class _Compiler:
         elements = len(vids) * sum(conns[0][n].num_elements() for n in names)
         if elements < GATHER_ELEMENTS * (change.size + 1):
             return [vids]  # small runs: one gather beats many array operations
-        cuts, start = [], 0
-        for c in change.tolist():  # vertices start..c step evenly
-            if c > start:
+        cuts = [0]
+        for c in change.tolist():  # vertices cuts[-1]..c step evenly
+            if c > cuts[-1]:
                 cuts.append(c + 1)
-                start = c + 1
-        return [vids[a:b] for a, b in zip([0] + cuts, cuts + [len(vids)])]
+        return [vids[a:b] for a, b in zip(cuts, cuts[1:] + [len(vids)])]
 
     def _group(self, cls, vids: np.ndarray) -> VertexGroup:
         g = self.g
