@@ -115,15 +115,8 @@ class Tensor:
                 )
             if isinstance(k, slice) and k.step not in (None, 1):
                 raise IpuError(f"tensor '{self.name}': slices with a step are not supported")
-        try:
-            if self._idx is not None:
-                return self._view(self._idx[key], key)
-            # NumPy's indexing on the stand-in (with "..." it returns a view, never a value)
-            view = self._stand_in()[keys if Ellipsis in keys else keys + (Ellipsis,)]
-            moved = view.__array_interface__["data"][0] - _BYTE.__array_interface__["data"][0]
-            return self._view((self.offset + moved, view.shape, view.strides), key)
-        except IndexError as exc:
-            raise IpuError(f"tensor '{self.name}' of shape {self.shape}: {exc}") from None
+        keys = keys if Ellipsis in keys else keys + (Ellipsis,)  # NumPy then gives a view
+        return self._numpy_view(lambda i: i[keys], key)
 
     def slice(self, begin, end, dim: int = 0) -> Tensor:
         """``Tensor::slice``: half-open ranges; ints slice ``dim``, lists slice every dim."""
@@ -195,16 +188,18 @@ class Tensor:
     def _stand_in(self) -> np.ndarray:
         return np.lib.stride_tricks.as_strided(_BYTE, self.shape, self.strides)
 
-    def _numpy_view(self, make, what: str) -> Tensor:
-        """A view that only reorders, adds or repeats dimensions: NumPy's own rules, applied
-        to a stand-in array whose strides (in bytes of 1) are the region's; no data is
-        ever read, so the stand-in needs only one byte of storage."""
+    def _numpy_view(self, make, what) -> Tensor:
+        """A view by NumPy's own rules (indexing, reordering, adding or repeating
+        dimensions), applied to a stand-in array whose strides (in bytes of 1) are the
+        region's; no data is ever read, so the stand-in needs only one byte of storage."""
         try:
             if self._idx is not None:
                 return self._view(make(self._idx), what)
             view = make(self._stand_in())
-            return self._view((self.offset, view.shape, view.strides), what)
+            moved = view.__array_interface__["data"][0] - _BYTE.__array_interface__["data"][0]
+            return self._view((self.offset + moved, view.shape, view.strides), what)
         except (ValueError, IndexError, TypeError) as exc:
+            what = what if isinstance(what, str) else _describe(what)
             raise IpuError(f"'{self.name}' (shape {self.shape}){what}: {exc}") from None
 
     def __repr__(self) -> str:
