@@ -94,17 +94,13 @@ class Pool:
         b = begins[keep].astype(np.int64)
         e = b + lengths[keep]
         cuts = self._cuts
-        lo = np.searchsorted(cuts, b, "right")
-        count = np.searchsorted(cuts, e, "left") - lo + 1
-        if (count == 1).all():  # no run crosses a change of tile
+        lo, hi = np.searchsorted(cuts, b, "right"), np.searchsorted(cuts, e, "left")
+        if (hi == lo).all():  # no run crosses a change of tile
             return keep, b, e, self._cut_tiles[lo]
-        run = np.repeat(np.arange(b.size), count)
-        j = np.arange(run.size) - np.repeat(np.cumsum(count) - count, count)
-        at = lo[run] + j
-        start = np.where(j == 0, b[run], cuts[at - 1])
-        end = np.empty_like(start)
-        end[:-1] = start[1:]
-        end[np.cumsum(count) - 1] = e
+        run = np.repeat(np.arange(b.size), hi - lo + 1)
+        at = _ranges(lo, hi + 1)  # piece ``at`` of a run: from cut at - 1 to cut at
+        start = np.where(at == lo[run], b[run], cuts[at - 1])
+        end = np.where(at == hi[run], e[run], np.r_[cuts, 0][at])
         return keep[run], start, end, self._cut_tiles[at]
 
     def describe(self, address: int) -> str:
