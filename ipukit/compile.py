@@ -19,8 +19,7 @@ ipukit.errors.TileMappingError: tensor 'v' has 4 unmapped elements (first: [0]);
 from __future__ import annotations
 
 import warnings
-from collections import namedtuple
-from dataclasses import dataclass
+from dataclasses import dataclass, make_dataclass
 from math import prod
 
 import numpy as np
@@ -51,6 +50,13 @@ CODELET_CODE_BYTES = 256
 #: run of vertices whose fields step evenly through storage (a region: no index array)
 #: where runs average at least this many elements; otherwise as one gather.
 GATHER_ELEMENTS = 4096
+
+
+def _record(name: str, fields: str) -> type:
+    """A frozen record of plain data, compared and hashed by identity (as the Engine's
+    caches need)."""
+    return make_dataclass(name, fields.split(), namespace={"__module__": __name__},
+                          frozen=True, eq=False)
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,23 +105,23 @@ class Access:
         return begins, lengths, (np.cumsum(lengths) - lengths) // max(prod(self.shape[1:]), 1)
 
 
-FieldPlan = namedtuple("FieldPlan", "name kind access")  # a connected field of a group
+FieldPlan = _record("FieldPlan", "name kind access")  # a connected field of a group
 
 
 #: Vertices of one class and field shape in one compute set, run as one array operation:
 #: their ids, tiles and cycle estimates, FieldPlans, and each State field's initial values.
-VertexGroup = namedtuple("VertexGroup", "cls vertex_ids tiles estimates fields state")
+VertexGroup = _record("VertexGroup", "cls vertex_ids tiles estimates fields state")
 
 
 # -- the compiled program tree: the Engine runs each kind of node ------------------------
-ExecNode = namedtuple("ExecNode", "step groups")  # a compute set: its step, vertex groups
-CopyNode = namedtuple("CopyNode", "step src dst")
-StreamNode = namedtuple("StreamNode", "step stream access")
-SeqNode = namedtuple("SeqNode", "children")
-RepeatNode = namedtuple("RepeatNode", "count body")
-WhileNode = namedtuple("WhileNode", "cond predicate body name")  # name: the predicate's
-IfNode = namedtuple("IfNode", "predicate then else_")
-PrintNode = namedtuple("PrintNode", "title access fmt")  # fmt: a PrintTensorFmt
+ExecNode = _record("ExecNode", "step groups")  # a compute set: its step, vertex groups
+CopyNode = _record("CopyNode", "step src dst")
+StreamNode = _record("StreamNode", "step stream access")
+SeqNode = _record("SeqNode", "children")
+RepeatNode = _record("RepeatNode", "count body")
+WhileNode = _record("WhileNode", "cond predicate body name")  # name: the predicate's
+IfNode = _record("IfNode", "predicate then else_")
+PrintNode = _record("PrintNode", "title access fmt")  # fmt: a PrintTensorFmt
 
 
 @dataclass(frozen=True, eq=False)
