@@ -19,7 +19,8 @@ ipukit.errors.TileMappingError: tensor 'v' has 4 unmapped elements (first: [0]);
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, make_dataclass
+from math import prod
 
 import numpy as np
 
@@ -38,7 +39,7 @@ from .errors import (
 from .graph import DataStream, Graph
 from .memory_report import out_of_memory
 from .program import Copy, Execute, If, PrintTensor, Program, Repeat, RepeatWhileTrue, Sequence
-from .tensor import TYPE_NAMES, Tensor, addresses, firsts, index_runs, reshape_strides, runs
+from .tensor import TYPE_NAMES, Tensor, addresses, firsts, runs
 from .trace import Step, TileMemory
 
 #: Bytes of vertex state per field: a pointer (scalar) or pointer and size (Vector).
@@ -51,13 +52,19 @@ CODELET_CODE_BYTES = 256
 GATHER_ELEMENTS = 4096
 
 
+def _record(name: str, fields: str) -> type:
+    """A frozen record of plain data, compared and hashed by identity (as the Engine's
+    caches need)."""
+    return make_dataclass(name, fields.split(), namespace={"__module__": __name__},
+                          frozen=True, eq=False)
+
+
 @dataclass(frozen=True, eq=False)
 class Access:
     """How the engine reaches some elements, seen with ``shape``: a *region* of the storage
-    (``offset`` and a stride per dimension of ``rshape``: a view, nothing copied) or, where
-    no region describes them, an ``idx`` array of addresses (int32 where it fits: a gather
-    and scatter). ``view`` says that reading gives storage itself (writes land in place);
-    otherwise reading copies, and writing goes back through the region or index."""
+    (``offset`` and a stride per dimension of ``rshape``: the engine views it, nothing
+    copied, where ``shape`` is a no-copy reshape of it) or, where no region describes them,
+    an ``idx`` array of addresses (int32 where it fits: a gather and scatter)."""
 
     dtype: np.dtype
     shape: tuple
@@ -65,15 +72,7 @@ class Access:
     rshape: tuple = ()
     rstrides: tuple = ()
     idx: np.ndarray | None = None
-    view: bool = False
     gather_runs: tuple | None = None  # runs() of a gather, when known without scanning idx
-
-    @staticmethod
-    def region(dtype, shape, offset, rshape, rstrides) -> Access:
-        merged = reshape_strides(rshape, rstrides, shape)
-        if merged is not None:
-            return Access(dtype, tuple(shape), int(offset), tuple(shape), merged, view=True)
-        return Access(dtype, tuple(shape), int(offset), tuple(rshape), tuple(rstrides))
 
     @staticmethod
     def gather(dtype, idx: np.ndarray, gather_runs=None) -> Access:
@@ -84,104 +83,45 @@ class Access:
     @staticmethod
     def of(t: Tensor, shape=None) -> Access:
         """The access of a tensor's elements (flat when ``shape`` is ``(n,)``)."""
-        shape = t.shape if shape is None else shape
+        shape = t.shape if shape is None else tuple(shape)
         if t._idx is not None:
             return Access.gather(t.dtype, t._idx.reshape(shape))
-        return Access.region(t.dtype, shape, t.offset, t.shape, t.strides)
+        return Access(t.dtype, shape, t.offset, t.shape, t.strides)
 
     def row(self, i: int) -> Access:
         """Vertex ``i``'s elements only (per-vertex debug mode)."""
+        shape = (1,) + self.shape[1:]
         if self.idx is not None:
-            return Access(self.dtype, (1,) + self.shape[1:], idx=self.idx[i:i + 1])
-        return Access.region(self.dtype, (1,) + self.shape[1:],
-                             self.offset + i * self.rstrides[0], (1,) + self.rshape[1:],
-                             self.rstrides)
+            return Access(self.dtype, shape, idx=self.idx[i:i + 1])
+        return Access(self.dtype, shape, self.offset + i * self.rstrides[0],
+                      (1,) + self.rshape[1:], self.rstrides)
 
     def runs(self):
         """Runs of consecutive addresses, in order, and the vertex (row) of each."""
         if self.gather_runs is not None:
             return self.gather_runs
-        if self.idx is not None:
-            k = self.idx.size // max(self.shape[0], 1)
-            begins, lengths, first = index_runs(self.idx.reshape(-1), k)
-            return begins, lengths, first // max(k, 1)
-        t = Tensor(None, self.dtype, (self.offset, self.rshape, self.rstrides), "")
-        begins, lengths = runs(t, keep=1)
-        per_row = begins.size // self.shape[0] if self.shape[0] else 1
-        return begins, lengths, np.arange(begins.size) // max(per_row, 1)
+        layout = (self.offset, self.rshape, self.rstrides) if self.idx is None else self.idx
+        begins, lengths = runs(Tensor(None, self.dtype, layout, ""), keep=1)
+        return begins, lengths, (np.cumsum(lengths) - lengths) // max(prod(self.shape[1:]), 1)
 
 
-@dataclass(frozen=True, eq=False)
-class FieldPlan:
-    name: str
-    kind: str
-    access: Access | None  # None for State fields
+FieldPlan = _record("FieldPlan", "name kind access")  # a connected field of a group
 
 
-@dataclass(frozen=True, eq=False)
-class VertexGroup:
-    """Vertices of one class and field shape in one compute set: one array operation."""
-
-    cls: type
-    vertex_ids: np.ndarray
-    tiles: np.ndarray
-    estimates: np.ndarray
-    fields: tuple[FieldPlan, ...]
-    state: dict  # State field name -> initial values, shape (n,) or (n, k)
+#: Vertices of one class and field shape in one compute set, run as one array operation:
+#: their ids, tiles and cycle estimates, FieldPlans, and each State field's initial values.
+VertexGroup = _record("VertexGroup", "cls vertex_ids tiles estimates fields state")
 
 
-# -- the compiled program tree ------------------------------------------------------------
-@dataclass(frozen=True, eq=False)
-class ExecNode:
-    step: int
-    groups: tuple[VertexGroup, ...]
-
-
-@dataclass(frozen=True, eq=False)
-class CopyNode:
-    step: int
-    src: Access
-    dst: Access
-
-
-@dataclass(frozen=True, eq=False)
-class StreamNode:
-    step: int
-    stream: DataStream
-    access: Access
-
-
-@dataclass(frozen=True, eq=False)
-class SeqNode:
-    children: tuple
-
-
-@dataclass(frozen=True, eq=False)
-class RepeatNode:
-    count: int
-    body: object
-
-
-@dataclass(frozen=True, eq=False)
-class WhileNode:
-    cond: object
-    predicate: Access
-    body: object
-    name: str
-
-
-@dataclass(frozen=True, eq=False)
-class IfNode:
-    predicate: Access
-    then: object
-    else_: object
-
-
-@dataclass(frozen=True, eq=False)
-class PrintNode:
-    title: str
-    access: Access
-    fmt: object = None  # a PrintTensorFmt
+# -- the compiled program tree: the Engine runs each kind of node ------------------------
+ExecNode = _record("ExecNode", "step groups")  # a compute set: its step, vertex groups
+CopyNode = _record("CopyNode", "step src dst")
+StreamNode = _record("StreamNode", "step stream access")
+SeqNode = _record("SeqNode", "children")
+RepeatNode = _record("RepeatNode", "count body")
+WhileNode = _record("WhileNode", "cond predicate body name")  # name: the predicate's
+IfNode = _record("IfNode", "predicate then else_")
+PrintNode = _record("PrintNode", "title access fmt")  # fmt: a PrintTensorFmt
 
 
 @dataclass(frozen=True, eq=False)
@@ -223,13 +163,12 @@ class _Compiler:
         self.g, self.t = graph, graph.target
         self.allow_out_of_memory = allow_out_of_memory
         self.steps: list[Step] = []
-        self.done: dict[int, object] = {}  # id(program) or cs -> compiled node
+        self.done: dict = {}  # id(program) or compute set -> compiled node
         v_cs = np.array(graph.v_cs, np.int64)  # each compute set's vertices, in order added
         self.by_cs = np.split(np.argsort(v_cs, kind="stable"), np.cumsum(
             np.bincount(v_cs, minlength=len(graph.compute_sets)))[:-1])
-        self.exchange_buffers = np.zeros(self.t.num_tiles, np.int64)
-        self.vertex_state = np.zeros(self.t.num_tiles, np.int64)
-        self.vertex_code = np.zeros(self.t.num_tiles, np.int64)
+        self.memory = {k: np.zeros(self.t.num_tiles, np.int64)  # added to as compute sets
+                       for k in ("vertex state", "vertex code", "exchange buffers")}  # compile
 
     def run(self, programs) -> Executable:
         if isinstance(programs, Program):
@@ -237,12 +176,11 @@ class _Compiler:
         self._check_mapped()
         self._step("host sync (Engine.run)", "host", sync=cost.host_sync_cycles(self.t))  # step 0
         nodes = tuple(self.node(p) for p in programs)
-        memory = self._memory()
-        return Executable(self.g, nodes, tuple(self.steps), memory)
+        return Executable(self.g, nodes, tuple(self.steps), self._memory())
 
     # -- program tree ---------------------------------------------------------------------
     def node(self, p):
-        key = id(p)
+        key = p.cs if isinstance(p, Execute) else id(p)  # a compute set is compiled once
         if key not in self.done:
             self.done[key] = self._node(p)
         return self.done[key]
@@ -275,9 +213,11 @@ class _Compiler:
 
     # -- checks ---------------------------------------------------------------------------
     def _check_mapped(self):
-        for pool in self.g.pools.values():
-            run, start, end, tile = pool.pieces(np.array(pool.starts, np.int64), np.array(
-                [var.size for var in pool.variables], np.int64))
+        """Every element is on a tile; keeps each type's pieces of variables on tiles."""
+        self.pieces = {}
+        for dtype, pool in self.g.pools.items():
+            run, start, end, tile = self.pieces[dtype] = pool.pieces(
+                np.array(pool.starts, np.int64), np.array([v.size for v in pool.variables]))
             if (tile < 0).any():
                 var = pool.variables[run[k := int(np.argmax(tile < 0))]]
                 first = np.unravel_index(int(start[k]) - var.start, var.shape)
@@ -397,9 +337,6 @@ class _Compiler:
 
     # -- compute sets ---------------------------------------------------------------------
     def _compute_set(self, cs):
-        key = ("cs", cs.id)
-        if key in self.done:
-            return self.done[key]
         g = self.g
         vids = self.by_cs[cs.id].tolist()
         buckets: dict[tuple, list[int]] = {}
@@ -428,8 +365,7 @@ class _Compiler:
                        for run in self._regular_runs(key[0], vs))
         fields = [(gr, fp, fp.access.runs()) for gr in groups for fp in gr.fields]
         self._check_races(cs, fields)
-        self.done[key] = ExecNode(self._compute_step(cs, groups, fields), groups)
-        return self.done[key]
+        return ExecNode(self._compute_step(cs, groups, fields), groups)
 
     def _regular_runs(self, cls, vids: list[int]) -> list[list[int]]:
         """Split vertices into runs whose fields' offsets step evenly (each field is then
@@ -444,12 +380,11 @@ class _Compiler:
         elements = len(vids) * sum(conns[0][n].num_elements() for n in names)
         if elements < GATHER_ELEMENTS * (change.size + 1):
             return [vids]  # small runs: one gather beats many array operations
-        cuts, start = [], 0
-        for c in change.tolist():  # vertices start..c step evenly
-            if c > start:
+        cuts = [0]
+        for c in change.tolist():  # vertices cuts[-1]..c step evenly
+            if c > cuts[-1]:
                 cuts.append(c + 1)
-                start = c + 1
-        return [vids[a:b] for a, b in zip([0] + cuts, cuts + [len(vids)])]
+        return [vids[a:b] for a, b in zip(cuts, cuts[1:] + [len(vids)])]
 
     def _group(self, cls, vids: np.ndarray) -> VertexGroup:
         g = self.g
@@ -565,7 +500,8 @@ class _Compiler:
             code, start, end, et, size = (np.concatenate(x) for x in zip(*reads))
             sent += np.bincount(et, weights=_union_lengths(code, start, end) * size,
                                 minlength=n_tiles)
-        self.exchange_buffers = np.maximum(self.exchange_buffers, received.astype(np.int64))
+        mem = self.memory
+        mem["exchange buffers"] = np.maximum(mem["exchange buffers"], received.astype(np.int64))
         transfers = (self._transfers(*(np.concatenate(x) for x in zip(*moves)))
                      if moves else None)
         # Memory: vertex state and code on every tile that has vertices.
@@ -574,8 +510,8 @@ class _Compiler:
             on = np.bincount(gr.tiles, minlength=n_tiles)
             per_vertex = 4 + sum(VECTOR_FIELD_BYTES if gr.cls.fields[fp.name].vector
                                  else SCALAR_FIELD_BYTES for fp in gr.fields)
-            self.vertex_state += on * (per_vertex + sum(v[0].nbytes for v in gr.state.values()))
-            self.vertex_code += (on > 0) * CODELET_CODE_BYTES
+            mem["vertex state"] += on * (per_vertex + sum(v[0].nbytes for v in gr.state.values()))
+            mem["vertex code"] += (on > 0) * CODELET_CODE_BYTES
             inst, cyc = kinds.get(gr.cls.__name__, (0, 0))
             kinds[gr.cls.__name__] = (inst + len(gr.vertex_ids), cyc + int(gr.estimates.sum()))
         return self._step(cs.name, "compute", sync=cost.sync_cycles(t), compute=compute,
@@ -587,20 +523,15 @@ class _Compiler:
     def _memory(self) -> TileMemory:
         n = self.t.num_tiles
         variables, constants = np.zeros(n, np.int64), np.zeros(n, np.int64)
-        for pool in self.g.pools.values():
-            b, e, tiles = pool.segments()
-            variables += np.bincount(tiles, weights=e - b, minlength=n).astype(np.int64) * \
-                pool.dtype.itemsize
-            fixed = [var for var in pool.variables if var.values is not None]
-            if fixed:
-                _, start, end, tile = pool.pieces(np.array([var.start for var in fixed]),
-                                                  np.array([var.size for var in fixed]))
-                constants += np.bincount(tile, weights=end - start, minlength=n).astype(
-                    np.int64) * pool.dtype.itemsize
+        for dtype, (run, start, end, tile) in self.pieces.items():
+            nbytes = (end - start) * dtype.itemsize
+            fixed = np.array([v.values is not None for v in self.g.pools[dtype].variables],
+                             bool)[run]
+            variables += np.bincount(tile, weights=nbytes, minlength=n).astype(np.int64)
+            constants += np.bincount(tile[fixed], weights=nbytes[fixed], minlength=n).astype(
+                np.int64)
         mem = TileMemory({"variables": variables - constants, "constants": constants,
-                          "vertex state": self.vertex_state, "vertex code": self.vertex_code,
-                          "exchange buffers": self.exchange_buffers},
-                         self.t.bytes_per_tile)
+                          **self.memory}, self.t.bytes_per_tile)
         if (mem.total > self.t.bytes_per_tile).any():
             text = out_of_memory(self.g, mem, error=not self.allow_out_of_memory)
             if not self.allow_out_of_memory:
@@ -620,7 +551,7 @@ def _field_access(dtype, tensors: list[Tensor], vector: bool) -> Access:
     offsets = np.array([t.offset for t in tensors], np.int64)
     step = int(offsets[1] - offsets[0]) if n > 1 else 0
     if (np.diff(offsets) == step).all():
-        return Access.region(dtype, shape, offsets[0], (n,) + t0.shape, (step,) + t0.strides)
+        return Access(dtype, shape, int(offsets[0]), (n,) + t0.shape, (step,) + t0.strides)
     small = offsets.max() + sum((n - 1) * st for n, st in zip(t0.shape, t0.strides)) < 2**31
     dt = np.int32 if small else np.int64
     inner = addresses(0, t0.shape, t0.strides, dt).reshape(1, -1)

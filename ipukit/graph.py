@@ -52,7 +52,8 @@ class Pool:
         self.variables: list[Variable] = []
         self.starts: list[int] = []
         self._new: tuple[list, list, list] = ([], [], [])  # begins, ends, tiles not resolved
-        self._segments = (np.zeros(0, np.int64),) * 3  # sorted, disjoint (begin, end, tile)
+        # The mapping as a step function: the addresses where the tile changes, in order,
+        # and the tile before the first of them and after each (-1: unmapped).
         self._cuts, self._cut_tiles = np.zeros(0, np.int64), np.full(1, -1, np.int64)
 
     def alloc(self, name, shape, values=None) -> Variable:
@@ -76,47 +77,35 @@ class Pool:
             e.append(int(begins + lengths))
             t.append(tile)
 
-    def segments(self):
-        """The tile mapping as sorted, disjoint intervals: (begins, ends, tiles). Mappings
-        made since the last call are painted over the resolved ones (never re-read)."""
+    def _resolve(self) -> None:
+        """Paint mappings made since the last call over the resolved ones (never re-read)."""
         if self._new[0]:
-            self._segments = b, e, t = _resolve(*(
-                np.concatenate([old, np.array(new, np.int64)])
-                for old, new in zip(self._segments, self._new)))
+            cuts, tiles = self._cuts, self._cut_tiles[1:-1]  # the resolved ones first
+            b, e, t = (np.r_[old, np.array(new, np.int64)]
+                       for old, new in zip((cuts[:-1], cuts[1:], tiles), self._new))
+            self._cuts, self._cut_tiles = _paint(b, e, t)
             self._new = ([], [], [])
-            cuts = np.stack([b, e], 1).reshape(-1)  # sorted: the segments are disjoint
-            self._cuts = cuts[firsts(cuts)]
-            self._cut_tiles = np.full(self._cuts.size + 1, -1, np.int64)  # tile after a cut
-            self._cut_tiles[np.searchsorted(self._cuts, b, "right")] = t
-        return self._segments
 
     def pieces(self, begins: np.ndarray, lengths: np.ndarray):
         """Cut address runs where the tile mapping changes: (run, begin, end, tile) of
         every piece, in order; tile -1 where unmapped."""
-        self.segments()
+        self._resolve()
         keep = np.flatnonzero(lengths > 0)
         b = begins[keep].astype(np.int64)
         e = b + lengths[keep]
         cuts = self._cuts
-        lo = np.searchsorted(cuts, b, "right")
-        count = np.searchsorted(cuts, e, "left") - lo + 1
-        if (count == 1).all():  # no run crosses a change of tile
+        lo, hi = np.searchsorted(cuts, b, "right"), np.searchsorted(cuts, e, "left")
+        if (hi == lo).all():  # no run crosses a change of tile
             return keep, b, e, self._cut_tiles[lo]
-        run = np.repeat(np.arange(b.size), count)
-        j = np.arange(run.size) - np.repeat(np.cumsum(count) - count, count)
-        at = lo[run] + j
-        start = np.where(j == 0, b[run], cuts[at - 1])
-        end = np.empty_like(start)
-        end[:-1] = start[1:]
-        end[np.cumsum(count) - 1] = e
+        run = np.repeat(np.arange(b.size), hi - lo + 1)
+        at = _ranges(lo, hi + 1)  # piece ``at`` of a run: from cut at - 1 to cut at
+        start = np.where(at == lo[run], b[run], cuts[at - 1])
+        end = np.where(at == hi[run], e[run], np.r_[cuts, 0][at])
         return keep[run], start, end, self._cut_tiles[at]
-
-    def variable_at(self, address: int) -> Variable:
-        return self.variables[int(np.searchsorted(self.starts, address, "right")) - 1]
 
     def describe(self, address: int) -> str:
         """'element 5 of tensor v2', for error messages."""
-        var = self.variable_at(address)
+        var = self.variables[int(np.searchsorted(self.starts, address, "right")) - 1]
         local = int(address) - var.start
         where = np.unravel_index(local, var.shape) if len(var.shape) > 1 else (local,)
         return f"element {list(map(int, where))} of tensor '{var.name}'"
@@ -128,19 +117,20 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
 
 
-def _resolve(b, e, t):
-    """Turn mapping records (in the order made) into sorted, disjoint, merged intervals."""
-    order = np.argsort(b, kind="stable")
-    sb, se, st = b[order], e[order], t[order]
-    if (sb[1:] < se[:-1]).any():  # re-mapped addresses: cut at every end, paint in order
-        cuts = np.sort(np.concatenate([b, e]))
-        cuts = cuts[firsts(cuts)]
-        lo, hi = np.searchsorted(cuts, b), np.searchsorted(cuts, e)
-        tiles = np.full(cuts.size - 1, -1, np.int64)
-        tiles[_ranges(lo, hi)] = t.repeat(np.maximum(hi - lo, 0))  # the last write wins
-        sb, se, st = cuts[:-1], cuts[1:], tiles
-    keep = (se > sb) & (st >= 0)
-    b, e, t = sb[keep], se[keep], st[keep]
+def _paint(b, e, t):
+    """Mapping records (in the order made: a later one wins) as a step function: the cuts
+    where the tile changes and the tile before the first cut and after each (-1: none)."""
+    cuts = np.sort(np.r_[b, e], kind="stable")  # merges runs already in order
+    cuts = cuts[firsts(cuts)]
+    lo, hi = np.searchsorted(cuts, b), np.searchsorted(cuts, e)
+    tiles = np.full(cuts.size + 1, -1, np.int64)  # tiles[k + 1]: from cuts[k] to cuts[k + 1]
+    tiles[1 + _ranges(lo, hi)] = t.repeat(np.maximum(hi - lo, 0))
+    change = np.flatnonzero(tiles[1:] != tiles[:-1])
+    return cuts[change], np.r_[-1, tiles[change + 1]]
+
+
+def _join(b, e, t):
+    """Sorted, disjoint intervals with those that continue each other on one tile joined."""
     if not b.size:
         return b, e, t
     first = np.flatnonzero(np.r_[True, (b[1:] != e[:-1]) | (t[1:] != t[:-1])])
@@ -285,15 +275,9 @@ class Graph:
                 "pass throw_on_incomplete=False for the mapping of the mapped ones"
             )
         n = self.target.num_tiles
-        if not tiles.size:
-            return [[] for _ in range(n)]
-        # join pieces that continue each other on one tile, then group them by tile
-        first = np.flatnonzero(np.r_[True, (tiles[1:] != tiles[:-1])
-                                     | (flat[1:] != (flat + end - start)[:-1])])
-        last = np.r_[first[1:] - 1, tiles.size - 1]
-        ends, tiles = flat[last] + end[last] - start[last], tiles[first]
+        begins, ends, tiles = _join(flat, flat + end - start, tiles)  # grouped by tile next
         order = np.argsort(tiles, kind="stable")
-        pairs = list(zip(flat[first][order].tolist(), ends[order].tolist()))
+        pairs = list(zip(begins[order].tolist(), ends[order].tolist()))
         cut = np.searchsorted(tiles[order], np.arange(n + 1)).tolist()
         return [pairs[cut[i]:cut[i + 1]] for i in range(n)]
 

@@ -115,15 +115,8 @@ class Tensor:
                 )
             if isinstance(k, slice) and k.step not in (None, 1):
                 raise IpuError(f"tensor '{self.name}': slices with a step are not supported")
-        try:
-            if self._idx is not None:
-                return self._view(self._idx[key], key)
-            # NumPy's indexing on the stand-in (with "..." it returns a view, never a value)
-            view = self._stand_in()[keys if Ellipsis in keys else keys + (Ellipsis,)]
-            moved = view.__array_interface__["data"][0] - _BYTE.__array_interface__["data"][0]
-            return self._view((self.offset + moved, view.shape, view.strides), key)
-        except IndexError as exc:
-            raise IpuError(f"tensor '{self.name}' of shape {self.shape}: {exc}") from None
+        keys = keys if Ellipsis in keys else keys + (Ellipsis,)  # NumPy then gives a view
+        return self._numpy_view(lambda i: i[keys], key)
 
     def slice(self, begin, end, dim: int = 0) -> Tensor:
         """``Tensor::slice``: half-open ranges; ints slice ``dim``, lists slice every dim."""
@@ -195,16 +188,18 @@ class Tensor:
     def _stand_in(self) -> np.ndarray:
         return np.lib.stride_tricks.as_strided(_BYTE, self.shape, self.strides)
 
-    def _numpy_view(self, make, what: str) -> Tensor:
-        """A view that only reorders, adds or repeats dimensions: NumPy's own rules, applied
-        to a stand-in array whose strides (in bytes of 1) are the region's; no data is
-        ever read, so the stand-in needs only one byte of storage."""
+    def _numpy_view(self, make, what) -> Tensor:
+        """A view by NumPy's own rules (indexing, reordering, adding or repeating
+        dimensions), applied to a stand-in array whose strides (in bytes of 1) are the
+        region's; no data is ever read, so the stand-in needs only one byte of storage."""
         try:
             if self._idx is not None:
                 return self._view(make(self._idx), what)
             view = make(self._stand_in())
-            return self._view((self.offset, view.shape, view.strides), what)
+            moved = view.__array_interface__["data"][0] - _BYTE.__array_interface__["data"][0]
+            return self._view((self.offset + moved, view.shape, view.strides), what)
         except (ValueError, IndexError, TypeError) as exc:
+            what = what if isinstance(what, str) else _describe(what)
             raise IpuError(f"'{self.name}' (shape {self.shape}){what}: {exc}") from None
 
     def __repr__(self) -> str:
@@ -265,29 +260,23 @@ def reshape_strides(shape, strides, new_shape):
     new_shape = tuple(new_shape)
     if 0 in shape or 0 in new_shape:
         return contiguous_strides(new_shape)
-    old = [(n, st) for n, st in zip(shape, strides) if n != 1]
-    new = [n for n in new_shape if n != 1]
-    out, i, j = [], 0, 0
-    while i < len(old) and j < len(new):
-        # smallest blocks of old and new dimensions with the same number of elements
-        i2, j2, a, b = i + 1, j + 1, old[i][0], new[j]
-        while a != b:
-            if a < b:
-                a, i2 = a * old[i2][0], i2 + 1
-            else:
-                b, j2 = b * new[j2], j2 + 1
-        for k in range(i, i2 - 1):  # the old block must be one contiguous run
-            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
-                return None
-        step = old[i2 - 1][1]
-        block = []
-        for n in reversed(new[j:j2]):
-            block.append(step)
-            step *= n
-        out.extend(reversed(block))
-        i, j = i2, j2
-    it = iter(out)
-    return tuple(0 if n == 1 else next(it) for n in new_shape)
+    chunks = []  # runs of dimensions that step evenly: (elements, innermost stride)
+    for n, st in zip(shape, strides):
+        if n == 1:
+            continue
+        if chunks and chunks[-1][1] == n * st:
+            chunks[-1] = (chunks[-1][0] * n, st)
+        else:
+            chunks.append((n, st))
+    out, left, step = [], 1, 0  # new dimensions fill the chunks from the innermost
+    for n in reversed(new_shape):
+        if n != 1 and left == 1:
+            left, step = chunks.pop()
+        if left % n:  # this dimension would span two chunks
+            return None
+        out.append(0 if n == 1 else step)
+        left, step = left // n, step * n
+    return tuple(reversed(out))
 
 
 def _describe(key) -> str:
@@ -300,14 +289,19 @@ def _describe(key) -> str:
     return "[" + ", ".join(map(one, key if isinstance(key, tuple) else (key,))) + "]"
 
 
-def contiguous(shape, strides) -> bool:
-    """Whether a region's elements are consecutive addresses, in order."""
-    step = 1
+def inner_dims(shape, strides) -> int:
+    """How many trailing dimensions of a region step through consecutive addresses."""
+    step, inner = 1, 0
     for n, st in zip(reversed(shape), reversed(strides)):
         if n != 1 and st != step:
-            return False
-        step *= n
-    return True
+            break
+        step, inner = step * n, inner + 1
+    return inner
+
+
+def contiguous(shape, strides) -> bool:
+    """Whether a region's elements are consecutive addresses, in order."""
+    return inner_dims(shape, strides) == len(shape)
 
 
 def single_run(t: Tensor):
@@ -324,13 +318,9 @@ def runs(t: Tensor, keep: int = 0):
     """``t``'s elements in flat order as runs of consecutive addresses: (begins, lengths).
     The first ``keep`` dimensions are never merged into one run (one run per vertex)."""
     if t._idx is not None:
-        return index_runs(t._idx.reshape(-1), t._idx.size)[:2]
-    shape, strides, merged, step = t.shape, t.strides, 0, 1
-    for n, st in zip(reversed(shape[keep:]), reversed(strides[keep:])):
-        if n != 1 and st != step:
-            break
-        step, merged = step * n, merged + 1
-    outer = len(shape) - merged
+        return index_runs(t._idx.reshape(-1), math.prod(t.shape[keep:]))[:2]
+    shape, strides = t.shape, t.strides
+    outer = len(shape) - inner_dims(shape[keep:], strides[keep:])
     if outer == 0:  # one run
         n = math.prod(shape)
         return np.array([t.offset] if n else [], np.int64), np.array([n] if n else [], np.int64)

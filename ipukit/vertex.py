@@ -35,10 +35,6 @@ class Field:
         self.kind = kind
         self.vector = isinstance(dtype, Vector)
         self.dtype = dtype.dtype if self.vector else as_type(dtype)
-        self.name = ""
-
-    def __set_name__(self, owner, name):
-        self.name = name
 
     @property
     def reads(self) -> bool:
