@@ -44,7 +44,8 @@ from .trace import Step, TileMemory
 
 #: Bytes of vertex state per field: a pointer (scalar) or pointer and size (Vector).
 SCALAR_FIELD_BYTES, VECTOR_FIELD_BYTES = 4, 8
-#: Bytes of code per codelet class on each tile that runs it (approximate).
+#: Bytes of code per codelet class on each tile that runs it, however many compute sets
+#: use it there (approximate; kit convention).
 CODELET_CODE_BYTES = 256
 #: A compute set's vertices of one class and field shape run as one array operation per
 #: run of vertices whose fields step evenly through storage (a region: no index array)
@@ -169,6 +170,7 @@ class _Compiler:
             np.bincount(v_cs, minlength=len(graph.compute_sets)))[:-1])
         self.memory = {k: np.zeros(self.t.num_tiles, np.int64)  # added to as compute sets
                        for k in ("vertex state", "vertex code", "exchange buffers")}  # compile
+        self.code_on: dict[type, np.ndarray] = {}  # codelet -> tiles holding its code
 
     def run(self, programs) -> Executable:
         if isinstance(programs, Program):
@@ -511,7 +513,9 @@ class _Compiler:
             per_vertex = 4 + sum(VECTOR_FIELD_BYTES if gr.cls.fields[fp.name].vector
                                  else SCALAR_FIELD_BYTES for fp in gr.fields)
             mem["vertex state"] += on * (per_vertex + sum(v[0].nbytes for v in gr.state.values()))
-            mem["vertex code"] += (on > 0) * CODELET_CODE_BYTES
+            code_on = self.code_on.setdefault(gr.cls, np.zeros(n_tiles, bool))
+            mem["vertex code"] += ((on > 0) & ~code_on) * CODELET_CODE_BYTES  # once per tile
+            code_on |= on > 0
             inst, cyc = kinds.get(gr.cls.__name__, (0, 0))
             kinds[gr.cls.__name__] = (inst + len(gr.vertex_ids), cyc + int(gr.estimates.sum()))
         return self._step(cs.name, "compute", sync=cost.sync_cycles(t), compute=compute,

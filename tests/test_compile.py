@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import ipukit as ipu
+from ipukit.compile import CODELET_CODE_BYTES
 
 from .helpers import SumVertex, small
 
@@ -167,6 +168,23 @@ def test_memory_per_tile_by_category():
     assert mem.categories["exchange buffers"].tolist() == [0, 160]  # x fetched to tile 1
     assert mem.categories["vertex state"][0] == 0 and mem.categories["vertex state"][1] > 0
     assert mem.worst(1)[0][0] == 1
+
+
+def test_a_codelets_code_is_held_once_per_tile():
+    """Poplar loads a codelet's code once on each tile that runs it; compute sets (and
+    vertex groups of other field shapes) on that tile share it."""
+    dev, g = small(tiles=2)
+    x = g.add_variable(ipu.FLOAT, [4, 4], "x")
+    out = g.add_variable(ipu.FLOAT, [4], "out")
+    g.set_tile_mapping(x, 0)
+    g.set_tile_mapping(out, 0)
+    one, two = g.add_compute_set("one"), g.add_compute_set("two")
+    g.add_vertex(one, SumVertex, {"x": x[0], "out": out[0]}, tile=0)
+    g.add_vertex(two, SumVertex, {"x": x[1], "out": out[1]}, tile=0)
+    g.add_vertex(two, SumVertex, {"x": x[2, :2], "out": out[2]}, tile=0)  # another shape
+    g.add_vertex(two, SumVertex, {"x": x[3], "out": out[3]}, tile=1)
+    code = ipu.compile_graph(g, [ipu.Execute(one), ipu.Execute(two)]).memory.categories
+    assert code["vertex code"].tolist() == [CODELET_CODE_BYTES, CODELET_CODE_BYTES]
 
 
 def oom_graph():
