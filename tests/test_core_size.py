@@ -9,8 +9,11 @@ CORE = ("target", "tensor", "vertex", "graph", "program", "compile", "engine", "
         "cost", "timeline")
 #: Issue 13 asks for about 1,700 code lines (DESIGN.md: about 1,500). Issues 12, 17 and 18
 #: (error checks, regions, PrintTensorFmt, out-of-memory reporting) took the core to 2,358
-#: lines; shrinking it back is open work. Until then this guard stops it growing further.
-LIMIT = 2_400
+#: lines; two rounds of simplification brought it to 1,870, with the printing of tensors,
+#: the profile summary, the out-of-memory report and the timeline's measures in their own
+#: modules (print_tensor, profile_summary, memory_report, timeline_measures). The last
+#: 170 lines are open work; until then this guard stops the core growing again.
+LIMIT = 1_900
 
 
 def code_lines(source: str) -> int:
