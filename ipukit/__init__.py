@@ -16,7 +16,7 @@ v: [1.0000000 1.5000000 2.0000000 2.5000000]
 """
 
 from .compile import Executable, compile_graph
-from .engine import Engine, format_tensor
+from .engine import Engine
 from .errors import (
     CodeletError,
     ComputeSetRaceError,
@@ -31,6 +31,7 @@ from .errors import (
     TileMappingError,
 )
 from .graph import ComputeSet, DataStream, Graph, VertexRef
+from .print_tensor import format_tensor
 from .program import (
     Copy,
     Execute,

@@ -1,8 +1,8 @@
 """Compilation (``poplar::compileGraph``): validate, freeze and plan a graph and programs.
 
 The result, an :class:`Executable`, is plain data: the program tree with, for every
-compute set, its vertices grouped by class and field shape (one array operation each,
-with gathers and scatters planned here once), every superstep's BSP cost per tile (a
+compute set, its vertices grouped by class and field shape (one array operation each;
+the Engine plans at ``load`` how to reach each field), every superstep's BSP cost per tile (a
 :class:`~ipukit.trace.Step`), and the memory of every tile. Mistakes found here raise
 the errors of :mod:`ipukit.errors`, naming the tensor, vertex, field and tile.
 
@@ -25,7 +25,6 @@ from math import prod
 import numpy as np
 
 from . import cost
-from .cost import COPY_BYTES_PER_CYCLE  # noqa: F401  (re-exported)
 from .errors import (
     ComputeSetRaceError,
     GraphConnectionError,

@@ -225,6 +225,9 @@ class Engine:
                                              and 0 <= program < len(programs)):
             raise ProgramError(f"run({program!r}): the engine has {len(programs)} program(s), "
                                f"numbered 0..{len(programs) - 1}")
+        need = self._need(programs[program])
+        if need > self.max_steps:  # the whole program, up front: nothing runs
+            raise ProgramError(self._too_many(f"program {program}", need))
         self.trace.num_runs += 1
         self.trace.record(0)  # the host synchronisation of this call
         self._run_start = len(self.trace)  # it is not an emulated step
@@ -239,26 +242,32 @@ class Engine:
 
     def _need(self, node) -> int:
         """The fewest steps ``node`` emulates (a loop's body counts 0 times)."""
-        n = self._needs.get(node)
-        if n is None:
-            kind = type(node)
-            n = (node.count * self._need(node.body) if kind is RepeatNode
-                 else self._need(node.cond) if kind is WhileNode
-                 else min(self._need(node.then), self._need(node.else_)) if kind is IfNode
-                 else sum(map(self._need, node.children)) if kind is SeqNode
-                 else int(kind is not PrintNode))
-            self._needs[node] = n
+        if node in self._needs:
+            return self._needs[node]
+        kind = type(node)
+        if kind is RepeatNode:
+            n = node.count * self._need(node.body)
+        elif kind is WhileNode:
+            n = self._need(node.cond)
+        elif kind is IfNode:
+            n = min(self._need(node.then), self._need(node.else_))
+        elif kind is SeqNode:
+            n = sum(map(self._need, node.children))
+        else:  # a compute set, copy or stream copy is one step; a PrintTensor none
+            n = int(kind is not PrintNode)
+        self._needs[node] = n
         return n
+
+    def _too_many(self, what: str, need: int) -> str:
+        return (f"{what} would emulate {need:,} steps (compute sets, copies and stream "
+                f"copies) in one run; Poplar runs it, but the emulator stops at "
+                f"{self.max_steps:,} (about 10 us a step). Use a smaller count, or allow it "
+                f"with Engine(..., options={{'debug.maxEmulatedSteps': '{need}'}})")
 
     def _repeat(self, node: RepeatNode):
         need = len(self.trace) - self._run_start + node.count * self._need(node.body)
-        if node.count > 1 and need > self.max_steps:  # up front: not after hours of steps
-            raise ProgramError(
-                f"Repeat({node.count:,}) would emulate {need:,} steps (compute sets, copies "
-                f"and stream copies) in one run; Poplar runs it, but the emulator stops at "
-                f"{self.max_steps:,} (about 10 us a step). Use a smaller count, or allow it "
-                f"with Engine(..., options={{'debug.maxEmulatedSteps': '{need}'}})"
-            )
+        if node.count > 1 and need > self.max_steps:  # a Repeat inside a loop
+            raise ProgramError(self._too_many(f"Repeat({node.count:,})", need))
         for _ in range(node.count):
             self._exec(node.body)
 
@@ -311,7 +320,8 @@ class Engine:
                 raise StreamError(f"the callback of stream '{s.name}' raised "
                                   f"{type(exc).__name__}: {exc}") from exc
         else:
-            ring, conn[1] = _ring(pos, s.n, buf.size), (pos + s.n) % buf.size
+            ring = _ring(pos, s.n, buf.size)
+            conn[1] = (pos + s.n) % buf.size  # the next copy starts here
             if s.to_device:
                 data = buf[ring].astype(s.dtype, copy=False)
             else:
@@ -370,7 +380,7 @@ class Engine:
                     arr.flags.writeable = False  # an Input is read-only, as in Poplar
                 elif dry:  # CuPy has no read-only arrays: the checked run compares instead
                     arr = arr.copy()
-                    inputs.append((arr, arr.copy()))
+                    inputs.append((fp.name, arr, arr.copy()))
             else:
                 arr = outputs[fp.name] = self._read(a).copy() if dry else self._read(a)
                 if not (dry or self._plan(a)[2]):
@@ -382,13 +392,17 @@ class Engine:
         for name, values in state.items():
             part = values if row is None else values[row:row + 1]
             fields[name] = part.copy() if dry else part
-        wrote_input = IpuError(f"{gr.cls.__name__}.compute wrote into an Input field; "
-                               "declare the field ipu.InOut to update it in place")
+        def wrote_input(names):
+            vertex = self.executable.graph.describe_vertex(int(gr.vertex_ids[row or 0]))
+            return IpuError(f"{gr.cls.__name__}.compute wrote into an Input field "
+                            f"({', '.join(names)}) of {vertex}; declare the field ipu.InOut "
+                            "to update it in place")
+
         try:
             gr.cls.compute(inst)
         except (Exception, SystemExit) as exc:
             if "read-only" in str(exc):
-                raise wrote_input from exc
+                raise wrote_input(fp.name for fp in gr.fields if fp.kind == "input") from exc
             raise CodeletError(
                 f"{gr.cls.__name__}.compute failed ({type(exc).__name__}: {exc}) while "
                 f"running {len(gr.vertex_ids) if row is None else 1} vertices at once; "
@@ -399,8 +413,9 @@ class Engine:
                     f"{gr.cls.__name__}.compute rebound self.{name}; write into the field "
                     f"with self.{name}[...] = value instead of self.{name} = value"
                 )
-        if any(not self.xp.array_equal(arr, orig) for arr, orig in inputs):
-            raise wrote_input
+        written = [name for name, arr, orig in inputs if not self.xp.array_equal(arr, orig)]
+        if written:
+            raise wrote_input(written)
         for a, arr in scatter:
             self._write(a, arr)
         return {**outputs, **{name: fields[name] for name in state}}
@@ -408,7 +423,7 @@ class Engine:
     # -- memory access --------------------------------------------------------------------
     def _access(self, t, row: int | None = None) -> Access:
         """The Access of a tensor the graph holds, or of vertex ``row`` of an access (the
-        per-vertex debug mode), made once: plans are cached by the access's id."""
+        per-vertex debug mode), made once and cached (see ``_plan`` for how it is reached)."""
         key = (id(t), row)
         if key not in self._accesses:
             self._accesses[key] = Access.of(t) if row is None else t.row(row)

@@ -1,4 +1,5 @@
-"""What a run did: frozen step and memory records, the Trace and the profile summary.
+"""What a run did: frozen step and memory records and the Trace (its profile summary is
+in :mod:`ipukit.profile_summary`).
 
 ``compile`` turns every Execute, Copy and stream copy into a :class:`Step` with its BSP
 cost (sync + exchange + compute, per tile); the Engine appends one event per executed

@@ -9,10 +9,10 @@ CORE = ("target", "tensor", "vertex", "graph", "program", "compile", "engine", "
         "cost", "timeline")
 #: Issue 13 asks for about 1,700 code lines (DESIGN.md: about 1,500). Issues 12, 17 and 18
 #: (error checks, regions, PrintTensorFmt, out-of-memory reporting) took the core to 2,358
-#: lines; two rounds of simplification brought it to 1,870, with the printing of tensors,
+#: lines; two rounds of simplification brought it to 1,882, with the printing of tensors,
 #: the profile summary, the out-of-memory report and the timeline's measures in their own
 #: modules (print_tensor, profile_summary, memory_report, timeline_measures). The last
-#: 170 lines are open work; until then this guard stops the core growing again.
+#: 180 lines are open work; until then this guard stops the core growing again.
 LIMIT = 1_900
 
 

@@ -238,7 +238,7 @@ class WritesInput(ipu.Vertex):
 
 @pytest.mark.parametrize("cls, word", [
     (Broken, r"Broken.compute failed \(AttributeError"), (Rebinds, r"self.out\[...\] = value"),
-    (WritesInput, "wrote into an Input field; declare the field ipu.InOut")])
+    (WritesInput, r"wrote into an Input field \(x\) of vertex \d.*declare the field ipu.InOut")])
 @pytest.mark.parametrize("gathered", [False, True])
 def test_codelet_mistakes_are_explained(cls, word, gathered):
     dev, g = small(tiles=1)

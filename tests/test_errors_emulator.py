@@ -290,6 +290,15 @@ def test_a_huge_repeat_is_refused_up_front_with_the_option_to_allow_it():
     assert time.perf_counter() - t0 < 5
 
 
+def test_repeats_that_fit_alone_but_not_together_are_refused_before_anything_runs():
+    dev, g, one = counting_graph(30)
+    eng = ipu.Engine(g, ipu.Sequence(one, one), {"debug.maxEmulatedSteps": "40"})
+    eng.load(dev)
+    with pytest.raises(ipu.ProgramError, match=r"program 0 would emulate 60 steps.*'60'"):
+        eng.run()
+    assert eng.trace.num_runs == 0 and len(eng.trace) == 0
+
+
 def test_the_step_option_lets_a_repeat_through():
     dev, g, prog = counting_graph(50)
     eng = ipu.Engine(g, prog, {"debug.maxEmulatedSteps": "40"})

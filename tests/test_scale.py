@@ -196,8 +196,8 @@ def test_a_codelet_writing_an_input_is_caught_on_a_device_backend(monkeypatch):
     g.create_host_read("x", x)
     eng = ipu.Engine(g, ipu.Execute(cs))
     eng.load(dev)
-    with pytest.raises(ipu.IpuError, match="wrote into an Input field; declare the field "
-                                           "ipu.InOut"):
+    with pytest.raises(ipu.IpuError, match=r"wrote into an Input field \(x\) of vertex \d.*"
+                                           "declare the field ipu.InOut"):
         eng.run()
     assert np.array_equal(eng.read_tensor("x"), np.ones((2, 3)))
 
