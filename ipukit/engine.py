@@ -378,7 +378,7 @@ class Engine:
                 if self.xp is np:
                     arr = arr.view()
                     arr.flags.writeable = False  # an Input is read-only, as in Poplar
-                elif dry:  # CuPy has no read-only arrays: the checked run compares instead
+                elif dry:  # CuPy has no read-only arrays: the checked run compares values
                     arr = arr.copy()
                     inputs.append((fp.name, arr, arr.copy()))
             else:

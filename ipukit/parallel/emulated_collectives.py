@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backend import to_numpy
 from ..engine import Engine
 from ..errors import IpuError
 from ..graph import Graph
@@ -90,7 +91,7 @@ def _nbytes(t: Tensor) -> int:
 
 
 def _device_dtype(a, what: str):
-    a = np.asarray(a)
+    a = to_numpy(a)
     if a.dtype == np.float32:
         return FLOAT
     if a.dtype.kind in "iu" and (a.size == 0 or (a.min() >= -2**31 and a.max() < 2**31)):
@@ -127,7 +128,7 @@ class _Call:
                 poputil.map_tensor_linearly(vg, t)
             handle = f"in/{name} {s}"
             self.graph.create_host_write(handle, t)
-            self._writes.append((handle, np.asarray(a).astype(dtype)))
+            self._writes.append((handle, to_numpy(a).astype(dtype)))
             out.append(t)
         return out
 
@@ -137,7 +138,7 @@ class _Call:
         for t in tensors:
             handle = f"out/{len(self._reads)}"
             self.graph.create_host_read(handle, t)
-            self._reads.append((handle, np.asarray(like).dtype))
+            self._reads.append((handle, to_numpy(like).dtype))
             handles.append(handle)
         return handles
 
@@ -177,15 +178,15 @@ def _one(call: _Call, tensors: list[Tensor], like) -> list:
 
 def _check_float(arrays, what: str) -> None:
     for a in arrays:
-        if np.asarray(a).dtype != np.float32:
-            raise IpuError(f"{what} is {np.asarray(a).dtype}: CollectiveLog(emulate=True) runs "
+        if to_numpy(a).dtype != np.float32:
+            raise IpuError(f"{what} is {to_numpy(a).dtype}: CollectiveLog(emulate=True) runs "
                            "float32 (Poplar's FLOAT); cast with .astype(np.float32), or use "
                            "emulate=False")
 
 
 def to_all(x, log, name):
     """:func:`.sharded.to_all`: a copy from IPU ``log.ipus[0]`` to every other IPU."""
-    x = np.asarray(x)
+    x = to_numpy(x)
     call = _Call(log)
     parts = _one(call, call.sh.broadcast(call.put([x], name)[0], name), x)
 

@@ -130,6 +130,7 @@ class CollectiveLog:
         moved = [cost.ring_bytes("allreduce", parts[0].nbytes, s_count)] * s_count
         self._record(f"all_reduce_{op}", label, moved, moved,
                      cost.ring_cycles("allreduce", parts[0].nbytes, s_count, self.target))
+        parts = [xp.asarray(p) for p in parts]  # host arrays too, on a device backend
         total = parts[0]
         for p in parts[1:]:
             total = xp.maximum(total, p) if op == "max" else total + p
