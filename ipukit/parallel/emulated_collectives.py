@@ -132,6 +132,11 @@ class _Call:
             out.append(t)
         return out
 
+    def local_offsets(self, idx_parts, size: int, name: str, what: str) -> list[Tensor]:
+        """The index shards put on their IPUs, as offsets into each shard's rows."""
+        return es.local_offsets(self.sh, self.put(idx_parts, f"{name} {what}"), size,
+                                f"{name} local {what}")
+
     def get(self, tensors: list[Tensor], like) -> list:
         """Handles to read ``tensors`` back after the run, as ``like``'s dtype."""
         handles = []
@@ -232,16 +237,14 @@ def embedding(w_parts, idx_parts, log, name):
     size = w_parts[0].shape[0]
     call = _Call(log)
     ws = call.put(w_parts, f"{name} weights", by_columns=True)
-    offs = es.local_offsets(call.sh, call.put(idx_parts, f"{name} indices"), size,
-                            f"{name} local indices")
+    offs = call.local_offsets(idx_parts, size, name, "indices")
     out = _one(call, [call.sh.reduce_onto_first(es.lookup(call.sh, ws, offs, name), name)],
                w_parts[0])[0]
 
     def backward(grad):
         _check_float([grad], f"{name} gradient")
         c = _Call(log)
-        offs = es.local_offsets(c.sh, c.put(idx_parts, f"{name} indices"), size,
-                                f"{name} local indices")
+        offs = c.local_offsets(idx_parts, size, name, "indices")
         gs = c.sh.broadcast(c.put([grad], f"{name} grad")[0], f"{name} grad")
         return _one(c, es.scatter_add(c.sh, gs, offs, size, f"{name} grad"), w_parts[0])
 
@@ -279,8 +282,7 @@ def take_last(x_parts, idx_parts, log, name):
     size = x_parts[0].shape[1]
     call = _Call(log)
     xs = call.put(x_parts, f"{name} input")
-    offs = es.local_offsets(call.sh, call.put(idx_parts, f"{name} indices"), size,
-                            f"{name} local indices")
+    offs = call.local_offsets(idx_parts, size, name, "indices")
     neg = [popops.map(vg, _1 * -1.0, [x], call.prog, f"{name} negate {s}")
            for s, (vg, x) in enumerate(zip(call.vgs, xs))]
     picked = call.sh.reduce_onto_first(es.pick_columns(call.sh, neg, offs, name), name)
@@ -289,8 +291,7 @@ def take_last(x_parts, idx_parts, log, name):
     def backward(grad):
         _check_float([grad], f"{name} gradient")
         c = _Call(log)
-        offs = es.local_offsets(c.sh, c.put(idx_parts, f"{name} indices"), size,
-                                f"{name} local indices")
+        offs = c.local_offsets(idx_parts, size, name, "indices")
         g0 = popops.map(c.vgs[0], _1 * -1.0, c.put([grad], f"{name} grad"), c.prog,
                         f"{name} grad negate")
         gs = c.sh.broadcast(g0, f"{name} grad")
@@ -313,8 +314,7 @@ def log_softmax_cross_entropy(logits_parts, label_parts, log, name):
     _check_float(logits_parts, f"{name} logits")
     size = logits_parts[0].shape[1]
     call = _Call(log)
-    offs = es.local_offsets(call.sh, call.put(label_parts, f"{name} labels"), size,
-                            f"{name} local labels")
+    offs = call.local_offsets(label_parts, size, name, "labels")
     logp, ce_parts = es.cross_entropy(call.sh, call.put(logits_parts, f"{name} logits"),
                                       offs, name)
     ce = call.sh.reduce_onto_first(ce_parts, name)
@@ -324,8 +324,7 @@ def log_softmax_cross_entropy(logits_parts, label_parts, log, name):
     def backward(grad):
         _check_float([grad], f"{name} gradient")
         c = _Call(log)
-        offs = es.local_offsets(c.sh, c.put(label_parts, f"{name} labels"), size,
-                                f"{name} local labels")
+        offs = c.local_offsets(label_parts, size, name, "labels")
         gs = c.sh.broadcast(c.put([grad], f"{name} grad")[0], f"{name} grad")
         lp = c.put(logp_values, f"{name} log-probabilities")
         return _one(c, es.cross_entropy_grad(c.sh, lp, offs, gs, name), logits_parts[0])

@@ -208,20 +208,26 @@ def local_offsets(sh: _Shards, idx_parts: list[Tensor], size: int, name: str) ->
     return out
 
 
+def _by_column_blocks(vg, cs, cls, offsets: Tensor, base: Tensor, field: str, t: Tensor):
+    """One ``cls`` vertex per column block of the [size, C] ``base`` and the [n, C] ``t``
+    (connected to ``field``), each with the shard's row ``offsets``."""
+    (size, channels), n = base.shape, t.shape[0]
+    for i, c0, c1 in _column_blocks(channels, vg):
+        v = vg.add_vertex(cs, cls, {"offsets": offsets,
+                                    "base": base.slice([0, c0], [size, c1]).flatten(),
+                                    field: t.slice([0, c0], [n, c1]).flatten()}, tile=i)
+        vg.set_initial_value(v["rows"], size)
+
+
 def lookup(sh: _Shards, weights: list[Tensor], offsets: list[Tensor], name: str) -> list:
     """The masked ``multiSlice`` of each shard: rows it owns, zeros for the others (one
     partial [N, C] per shard; ``weights`` mapped by columns)."""
     parts = []
     for s, (vg, w, off) in enumerate(zip(sh.vgs, weights, offsets)):
-        (size, channels), n = w.shape, off.shape[0]
-        part = vg.add_variable(FLOAT, [n, channels], f"{name}/partial {s}")
+        part = vg.add_variable(FLOAT, [off.shape[0], w.shape[1]], f"{name}/partial {s}")
         _by_columns(vg, part)
         cs = vg.add_compute_set(f"{name}/lookup {s}")
-        for i, c0, c1 in _column_blocks(channels, vg):
-            v = vg.add_vertex(cs, LookupColumns, {
-                "offsets": off, "base": w.slice([0, c0], [size, c1]).flatten(),
-                "out": part.slice([0, c0], [n, c1]).flatten()}, tile=i)
-            vg.set_initial_value(v["rows"], size)
+        _by_column_blocks(vg, cs, LookupColumns, off, w, "out", part)
         sh.prog.add(Execute(cs))
         parts.append(part)
     return parts
@@ -233,16 +239,11 @@ def scatter_add(sh: _Shards, grads: list[Tensor], offsets: list[Tensor], size: i
     with ``grads[n]`` added at each owned row ``offsets[n]``."""
     out = []
     for s, (vg, gr, off) in enumerate(zip(sh.vgs, grads, offsets)):
-        n, channels = gr.shape
-        dw = vg.add_variable(FLOAT, [size, channels], f"{name} {s}")
+        dw = vg.add_variable(FLOAT, [size, gr.shape[1]], f"{name} {s}")
         _by_columns(vg, dw)
         popops.zero(vg, dw, sh.prog, f"{name} zero {s}")
         cs = vg.add_compute_set(f"{name} scatter-add {s}")
-        for i, c0, c1 in _column_blocks(channels, vg):
-            v = vg.add_vertex(cs, UpdateAddColumns, {
-                "offsets": off, "sub": gr.slice([0, c0], [n, c1]).flatten(),
-                "base": dw.slice([0, c0], [size, c1]).flatten()}, tile=i)
-            vg.set_initial_value(v["rows"], size)
+        _by_column_blocks(vg, cs, UpdateAddColumns, off, dw, "sub", gr)
         sh.prog.add(Execute(cs))
         out.append(dw)
     return out
