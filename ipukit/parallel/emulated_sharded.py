@@ -37,7 +37,7 @@ from ..poplibs import poplin, popops, poputil
 from ..poplibs.expr import Exp, Log, Max, _1, _2
 from ..program import Copy, Execute, Sequence
 from ..target import Device, IPUModel, Target
-from ..tensor import FLOAT, INT, UNSIGNED_INT, Tensor
+from ..tensor import FLOAT, INT, UNSIGNED_INT, Tensor, concat
 from ..trace import Trace
 from ..vertex import InOut, Input, Output, State, Vector, Vertex
 from . import sharded
@@ -184,10 +184,137 @@ class _Shards:
         return parts[0]
 
     def all_reduce(self, parts: list[Tensor], name: str, op=None) -> list[Tensor]:
-        total = self.reduce_onto_first(parts, name, op)
-        for part in parts[1:]:
-            self.prog.add(Copy(total, part))
+        """``parts`` all-reduced in place by GCL's clockwise ring (:func:`ring_all_reduce`);
+        ``op`` as for :meth:`reduce_onto_first`."""
+        ring_all_reduce([[p] for p in parts], self.prog, name, op)
         return parts
+
+
+# -- GCL's ring (popops Collectives.cpp, CLOCKWISE_RING) -----------------------------------
+def ring_order(count: int) -> list[int]:
+    """The ranks clockwise round the ring from rank 0, as popops' ``createRing`` lays them
+    on the IPU-Link ladder: the even ranks up, the odd ones back down.
+
+    >>> ring_order(4), ring_order(5)
+    ([0, 2, 3, 1], [0, 2, 4, 3, 1])
+    """
+    return list(range(0, count, 2)) + list(range(1, count, 2))[::-1]
+
+
+def fragment_bounds(size: int, count: int) -> list[tuple[int, int]]:
+    """popops' ``splitIntoFragments``: fragment f of a flat tensor of ``size`` elements is
+    ``[size * f // count, size * (f + 1) // count)`` (sizes differ by at most one).
+
+    >>> fragment_bounds(10, 4)
+    [(0, 2), (2, 5), (5, 7), (7, 10)]
+    """
+    return [(size * f // count, size * (f + 1) // count) for f in range(count)]
+
+
+def _ring_moves(count: int, step: int, gather: bool):
+    """(sender, receiver, fragment) of each copy of one ring step. The IPU at ring position
+    p sends to position p + 1 and ends up owning fragment ``ring[p]`` (its own rank's, so
+    that with RTS replica r reduces shard r): in reduce-scatter step s it sends fragment
+    ``ring[p - s - 1]``, the one it reduced in the step before; in all-gather step s,
+    fragment ``ring[p - s]``, its own first, then what it was just sent."""
+    ring = ring_order(count)
+    for p in range(count):
+        yield ring[p], ring[(p + 1) % count], ring[(p - step - (0 if gather else 1)) % count]
+
+
+def _fragments(parts: list[list[Tensor]], bounds) -> list[list[list[Tensor]]]:
+    """``[rank][fragment]``: the non-empty flat slices of that fragment of rank's tensors."""
+    count = len(parts)
+    out = [[[] for _ in range(count)] for _ in parts]
+    for r, tensors in enumerate(parts):
+        for t in tensors:
+            flat = t.flatten()
+            for f, (lo, hi) in enumerate(bounds(flat.num_elements(), count)):
+                if hi > lo:
+                    out[r][f].append(flat[lo:hi])
+    return out
+
+
+def _named_concat(pieces: list[Tensor], name: str) -> Tensor:
+    joined = concat(pieces)
+    return Tensor(joined.graph, joined.dtype, joined.idx, name)
+
+
+def _ring_step(frags, step: int, gather: bool):
+    """One step's (sources, destinations) by dtype (one Copy each: one dtype a Copy)."""
+    by_type: dict = {}
+    for a, b, f in _ring_moves(len(frags), step, gather):
+        for src, dst in zip(frags[a][f], frags[b][f]):
+            srcs, dsts = by_type.setdefault(src.dtype, ([], []))
+            srcs.append(src)
+            dsts.append(dst)
+    return by_type.values()
+
+
+def ring_reduce_scatter(parts: list[list[Tensor]], prog: Sequence, name: str, op=None,
+                        bounds=fragment_bounds, scale: float | None = None) -> None:
+    """GCL's ring reduce-scatter (``reduceScatterCrossReplica``; popops' CLOCKWISE_RING):
+    ``parts[r]`` are rank r's tensors (the same shapes on every rank), each cut into R
+    fragments by ``bounds``. In each of the R−1 steps every rank copies one fragment to
+    its clockwise neighbour in ONE ``Copy`` (so the steps' copies run side by side on the
+    per-IPU clocks, each an external sync of the ring's IPUs), and the neighbours combine
+    it into their own fragment in one in-place popops map (``op``: an expression of
+    (_1 own, _2 received), ADD by default). Rank r ends with fragment r reduced, in
+    place (then times ``scale``, if given: a MEAN)."""
+    frags = _fragments(parts, bounds)
+    graph = parts[0][0].graph
+    for step in range(len(parts) - 1):
+        for srcs, own in _ring_step(frags, step, gather=False):
+            own = _named_concat(own, f"{name}/ring step {step}/own")
+            buf = graph.add_variable(own.dtype, [own.num_elements()],
+                                     f"{name}/ring step {step}/received")
+            popops._map_elements(graph, buf, poputil.tile_of_elements(graph, own))
+            prog.add(Copy(_named_concat(srcs, f"{name}/ring step {step}/sent"), buf))
+            popops.map(graph, op if op is not None else _1 + _2, [own, buf], prog,
+                       f"{name}/ring step {step}/combine", inplace=True)
+    if scale is not None:
+        done: dict = {}
+        for r in range(len(parts)):
+            for t in frags[r][r]:
+                done.setdefault(t.dtype, []).append(t)
+        for pieces in done.values():
+            popops.map(graph, _1 * scale, [_named_concat(pieces, f"{name}/reduced")], prog,
+                       f"{name}/scale", inplace=True)
+
+
+def ring_all_gather(parts: list[list[Tensor]], prog: Sequence, name: str,
+                    bounds=fragment_bounds) -> None:
+    """GCL's ring all-gather (``allGatherCrossReplica``): rank r's fragment r of its
+    tensors copied round the ring into every other rank's, R−1 steps of one ``Copy``."""
+    frags = _fragments(parts, bounds)
+    count = len(parts)
+    for step in range(count - 1):
+        for srcs, dsts in _ring_step(frags, step, gather=True):
+            step_name = f"{name}/ring step {count - 1 + step}"
+            prog.add(Copy(_named_concat(srcs, f"{step_name}/sent"),
+                          _named_concat(dsts, f"{step_name}/received")))
+
+
+def ring_all_reduce(parts: list[list[Tensor]], prog: Sequence, name: str, op=None,
+                    scale: float | None = None) -> None:
+    """GCL's ring all-reduce (``allReduceCrossReplica``, CLOCKWISE_RING), in place:
+    :func:`ring_reduce_scatter` then :func:`ring_all_gather`, 2(R−1) steps of one
+    ``Copy`` each (popops' fragments, :func:`fragment_bounds`)."""
+    ring_reduce_scatter(parts, prog, name, op, scale=scale)
+    ring_all_gather(parts, prog, name)
+
+
+def ring_bytes_sent(size: int, itemsize: int, count: int,
+                    bounds=fragment_bounds) -> list[int]:
+    """Bytes each rank sends in a ring all-reduce of ``size`` elements: every fragment
+    but its own and its neighbour's twice (2(R−1)/R of the tensor when R divides it)."""
+    lengths = [hi - lo for lo, hi in bounds(size, count)]
+    sent = [0] * count
+    for step in range(count - 1):
+        for gather in (False, True):
+            for a, _, f in _ring_moves(count, step, gather):
+                sent[a] += lengths[f] * itemsize
+    return sent
 
 
 
