@@ -10,8 +10,37 @@ popops reductions:
 
 * ``to_all`` (broadcast): a copy from IPU 0 to every other IPU;
 * ``reduce_add``: copies of the other IPUs' partials to IPU 0, added there in shard order;
-* ``all_reduce`` (MAX, ADD): a reduce onto IPU 0 then a broadcast back (kit convention:
-  GCL runs a ring; the values are the same, the traffic pattern is not).
+* ``all_reduce`` (MAX, ADD): GCL's ring (:func:`ring_all_reduce`; popops
+  ``Collectives.cpp``, CLOCKWISE_RING), also the replicas' gradient all-reduce of
+  :mod:`.emulated`. Each IPU's tensor is cut into R fragments (popops'
+  ``splitIntoFragments``: sizes differ by at most one element). In each of R−1
+  reduce-scatter steps every IPU copies one fragment to its clockwise neighbour (the ring
+  of popops' ``createRing``: 0, 2, 4, …, 3, 1) and the neighbours combine what they got
+  into their own fragment (one in-place popops map); R−1 all-gather steps send the reduced
+  fragments round. A step's copies are ONE ``Copy`` program, so they run side by side on
+  the per-IPU clocks (one external sync of the ring's IPUs). The sums are added in the
+  ring's order, not NumPy's: equal to float32 rounding (rtol 1e-4); MAX exactly. Kit
+  convention: GCL picks one of four ring methods (clockwise, anticlockwise, a
+  bidirectional pair, meet-in-the-middle) by size and IPU count; the emulator, like
+  ``cost.ring_cycles``, always runs the clockwise ring.
+
+The emulated ring and :func:`ipukit.cost.ring_cycles` (what the NumPy path charges) take
+the same 2(R−1) steps, each moving one R-th of the tensor over one IPU-Link per IPU, so
+their link terms agree. Kit convention: the cost model charges a step one hop of sync
+(``ring_step_cycles``, 40 cycles on ipu2) and nothing else; the emulator charges what its
+supersteps cost: the external sync of all the ring's IPUs (``global_sync_cycles``: 40
+cycles for 2 or 3 IPUs, 80 for 4), the on-IPU exchange of each fragment to and from its
+tiles (4 bytes a cycle a tile) and, in the R−1 reduce-scatter steps, the adds' compute
+set. Cycles of one float32 all-reduce (ipu2, 16 tiles an IPU, mapped linearly; the
+reduce onto IPU 0 and broadcast back this replaced in brackets)::
+
+    R  bytes     emulated ring        cost.ring_cycles
+    2  16           190     (196)          82
+    2  4,000        824   (1,216)         472
+    2  400,000   64,282 (103,400)      39,198
+    4  16           768     (588)         243
+    4  4,000      2,124   (3,648)         827
+    4  400,000  134,412 (310,200)      58,917
 
 Look-ups of indices a shard does not own give zeros and their gradients are dropped on
 that shard (the unsigned ``index - first row < rows`` test), so the V logits are never
