@@ -259,9 +259,10 @@ def test_replicas_reduce_round_gcls_ring(rts):
     steps = [s for o in b.op_steps if o.phase == "optimizer" for s in steps_of(b.trace, o)]
     copies = [s for s in steps if s.inter_ipu_bytes]
     assert len(copies) == 2 * (3 - 1) and all(s.ipus == tuple(range(6)) for s in copies)
-    names = [s.name.split("/")[0] for s in copies]
-    assert names == (["Copy reduce-scatter"] * 2 + ["Copy all-gather"] * 2 if rts
-                     else ["Copy all-reduce"] * 4)
+    names = [" ".join(s.name.removeprefix("Copy ").split(" ")[:2]) for s in copies]
+    assert names == (["gradients/ring reduce-scatter"] * 2 + ["weights/ring all-gather"] * 2
+                     if rts else ["gradients/ring reduce-scatter"] * 2
+                     + ["gradients/ring all-gather"] * 2)
 
 
 def test_grouped_beats_sequential_because_stages_overlap_on_per_ipu_clocks():

@@ -191,7 +191,7 @@ def test_all_reduce_records_are_the_ring_copies_in_the_trace(s, rows):
     for label in ("log_softmax max", "log_softmax sum"):
         recs = [r for r in emu.records if r.label == label]
         copies = [step for step in trace.executed_steps()
-                  if step.name.startswith(f"Copy {label}/ring step")]
+                  if step.name.startswith(f"Copy {label}/ring ")]
         assert len(copies) == 2 * (s - 1)
         sent = [0] * s
         for step in copies:

@@ -93,7 +93,7 @@ def ring_run(parts_np, op=None, layout="linear", tiles=4, scale=None):
         g.create_host_write(f"x{r}", t)
         g.create_host_read(f"x{r}", t)
         ts.append(t)
-    emulated_sharded.ring_all_reduce([[t] for t in ts], prog, "ring", op, scale=scale)
+    emulated_sharded.ring_all_reduce([[t] for t in ts], prog, "x", op, scale=scale)
     eng = ipu.Engine(g, prog)
     eng.load(ipu.Device(target))
     for r, a in enumerate(parts_np):
@@ -160,7 +160,7 @@ def test_ring_cycles_against_the_cost_model(count, size):
     _, trace = ring_run([np.ones(size, np.float32)] * count, tiles=16)
     t = trace.target
     ev = [(trace.steps[i], s) for i, s in zip(trace._step_ids, trace._starts)
-          if "ring" in trace.steps[i].name]
+          if "x/ring " in trace.steps[i].name]
     took = ev[-1][1] + ev[-1][0].cycles - ev[0][1]
     assert took == sum(s.cycles for s, _ in ev)  # every step joins all the ring's IPUs
     frag = 4 * -(-size // count)

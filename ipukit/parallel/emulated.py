@@ -695,10 +695,10 @@ class Emulation:
         parts = [[acc for s in stages for acc in s.accs.values()] for stages in self.replicas]
         scale = 1.0 / count if p.replica_reduction == "MEAN" else None
         if p.replicated_optimizer_state_sharding:
-            es.ring_reduce_scatter(parts, prog, "reduce-scatter", bounds=replication.shard_bounds,
+            es.ring_reduce_scatter(parts, prog, "gradients", bounds=replication.shard_bounds,
                                    scale=scale)
         else:
-            es.ring_all_reduce(parts, prog, "all-reduce", scale=scale)
+            es.ring_all_reduce(parts, prog, "gradients", scale=scale)
         return prog
 
     def _all_gather(self) -> Sequence:
@@ -708,7 +708,7 @@ class Emulation:
 
         prog = Sequence()
         es.ring_all_gather([[w for s in stages for w in s.params.values()]
-                            for stages in self.replicas], prog, "all-gather",
+                            for stages in self.replicas], prog, "weights",
                            bounds=replication.shard_bounds)
         return prog
 

@@ -294,13 +294,13 @@ def ring_reduce_scatter(parts: list[list[Tensor]], prog: Sequence, name: str, op
     graph = parts[0][0].graph
     for step in range(len(parts) - 1):
         for srcs, own in _ring_step(frags, step, gather=False):
-            own = _named_concat(own, f"{name}/ring step {step}/own")
-            buf = graph.add_variable(own.dtype, [own.num_elements()],
-                                     f"{name}/ring step {step}/received")
+            step_name = f"{name}/ring reduce-scatter {step}"
+            own = _named_concat(own, f"{step_name}/own")
+            buf = graph.add_variable(own.dtype, [own.num_elements()], f"{step_name}/received")
             popops._map_elements(graph, buf, poputil.tile_of_elements(graph, own))
-            prog.add(Copy(_named_concat(srcs, f"{name}/ring step {step}/sent"), buf))
+            prog.add(Copy(_named_concat(srcs, f"{step_name}/sent"), buf))
             popops.map(graph, op if op is not None else _1 + _2, [own, buf], prog,
-                       f"{name}/ring step {step}/combine", inplace=True)
+                       f"{step_name}/combine", inplace=True)
     if scale is not None:
         done: dict = {}
         for r in range(len(parts)):
@@ -308,7 +308,7 @@ def ring_reduce_scatter(parts: list[list[Tensor]], prog: Sequence, name: str, op
                 done.setdefault(t.dtype, []).append(t)
         for pieces in done.values():
             popops.map(graph, _1 * scale, [_named_concat(pieces, f"{name}/reduced")], prog,
-                       f"{name}/scale", inplace=True)
+                       f"{name}/ring scale", inplace=True)
 
 
 def ring_all_gather(parts: list[list[Tensor]], prog: Sequence, name: str,
@@ -316,10 +316,9 @@ def ring_all_gather(parts: list[list[Tensor]], prog: Sequence, name: str,
     """GCL's ring all-gather (``allGatherCrossReplica``): rank r's fragment r of its
     tensors copied round the ring into every other rank's, R−1 steps of one ``Copy``."""
     frags = _fragments(parts, bounds)
-    count = len(parts)
-    for step in range(count - 1):
+    for step in range(len(parts) - 1):
         for srcs, dsts in _ring_step(frags, step, gather=True):
-            step_name = f"{name}/ring step {count - 1 + step}"
+            step_name = f"{name}/ring all-gather {step}"
             prog.add(Copy(_named_concat(srcs, f"{step_name}/sent"),
                           _named_concat(dsts, f"{step_name}/received")))
 
