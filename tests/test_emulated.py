@@ -238,6 +238,57 @@ def test_replication_and_rts(rts, reduction):
     assert any(s.kind == "copy" and s.inter_ipu_bytes for s in steps)
 
 
+@pytest.mark.parametrize("rts", [False, True])
+def test_replicas_reduce_round_gcls_ring(rts):
+    """Three replicas of two stages: the gradients go round the ring (2 reduce-scatter
+    steps then, after the update with RTS, 2 all-gather steps), each step one copy joining
+    all six IPUs; the shards (5 and 3 elements of the biases) do not divide evenly."""
+    target = ipu.IPUModel(num_ipus=6, tiles_per_ipu=2).create_device().target
+    x, y = data(3 * 2 * 4, seed=9)
+
+    def make(emulate):
+        return pipeline([[nn.Dense(6, 5, rng=1), nn.ReLU()], [nn.Dense(5, 3, rng=3)]], None,
+                        gradient_accumulation_count=4, optimizer=optim.SGD(0.1, momentum=0.9),
+                        loss=nn.SoftmaxCrossEntropy(), target=target, replication_factor=3,
+                        replica_reduction="MEAN", replicated_optimizer_state_sharding=rts,
+                        emulate=emulate)
+
+    pair = both(make, x, y)
+    assert_same(pair)
+    b = pair[1][0]
+    steps = [s for o in b.op_steps if o.phase == "optimizer" for s in steps_of(b.trace, o)]
+    copies = [s for s in steps if s.inter_ipu_bytes]
+    assert len(copies) == 2 * (3 - 1) and all(s.ipus == tuple(range(6)) for s in copies)
+    names = [" ".join(s.name.removeprefix("Copy ").split(" ")[:2]) for s in copies]
+    assert names == (["gradients/ring reduce-scatter"] * 2 + ["weights/ring all-gather"] * 2
+                     if rts else ["gradients/ring reduce-scatter"] * 2
+                     + ["gradients/ring all-gather"] * 2)
+
+
+def test_replicas_ring_with_float16_and_float32_accumulators():
+    """Accumulators of two dtypes: each ring step is one copy per dtype (a Copy moves one
+    type), 2 x 2(R-1) copies in all, and the update still equals the NumPy runner's."""
+    target = ipu.IPUModel(num_ipus=4, tiles_per_ipu=2).create_device().target
+    x, y = data(2 * 4 * 3, seed=11)
+
+    def make(emulate):
+        return pipeline([[nn.Dense(6, 5, rng=1), nn.ReLU()], [nn.Dense(5, 3, rng=3)]], None,
+                        gradient_accumulation_count=4, optimizer=optim.SGD(0.1),
+                        gradient_accumulation_dtype=lambda name, value: (
+                            "float16" if name.endswith("bias") else None),
+                        loss=nn.SoftmaxCrossEntropy(), target=target, replication_factor=2,
+                        emulate=emulate)
+
+    (a, pa), (b, pb) = both(make, x, y)
+    np.testing.assert_allclose(b.losses, a.losses, rtol=1e-3)
+    for k in pa.params:
+        np.testing.assert_allclose(pb.params[k], pa.params[k], rtol=1e-3, atol=1e-4)
+    steps = [s for o in b.op_steps if o.phase == "optimizer" for s in steps_of(b.trace, o)]
+    copies = [s for s in steps if s.inter_ipu_bytes]
+    assert len(copies) == 2 * 2 * (2 - 1)
+    assert {s.ipus for s in copies} == {(0, 1, 2, 3)}
+
+
 def test_grouped_beats_sequential_because_stages_overlap_on_per_ipu_clocks():
     x, y = data(6 * 8, seed=7)
     runs = {}

@@ -680,36 +680,36 @@ class Emulation:
         self.engine.load(self.device)
 
     def _all_reduce(self) -> Sequence:
-        """Sum (or average) the replicas' accumulators: copies into replica 0, adds there,
-        copies back (the all-reduce as inter-IPU copies and reductions)."""
+        """Sum (or average) the replicas' accumulators: GCL's ring all-reduce
+        (``allReduceCrossReplica``, :func:`.emulated_sharded.ring_all_reduce`) over every
+        stage's accumulators at once, each ring step one inter-IPU ``Copy`` of all of them
+        and one in-place add. With RTS only the reduce-scatter (replica r's shard r of each
+        accumulator reduced, the shards of :func:`.replication.shard_bounds`): each replica
+        then updates its shard and :meth:`_all_gather` sends the shards round."""
+        from . import emulated_sharded as es  # noqa: PLC0415 - as in _ConcurrentStage
+
         p, prog = self.pipeline, Sequence()
-        if p.replication_factor == 1:
+        count = p.replication_factor
+        if count == 1:
             return prog
-        for k, s0 in enumerate(self.stages):
-            for name, acc in s0.accs.items():
-                pre = f"all-reduce/stage{k}/{name}"
-                for rep in range(1, p.replication_factor):
-                    other = _buffer(s0.vg, acc, 1, f"{pre}/from replica {rep}")[0]
-                    prog.add(Copy(self.replicas[rep][k].accs[name], other))
-                    popops.add_in_place(s0.vg, acc, other, prog, f"{pre}/add replica {rep}")
-                if p.replica_reduction == "MEAN":
-                    popops.map(s0.vg, _1 * (1.0 / p.replication_factor), [acc], prog,
-                               f"{pre}/mean", inplace=True)
-                for rep in range(1, p.replication_factor):
-                    prog.add(Copy(acc, self.replicas[rep][k].accs[name]))
+        parts = [[acc for s in stages for acc in s.accs.values()] for stages in self.replicas]
+        scale = 1.0 / count if p.replica_reduction == "MEAN" else None
+        if p.replicated_optimizer_state_sharding:
+            es.ring_reduce_scatter(parts, prog, "gradients", bounds=replication.shard_bounds,
+                                   scale=scale)
+        else:
+            es.ring_all_reduce(parts, prog, "gradients", scale=scale)
         return prog
 
     def _all_gather(self) -> Sequence:
-        """RTS: every replica's updated shard of each weight copied to the others."""
-        prog, count = Sequence(), self.pipeline.replication_factor
-        for k, s0 in enumerate(self.stages):
-            for name, w in s0.params.items():
-                bounds = replication.shard_bounds(w.num_elements(), count)
-                for r, (lo, hi) in enumerate(bounds):
-                    src = self.replicas[r][k].params[name].flatten()[lo:hi]
-                    for j in range(count):
-                        if j != r and hi > lo:
-                            prog.add(Copy(src, self.replicas[j][k].params[name].flatten()[lo:hi]))
+        """RTS: every replica's updated shard of each weight sent round GCL's ring
+        (``allGatherCrossReplica``, :func:`.emulated_sharded.ring_all_gather`)."""
+        from . import emulated_sharded as es  # noqa: PLC0415 - as in _ConcurrentStage
+
+        prog = Sequence()
+        es.ring_all_gather([[w for s in stages for w in s.params.values()]
+                            for stages in self.replicas], prog, "weights",
+                           bounds=replication.shard_bounds)
         return prog
 
     def _unroll(self):

@@ -79,8 +79,8 @@ class _LoggedShards(es._Shards):
                            .reduce_onto_first(parts, name, op))
 
     def all_reduce(self, parts, name, op=None):
-        n, count = _nbytes(parts[0]), len(parts)
-        sent = [n * (count - 1)] + [n] * (count - 1)  # reduce onto IPU 0, then broadcast
+        t = parts[0]
+        sent = es.ring_bytes_sent(t.num_elements(), t.dtype.itemsize, len(parts))  # GCL's ring
         kind = "all_reduce_add" if op is None else "all_reduce_max"
         return self._noted(kind, name, sent, lambda: super(_LoggedShards, self)
                            .all_reduce(parts, name, op))
