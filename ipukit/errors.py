@@ -31,9 +31,11 @@ def type_name(dtype) -> str:
     return TYPE_NAMES[dtype]
 
 
-def outside_range(value, dtype, low, high) -> str:
-    """Why a value does not fit an integer type (the reason inside a larger message)."""
-    return f"value {value!r} is outside the range of {type_name(dtype)} ({low:,}..{high:,})"
+def outside_range(value, dtype, info) -> str:
+    """Why a value does not fit an integer type (``info``: its ``np.iinfo``), the reason
+    given inside a larger message."""
+    return (f"value {value!r} is outside the range of {type_name(dtype)} "
+            f"({info.min:,}..{info.max:,})")
 
 
 class IpuError(Exception):
