@@ -19,15 +19,6 @@ import numbers
 from dataclasses import dataclass
 
 from . import cost
-from .cost import (  # noqa: F401  (re-exported: the constants live in cost.py)
-    FLOPS_PER_CYCLE_PER_TILE,
-    HOST_LINK_BYTES_PER_CYCLE,
-    HOST_LINK_BYTES_PER_SECOND,
-    HOST_SYNC_SECONDS,
-    IPU_LINK_BYTES_PER_SECOND,
-    IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE,
-    SYNC_CYCLES,
-)
 from .errors import IpuError, TileMappingError
 
 KiB = 1024
@@ -50,7 +41,7 @@ class Target:
     clock_hz: float
     num_worker_contexts: int = 6
     exchange_bytes_per_cycle: int = 4
-    sync_cycles: int = SYNC_CYCLES
+    sync_cycles: int = cost.SYNC_CYCLES
     #: Host link bytes per cycle (the preset's); None: ``HOST_LINK_BYTES_PER_SECOND``.
     host_link: float | None = None
 

@@ -170,9 +170,6 @@ class Tensor:
         return self._numpy_view(lambda i: np.broadcast_to(i, tuple(shape)),
                                 f".broadcast({list(shape)})")
 
-    def _stand_in(self) -> np.ndarray:
-        return np.lib.stride_tricks.as_strided(_BYTE, self.shape, self.strides)
-
     def _numpy_view(self, make, what) -> Tensor:
         """A view by NumPy's own rules (indexing, reordering, adding or repeating
         dimensions), applied to a stand-in array whose strides (in bytes of 1) are the
@@ -180,7 +177,7 @@ class Tensor:
         try:
             if self._idx is not None:
                 return self._view(make(self._idx), what)
-            view = make(self._stand_in())
+            view = make(np.lib.stride_tricks.as_strided(_BYTE, self.shape, self.strides))
             moved = view.__array_interface__["data"][0] - _BYTE.__array_interface__["data"][0]
             return self._view((self.offset + moved, view.shape, view.strides), what)
         except (ValueError, IndexError, TypeError) as exc:
@@ -299,10 +296,7 @@ def runs(t: Tensor, keep: int = 0):
     if t._idx is not None:
         return index_runs(t._idx.reshape(-1), math.prod(t.shape[keep:]))[:2]
     shape, strides = t.shape, t.strides
-    outer = len(shape) - inner_dims(shape[keep:], strides[keep:])
-    if outer == 0:  # one run
-        n = math.prod(shape)
-        return np.array([t.offset] if n else [], np.int64), np.array([n] if n else [], np.int64)
+    outer = len(shape) - inner_dims(shape[keep:], strides[keep:])  # 0: one run
     begins = addresses(t.offset, shape[:outer], strides[:outer]).reshape(-1)
     length = math.prod(shape[outer:])
     if length == 0:
