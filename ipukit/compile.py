@@ -220,9 +220,8 @@ class _Compiler:
                 np.array(pool.starts, np.int64), np.array([v.size for v in pool.variables]))
             if (tile < 0).any():
                 var = pool.variables[run[k := int(np.argmax(tile < 0))]]
-                first = np.unravel_index(int(start[k]) - var.start, var.shape)
                 missing = int((end - start)[(tile < 0) & (run == run[k])].sum())
-                raise TileMappingError.unmapped(var.name, missing, first)
+                raise TileMappingError.unmapped(var, missing, int(start[k]) - var.start)
 
     # -- steps ----------------------------------------------------------------------------
     def _step(self, name, kind, sync=0, compute=None, transfers=None, host_bytes=0,

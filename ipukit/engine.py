@@ -121,8 +121,7 @@ class Engine:
     def write_tensor(self, name: str, array) -> None:
         """``Engine::writeTensor``: copy host data into a tensor with a host write handle."""
         t = self._handle(name, "write")
-        why = out_of_range(array, t.dtype)
-        if why:
+        if why := out_of_range(array, t.dtype):
             raise StreamError.write_out_of_range(name, t, why)
         try:
             data = np.asarray(array, dtype=t.dtype).reshape(-1)
@@ -200,8 +199,7 @@ class Engine:
         if isinstance(program, bool) or not (isinstance(program, numbers.Integral)
                                              and 0 <= program < len(programs)):
             raise ProgramError.bad_program_index(program, len(programs))
-        need = self._need(programs[program])
-        if need > self.max_steps:  # the whole program, up front: nothing runs
+        if (need := self._need(programs[program])) > self.max_steps:  # up front: nothing runs
             raise ProgramError.too_many_steps(f"program {program}", need, self.max_steps)
         self.trace.num_runs += 1
         self.trace.record(0)  # the host synchronisation of this call
@@ -272,8 +270,7 @@ class Engine:
         s = node.stream
         if s.name not in self._streams:
             raise StreamError.not_connected(s)
-        conn = self._streams[s.name]
-        buf, pos = conn
+        buf, pos = conn = self._streams[s.name]
         if callable(buf):
             data = np.zeros(s.n, s.dtype) if s.to_device else backend.to_numpy(
                 self._read(node.access)).copy()

@@ -18,6 +18,8 @@ ipukit.errors.ProgramError: Repeat count must be a non-negative int, got -1
 
 from math import prod
 
+import numpy as np
+
 #: How codelets see fields, told with every CodeletError about a codelet's compute.
 VERTEX_AXIS = ("every field has a leading vertex axis (scalars (n,), Vectors (n, k)): write "
                "compute for one vertex, reduce with axis=-1 (self.x.sum(axis=-1), not "
@@ -29,6 +31,19 @@ def type_name(dtype) -> str:
     from .tensor import TYPE_NAMES  # noqa: PLC0415 - tensor.py imports this module
 
     return TYPE_NAMES[dtype]
+
+
+def vertex_name(vid, codelet, compute_set, tile) -> str:
+    """How messages name a vertex: "vertex 3 (Sum, compute set 'cs0', tile 1)"."""
+    where = f"tile {tile}" if tile >= 0 else "no tile"
+    return f"vertex {vid} ({codelet.__name__}, compute set '{compute_set}', {where})"
+
+
+def element_name(var, local) -> str:
+    """How messages name element ``local`` (flat) of variable ``var``: "element [1, 2] of
+    tensor 'v'"."""
+    where = np.unravel_index(local, var.shape) if len(var.shape) > 1 else (local,)
+    return f"element {list(map(int, where))} of tensor '{var.name}'"
 
 
 def outside_range(value, dtype, info) -> str:
@@ -303,15 +318,19 @@ class TileMappingError(IpuError):
 
     @classmethod
     def incomplete(cls, t, missing, first):
-        """``get_tile_mapping`` of a tensor with unmapped elements (``first``: an index)."""
+        """``get_tile_mapping`` of a tensor with ``missing`` unmapped elements, the first at
+        flat position ``first``."""
+        first = np.unravel_index(int(first), t.shape) if t.shape else ()
         return cls(f"get_tile_mapping: tensor '{t.name}' has {missing} unmapped elements "
                    f"(first: {list(map(int, first))}); map them with graph.set_tile_mapping, "
                    "or pass throw_on_incomplete=False for the mapping of the mapped ones")
 
     @classmethod
-    def unmapped(cls, name, missing, first):
-        """Compiling a graph whose tensor ``name`` has unmapped elements."""
-        return cls(f"tensor '{name}' has {missing} unmapped elements (first: "
+    def unmapped(cls, var, missing, first):
+        """Compiling a graph whose variable ``var`` has ``missing`` unmapped elements, the
+        first at flat position ``first``."""
+        first = np.unravel_index(first, var.shape)
+        return cls(f"tensor '{var.name}' has {missing} unmapped elements (first: "
                    f"{list(map(int, first))}); map every element with graph.set_tile_mapping "
                    "(or poputil.map_tensor_linearly) before compiling")
 

@@ -25,7 +25,9 @@ from .errors import (
     OutOfMemoryError,
     StreamError,
     TileMappingError,
+    element_name,
     outside_range,
+    vertex_name,
 )
 from .target import Device, Target
 from .tensor import Tensor, as_type, contiguous_strides, firsts, runs, single_run
@@ -105,11 +107,9 @@ class Pool:
         return keep[run], start, end, self._cut_tiles[at]
 
     def describe(self, address: int) -> str:
-        """'element 5 of tensor v2', for error messages."""
+        """"element [5] of tensor 'v2'", for error messages."""
         var = self.variables[int(np.searchsorted(self.starts, address, "right")) - 1]
-        local = int(address) - var.start
-        where = np.unravel_index(local, var.shape) if len(var.shape) > 1 else (local,)
-        return f"element {list(map(int, where))} of tensor '{var.name}'"
+        return element_name(var, int(address) - var.start)
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -226,15 +226,11 @@ class Graph:
                 raise IpuError.constant_size(name, shape, values.size)
             values = values.reshape(shape)
         name = name or f"{kind}{len(pool.variables)}"
-        self._check_fits(name, pool.dtype, shape)
+        need, t = int(np.prod(shape, dtype=np.int64)) * pool.dtype.itemsize, self.target
+        if need > t.num_tiles * t.bytes_per_tile:  # larger than all tiles together
+            raise OutOfMemoryError.tensor_too_big(name, pool.dtype, shape, need, t)
         var = pool.alloc(name, shape, values)
         return Tensor(self.root, pool.dtype, (var.start, shape, contiguous_strides(shape)), name)
-
-    def _check_fits(self, name, dtype, shape) -> None:
-        """OutOfMemoryError, by arithmetic, for a tensor larger than all tiles together."""
-        need, t = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, self.target
-        if need > t.num_tiles * t.bytes_per_tile:
-            raise OutOfMemoryError.tensor_too_big(name, dtype, shape, need, t)
 
     def set_tile_mapping(self, tensor_or_vertex, tile: int) -> None:
         """``Graph::setTileMapping``: put every element of a tensor (or a vertex) on ``tile``."""
@@ -260,8 +256,7 @@ class Graph:
         flat = (np.cumsum(lengths) - lengths)[run] + start - begins[run]  # flat positions
         if throw_on_incomplete and (tiles < 0).any():
             holes = np.flatnonzero(tiles < 0)
-            first = np.unravel_index(int(flat[holes[0]]), t.shape) if t.shape else ()
-            raise TileMappingError.incomplete(t, int((end - start)[holes].sum()), first)
+            raise TileMappingError.incomplete(t, int((end - start)[holes].sum()), flat[holes[0]])
         n = self.target.num_tiles
         begins, ends, tiles = _join(flat, flat + end - start, tiles)  # grouped by tile next
         order = np.argsort(tiles, kind="stable")
@@ -402,10 +397,9 @@ class Graph:
         return field
 
     def describe_vertex(self, vid: int) -> str:
-        tile = self.v_tile[vid]
-        cs = self.compute_sets[self.v_cs[vid]].name
-        where = f"tile {tile}" if tile >= 0 else "no tile"
-        return f"vertex {vid} ({self.v_cls[vid].__name__}, compute set '{cs}', {where})"
+        """"vertex 3 (Sum, compute set 'cs0', tile 1)", for error messages."""
+        return vertex_name(vid, self.v_cls[vid], self.compute_sets[self.v_cs[vid]].name,
+                           self.v_tile[vid])
 
     @property
     def num_vertices(self) -> int:
@@ -453,8 +447,7 @@ def out_of_range(values, dtype) -> str | None:
 
 def _values(values, dtype, shape, what: str) -> np.ndarray:
     """``values`` as an array of ``dtype`` (broadcast to ``shape``), or IpuError."""
-    why = out_of_range(values, dtype)
-    if why:
+    if why := out_of_range(values, dtype):
         raise IpuError.values_out_of_range(what, why)
     try:
         a = np.asarray(values, dtype=dtype)
