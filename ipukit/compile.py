@@ -153,8 +153,7 @@ def compile_graph(graph: Graph, programs, options: dict | None = None) -> Execut
     allow = str((options or {}).get("debug.allowOutOfMemory", "true")).lower()
     if allow not in ("true", "false"):
         raise IpuError.bad_allow_out_of_memory(allow)
-    return _Compiler(getattr(graph, "root", graph),
-                     allow_out_of_memory=allow == "true").run(programs)
+    return _Compiler(getattr(graph, "root", graph), allow == "true").run(programs)
 
 
 class _Compiler:
@@ -495,16 +494,14 @@ class _Compiler:
     # -- memory ---------------------------------------------------------------------------
     def _memory(self) -> TileMemory:
         n = self.t.num_tiles
-        variables, constants = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        placed = np.zeros(2 * n)  # bytes per tile of variables, then of constants
         for dtype, (run, start, end, tile) in self.pieces.items():
-            nbytes = (end - start) * dtype.itemsize
-            fixed = np.array([v.values is not None for v in self.g.pools[dtype].variables],
-                             bool)[run]
-            variables += np.bincount(tile, weights=nbytes, minlength=n).astype(np.int64)
-            constants += np.bincount(tile[fixed], weights=nbytes[fixed], minlength=n).astype(
-                np.int64)
-        mem = TileMemory({"variables": variables - constants, "constants": constants,
-                          **self.memory}, self.t.bytes_per_tile)
+            fixed = np.array([v.values is not None for v in self.g.pools[dtype].variables], bool)
+            placed += np.bincount(fixed[run] * n + tile, weights=(end - start) * dtype.itemsize,
+                                  minlength=2 * n)
+        variables, constants = placed.astype(np.int64).reshape(2, n)
+        mem = TileMemory({"variables": variables, "constants": constants, **self.memory},
+                         self.t.bytes_per_tile)
         if (mem.total > self.t.bytes_per_tile).any():
             text = out_of_memory(self.g, mem, error=not self.allow_out_of_memory)
             if not self.allow_out_of_memory:

@@ -184,8 +184,7 @@ class DataStream:
 class Graph:
     """``poplar::Graph(target)``: the program's data and computation, before compilation."""
 
-    def _offset_of(self) -> int:
-        return 0
+    _offset = 0  # where a virtual graph's tile 0 is in its root graph (virtual_graph.py)
 
     def __init__(self, target: Target | Device):
         self.target = target.target if isinstance(target, Device) else target

@@ -66,9 +66,7 @@ class Tensor:
     @property
     def idx(self) -> np.ndarray:
         """Every element's address (int64), built on demand: for tests and small tensors."""
-        if self._idx is not None:
-            return self._idx
-        return addresses(self.offset, self.shape, self.strides)
+        return addresses(self.offset, self.shape, self.strides) if self._idx is None else self._idx
 
     @property
     def name(self) -> str:
