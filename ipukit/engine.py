@@ -108,11 +108,9 @@ class Engine:
         self.xp = xp = backend.get_xp()
         self._plans: dict = {}  # Access -> how to reach it in storage
         self._mem = {dt: xp.zeros(p.size, dt) for dt, p in g.pools.items()}
-        for dt, pool in g.pools.items():
-            for var in pool.variables:
-                if var.values is not None:
-                    self._mem[dt][var.start:var.start + var.size] = xp.asarray(
-                        var.values.reshape(-1))
+        for dt, pool in g.pools.items():  # constants' values
+            for var in (v for v in pool.variables if v.values is not None):
+                self._mem[dt][var.start:var.start + var.size] = xp.asarray(var.values.reshape(-1))
         for t, value in g.initial_values:
             self._write(self._access(t), xp.asarray(value))
         self._state = {}

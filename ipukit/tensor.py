@@ -57,11 +57,9 @@ class Tensor:
         # A view's name ("v[1:3]") is built only when asked for: views are made often.
         self.graph, self.dtype, self._parent, self._what = graph, dtype, parent, name
         if type(layout) is tuple:
-            self.offset, self.shape, self.strides = layout
-            self._idx = None
+            (self.offset, self.shape, self.strides), self._idx = layout, None
         else:
-            self.offset, self.shape, self.strides = -1, layout.shape, None
-            self._idx = layout
+            self.offset, self.shape, self.strides, self._idx = -1, layout.shape, None, layout
 
     @property
     def idx(self) -> np.ndarray:
@@ -206,8 +204,7 @@ def concat(tensors, dim: int = 0) -> Tensor:
         idx = np.concatenate([t.idx for t in tensors], axis=dim)
     except ValueError as exc:
         raise IpuError.concat_shapes(tensors, dim, exc) from None
-    return Tensor(first.graph, first.dtype, idx, "concat(" + ", ".join(t.name for t in tensors)
-                  + ")")
+    return Tensor(first.graph, first.dtype, idx, f"concat({', '.join(t.name for t in tensors)})")
 
 
 # -- regions: (offset, shape, strides) ----------------------------------------------------
