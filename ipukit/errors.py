@@ -2,10 +2,10 @@
 every error the emulator core raises.
 
 Every error derives from :class:`IpuError`, names what is wrong (tensor, vertex, field,
-tile, setting) and says how to fix it. The core (``target.py`` to ``engine.py``) raises
-them through the constructors below, each named for what went wrong and kept beside its
-class (``raise TileMappingError.unmapped_vertex(...)``), so every message is written once,
-here, where it can be read and checked against Poplar's wording.
+tile, setting) and says how to fix it. The emulator core (``target.py`` to ``trace.py``,
+``cost.py``) raises them through the constructors below, each named for what went wrong
+and kept beside its class (``raise TileMappingError.unmapped_vertex(...)``), so every
+message is written once, here, where it can be read and checked against Poplar's wording.
 
 >>> import ipukit as ipu
 >>> issubclass(ipu.OutOfMemoryError, ipu.IpuError)
@@ -57,7 +57,7 @@ class IpuError(Exception):
     """Base of every ipukit error (``poplar::poplar_error``). Its constructors word the
     errors of targets, element types, tensor views, graph values and engine settings."""
 
-    # -- targets (target.py) and the cost model (cost.py) --------------------------------
+    # -- targets (target.py) and the cost model (cost.py) ----------------------------------
     @classmethod
     def not_positive(cls, name, value):
         return cls(f"{name} must be a positive integer, got {value!r}")
@@ -70,7 +70,7 @@ class IpuError(Exception):
     def unknown_ring(cls, kind, ring):
         return cls(f"unknown ring collective {kind!r}: use one of {sorted(ring)}")
 
-    # -- element types and tensor views (tensor.py) ---------------------------------------
+    # -- element types and tensor views (tensor.py) ----------------------------------------
     @classmethod
     def unsupported_type(cls, dtype):
         return cls(f"unsupported element type {dtype!r}; use ipu.FLOAT, ipu.HALF, ipu.INT, "
@@ -220,6 +220,7 @@ class IpuError(Exception):
 class GraphConnectionError(IpuError):
     """A vertex field is unconnected, or connected to a tensor of the wrong shape/type."""
 
+    # -- vertices, fields and tensors of one type (tensor.py, graph.py) --------------------
     @classmethod
     def concat_types(cls, t, first):
         return cls(f"concat: '{t.name}' is {type_name(t.dtype)} but '{first.name}' is "
