@@ -292,14 +292,15 @@ class GraphConnectionError(IpuError):
                    f"got {target!r}")
 
     @classmethod
-    def not_state(cls, name, vertex, kind):
-        return cls(f"field '{name}' of {vertex} is {kind}, not State; connect a tensor to it "
-                   "with graph.connect")
+    def not_state(cls, ref, vertex, field):
+        """``set_initial_value(ref, ...)`` of a field that is not State."""
+        return cls(f"field '{ref.field}' of {vertex} is {field.kind}, not State; connect a "
+                   "tensor to it with graph.connect")
 
     @classmethod
-    def state_shape(cls, name, vertex, vector, shape):
-        want = "a 1-D array" if vector else "one value"
-        return cls(f"State field '{name}' of {vertex} needs {want}, got shape {shape}")
+    def state_shape(cls, ref, vertex, field, value):
+        want = "a 1-D array" if field.vector else "one value"
+        return cls(f"State field '{ref.field}' of {vertex} needs {want}, got shape {value.shape}")
 
     @classmethod
     def state_unset(cls, name, vertex):

@@ -275,12 +275,10 @@ class Graph:
         vid, field = self._vertex(target.vertex, "set_initial_value"), \
             self._field(target, "set_initial_value")
         if field.kind != "state":
-            raise GraphConnectionError.not_state(target.field, self.describe_vertex(vid),
-                                                 field.kind)
+            raise GraphConnectionError.not_state(target, self.describe_vertex(vid), field)
         value = np.asarray(value, dtype=field.dtype)
         if (value.ndim != 1) if field.vector else (value.size != 1):
-            raise GraphConnectionError.state_shape(target.field, self.describe_vertex(vid),
-                                                   field.vector, value.shape)
+            raise GraphConnectionError.state_shape(target, self.describe_vertex(vid), field, value)
         self.v_state[vid][target.field] = value if field.vector else value.reshape(())
 
     # -- computation ---------------------------------------------------------------------
