@@ -21,8 +21,8 @@ import numpy as np
 
 import ipukit as ipu
 from ipukit import host
+from ipukit.cost import HOST_LINK_BYTES_PER_SECOND
 from ipukit.data import load_mnist
-from ipukit.target import HOST_LINK_BYTES_PER_SECOND
 
 
 class AddSum(ipu.Vertex):

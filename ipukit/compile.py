@@ -38,7 +38,7 @@ from .errors import (
 from .graph import DataStream, Graph
 from .memory_report import out_of_memory
 from .program import Copy, Execute, If, PrintTensor, Program, Repeat, RepeatWhileTrue, Sequence
-from .tensor import TYPE_NAMES, Tensor, addresses, firsts, runs
+from .tensor import Tensor, addresses, firsts, runs
 from .trace import Step, TileMemory
 
 #: Bytes of vertex state per field: a pointer (scalar) or pointer and size (Vector).
@@ -152,10 +152,8 @@ def compile_graph(graph: Graph, programs, options: dict | None = None) -> Execut
     """
     allow = str((options or {}).get("debug.allowOutOfMemory", "true")).lower()
     if allow not in ("true", "false"):
-        raise IpuError(f"engine option 'debug.allowOutOfMemory' must be \"true\" or "
-                       f"\"false\", got {allow!r}")
-    return _Compiler(getattr(graph, "root", graph),
-                     allow_out_of_memory=allow == "true").run(programs)
+        raise IpuError.bad_allow_out_of_memory(allow)
+    return _Compiler(getattr(graph, "root", graph), allow == "true").run(programs)
 
 
 class _Compiler:
@@ -191,7 +189,7 @@ class _Compiler:
             return SeqNode(tuple(self.node(c) for c in p.programs))
         if isinstance(p, Execute):
             if p.cs.graph is not self.g:
-                raise ProgramError(f"Execute({p.cs!r}): the compute set is from another graph")
+                raise ProgramError.compute_set_of_other_graph(p.cs)
             return self._compute_set(p.cs)
         if isinstance(p, Copy):
             return self._copy(p.src, p.dst)
@@ -205,11 +203,11 @@ class _Compiler:
                           self.node(p.else_))
         if isinstance(p, PrintTensor):
             return PrintNode(p.title, self._access(p.tensor, "PrintTensor"), p.fmt)
-        raise ProgramError(f"cannot compile program {p!r}")
+        raise ProgramError.cannot_compile(p)
 
     def _access(self, t: Tensor, what: str) -> Access:
         if t.graph is not self.g:
-            raise ProgramError(f"{what}: tensor '{t.name}' belongs to another graph")
+            raise ProgramError.tensor_of_other_graph(what, t)
         return Access.of(t)
 
     # -- checks ---------------------------------------------------------------------------
@@ -221,12 +219,8 @@ class _Compiler:
                 np.array(pool.starts, np.int64), np.array([v.size for v in pool.variables]))
             if (tile < 0).any():
                 var = pool.variables[run[k := int(np.argmax(tile < 0))]]
-                first = np.unravel_index(int(start[k]) - var.start, var.shape)
                 missing = int((end - start)[(tile < 0) & (run == run[k])].sum())
-                raise TileMappingError(
-                    f"tensor '{var.name}' has {missing} unmapped elements (first: "
-                    f"{list(map(int, first))}); map every element with graph.set_tile_mapping "
-                    "(or poputil.map_tensor_linearly) before compiling")
+                raise TileMappingError.unmapped(var, missing, int(start[k]) - var.start)
 
     # -- steps ----------------------------------------------------------------------------
     def _step(self, name, kind, sync=0, compute=None, transfers=None, host_bytes=0,
@@ -279,17 +273,11 @@ class _Compiler:
         for t in (src, dst):
             self._access(t, "Copy")
         if src.num_elements() != dst.num_elements() or src.dtype != dst.dtype:
-            raise ProgramError(
-                f"Copy from '{src.name}' ({TYPE_NAMES[src.dtype]} {src.shape}) to "
-                f"'{dst.name}' ({TYPE_NAMES[dst.dtype]} {dst.shape}): source and destination "
-                "need the same type and number of elements"
-            )
+            raise ProgramError.copy_mismatch(src, dst)
         n_tiles, size = self.t.num_tiles, src.dtype.itemsize
         (sb, sn), (db, dn) = runs(src), runs(dst)
         if int(_union_lengths(np.zeros(db.size, np.int64), db, db + dn).sum()) != dn.sum():
-            raise ProgramError(f"Copy destination '{dst.name}' has aliased elements (it names "
-                               "some element twice, e.g. a broadcast view); copy to a tensor "
-                               "whose elements are distinct")
+            raise ProgramError.copy_aliased(dst)
         # Cut each side where its tile changes, then pair the pieces by flat position:
         # pieces of (source address, source tile, destination tile, length).
         sides = []
@@ -317,14 +305,10 @@ class _Compiler:
     def _stream_copy(self, src, dst):
         stream, tensor = (src, dst) if isinstance(src, DataStream) else (dst, src)
         if self.g.streams.get(stream.name) is not stream:
-            raise StreamError(f"stream '{stream.name}' was not created by this graph")
+            raise StreamError.stream_of_other_graph(stream)
         self._access(tensor, "Copy")
         if tensor.num_elements() != stream.n or tensor.dtype != stream.dtype:
-            raise StreamError(
-                f"Copy between stream '{stream.name}' ({TYPE_NAMES[stream.dtype]}, {stream.n} "
-                f"elements) and tensor '{tensor.name}' ({TYPE_NAMES[tensor.dtype]}, "
-                f"{tensor.num_elements()} elements): they must have the same type and size"
-            )
+            raise StreamError.stream_copy_size(stream, tensor)
         run, start, end, tile = self.g.pools[tensor.dtype].pieces(*runs(tensor))
         nbytes = tensor.num_elements() * tensor.dtype.itemsize
         per_tile = (np.bincount(tile, weights=end - start, minlength=self.t.num_tiles)
@@ -344,20 +328,15 @@ class _Compiler:
         for v in vids:
             cls, conn, state = g.v_cls[v], g.v_conn[v], g.v_state[v]
             if g.v_tile[v] < 0:
-                raise TileMappingError(f"{g.describe_vertex(v)} is not mapped to a tile; call "
-                                       "graph.set_tile_mapping(vertex, tile)")
+                raise TileMappingError.unmapped_vertex(g.describe_vertex(v))
             shape = [cls]  # vertices whose fields have the same region shape share one plan
             for name, f in cls.fields.items():
                 if f.kind == "state" and f.vector and name not in state:
-                    raise GraphConnectionError(
-                        f"State field '{name}' of {g.describe_vertex(v)} is a Vector "
-                        "with no value; set it with graph.set_initial_value")
+                    raise GraphConnectionError.state_unset(name, g.describe_vertex(v))
                 if f.kind == "state":
                     shape.append(state[name].size if f.vector else 0)
                 elif name not in conn:
-                    raise GraphConnectionError(
-                        f"field '{name}' ({f!r}) of {g.describe_vertex(v)} is not connected; "
-                        f"connect a tensor with graph.connect(v['{name}'], tensor)")
+                    raise GraphConnectionError.unconnected(name, f, g.describe_vertex(v))
                 else:
                     t = conn[name]
                     shape += [t.shape if t._idx is None else t.num_elements(), t.strides]
@@ -443,25 +422,15 @@ class _Compiler:
             self._race(cs, fields, span, max(b[k], wb[m]), wo[m], who[k], "reads")
 
     def _race(self, cs, fields, span, addr, writer, other, verb):
-        def who(code):
-            vid, s = divmod(int(code), len(fields))
-            return f"{self.g.describe_vertex(vid)} field '{fields[s][1].name}'"
-
-        (w_vid, _), (o_vid, o_slot) = divmod(int(writer), len(fields)), divmod(int(other),
-                                                                           len(fields))
-        other_text = f"{who(other)} {verb}" if w_vid != o_vid else (
-            f"its own field '{fields[o_slot][1].name}' {verb} (kit convention: Poplar checks "
-            "between vertices)")
+        """``writer`` writes element ``addr`` (of the storage of type ``addr // span``),
+        which ``other`` also writes or reads (codes: vertex id x len(fields) + field)."""
+        (w_vid, w_slot), (o_vid, o_slot) = (divmod(int(c), len(fields)) for c in (writer, other))
         pool, addr = divmod(int(addr), span)
-        raise ComputeSetRaceError(
-            f"race in compute set '{cs.name}': {who(writer)} writes "
-            f"{list(self.g.pools.values())[pool].describe(addr)}, which {other_text}. "
-            "Vertices of one compute set run in parallel, in no promised order; Poplar's "
-            "graph compiler refuses this when the Engine is built (poplar::graph_cycle_error:"
-            " '... written to elsewhere in same compute set'). Fix: "
-            "write to separate tensors, or put the two vertices in different compute sets "
-            "executed one after the other (an InOut field reads and writes in place)."
-        )
+        raise ComputeSetRaceError.race(
+            cs, self.g.describe_vertex(w_vid), fields[w_slot][1].name,
+            list(self.g.pools.values())[pool].describe(addr),
+            None if w_vid == o_vid else self.g.describe_vertex(o_vid), fields[o_slot][1].name,
+            verb)
 
     def _compute_step(self, cs, groups, fields) -> int:
         t, n_tiles, W = self.t, self.t.num_tiles, self.t.num_worker_contexts
@@ -525,16 +494,14 @@ class _Compiler:
     # -- memory ---------------------------------------------------------------------------
     def _memory(self) -> TileMemory:
         n = self.t.num_tiles
-        variables, constants = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        placed = np.zeros(2 * n)  # bytes per tile of variables, then of constants
         for dtype, (run, start, end, tile) in self.pieces.items():
-            nbytes = (end - start) * dtype.itemsize
-            fixed = np.array([v.values is not None for v in self.g.pools[dtype].variables],
-                             bool)[run]
-            variables += np.bincount(tile, weights=nbytes, minlength=n).astype(np.int64)
-            constants += np.bincount(tile[fixed], weights=nbytes[fixed], minlength=n).astype(
-                np.int64)
-        mem = TileMemory({"variables": variables - constants, "constants": constants,
-                          **self.memory}, self.t.bytes_per_tile)
+            fixed = np.array([v.values is not None for v in self.g.pools[dtype].variables], bool)
+            placed += np.bincount(fixed[run] * n + tile, weights=(end - start) * dtype.itemsize,
+                                  minlength=2 * n)
+        variables, constants = placed.astype(np.int64).reshape(2, n)
+        mem = TileMemory({"variables": variables, "constants": constants, **self.memory},
+                         self.t.bytes_per_tile)
         if (mem.total > self.t.bytes_per_tile).any():
             text = out_of_memory(self.g, mem, error=not self.allow_out_of_memory)
             if not self.allow_out_of_memory:

@@ -138,7 +138,7 @@ def ring_steps(kind: str, ranks: int) -> int:
     """Steps of a ring ``kind`` over ``ranks``: 2(R−1) for an all-reduce (a reduce-scatter
     then an all-gather), R−1 for either half."""
     if kind not in RING:
-        raise IpuError(f"unknown ring collective {kind!r}: use one of {sorted(RING)}")
+        raise IpuError.unknown_ring(kind, RING)
     return RING[kind][0] * (ranks - 1)
 
 

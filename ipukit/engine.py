@@ -50,7 +50,7 @@ from .compile import (
 from .errors import CodeletError, IpuError, ProgramError, StreamError
 from .graph import Graph, out_of_range
 from .print_tensor import format_tensor
-from .tensor import TYPE_NAMES, addresses, contiguous, reshape_strides
+from .tensor import addresses, contiguous, reshape_strides
 from .trace import Trace
 
 #: Engine options accepted for Poplar compatibility; profiling is always on here.
@@ -63,10 +63,6 @@ OPTIONS = ("debug.perVertex", "debug.allowOutOfMemory", "debug.maxEmulatedSteps"
 MAX_EMULATED_STEPS = 1_000_000
 #: Most runs of a vertex group compared with one vertex alone while the outputs are zero.
 AXIS_CHECK_RUNS = 8
-#: How codelets see fields, told with every CodeletError.
-VERTEX_AXIS = ("every field has a leading vertex axis (scalars (n,), Vectors (n, k)): write "
-               "compute for one vertex, reduce with axis=-1 (self.x.sum(axis=-1), not "
-               "self.x.sum()) and write outputs with self.field[...] = value")
 
 
 class Engine:
@@ -75,22 +71,17 @@ class Engine:
     def __init__(self, graph: Graph | Executable, programs=None, options: dict | None = None,
                  *, per_vertex: bool = False, max_loop_iterations: int = 1_000_000):
         if not isinstance(options, dict | None):
-            raise IpuError(f"Engine options must be a dict of option name to value, got "
-                           f"{options!r}")
+            raise IpuError.bad_options(options)
         options = options or {}
         for key in options:
             if key not in OPTIONS and not key.startswith(PROFILING_OPTIONS):
-                raise IpuError(f"unknown engine option '{key}'; ipukit knows "
-                               f"{', '.join(map(repr, OPTIONS))} and ignores Poplar's "
-                               "profiling options")
+                raise IpuError.unknown_option(key, OPTIONS)
         steps = options.get("debug.maxEmulatedSteps", MAX_EMULATED_STEPS)
         if isinstance(steps, bool | float) or not str(steps).isdecimal() or int(steps) < 1:
-            raise IpuError(f"engine option 'debug.maxEmulatedSteps' must be a positive whole "
-                           f"number (e.g. '{MAX_EMULATED_STEPS}'), got {steps!r}")
+            raise IpuError.bad_max_steps(steps, MAX_EMULATED_STEPS)
         self.max_steps = int(steps)
         if not isinstance(graph, Graph | Executable):
-            raise IpuError(f"Engine needs a Graph (ipu.Graph(target)) or an Executable "
-                           f"(ipu.compile_graph), got {graph!r}")
+            raise IpuError.not_a_graph(graph)
         self.executable = graph if isinstance(graph, Executable) else compile_graph(
             graph, [] if programs is None else programs, options)
         self.target = self.executable.target
@@ -112,17 +103,14 @@ class Engine:
     def load(self, device) -> None:
         """``Engine::load``: allocate (zeroed) tile memory on the backend, set constants."""
         if getattr(device, "target", None) != self.target:
-            raise IpuError(f"the graph was compiled for {self.target} but load() got "
-                           f"{device!r}; load it on a device made from the same IPUModel")
+            raise IpuError.wrong_device(self.target, device)
         g = self.executable.graph
         self.xp = xp = backend.get_xp()
         self._plans: dict = {}  # Access -> how to reach it in storage
         self._mem = {dt: xp.zeros(p.size, dt) for dt, p in g.pools.items()}
-        for dt, pool in g.pools.items():
-            for var in pool.variables:
-                if var.values is not None:
-                    self._mem[dt][var.start:var.start + var.size] = xp.asarray(
-                        var.values.reshape(-1))
+        for dt, pool in g.pools.items():  # constants' values
+            for var in (v for v in pool.variables if v.values is not None):
+                self._mem[dt][var.start:var.start + var.size] = xp.asarray(var.values.reshape(-1))
         for t, value in g.initial_values:
             self._write(self._access(t), xp.asarray(value))
         self._state = {}
@@ -131,17 +119,14 @@ class Engine:
     def write_tensor(self, name: str, array) -> None:
         """``Engine::writeTensor``: copy host data into a tensor with a host write handle."""
         t = self._handle(name, "write")
-        why = out_of_range(array, t.dtype)
-        if why:
-            raise StreamError(f"write_tensor('{name}'): for tensor '{t.name}', {why}")
+        if why := out_of_range(array, t.dtype):
+            raise StreamError.write_out_of_range(name, t, why)
         try:
             data = np.asarray(array, dtype=t.dtype).reshape(-1)
         except (TypeError, ValueError) as exc:
-            raise StreamError(f"write_tensor('{name}'): cannot convert the data to "
-                              f"{t.dtype} for tensor '{t.name}' ({exc})") from None
+            raise StreamError.write_unconvertible(name, t, exc) from None
         if data.size != t.num_elements():
-            raise StreamError(f"write_tensor('{name}'): tensor '{t.name}' has "
-                              f"{t.num_elements()} elements but the data has {data.size}")
+            raise StreamError.write_size(name, t, data.size)
         self._write(self._access(t), self.xp.asarray(data))
 
     def read_tensor(self, name: str) -> np.ndarray:
@@ -151,20 +136,19 @@ class Engine:
 
     def _loaded(self):
         if self.xp is None:
-            raise IpuError("the engine is not loaded; call engine.load(device) first")
+            raise IpuError.not_loaded()
 
     def _handle(self, name: str, verb: str):
         """The tensor of host ``verb`` ("read" or "write") handle ``name``."""
         self._loaded()
-        return self._lookup(f"host_{verb}s", name, f"host {verb} handle", "handles",
-                            f"; create one with graph.create_host_{verb}('{name}', tensor) "
-                            "before compiling")
+        return self._lookup(f"host_{verb}s", name, verb)
 
-    def _lookup(self, table: str, name, what: str, plural: str, fix: str = ""):
-        """``graph.<table>[name]``, or a StreamError naming what there is (and ``fix``)."""
+    def _lookup(self, table: str, name, verb: str | None = None):
+        """``graph.<table>[name]``, or a StreamError naming what there is (``verb``: of a
+        host handle)."""
         found = getattr(self.executable.graph, table)
         if name not in found:
-            raise StreamError(f"no {what} '{name}' ({plural}: {', '.join(found) or 'none'}){fix}")
+            raise StreamError.not_found(name, found, verb)
         return found[name]
 
     def connect_stream(self, name: str, array: np.ndarray) -> None:
@@ -174,42 +158,31 @@ class Engine:
         each copy takes the next ``n`` elements modulo the buffer's length. Connecting a
         stream again replaces its previous buffer or callback, as in Poplar.
         """
-        stream = self._lookup("streams", name, "stream named", "streams")
+        stream = self._lookup("streams", name)
         if not isinstance(array, np.ndarray) or array.size == 0:
-            raise StreamError(f"connect_stream('{name}') needs a non-empty NumPy array, "
-                              f"got {type(array).__name__}")
+            raise StreamError.not_an_array(name, array)
         flat = array.reshape(-1)
         if stream.to_device:
             if not np.can_cast(array.dtype, stream.dtype, "same_kind") and not (
                     array.dtype.kind in "iub" and stream.dtype.kind in "iubf"):
-                raise StreamError(f"connect_stream('{name}'): a {array.dtype} buffer cannot "
-                                  f"feed a stream of {stream.dtype}")
+                raise StreamError.buffer_cannot_feed(name, array, stream)
         elif not (np.shares_memory(flat, array) and array.flags.writeable):
-            raise StreamError(f"connect_stream('{name}'): the buffer of a device-to-host "
-                              "stream must be a writeable, contiguous array")
+            raise StreamError.buffer_not_writeable(name)
         elif not np.can_cast(stream.dtype, array.dtype, "same_kind"):
-            raise StreamError(
-                f"connect_stream('{name}'): a device-to-host stream of "
-                f"{TYPE_NAMES[stream.dtype]} cannot be written into a {array.dtype} buffer "
-                f"without losing data; use a {stream.dtype} buffer"
-            )
+            raise StreamError.buffer_loses_data(name, array, stream)
         self._streams[name] = [flat, 0]
 
     def connect_stream_to_callback(self, name: str, callback) -> None:
         """``Engine::connectStreamToCallback``: ``callback(buffer)`` fills or consumes data."""
-        self._lookup("streams", name, "stream named", "streams")
+        self._lookup("streams", name)
         if not callable(callback):
-            raise StreamError(f"connect_stream_to_callback('{name}'): the callback of "
-                              f"stream '{name}' must be callable (a function taking the "
-                              f"buffer), got {type(callback).__name__}; connect_stream takes "
-                              "arrays")
+            raise StreamError.not_callable(name, callback)
         self._streams[name] = [callback, 0]
 
     def set_print_tensor_stream(self, stream) -> None:
         """``Engine::setPrintTensorStream``: where PrintTensor writes (default: stderr)."""
         if not callable(getattr(stream, "write", None)):
-            raise IpuError(f"set_print_tensor_stream needs a file-like object with write(), "
-                           f"got {stream!r}")
+            raise IpuError.bad_print_stream(stream)
         self._print_stream = stream
 
     def print_profile_summary(self, file=None) -> None:
@@ -223,11 +196,9 @@ class Engine:
         programs = self.executable.programs
         if isinstance(program, bool) or not (isinstance(program, numbers.Integral)
                                              and 0 <= program < len(programs)):
-            raise ProgramError(f"run({program!r}): the engine has {len(programs)} program(s), "
-                               f"numbered 0..{len(programs) - 1}")
-        need = self._need(programs[program])
-        if need > self.max_steps:  # the whole program, up front: nothing runs
-            raise ProgramError(self._too_many(f"program {program}", need))
+            raise ProgramError.bad_program_index(program, len(programs))
+        if (need := self._need(programs[program])) > self.max_steps:  # up front: nothing runs
+            raise ProgramError.too_many_steps(f"program {program}", need, self.max_steps)
         self.trace.num_runs += 1
         self.trace.record(0)  # the host synchronisation of this call
         self._run_start = len(self.trace)  # it is not an emulated step
@@ -258,16 +229,10 @@ class Engine:
         self._needs[node] = n
         return n
 
-    def _too_many(self, what: str, need: int) -> str:
-        return (f"{what} would emulate {need:,} steps (compute sets, copies and stream "
-                f"copies) in one run; Poplar runs it, but the emulator stops at "
-                f"{self.max_steps:,} (about 10 us a step). Use a smaller count, or allow it "
-                f"with Engine(..., options={{'debug.maxEmulatedSteps': '{need}'}})")
-
     def _repeat(self, node: RepeatNode):
         need = len(self.trace) - self._run_start + node.count * self._need(node.body)
         if node.count > 1 and need > self.max_steps:  # a Repeat inside a loop
-            raise ProgramError(self._too_many(f"Repeat({node.count:,})", need))
+            raise ProgramError.too_many_steps(f"Repeat({node.count:,})", need, self.max_steps)
         for _ in range(node.count):
             self._exec(node.body)
 
@@ -277,12 +242,7 @@ class Engine:
         while self._predicate(node.predicate):
             steps = len(self.trace) - self._run_start
             if count >= self.max_loop_iterations or steps > self.max_steps:
-                raise ProgramError(
-                    f"RepeatWhileTrue ran {count:,} iterations ({steps:,} emulated steps) and "
-                    f"predicate '{node.name}' is still true; check that the condition program "
-                    "updates it, or allow more with Engine(..., max_loop_iterations=...) or "
-                    "Engine(..., options={'debug.maxEmulatedSteps': ...})"
-                )
+                raise ProgramError.loop_still_true(count, steps, node.name)
             count += 1
             self._exec(node.body)
             self._exec(node.cond)
@@ -307,18 +267,15 @@ class Engine:
     def _stream(self, node: StreamNode):
         s = node.stream
         if s.name not in self._streams:
-            raise StreamError(f"stream '{s.name}' is not connected; call "
-                              f"engine.connect_stream('{s.name}', array) before run")
-        conn = self._streams[s.name]
-        buf, pos = conn
+            raise StreamError.not_connected(s)
+        buf, pos = conn = self._streams[s.name]
         if callable(buf):
             data = np.zeros(s.n, s.dtype) if s.to_device else backend.to_numpy(
                 self._read(node.access)).copy()
             try:
                 buf(data)
             except Exception as exc:
-                raise StreamError(f"the callback of stream '{s.name}' raised "
-                                  f"{type(exc).__name__}: {exc}") from exc
+                raise StreamError.callback_raised(s, exc) from exc
         else:
             ring = _ring(pos, s.n, buf.size)
             conn[1] = (pos + s.n) % buf.size  # the next copy starts here
@@ -355,12 +312,8 @@ class Engine:
                 a, b = backend.to_numpy(arr)[0], backend.to_numpy(batched[name])[i]
                 informative = informative or bool(np.any(a != 0))
                 if not _same(a, b):
-                    raise CodeletError(
-                        f"{gr.cls.__name__}.compute gives field '{name}' of "
-                        f"{self.executable.graph.describe_vertex(int(gr.vertex_ids[i]))} the "
-                        f"value {a} when the vertex runs alone but {b} when it runs with the "
-                        f"{n - 1} other vertices of its group: compute mixes vertices; "
-                        f"{VERTEX_AXIS}")
+                    vertex = self.executable.graph.describe_vertex(int(gr.vertex_ids[i]))
+                    raise CodeletError.mixes_vertices(gr.cls, name, vertex, a, b, n)
         tries = self._tries.get(gr, 0) + 1
         self._tries[gr] = -1 if informative or tries >= AXIS_CHECK_RUNS else tries
 
@@ -392,30 +345,23 @@ class Engine:
         for name, values in state.items():
             part = values if row is None else values[row:row + 1]
             fields[name] = part.copy() if dry else part
-        def wrote_input(names):
-            vertex = self.executable.graph.describe_vertex(int(gr.vertex_ids[row or 0]))
-            return IpuError(f"{gr.cls.__name__}.compute wrote into an Input field "
-                            f"({', '.join(names)}) of {vertex}; declare the field ipu.InOut "
-                            "to update it in place")
+        def vertex():  # the vertex named by an error (the first, running them all)
+            return self.executable.graph.describe_vertex(int(gr.vertex_ids[row or 0]))
 
         try:
             gr.cls.compute(inst)
         except (Exception, SystemExit) as exc:
             if "read-only" in str(exc):
-                raise wrote_input(fp.name for fp in gr.fields if fp.kind == "input") from exc
-            raise CodeletError(
-                f"{gr.cls.__name__}.compute failed ({type(exc).__name__}: {exc}) while "
-                f"running {len(gr.vertex_ids) if row is None else 1} vertices at once; "
-                f"{VERTEX_AXIS}") from exc
+                names = [fp.name for fp in gr.fields if fp.kind == "input"]
+                raise IpuError.wrote_input(gr.cls, names, vertex()) from exc
+            n = len(gr.vertex_ids) if row is None else 1
+            raise CodeletError.failed(gr.cls, exc, n) from exc
         for name, arr in outputs.items():
             if fields[name] is not arr:
-                raise IpuError(
-                    f"{gr.cls.__name__}.compute rebound self.{name}; write into the field "
-                    f"with self.{name}[...] = value instead of self.{name} = value"
-                )
+                raise IpuError.rebound_field(gr.cls, name)
         written = [name for name, arr, orig in inputs if not self.xp.array_equal(arr, orig)]
         if written:
-            raise wrote_input(written)
+            raise IpuError.wrote_input(gr.cls, written, vertex())
         for a, arr in scatter:
             self._write(a, arr)
         return {**outputs, **{name: fields[name] for name in state}}

@@ -25,9 +25,12 @@ from .errors import (
     OutOfMemoryError,
     StreamError,
     TileMappingError,
+    element_name,
+    outside_range,
+    vertex_name,
 )
 from .target import Device, Target
-from .tensor import TYPE_NAMES, Tensor, as_type, contiguous_strides, firsts, runs, single_run
+from .tensor import Tensor, as_type, contiguous_strides, firsts, runs, single_run
 from .vertex import Vertex
 
 
@@ -104,11 +107,9 @@ class Pool:
         return keep[run], start, end, self._cut_tiles[at]
 
     def describe(self, address: int) -> str:
-        """'element 5 of tensor v2', for error messages."""
+        """"element [5] of tensor 'v2'", for error messages."""
         var = self.variables[int(np.searchsorted(self.starts, address, "right")) - 1]
-        local = int(address) - var.start
-        where = np.unravel_index(local, var.shape) if len(var.shape) > 1 else (local,)
-        return f"element {list(map(int, where))} of tensor '{var.name}'"
+        return element_name(var, int(address) - var.start)
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -183,8 +184,7 @@ class DataStream:
 class Graph:
     """``poplar::Graph(target)``: the program's data and computation, before compilation."""
 
-    def _offset_of(self) -> int:
-        return 0
+    _offset = 0  # where a virtual graph's tile 0 is in its root graph (virtual_graph.py)
 
     def __init__(self, target: Target | Device):
         self.target = target.target if isinstance(target, Device) else target
@@ -222,26 +222,14 @@ class Graph:
             if values.size == 1:
                 values = np.full(shape, values.reshape(()), dtype=pool.dtype)
             if values.size != math.prod(shape):
-                raise IpuError(f"constant '{name}' of shape {shape} needs {math.prod(shape)} "
-                               f"values, got {values.size}")
+                raise IpuError.constant_size(name, shape, values.size)
             values = values.reshape(shape)
         name = name or f"{kind}{len(pool.variables)}"
-        self._check_fits(name, pool.dtype, shape)
+        need, t = int(np.prod(shape, dtype=np.int64)) * pool.dtype.itemsize, self.target
+        if need > t.num_tiles * t.bytes_per_tile:  # larger than all tiles together
+            raise OutOfMemoryError.tensor_too_big(name, pool.dtype, shape, need, t)
         var = pool.alloc(name, shape, values)
         return Tensor(self.root, pool.dtype, (var.start, shape, contiguous_strides(shape)), name)
-
-    def _check_fits(self, name, dtype, shape) -> None:
-        """OutOfMemoryError, by arithmetic, for a tensor larger than all tiles together."""
-        need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        t = self.target
-        have = t.num_tiles * t.bytes_per_tile
-        if need > have:
-            raise OutOfMemoryError(
-                f"Out of memory: tensor '{name}' ({TYPE_NAMES[dtype]} {list(shape)}) needs "
-                f"{need:,} bytes but all {t.num_tiles:,} tiles of the {t.version} target hold "
-                f"{have:,} bytes ({t.bytes_per_tile:,} per tile); nothing was allocated. Fix: "
-                "use a smaller tensor or split it across more IPUs "
-                "(ipu.IPUModel(num_ipus=...)).")
 
     def set_tile_mapping(self, tensor_or_vertex, tile: int) -> None:
         """``Graph::setTileMapping``: put every element of a tensor (or a vertex) on ``tile``."""
@@ -267,13 +255,7 @@ class Graph:
         flat = (np.cumsum(lengths) - lengths)[run] + start - begins[run]  # flat positions
         if throw_on_incomplete and (tiles < 0).any():
             holes = np.flatnonzero(tiles < 0)
-            missing = int((end - start)[holes].sum())
-            first = np.unravel_index(int(flat[holes[0]]), t.shape) if t.shape else ()
-            raise TileMappingError(
-                f"get_tile_mapping: tensor '{t.name}' has {missing} unmapped elements "
-                f"(first: {list(map(int, first))}); map them with graph.set_tile_mapping, or "
-                "pass throw_on_incomplete=False for the mapping of the mapped ones"
-            )
+            raise TileMappingError.incomplete(t, int((end - start)[holes].sum()), flat[holes[0]])
         n = self.target.num_tiles
         begins, ends, tiles = _join(flat, flat + end - start, tiles)  # grouped by tile next
         order = np.argsort(tiles, kind="stable")
@@ -289,24 +271,14 @@ class Graph:
             self.initial_values.append((t, value))
             return
         if not isinstance(target, FieldRef):
-            raise GraphConnectionError(
-                "set_initial_value takes a vertex field (v['name']) or a tensor, "
-                f"got {target!r}"
-            )
+            raise GraphConnectionError.initial_value_target(target)
         vid, field = self._vertex(target.vertex, "set_initial_value"), \
             self._field(target, "set_initial_value")
         if field.kind != "state":
-            raise GraphConnectionError(
-                f"field '{target.field}' of {self.describe_vertex(vid)} is "
-                f"{field.kind}, not State; connect a tensor to it with graph.connect"
-            )
+            raise GraphConnectionError.not_state(target, self.describe_vertex(vid), field)
         value = np.asarray(value, dtype=field.dtype)
         if (value.ndim != 1) if field.vector else (value.size != 1):
-            want = "a 1-D array" if field.vector else "one value"
-            raise GraphConnectionError(
-                f"State field '{target.field}' of {self.describe_vertex(vid)} needs {want}, "
-                f"got shape {value.shape}"
-            )
+            raise GraphConnectionError.state_shape(target, self.describe_vertex(vid), field, value)
         self.v_state[vid][target.field] = value if field.vector else value.reshape(())
 
     # -- computation ---------------------------------------------------------------------
@@ -320,14 +292,9 @@ class Graph:
                    tile: int | None = None) -> VertexRef:
         """``Graph::addVertex(cs, "Name", {{field, tensor}})``: a vertex in a compute set."""
         if not (isinstance(cs, ComputeSet) and cs.graph is self.root):
-            raise GraphConnectionError(
-                f"add_vertex needs a ComputeSet of this graph (graph.add_compute_set), "
-                f"got {cs!r}"
-            )
+            raise GraphConnectionError.not_a_compute_set(cs)
         if not (isinstance(vertex_class, type) and issubclass(vertex_class, Vertex)):
-            raise GraphConnectionError(
-                f"add_vertex needs a subclass of ipu.Vertex, got {vertex_class!r}"
-            )
+            raise GraphConnectionError.not_a_codelet(vertex_class)
         vid = len(self.v_cs)
         self.v_cs.append(cs.id)
         self.v_cls.append(vertex_class)
@@ -345,50 +312,39 @@ class Graph:
     def connect(self, field_ref: FieldRef, tensor: Tensor) -> None:
         """``Graph::connect``: connect a tensor to a vertex field (Vector fields flatten it)."""
         if not isinstance(field_ref, FieldRef):
-            raise GraphConnectionError(f"connect needs a vertex field, v['name'], got "
-                                       f"{field_ref!r}")
+            raise GraphConnectionError.not_a_field(field_ref)
         self._connect(self._vertex(field_ref.vertex, "connect"), field_ref.field, tensor)
 
     def _connect(self, vid: int, name: str, tensor: Tensor) -> None:
         field = (self.v_cls[vid].fields.get(name)
                  or self._field(FieldRef(VertexRef(self, vid), name), "connect"))
-        why = None
         if field.kind == "state":
-            why = "is State; set it with graph.set_initial_value"
-        elif not isinstance(tensor, Tensor):
-            why = f"must be connected to a Tensor, got {tensor!r}"
-        elif tensor.graph is not self.root:
+            raise GraphConnectionError.connect_state(name, self.describe_vertex(vid))
+        if not isinstance(tensor, Tensor):
+            raise GraphConnectionError.connect_non_tensor(name, self.describe_vertex(vid), tensor)
+        if tensor.graph is not self.root:
             self._own(tensor, "connect")
-        elif tensor.dtype != field.dtype:
-            why = (f"is {field!r} but tensor '{tensor.name}' is {TYPE_NAMES[tensor.dtype]}; "
-                   f"connect a tensor of type {TYPE_NAMES[field.dtype]} (popops.cast converts)")
-        elif not (field.vector or not tensor.shape or tensor.num_elements() == 1):
-            why = (f"is a scalar but tensor '{tensor.name}' has shape {tensor.shape} "
-                   f"({tensor.num_elements()} elements); connect one element, e.g. "
-                   f"{tensor.name}[i], or declare the field as ipu.Vector")
-        elif name in self.v_conn[vid]:
-            why = ("is already connected; Poplar allows one edge per field (a second is a "
-                   "poplar::graph_connection_error when the Engine is built; kit convention: "
-                   "ipukit refuses it at connect): connect it to one tensor (concat views to "
-                   "join several)")
-        if why:
-            raise GraphConnectionError(f"field '{name}' of {self.describe_vertex(vid)} {why}")
+        if tensor.dtype != field.dtype:
+            raise GraphConnectionError.connect_type(name, self.describe_vertex(vid), field, tensor)
+        if not (field.vector or not tensor.shape or tensor.num_elements() == 1):
+            raise GraphConnectionError.connect_scalar(name, self.describe_vertex(vid), tensor)
+        if name in self.v_conn[vid]:
+            raise GraphConnectionError.connected_twice(name, self.describe_vertex(vid))
         self.v_conn[vid][name] = tensor  # a Vector field sees it flattened
 
     def set_perf_estimate(self, vertex: VertexRef, cycles: int) -> None:
         """``Graph::setPerfEstimate``: the cycles this vertex takes on one worker."""
         vid = self._vertex(vertex, "set_perf_estimate")
         if not (isinstance(cycles, numbers.Integral) and cycles >= 0):
-            raise IpuError(f"perf estimate of {self.describe_vertex(vid)} must be a "
-                           f"non-negative int, got {cycles!r}")
+            raise IpuError.bad_perf_estimate(self.describe_vertex(vid), cycles)
         self.v_perf[vid] = int(cycles)
 
     # -- host ----------------------------------------------------------------------------
     def _add_stream(self, name, dtype, n, to_device) -> DataStream:
         if name in self.streams:
-            raise StreamError(f"a stream named '{name}' already exists; use another name")
+            raise StreamError.stream_exists(name)
         if not (isinstance(n, numbers.Integral) and n >= 1):
-            raise StreamError(f"stream '{name}' needs a positive element count, got {n!r}")
+            raise StreamError.stream_size(name, n)
         self.streams[name] = DataStream(name, as_type(dtype), int(n), to_device)
         return self.streams[name]
 
@@ -411,44 +367,36 @@ class Graph:
     def _new_handle(self, name, tensor, handles, verb) -> Tensor:
         tensor = self._own(tensor, f"create_host_{verb}")
         if name in handles:
-            raise StreamError(
-                f"a host {verb} handle '{name}' already exists (for tensor "
-                f"'{handles[name].name}'); give '{tensor.name}' another handle name"
-            )
+            raise StreamError.handle_exists(verb, name, handles[name], tensor)
         return tensor
 
     # -- helpers -------------------------------------------------------------------------
     def _own(self, tensor, what) -> Tensor:
         if not isinstance(tensor, Tensor):
-            raise IpuError(f"{what} needs a Tensor, got {tensor!r}")
+            raise IpuError.not_a_tensor(what, tensor)
         if tensor.graph is not self.root:
-            raise TileMappingError(f"{what}: tensor '{tensor.name}' belongs to another graph")
+            raise TileMappingError.tensor_of_other_graph(what, tensor)
         return tensor
 
     def _vertex(self, ref, what: str) -> int:
         """The id of a VertexRef of this graph, or GraphConnectionError."""
         if not isinstance(ref, VertexRef):
-            raise GraphConnectionError(f"{what} needs a vertex (from graph.add_vertex), "
-                                       f"got {ref!r}")
+            raise GraphConnectionError.not_a_vertex(what, ref)
         if ref.graph is not self.root:
-            raise GraphConnectionError(f"{what}: the vertex belongs to another graph")
+            raise GraphConnectionError.vertex_of_other_graph(what)
         return ref.id
 
     def _field(self, ref: FieldRef, what: str):
         cls = self.v_cls[ref.vertex.id]
         field = cls.fields.get(ref.field)
         if field is None:
-            raise GraphConnectionError(
-                f"{what}: {cls.__name__} has no field '{ref.field}'; its fields are "
-                f"{', '.join(cls.fields) or 'none'}"
-            )
+            raise GraphConnectionError.no_field(what, cls, ref.field)
         return field
 
     def describe_vertex(self, vid: int) -> str:
-        tile = self.v_tile[vid]
-        cs = self.compute_sets[self.v_cs[vid]].name
-        where = f"tile {tile}" if tile >= 0 else "no tile"
-        return f"vertex {vid} ({self.v_cls[vid].__name__}, compute set '{cs}', {where})"
+        """"vertex 3 (Sum, compute set 'cs0', tile 1)", for error messages."""
+        return vertex_name(vid, self.v_cls[vid], self.compute_sets[self.v_cs[vid]].name,
+                           self.v_tile[vid])
 
     @property
     def num_vertices(self) -> int:
@@ -491,27 +439,22 @@ def out_of_range(values, dtype) -> str | None:
         return None  # not numbers: the conversion itself will say what is wrong
     info = np.iinfo(dtype)
     bad = ~np.isfinite(f) | (f < info.min) | (f > info.max)
-    if not bad.any():
-        return None
-    return (f"value {raw.reshape(-1)[int(bad.argmax())]!r} is outside the range of "
-            f"{TYPE_NAMES[dtype]} ({info.min:,}..{info.max:,})")
+    return outside_range(raw.reshape(-1)[int(bad.argmax())], dtype, info) if bad.any() else None
 
 
 def _values(values, dtype, shape, what: str) -> np.ndarray:
     """``values`` as an array of ``dtype`` (broadcast to ``shape``), or IpuError."""
-    why = out_of_range(values, dtype)
-    if why:
-        raise IpuError(f"{what}: {why}; use values that fit the tensor's type")
+    if why := out_of_range(values, dtype):
+        raise IpuError.values_out_of_range(what, why)
     try:
         a = np.asarray(values, dtype=dtype)
         return a if shape is None else np.broadcast_to(a, shape)
     except (TypeError, ValueError) as exc:
-        raise IpuError(f"{what}: cannot use {values!r} as {TYPE_NAMES[dtype]} values of "
-                       f"shape {shape} ({exc})") from None
+        raise IpuError.bad_values(what, values, dtype, shape, exc) from None
 
 
 def _shape(shape, name) -> tuple:
     shape = tuple(np.atleast_1d(shape).tolist()) if not isinstance(shape, tuple) else shape
     if not all(isinstance(s, numbers.Integral) and s >= 0 for s in shape):
-        raise IpuError(f"tensor '{name}': shape {shape} must be non-negative ints")
+        raise IpuError.bad_shape(name, shape)
     return tuple(int(s) for s in shape)

@@ -13,7 +13,7 @@ LAST), ``loops.repeat`` and ``dataset_benchmark``, for explicit Poplar-style gra
   build one iteration's program and returns an on-device ``ipu.Repeat(n, …)`` of it.
 
 Why it matters: every ``Engine.run`` call pays a host synchronisation, ``H =
-target.host_sync_cycles`` (``target.HOST_SYNC_SECONDS``, about 10 µs). A step of ``B``
+target.host_sync_cycles`` (``cost.HOST_SYNC_SECONDS``, about 10 µs). A step of ``B``
 cycles run N times from Python costs ``N (H + B)``; ``Repeat(N, step)`` in one call costs
 ``H + N B``. Stream copies are steps of kind "stream" in the Trace, with ``host_bytes``.
 

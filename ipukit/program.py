@@ -27,7 +27,7 @@ class Program:
 
 def _program(p, where: str) -> Program:
     if not isinstance(p, Program):
-        raise ProgramError(f"{where} expects a program (Sequence, Execute, Copy, ...), got {p!r}")
+        raise ProgramError.not_a_program(where, p)
     return p
 
 
@@ -49,7 +49,7 @@ class Execute(Program):
 
     def __init__(self, cs: ComputeSet):
         if not isinstance(cs, ComputeSet):
-            raise ProgramError(f"Execute expects a ComputeSet, got {cs!r}")
+            raise ProgramError.execute_needs_compute_set(cs)
         self.cs = cs
 
 
@@ -59,16 +59,13 @@ class Copy(Program):
     def __init__(self, src: Tensor | DataStream, dst: Tensor | DataStream):
         for what, t in (("source", src), ("destination", dst)):
             if not isinstance(t, Tensor | DataStream):
-                raise ProgramError(f"Copy {what} must be a Tensor or a stream, got {t!r}")
+                raise ProgramError.copy_side(what, t)
         if isinstance(src, DataStream) and isinstance(dst, DataStream):
-            raise ProgramError(f"Copy from stream '{src.name}' to stream '{dst.name}': "
-                               "one side must be a tensor")
+            raise ProgramError.stream_to_stream(src, dst)
         if isinstance(src, DataStream) and not src.to_device:
-            raise StreamError(f"Copy from stream '{src.name}': it is a device-to-host FIFO, so "
-                              "it can only be a destination: Copy(tensor, stream)")
+            raise StreamError.copy_from_device_to_host(src)
         if isinstance(dst, DataStream) and dst.to_device:
-            raise StreamError(f"Copy to stream '{dst.name}': it is a host-to-device FIFO, so it "
-                              "can only be a source: Copy(stream, tensor)")
+            raise StreamError.copy_to_host_to_device(dst)
         self.src, self.dst = src, dst
 
 
@@ -77,7 +74,7 @@ class Repeat(Program):
 
     def __init__(self, count: int, body: Program):
         if not (isinstance(count, numbers.Integral) and count >= 0):
-            raise ProgramError(f"Repeat count must be a non-negative int, got {count!r}")
+            raise ProgramError.repeat_count(count)
         self.count, self.body = int(count), _program(body, "Repeat")
 
 
@@ -106,17 +103,14 @@ class PrintTensor(Program):
         if tensor is None or isinstance(tensor, PrintTensorFmt):
             title, tensor, fmt = getattr(title, "name", ""), title, tensor or fmt
         if not isinstance(tensor, Tensor):
-            raise ProgramError(f"PrintTensor expects a Tensor, got {tensor!r}")
+            raise ProgramError.print_needs_tensor(tensor)
         if fmt is not None and not isinstance(fmt, PrintTensorFmt):
-            raise ProgramError(f"PrintTensor: fmt must be an ipu.PrintTensorFmt, got {fmt!r}")
+            raise ProgramError.print_fmt(fmt)
         self.title, self.tensor = str(title), tensor
         self.fmt = fmt or PrintTensorFmt()
 
 
 def _predicate(t, where) -> Tensor:
     if not isinstance(t, Tensor) or t.num_elements() != 1:
-        raise ProgramError(
-            f"{where} predicate must be a one-element tensor, got "
-            f"{t.name + ' of shape ' + str(t.shape) if isinstance(t, Tensor) else repr(t)}"
-        )
+        raise ProgramError.bad_predicate(where, t, isinstance(t, Tensor))
     return t

@@ -19,15 +19,6 @@ import numbers
 from dataclasses import dataclass
 
 from . import cost
-from .cost import (  # noqa: F401  (re-exported: the constants live in cost.py)
-    FLOPS_PER_CYCLE_PER_TILE,
-    HOST_LINK_BYTES_PER_CYCLE,
-    HOST_LINK_BYTES_PER_SECOND,
-    HOST_SYNC_SECONDS,
-    IPU_LINK_BYTES_PER_SECOND,
-    IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE,
-    SYNC_CYCLES,
-)
 from .errors import IpuError, TileMappingError
 
 KiB = 1024
@@ -50,7 +41,7 @@ class Target:
     clock_hz: float
     num_worker_contexts: int = 6
     exchange_bytes_per_cycle: int = 4
-    sync_cycles: int = SYNC_CYCLES
+    sync_cycles: int = cost.SYNC_CYCLES
     #: Host link bytes per cycle (the preset's); None: ``HOST_LINK_BYTES_PER_SECOND``.
     host_link: float | None = None
 
@@ -97,11 +88,7 @@ class Target:
         if type(tile) is int and 0 <= tile < self.num_tiles:
             return tile
         if not (isinstance(tile, numbers.Integral) and 0 <= tile < self.num_tiles):
-            raise TileMappingError(
-                f"tile {tile!r} for {what()} is out of range: this target has "
-                f"{self.num_tiles} tiles (0..{self.num_tiles - 1}, {self.num_ipus} IPU(s) "
-                f"x {self.tiles_per_ipu} tiles). Map it to a tile in that range."
-            )
+            raise TileMappingError.tile_out_of_range(tile, what(), self)
         return int(tile)
 
 
@@ -121,7 +108,7 @@ class IPUModel:
 
     def __init__(self, version: str = "ipu2", num_ipus: int = 1, tiles_per_ipu=None):
         if version not in PRESETS:
-            raise IpuError(f"unknown IPU version {version!r}; use one of {', '.join(PRESETS)}")
+            raise IpuError.unknown_version(version, PRESETS)
         default_tiles, self.bytes_per_tile, self.clock_hz = PRESETS[version]
         self.version, self.num_ipus = version, _positive(num_ipus, "num_ipus")
         self.tiles_per_ipu = _positive(default_tiles if tiles_per_ipu is None else tiles_per_ipu,
@@ -135,5 +122,5 @@ class IPUModel:
 
 def _positive(value, name: str) -> int:
     if isinstance(value, bool) or not (isinstance(value, numbers.Integral) and value >= 1):
-        raise IpuError(f"{name} must be a positive integer, got {value!r}")
+        raise IpuError.not_positive(name, value)
     return int(value)

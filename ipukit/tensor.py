@@ -40,10 +40,7 @@ def as_type(dtype) -> np.dtype:
     except TypeError:
         dt = None
     if dt not in TYPE_NAMES:
-        raise IpuError(
-            f"unsupported element type {dtype!r}; use ipu.FLOAT, ipu.HALF, ipu.INT, "
-            "ipu.UNSIGNED_INT or ipu.BOOL"
-        )
+        raise IpuError.unsupported_type(dtype)
     return dt
 
 
@@ -60,18 +57,14 @@ class Tensor:
         # A view's name ("v[1:3]") is built only when asked for: views are made often.
         self.graph, self.dtype, self._parent, self._what = graph, dtype, parent, name
         if type(layout) is tuple:
-            self.offset, self.shape, self.strides = layout
-            self._idx = None
+            (self.offset, self.shape, self.strides), self._idx = layout, None
         else:
-            self.offset, self.shape, self.strides = -1, layout.shape, None
-            self._idx = layout
+            self.offset, self.shape, self.strides, self._idx = -1, layout.shape, None, layout
 
     @property
     def idx(self) -> np.ndarray:
         """Every element's address (int64), built on demand: for tests and small tensors."""
-        if self._idx is not None:
-            return self._idx
-        return addresses(self.offset, self.shape, self.strides)
+        return addresses(self.offset, self.shape, self.strides) if self._idx is None else self._idx
 
     @property
     def name(self) -> str:
@@ -104,17 +97,13 @@ class Tensor:
             return Tensor(self.graph, self.dtype, (self.offset + key * strides[0],
                           shape[1:], strides[1:]), key, self)
         if self.rank == 0:
-            raise IpuError(f"tensor '{self.name}' is a scalar (shape ()); it has no elements "
-                           "to index")
+            raise IpuError.scalar_index(self)
         keys = key if isinstance(key, tuple) else (key,)
         for k in keys:
             if not (isinstance(k, int | np.integer | slice) or k is Ellipsis):
-                raise IpuError(
-                    f"tensor '{self.name}': index {k!r} is not an int or slice; "
-                    "Poplar tensors take ints and slices"
-                )
+                raise IpuError.bad_index(self, k)
             if isinstance(k, slice) and k.step not in (None, 1):
-                raise IpuError(f"tensor '{self.name}': slices with a step are not supported")
+                raise IpuError.stepped_slice(self)
         keys = keys if Ellipsis in keys else keys + (Ellipsis,)  # NumPy then gives a view
         return self._numpy_view(lambda i: i[keys], key)
 
@@ -127,23 +116,16 @@ class Tensor:
                           (slice(begin, end),), self)
         if np.ndim(begin) == 0:
             if not (isinstance(dim, int | np.integer) and 0 <= dim < self.rank):
-                raise IpuError(f"slice of '{self.name}' (shape {self.shape}) along dimension "
-                               f"{dim!r}: it has dimensions 0..{self.rank - 1}")
+                raise IpuError.slice_dim(self, dim)
             key = [slice(None)] * self.rank
             key[dim] = slice(int(begin), int(end))
         else:
             if len(begin) != self.rank or len(end) != self.rank:
-                raise IpuError(
-                    f"slice of '{self.name}' (rank {self.rank}) needs {self.rank} begin and "
-                    f"end indices, got {list(begin)} and {list(end)}"
-                )
+                raise IpuError.slice_rank(self, begin, end)
             key = [slice(int(b), int(e)) for b, e in zip(begin, end)]
         for k, size in zip(key, self.shape):
             if k.start is not None and not (0 <= k.start <= k.stop <= size):
-                raise IpuError(
-                    f"slice [{k.start}, {k.stop}) of '{self.name}' is outside its shape "
-                    f"{self.shape}"
-                )
+                raise IpuError.slice_outside(self, k)
         return self[tuple(key)]
 
     def flatten(self) -> Tensor:
@@ -156,8 +138,7 @@ class Tensor:
         if shape.count(-1) == 1 and known and n % known == 0:
             shape = tuple(n // known if s == -1 else s for s in shape)
         if any(s < 0 for s in shape) or int(np.prod(shape, dtype=np.int64)) != n:
-            raise IpuError(f"cannot reshape '{self.name}' of shape {self.shape} "
-                           f"({n} elements) to {shape}")
+            raise IpuError.bad_reshape(self, shape)
         return self._reshape(shape, f".reshape({list(shape)})")
 
     def _reshape(self, shape, what) -> Tensor:
@@ -185,9 +166,6 @@ class Tensor:
         return self._numpy_view(lambda i: np.broadcast_to(i, tuple(shape)),
                                 f".broadcast({list(shape)})")
 
-    def _stand_in(self) -> np.ndarray:
-        return np.lib.stride_tricks.as_strided(_BYTE, self.shape, self.strides)
-
     def _numpy_view(self, make, what) -> Tensor:
         """A view by NumPy's own rules (indexing, reordering, adding or repeating
         dimensions), applied to a stand-in array whose strides (in bytes of 1) are the
@@ -195,12 +173,12 @@ class Tensor:
         try:
             if self._idx is not None:
                 return self._view(make(self._idx), what)
-            view = make(self._stand_in())
+            view = make(np.lib.stride_tricks.as_strided(_BYTE, self.shape, self.strides))
             moved = view.__array_interface__["data"][0] - _BYTE.__array_interface__["data"][0]
             return self._view((self.offset + moved, view.shape, view.strides), what)
         except (ValueError, IndexError, TypeError) as exc:
             what = what if isinstance(what, str) else _describe(what)
-            raise IpuError(f"'{self.name}' (shape {self.shape}){what}: {exc}") from None
+            raise IpuError.bad_view(self, what, exc) from None
 
     def __repr__(self) -> str:
         return f"Tensor('{self.name}', shape={self.shape}, dtype={TYPE_NAMES[self.dtype]})"
@@ -211,29 +189,22 @@ def concat(tensors, dim: int = 0) -> Tensor:
     try:
         tensors = list(tensors)
     except TypeError:
-        raise IpuError(f"concat needs Tensors, a list of them, got {tensors!r}") from None
+        raise IpuError.concat_not_iterable(tensors) from None
     if not tensors:
-        raise IpuError("concat needs at least one tensor")
+        raise IpuError.concat_empty()
     first = tensors[0]
     for t in tensors:
         if not isinstance(t, Tensor):
-            raise IpuError(f"concat needs Tensors (graph.add_variable and its views), got "
-                           f"{t!r}")
+            raise IpuError.concat_not_tensor(t)
         if t.rank == 0:
-            raise IpuError("concat of single elements: use v[i:i + 1] (a 1-element slice) "
-                           "instead of v[i], or concat along a dimension the tensors have")
+            raise IpuError.concat_scalar()
         if t.dtype != first.dtype or t.graph is not first.graph:
-            raise GraphConnectionError(
-                f"concat: '{t.name}' is {TYPE_NAMES[t.dtype]} but '{first.name}' is "
-                f"{TYPE_NAMES[first.dtype]}; concatenate tensors of one type and graph"
-            )
+            raise GraphConnectionError.concat_types(t, first)
     try:  # no single region describes a concatenation: explicit addresses
         idx = np.concatenate([t.idx for t in tensors], axis=dim)
     except ValueError as exc:
-        shapes = ", ".join(f"'{t.name}' {t.shape}" for t in tensors)
-        raise IpuError(f"concat along dim {dim} of {shapes}: {exc}") from None
-    return Tensor(first.graph, first.dtype, idx, "concat(" + ", ".join(t.name for t in tensors)
-                  + ")")
+        raise IpuError.concat_shapes(tensors, dim, exc) from None
+    return Tensor(first.graph, first.dtype, idx, f"concat({', '.join(t.name for t in tensors)})")
 
 
 # -- regions: (offset, shape, strides) ----------------------------------------------------
@@ -320,10 +291,7 @@ def runs(t: Tensor, keep: int = 0):
     if t._idx is not None:
         return index_runs(t._idx.reshape(-1), math.prod(t.shape[keep:]))[:2]
     shape, strides = t.shape, t.strides
-    outer = len(shape) - inner_dims(shape[keep:], strides[keep:])
-    if outer == 0:  # one run
-        n = math.prod(shape)
-        return np.array([t.offset] if n else [], np.int64), np.array([n] if n else [], np.int64)
+    outer = len(shape) - inner_dims(shape[keep:], strides[keep:])  # 0: one run
     begins = addresses(t.offset, shape[:outer], strides[:outer]).reshape(-1)
     length = math.prod(shape[outer:])
     if length == 0:

@@ -101,9 +101,7 @@ class Trace:
 
     def __init__(self, target: Target, steps: tuple[Step, ...], memory: TileMemory):
         self.target, self.steps, self.memory = target, steps, memory
-        self._step_ids: list[int] = []
-        self._starts: list[int] = []
-        self._runs: list[int] = []
+        self._step_ids, self._starts, self._runs = [], [], []  # per event: step, start, run
         self.clocks = [0] * target.num_ipus  # each IPU's own clock, in cycles
         self.total_cycles = 0
         self.num_runs = 0

@@ -48,7 +48,7 @@ class VirtualGraph(Graph):
                 f"(lower and upper multiples of {tpi})"
             )
         self.__dict__["_parent"] = parent.root
-        self.__dict__["_offset"] = parent._offset_of() + lower
+        self.__dict__["_offset"] = parent._offset + lower
         self.target, self.lower_tile, self.upper_tile = target, lower, upper
 
     def __getattr__(self, name):  # storage, compute sets, vertices, streams: the parent's
@@ -57,9 +57,6 @@ class VirtualGraph(Graph):
     @property
     def root(self) -> Graph:
         return self.__dict__["_parent"]
-
-    def _offset_of(self) -> int:
-        return self._offset
 
     def _parent_tile(self, tile, what) -> int:
         return self._offset + self.target.check_tile(tile, what)

@@ -7,13 +7,18 @@ from pathlib import Path
 
 CORE = ("target", "tensor", "vertex", "graph", "program", "compile", "engine", "trace",
         "cost", "timeline")
-#: Issue 13 asks for about 1,700 code lines (DESIGN.md: about 1,500). Issues 12, 17 and 18
-#: (error checks, regions, PrintTensorFmt, out-of-memory reporting) took the core to 2,358
-#: lines; two rounds of simplification brought it to 1,882, with the printing of tensors,
-#: the profile summary, the out-of-memory report and the timeline's measures in their own
-#: modules (print_tensor, profile_summary, memory_report, timeline_measures). The last
-#: 180 lines are open work; until then this guard stops the core growing again.
-LIMIT = 1_900
+#: Issue 13: about 1,700 code lines (DESIGN.md aims for about 1,500), so that a learner can
+#: read the emulator in an afternoon. The core is the execution model and its input checks:
+#: targets, tensors and their views, codelets, the graph and its tile mapping, programs,
+#: compilation to BSP supersteps (with their cost and memory), the engine, the Trace, the
+#: cost model and the Timeline. What it uses but does not hold lives beside it and is not
+#: counted: the wording of every error it raises (errors.py: one constructor per mistake on
+#: each exception class), the printing of tensors, the profile summary, the out-of-memory
+#: report, the timeline's measures, virtual graphs and the NumPy/CuPy backend (print_tensor,
+#: profile_summary, memory_report, timeline_measures, virtual_graph, backend). Issues 12, 17
+#: and 18 had taken the core to 2,358 lines; simplifications, those modules and moving the
+#: error wording out (1,882 -> 1,687) brought it under the limit; this guard keeps it there.
+LIMIT = 1_700
 
 
 def code_lines(source: str) -> int:
@@ -45,3 +50,21 @@ def test_the_core_is_under_the_limit():
     sizes = {m: code_lines((root / f"{m}.py").read_text()) for m in CORE}
     total = sum(sizes.values())
     assert total <= LIMIT, f"the core has {total} code lines (limit {LIMIT}): {sizes}"
+
+
+def test_the_core_words_its_errors_in_errors_py():
+    """The core raises ipukit's errors through errors.py's constructors (e.g.
+    ``TileMappingError.unmapped_vertex(...)``), never with a message written at the raise."""
+    root = Path(__file__).resolve().parents[1] / "ipukit"
+    errors = {n.name for n in ast.parse((root / "errors.py").read_text()).body
+              if isinstance(n, ast.ClassDef)}
+    worded_here = []
+    for m in CORE:
+        for node in ast.walk(ast.parse((root / f"{m}.py").read_text())):
+            exc = node.exc if isinstance(node, ast.Raise) else None
+            if (isinstance(exc, ast.Call) and isinstance(exc.func, ast.Name)
+                    and exc.func.id in errors and exc.args
+                    and isinstance(exc.args[0], ast.JoinedStr | ast.Constant)):
+                worded_here.append(f"{m}.py:{node.lineno}")
+    assert errors >= {"IpuError", "TileMappingError", "StreamError", "ProgramError"}
+    assert not worded_here, f"messages written at the raise: {worded_here}"

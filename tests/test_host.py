@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 
 import ipukit as ipu
 from ipukit import host
-from ipukit.host import InfeedQueue, OutfeedMode, OutfeedQueue, loops
-from ipukit.target import (
+from ipukit.cost import (
     HOST_LINK_BYTES_PER_CYCLE,
     HOST_LINK_BYTES_PER_SECOND,
     HOST_SYNC_SECONDS,
-    PRESETS,
     SYNC_CYCLES,
 )
+from ipukit.host import InfeedQueue, OutfeedMode, OutfeedQueue, loops
+from ipukit.target import PRESETS
 
 
 class AddSum(ipu.Vertex):

@@ -5,10 +5,10 @@ import math
 import numpy as np
 import pytest
 
+from ipukit.cost import IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE
 from ipukit.data import load_mnist
 from ipukit.examples import replicated_mnist
 from ipukit.examples.pipelined_mnist import prepare
-from ipukit.target import IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE
 
 
 def parse(out: str) -> list[dict]:

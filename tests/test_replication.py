@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ipukit.cost import IPU_LINK_BYTES_PER_SECOND, IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE
 from ipukit.errors import PipelineConfigError
 from ipukit.parallel import (
     Block,
@@ -22,7 +23,7 @@ from ipukit.parallel import (
     replication,
     training_model,
 )
-from ipukit.target import IPU_LINK_BYTES_PER_SECOND, IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE, IPUModel
+from ipukit.target import IPUModel
 
 D_IN, CLASSES, MB = 5, 3, 4
 
