@@ -64,26 +64,34 @@ class Pool:
         self.starts.append(var.start)
         return var
 
-    def map(self, begins, lengths, tile: int) -> None:
-        """Map runs of addresses (one as ints, or arrays) to ``tile``; a later mapping of an
-        address wins."""
+    def map(self, begins, lengths, tile) -> None:
+        """Map runs of addresses (one as ints, or arrays) to ``tile`` (or to a tile per run);
+        a later mapping of an address wins."""
         b, e, t = self._new
         if isinstance(begins, np.ndarray):
             b.extend(begins.tolist())
             e.extend((begins + lengths).tolist())
-            t.extend([tile] * len(begins))
+            t.extend(np.broadcast_to(tile, len(begins)).tolist())
         else:
             b.append(int(begins))
             e.append(int(begins + lengths))
             t.append(tile)
 
     def _resolve(self) -> None:
-        """Paint mappings made since the last call over the resolved ones (never re-read)."""
+        """Paint mappings made since the last call over the resolved ones: only the span
+        ``[lo, hi)`` they touch is painted again (with the resolved tiles there first)."""
         if self._new[0]:
-            cuts, tiles = self._cuts, self._cut_tiles[1:-1]  # the resolved ones first
-            b, e, t = (np.r_[old, np.array(new, np.int64)]
-                       for old, new in zip((cuts[:-1], cuts[1:], tiles), self._new))
-            self._cuts, self._cut_tiles = _paint(b, e, t)
+            b, e, t = (np.array(new, np.int64) for new in self._new)
+            cuts, tiles, lo = self._cuts, self._cut_tiles, b.min()
+            hi = max(e.max(), lo + 1)
+            (i, j2), (i0, j) = (np.searchsorted(cuts, [lo, hi], s) for s in ("right", "left"))
+            wc, wt = _paint(np.r_[lo, cuts[i:j], b], np.r_[cuts[i:j], hi, e],
+                            np.r_[tiles[i:j + 1], t])
+            k, k_hi = np.searchsorted(wc, lo, "right"), np.searchsorted(wc, hi, "left")
+            cuts = np.r_[cuts[:i0], lo, wc[k:k_hi], hi, cuts[j2:]]  # then drop non-changes
+            tiles = np.r_[tiles[:i0 + 1], wt[k:k_hi + 1], tiles[j2:]]
+            change = np.flatnonzero(tiles[1:] != tiles[:-1])
+            self._cuts, self._cut_tiles = cuts[change], np.r_[tiles[0], tiles[change + 1]]
             self._new = ([], [], [])
 
     def pieces(self, begins: np.ndarray, lengths: np.ndarray):
@@ -328,19 +336,22 @@ class Graph:
             raise GraphConnectionError(
                 f"add_vertex needs a subclass of ipu.Vertex, got {vertex_class!r}"
             )
-        vid = len(self.v_cs)
-        self.v_cs.append(cs.id)
-        self.v_cls.append(vertex_class)
-        self.v_conn.append({})
-        self.v_tile.append(-1)
-        self.v_perf.append(None)
-        self.v_state.append({})
-        ref = VertexRef(self, vid)
+        ref = VertexRef(self, vid := self._add_vertices(cs, vertex_class, [{}], [-1]))
         for field, tensor in (connections or {}).items():
             self._connect(vid, field, tensor)
         if tile is not None:
             self.set_tile_mapping(ref, tile)
         return ref
+
+    def _add_vertices(self, cs: ComputeSet, cls, connections: list, tiles: list) -> int:
+        """Vertices of one class, connected and on (root) tiles as given, without the checks
+        of add_vertex (PopLibs adds many alike: the caller checked one); the first's id."""
+        vid, n = len(self.v_cs), len(tiles)
+        for column, add in zip((self.v_cs, self.v_cls, self.v_conn, self.v_tile, self.v_perf,
+                                self.v_state), ([cs.id] * n, [cls] * n, connections, tiles,
+                                                [None] * n, [{} for _ in tiles])):
+            column.extend(add)
+        return vid
 
     def connect(self, field_ref: FieldRef, tensor: Tensor) -> None:
         """``Graph::connect``: connect a tensor to a vertex field (Vector fields flatten it)."""

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import GraphConnectionError, IpuError
 from ..program import Copy, Execute, Sequence
-from ..tensor import TYPE_NAMES, Tensor, as_type
+from ..tensor import TYPE_NAMES, Tensor, as_type, firsts
 from ..vertex import InOut, Input, Output, Vector, Vertex
 from . import poputil
 from .expr import BINARY, UNARY, Expr, _1, _2, _3, lift
@@ -154,23 +154,32 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     """
     if len(tiles) == 0:
         return 0
-    flat = {name: (t, np.ascontiguousarray(t.idx).reshape(len(tiles), -1))
-            for name, t in fields.items()}
     order = np.argsort(tiles, kind="stable")
+    flat = [(name, t.graph, t.dtype, t.name,  # each field's rows in tile order, once
+             np.ascontiguousarray(t.idx).reshape(len(tiles), -1)[order])
+            for name, t in fields.items()]
     sorted_tiles = tiles[order]
     cuts = np.flatnonzero(np.diff(sorted_tiles)) + 1
     starts = np.concatenate([[0], cuts]).astype(np.int64)
     ends = np.concatenate([cuts, [sorted_tiles.size]]).astype(np.int64)
-    count = 0
+    conns, on = [], []
     for s, e in zip(starts.tolist(), ends.tolist()):
         tile = int(sorted_tiles[s])
         for b, f in poputil.split_regions(e - s, grain, _workers(graph)):
-            rows = order[s + b:s + f]
-            conn = {name: Tensor(t.graph, t.dtype, idx[rows].reshape(-1), t.name)
-                    for name, (t, idx) in flat.items()}
+            conns.append({name: Tensor(g, dt, idx[s + b:s + f].reshape(-1), what)
+                          for name, g, dt, what, idx in flat})
+            on.append(tile)
+    # The first vertex is added (and checked) as any; the rest take the same fields and
+    # types (Vector fields take any length) on tiles up to on[-1]: added in one go.
+    graph.add_vertex(cs, cls, conns[0], tile=on[0])
+    if not (all(cls.fields[name].vector for name in fields)
+            and on[-1] < graph.target.num_tiles):
+        for conn, tile in zip(conns[1:], on[1:]):  # each one checked
             graph.add_vertex(cs, cls, conn, tile=tile)
-            count += 1
-    return count
+    else:
+        offset = graph._offset_of()
+        graph.root._add_vertices(cs, cls, conns[1:], [tile + offset for tile in on[1:]])
+    return len(conns)
 
 
 def _name(debug_name, default):
@@ -273,22 +282,16 @@ def _shares_elements(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _map_elements(graph, t: Tensor, tiles: np.ndarray) -> None:
-    """Map ``t``'s flat elements to ``tiles`` (one set_tile_mapping per contiguous run)."""
-    flat = t.flatten()
+    """Map ``t``'s flat elements to ``tiles`` (tiles of ``graph``, valid ones): what one
+    ``set_tile_mapping`` per run of consecutive addresses on one tile does, in one call."""
     if tiles.size == 0:
         return
-    cuts = np.flatnonzero(np.diff(tiles)) + 1
-    if len(cuts) < 16:
-        for b, e in zip(np.concatenate([[0], cuts]).tolist(),
-                        np.concatenate([cuts, [tiles.size]]).tolist()):
-            graph.set_tile_mapping(flat[b:e], int(tiles[b]))
-        return
-    order = np.argsort(tiles, kind="stable")  # many runs: one call per tile instead
-    sorted_tiles = tiles[order]
-    edges = np.flatnonzero(np.diff(sorted_tiles)) + 1
-    for b, e in zip(np.concatenate([[0], edges]).tolist(),
-                    np.concatenate([edges, [tiles.size]]).tolist()):
-        graph.set_tile_mapping(poputil.take(flat, order[b:e]), int(sorted_tiles[b]))
+    if tiles.min() < 0:  # an element of no tile: set_tile_mapping says why
+        graph.set_tile_mapping(t, int(tiles.min()))
+    flat, pos = t.idx.reshape(-1), np.arange(tiles.size)
+    first = firsts(flat - pos, tiles)  # where a run of addresses on one tile begins
+    graph.root.pools[t.dtype].map(flat[first], np.diff(first, append=tiles.size),
+                                  tiles[first] + graph._offset_of())
 
 
 def _binary(op, name):

@@ -16,12 +16,10 @@ uses, exactly as poplibs' ``calcLinearTileMapping`` / ``splitRegions`` do.
 
 from __future__ import annotations
 
-from itertools import chain
-
 import numpy as np
 
 from ..errors import IpuError, TileMappingError
-from ..tensor import Tensor
+from ..tensor import Tensor, runs
 
 #: Bits the IPU's load/store path moves per cycle (sets the vector width).
 DATA_PATH_BITS = 64
@@ -142,17 +140,16 @@ def _is_contiguous(shape, strides) -> bool:
 
 
 def _tiles(graph, t: Tensor) -> np.ndarray:
-    """The tile of every element of ``t`` from ``graph.get_tile_mapping`` (-1 unmapped)."""
-    mapping = graph.get_tile_mapping(t, throw_on_incomplete=False)
-    out = np.full(t.num_elements(), -1, np.int64)
-    counts = np.fromiter(map(len, mapping), np.int64, len(mapping))
-    if counts.any():  # every (begin, end) pair in tile order, read at C speed
-        pairs = np.fromiter(chain.from_iterable(chain.from_iterable(mapping)), np.int64,
-                            2 * int(counts.sum())).reshape(-1, 2)
-        lengths = pairs[:, 1] - pairs[:, 0]
-        offsets = np.cumsum(lengths) - lengths
-        pos = np.arange(lengths.sum()) + np.repeat(pairs[:, 0] - offsets, lengths)
-        out[pos] = np.repeat(np.repeat(np.arange(len(mapping)), counts), lengths)
+    """The tile of every element of ``t`` (-1 unmapped), read from the graph's mapping as
+    ``graph.get_tile_mapping`` reads it, without building its per-tile lists."""
+    begins, lengths = runs(t)
+    _, start, end, tiles = graph.root.pools[t.dtype].pieces(begins, lengths)
+    out = np.repeat(tiles, end - start)  # pieces come in the flat order of t's elements
+    lo, n = graph._offset_of(), graph.target.num_tiles
+    if lo or n != graph.root.target.num_tiles:  # a virtual graph: its own tile numbers
+        if ((out >= 0) & ((out < lo) | (out >= lo + n))).any():
+            graph.get_tile_mapping(t, throw_on_incomplete=False)  # raises, naming the tile
+        out = np.where(out >= 0, out - lo, -1)
     return out
 
 
