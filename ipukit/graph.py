@@ -67,21 +67,16 @@ class Pool:
     def map(self, begins, lengths, tile) -> None:
         """Map runs of addresses (one as ints, or arrays) to ``tile`` (or to a tile per run);
         a later mapping of an address wins."""
-        b, e, t = self._new
-        if isinstance(begins, np.ndarray):
-            b.extend(begins.tolist())
-            e.extend((begins + lengths).tolist())
-            t.extend(np.broadcast_to(tile, len(begins)).tolist())
-        else:
-            b.append(int(begins))
-            e.append(int(begins + lengths))
-            t.append(tile)
+        begins = np.atleast_1d(begins)
+        for new, add in zip(self._new, (begins, begins + lengths,
+                                        np.broadcast_to(tile, begins.size))):
+            new.extend(add.tolist())
 
     def _resolve(self) -> None:
         """Paint mappings made since the last call over the resolved ones: only the span
         ``[lo, hi)`` they touch is painted again (with the resolved tiles there first)."""
         if self._new[0]:
-            b, e, t = (np.array(new, np.int64) for new in self._new)
+            (b, e, t), self._new = [np.array(new, np.int64) for new in self._new], ([], [], [])
             cuts, tiles, lo = self._cuts, self._cut_tiles, b.min()
             hi = max(e.max(), lo + 1)
             (i, j2), (i0, j) = (np.searchsorted(cuts, [lo, hi], s) for s in ("right", "left"))
@@ -92,7 +87,6 @@ class Pool:
             tiles = np.r_[tiles[:i0 + 1], wt[k:k_hi + 1], tiles[j2:]]
             change = np.flatnonzero(tiles[1:] != tiles[:-1])
             self._cuts, self._cut_tiles = cuts[change], np.r_[tiles[0], tiles[change + 1]]
-            self._new = ([], [], [])
 
     def pieces(self, begins: np.ndarray, lengths: np.ndarray):
         """Cut address runs where the tile mapping changes: (run, begin, end, tile) of
@@ -282,12 +276,11 @@ class Graph:
                 f"(first: {list(map(int, first))}); map them with graph.set_tile_mapping, or "
                 "pass throw_on_incomplete=False for the mapping of the mapped ones"
             )
-        n = self.target.num_tiles
         begins, ends, tiles = _join(flat, flat + end - start, tiles)  # grouped by tile next
         order = np.argsort(tiles, kind="stable")
         pairs = list(zip(begins[order].tolist(), ends[order].tolist()))
-        cut = np.searchsorted(tiles[order], np.arange(n + 1)).tolist()
-        return [pairs[cut[i]:cut[i + 1]] for i in range(n)]
+        cut = np.searchsorted(tiles[order], np.arange(self.target.num_tiles + 1)).tolist()
+        return [pairs[cut[i]:cut[i + 1]] for i in range(len(cut) - 1)]
 
     def set_initial_value(self, target, value) -> None:
         """``Graph::setInitialValue`` of a vertex State field or of a tensor."""
