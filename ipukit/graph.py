@@ -102,7 +102,7 @@ class Pool:
         run = np.repeat(np.arange(b.size), hi - lo + 1)
         at = _ranges(lo, hi + 1)  # piece ``at`` of a run: from cut at - 1 to cut at
         start = np.where(at == lo[run], b[run], cuts[at - 1])
-        end = np.where(at == hi[run], e[run], np.r_[cuts, 0][at])
+        end = np.where(at == hi[run], e[run], cuts.take(at, mode="clip"))
         return keep[run], start, end, self._cut_tiles[at]
 
     def describe(self, address: int) -> str:
