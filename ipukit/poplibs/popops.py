@@ -40,10 +40,11 @@ import numpy as np
 
 from ..errors import GraphConnectionError, IpuError
 from ..program import Copy, Execute, Sequence
-from ..tensor import TYPE_NAMES, Tensor, as_type, firsts
+from ..tensor import TYPE_NAMES, Tensor, as_type
 from ..vertex import InOut, Input, Output, Vector, Vertex
 from . import poputil
 from .expr import BINARY, UNARY, Expr, _1, _2, _3, lift
+from .poputil import _map_elements  # emulated.py uses it as popops._map_elements
 
 # -- vertices -----------------------------------------------------------------------------
 _VERTEX_CACHE: dict[tuple, type] = {}
@@ -279,19 +280,6 @@ def _shares_elements(a: np.ndarray, b: np.ndarray) -> bool:
     mask = np.zeros(hi - lo + 1, bool)
     mask[b - lo] = True
     return bool(mask[a - lo].any())
-
-
-def _map_elements(graph, t: Tensor, tiles: np.ndarray) -> None:
-    """Map ``t``'s flat elements to ``tiles`` (tiles of ``graph``, valid ones): what one
-    ``set_tile_mapping`` per run of consecutive addresses on one tile does, in one call."""
-    if tiles.size == 0:
-        return
-    if tiles.min() < 0:  # an element of no tile: set_tile_mapping says why
-        graph.set_tile_mapping(t, int(tiles.min()))
-    flat, pos = t.idx.reshape(-1), np.arange(tiles.size)
-    first = firsts(flat - pos, tiles)  # where a run of addresses on one tile begins
-    graph.root.pools[t.dtype].map(flat[first], np.diff(first, append=tiles.size),
-                                  tiles[first] + graph._offset_of())
 
 
 def _binary(op, name):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import IpuError, TileMappingError
-from ..tensor import Tensor, runs
+from ..tensor import Tensor, firsts, runs
 
 #: Bits the IPU's load/store path moves per cycle (sets the vector width).
 DATA_PATH_BITS = 64
@@ -64,6 +64,9 @@ def map_tensor_linearly(graph, t: Tensor, min_elements_per_tile: int | None = No
     Defaults are Poplar's: the grain is the vector width and the minimum per tile is
     128 bytes.
     """
+    if isinstance(t, Tensor) and t.graph is graph.root:  # in one call, tiles known valid
+        _map_elements(graph, t, linear_tiles(graph, t, min_elements_per_tile, grain_size))
+        return
     grain_size, min_elements_per_tile = _linear_defaults(t, min_elements_per_tile, grain_size)
     set_tile_mapping(graph, t, calc_linear_tile_mapping(graph, t.shape,
                                                         min_elements_per_tile, grain_size))
@@ -96,6 +99,19 @@ def set_tile_mapping(graph, t: Tensor, mapping) -> None:
     for tile, intervals in enumerate(mapping):
         for begin, end in intervals:
             graph.set_tile_mapping(flat[begin:end], tile)
+
+
+def _map_elements(graph, t: Tensor, tiles: np.ndarray) -> None:
+    """Map ``t``'s flat elements to ``tiles`` (tiles of ``graph``, valid ones): what one
+    ``set_tile_mapping`` per run of consecutive addresses on one tile does, in one call."""
+    if tiles.size == 0:
+        return
+    if tiles.min() < 0:  # an element of no tile: set_tile_mapping says why
+        graph.set_tile_mapping(t, int(tiles.min()))
+    flat, pos = t.idx.reshape(-1), np.arange(tiles.size)
+    first = firsts(flat - pos, tiles)  # where a run of addresses on one tile begins
+    graph.root.pools[t.dtype].map(flat[first], np.diff(first, append=tiles.size),
+                                  tiles[first] + graph._offset_of())
 
 
 def tile_of_elements(graph, t: Tensor) -> np.ndarray:
