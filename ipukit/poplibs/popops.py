@@ -156,9 +156,10 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     if len(tiles) == 0:
         return 0
     order = np.argsort(tiles, kind="stable")
-    flat = [(name, t.graph, t.dtype, t.name,  # each field's rows in tile order, once
-             np.ascontiguousarray(t.idx).reshape(len(tiles), -1)[order])
-            for name, t in fields.items()]
+    flat = []  # each field's rows in tile order, flat, once: (name, ..., row width)
+    for name, t in fields.items():
+        idx = np.ascontiguousarray(t.idx).reshape(len(tiles), -1)
+        flat.append((name, t.graph, t.dtype, t.name, idx[order].reshape(-1), idx.shape[1]))
     sorted_tiles = tiles[order]
     cuts = np.flatnonzero(np.diff(sorted_tiles)) + 1
     starts = np.concatenate([[0], cuts]).astype(np.int64)
@@ -167,8 +168,8 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     for s, e in zip(starts.tolist(), ends.tolist()):
         tile = int(sorted_tiles[s])
         for b, f in poputil.split_regions(e - s, grain, _workers(graph)):
-            conns.append({name: Tensor(g, dt, idx[s + b:s + f].reshape(-1), what)
-                          for name, g, dt, what, idx in flat})
+            conns.append({name: Tensor(g, dt, idx[(s + b) * w:(s + f) * w], what)
+                          for name, g, dt, what, idx, w in flat})
             on.append(tile)
     # The first vertex is added (and checked) as any; the rest take the same fields and
     # types (Vector fields take any length) on tiles up to on[-1]: added in one go.
