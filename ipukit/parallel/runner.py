@@ -355,11 +355,11 @@ class Pipeline:
         >>> m = training_model([Block("A", nn.Dense(4, 8, rng=1), ipu_id=0),
         ...                     Block("B", nn.Dense(8, 3, rng=2), ipu_id=1)],
         ...                    nn.SoftmaxCrossEntropy(), optim.SGD(0.1),
-        ...                    gradient_accumulation=2, emulate=True)
-        >>> x, y = np.ones((4, 4), np.float32), np.array([0, 1, 2, 0])
-        >>> m.compile(x, y)             # build, compile, load: nothing runs
-        >>> float(m.run(x, y).losses.mean()) > 0  # runs the compiled programs
-        True
+        ...                    gradient_accumulation=4, emulate=True)
+        >>> x, y = np.ones((8, 4), np.float32), np.arange(8) % 3
+        >>> m.compile(x, y)  # builds, compiles and loads the programs: nothing runs yet
+        >>> m.run(x, y).losses.shape  # runs them: (runs, replicas, micro-batches)
+        (1, 1, 4)
         """
         training = self.options.training
         x, labels = (checks.features(x), None) if labels is None and not training else \

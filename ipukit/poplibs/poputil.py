@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import IpuError, TileMappingError
-from ..tensor import Tensor, firsts, runs
+from ..tensor import Tensor, firsts, runs, single_run
 
 #: Bits the IPU's load/store path moves per cycle (sets the vector width).
 DATA_PATH_BITS = 64
@@ -108,9 +108,11 @@ def _map_elements(graph, t: Tensor, tiles: np.ndarray) -> None:
         return
     if tiles.min() < 0:  # an element of no tile: set_tile_mapping says why
         graph.set_tile_mapping(t, int(tiles.min()))
-    flat, pos = t.idx.reshape(-1), np.arange(tiles.size)
-    first = firsts(flat - pos, tiles)  # where a run of addresses on one tile begins
-    graph.root.pools[t.dtype].map(flat[first], np.diff(first, append=tiles.size),
+    run = single_run(t)  # one run of addresses (a variable): runs of one tile are runs
+    flat = None if run else t.idx.reshape(-1)
+    first = firsts(tiles) if run else firsts(flat - np.arange(tiles.size), tiles)
+    graph.root.pools[t.dtype].map(run[0] + first if run else flat[first],
+                                  np.diff(first, append=tiles.size),
                                   tiles[first] + graph._offset_of())
 
 
@@ -160,13 +162,12 @@ def _tiles(graph, t: Tensor) -> np.ndarray:
     ``graph.get_tile_mapping`` reads it, without building its per-tile lists."""
     begins, lengths = runs(t)
     _, start, end, tiles = graph.root.pools[t.dtype].pieces(begins, lengths)
-    out = np.repeat(tiles, end - start)  # pieces come in the flat order of t's elements
     lo, n = graph._offset_of(), graph.target.num_tiles
     if lo or n != graph.root.target.num_tiles:  # a virtual graph: its own tile numbers
-        if ((out >= 0) & ((out < lo) | (out >= lo + n))).any():
+        if ((tiles >= 0) & ((tiles < lo) | (tiles >= lo + n))).any():
             graph.get_tile_mapping(t, throw_on_incomplete=False)  # raises, naming the tile
-        out = np.where(out >= 0, out - lo, -1)
-    return out
+        tiles = np.where(tiles >= 0, tiles - lo, -1)
+    return np.repeat(tiles, end - start)  # pieces come in the flat order of t's elements
 
 
 def check_mapped(graph, t: Tensor, op: str, role: str) -> np.ndarray:
