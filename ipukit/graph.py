@@ -73,8 +73,12 @@ class Pool:
             new.extend(add.tolist())
 
     def _resolve(self) -> None:
-        """Paint mappings made since the last call over the resolved ones: only the span
-        ``[lo, hi)`` they touch is painted again (with the resolved tiles there first)."""
+        """Paint mappings made since the last call over the resolved ones. Only the span
+        ``[lo, hi)`` the new records touch is painted again: the resolved tiles there first,
+        then the new records; it is spliced between the resolved cuts below ``lo`` and above
+        ``hi``, and cuts where the tile does not change are dropped (so the step function
+        is the one painting every record at once gives). ``hi > lo`` always (records of no
+        length paint nothing)."""
         if self._new[0]:
             (b, e, t), self._new = [np.array(new, np.int64) for new in self._new], ([], [], [])
             cuts, tiles, lo, hi = self._cuts, self._cut_tiles, b.min(), max(e.max(), b.min() + 1)
