@@ -459,6 +459,15 @@ def test_compile_of_an_inference_model_and_without_emulation():
                                _poptorch_model(False, training=False).run(x).outputs,
                                rtol=1e-4, atol=1e-6)
     assert inf._emulations == ready  # run() used the compiled one
+    x, y = data(6 * 2 * 2)  # TensorFlow's pipeline takes the call too
+    tf = pipeline(stages(), None, gradient_accumulation_count=6, optimizer=optim.SGD(0.1),
+                  loss=nn.SoftmaxCrossEntropy(), target=TARGET, emulate=True)
+    tf.compile(x, y)
+    ready = dict(tf._emulations)
+    np.testing.assert_allclose(tf.run(x, y).losses, pipeline(
+        stages(), None, gradient_accumulation_count=6, optimizer=optim.SGD(0.1),
+        loss=nn.SoftmaxCrossEntropy(), target=TARGET).run(x, y).losses, rtol=1e-4)
+    assert tf._emulations == ready
     plain = _poptorch_model(False)
     plain.compile(*data(4 * 3))  # NumPy runner: checks only, builds nothing
     assert "_emulations" not in plain.__dict__

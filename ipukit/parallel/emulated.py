@@ -33,6 +33,10 @@ last stage, its sharded softmax cross-entropy uses the collectives of
 An inference pipeline (no optimiser) runs its forward stages only, in the schedule's
 order, with no stash; the last stage's outputs come back over an outfeed.
 
+The programs are built, compiled and loaded once per micro-batch shape, by the first
+``run`` or ahead of it by ``model.compile(x, labels)`` (PopTorch's
+``PoplarExecutor.compile``: :func:`compile`), and kept on the pipeline.
+
 Not emulated (a clear :class:`~ipukit.errors.IpuError` says so): concurrent stages in a
 replicated pipeline, float64 weights. Offloaded optimiser state
 (``offload_optimizer_state``) stays in tile memory here (kit convention: the emulator has
