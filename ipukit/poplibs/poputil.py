@@ -64,12 +64,16 @@ def map_tensor_linearly(graph, t: Tensor, min_elements_per_tile: int | None = No
     Defaults are Poplar's: the grain is the vector width and the minimum per tile is
     128 bytes.
     """
-    if isinstance(t, Tensor) and t.graph is graph.root:  # in one call, tiles known valid
-        _map_elements(graph, t, linear_tiles(graph, t, min_elements_per_tile, grain_size))
-        return
     grain_size, min_elements_per_tile = _linear_defaults(t, min_elements_per_tile, grain_size)
-    set_tile_mapping(graph, t, calc_linear_tile_mapping(graph, t.shape,
-                                                        min_elements_per_tile, grain_size))
+    mapping = calc_linear_tile_mapping(graph, t.shape, min_elements_per_tile, grain_size)
+    run = single_run(t) if isinstance(t, Tensor) and t.graph is graph.root else None
+    if run is None:  # a view (or another graph's tensor: set_tile_mapping says so)
+        set_tile_mapping(graph, t, mapping)
+        return
+    pieces = [(b, e, tile) for tile, intervals in enumerate(mapping) for b, e in intervals]
+    if pieces:  # a variable: its intervals are runs of addresses, mapped in one call
+        b, e, tile = (np.array(v, np.int64) for v in zip(*pieces))
+        graph.root.pools[t.dtype].map(run[0] + b, e - b, tile + graph._offset_of())
 
 
 def linear_tiles(graph, t: Tensor, min_elements_per_tile: int | None = None,
