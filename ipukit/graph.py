@@ -27,7 +27,7 @@ from .errors import (
     TileMappingError,
 )
 from .target import Device, Target
-from .tensor import TYPE_NAMES, Tensor, as_type, contiguous_strides, firsts, runs, single_run
+from .tensor import TYPE_NAMES, Tensor, as_type, contiguous_strides, runs, single_run
 from .vertex import Vertex
 
 
@@ -49,17 +49,15 @@ class Pool:
 
     def __init__(self, dtype: np.dtype):
         self.dtype, self.size = dtype, 0
-        self.variables: list[Variable] = []
-        self.starts: list[int] = []
+        self.variables, self.starts = [], []  # Variables, and where each starts
         self._new: tuple[list, list, list] = ([], [], [])  # begins, ends, tiles not resolved
         # The mapping as a step function: the addresses where the tile changes, in order,
         # and the tile before the first of them and after each (-1: unmapped).
         self._cuts, self._cut_tiles = np.zeros(0, np.int64), np.full(1, -1, np.int64)
 
     def alloc(self, name, shape, values=None) -> Variable:
-        size = int(np.prod(shape, dtype=np.int64))
-        var = Variable(name, self.dtype, shape, self.size, size, values)
-        self.size += size
+        var = Variable(name, self.dtype, shape, self.size, math.prod(shape), values)
+        self.size += var.size
         self.variables.append(var)
         self.starts.append(var.start)
         return var
@@ -67,10 +65,15 @@ class Pool:
     def map(self, begins, lengths, tile) -> None:
         """Map runs of addresses (one as ints, or arrays) to ``tile`` (or to a tile per run);
         a later mapping of an address wins."""
-        begins = np.atleast_1d(begins)
-        for new, add in zip(self._new, (begins, begins + lengths,
-                                        np.broadcast_to(tile, begins.size))):
-            new.extend(add.tolist())
+        b, e, t = self._new
+        if isinstance(begins, np.ndarray):
+            b += begins.tolist()
+            e += (begins + lengths).tolist()
+            t += tile.tolist() if isinstance(tile, np.ndarray) else [tile] * len(begins)
+        else:
+            b.append(int(begins))
+            e.append(int(begins + lengths))
+            t.append(tile)
 
     def _resolve(self) -> None:
         """Paint mappings made since the last call over the resolved ones. Only the span
@@ -96,10 +99,9 @@ class Pool:
         """Cut address runs where the tile mapping changes: (run, begin, end, tile) of
         every piece, in order; tile -1 where unmapped."""
         self._resolve()
-        keep = np.flatnonzero(lengths > 0)
+        cuts, keep = self._cuts, np.flatnonzero(lengths > 0)
         b = begins[keep].astype(np.int64)
         e = b + lengths[keep]
-        cuts = self._cuts
         lo, hi = np.searchsorted(cuts, b, "right"), np.searchsorted(cuts, e, "left")
         if (hi == lo).all():  # no run crosses a change of tile
             return keep, b, e, self._cut_tiles[lo]
@@ -126,8 +128,7 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 def _paint(b, e, t):
     """Mapping records (in the order made: a later one wins) as a step function: the cuts
     where the tile changes and the tile before the first cut and after each (-1: none)."""
-    cuts = np.sort(np.concatenate((b, e)), kind="stable")  # merges runs already in order
-    cuts = cuts[firsts(cuts)]
+    cuts = np.unique(np.concatenate((b, e)))
     lo, hi = np.searchsorted(cuts, b), np.searchsorted(cuts, e)
     tiles = np.full(cuts.size + 1, -1, np.int64)  # tiles[k + 1]: from cuts[k] to cuts[k + 1]
     tiles[1 + _ranges(lo, hi)] = t.repeat(np.maximum(hi - lo, 0))
@@ -256,8 +257,7 @@ class Graph:
             self.v_tile[vid] = self.target.check_tile(tile, lambda: self.describe_vertex(vid))
             return
         t = tensor_or_vertex
-        if not (type(t) is Tensor and t.graph is self):
-            t = self._own(t, "set_tile_mapping")
+        t = t if type(t) is Tensor and t.graph is self else self._own(t, "set_tile_mapping")
         if not (type(tile) is int and 0 <= tile < self.target.num_tiles):
             tile = self.target.check_tile(tile, lambda: f"tensor '{t.name}'")
         self.pools[t.dtype].map(*(single_run(t) or runs(t)), tile)
