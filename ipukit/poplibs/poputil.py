@@ -164,6 +164,8 @@ def _is_contiguous(shape, strides) -> bool:
 def _tiles(graph, t: Tensor) -> np.ndarray:
     """The tile of every element of ``t`` (-1 unmapped), read from the graph's mapping as
     ``graph.get_tile_mapping`` reads it, without building its per-tile lists."""
+    if t.graph is not graph.root:  # get_tile_mapping says whose it is
+        graph.get_tile_mapping(t, throw_on_incomplete=False)
     begins, lengths = runs(t)
     _, start, end, tiles = graph.root.pools[t.dtype].pieces(begins, lengths)
     lo, n = graph._offset_of(), graph.target.num_tiles
