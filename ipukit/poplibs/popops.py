@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import GraphConnectionError, IpuError
 from ..program import Copy, Execute, Sequence
-from ..tensor import TYPE_NAMES, Tensor, as_type, single_run
+from ..tensor import TYPE_NAMES, Tensor, as_type
 from ..vertex import InOut, Input, Output, Vector, Vertex
 from . import poputil
 from .expr import BINARY, UNARY, Expr, _1, _2, _3, lift
@@ -155,16 +155,13 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     """
     if len(tiles) == 0:
         return 0
-    in_order = bool((tiles[1:] >= tiles[:-1]).all())  # e.g. a linear mapping
+    in_order = bool((tiles[1:] >= tiles[:-1]).all())  # e.g. a linear mapping: no sort
     order = None if in_order else np.argsort(tiles, kind="stable")
-    flat = []  # each field's rows in tile order, once: (name, ..., addresses, row width)
+    flat = []  # each field's rows in tile order, flat, once: (name, ..., row width)
     for name, t in fields.items():
-        width = t.num_elements() // len(tiles)
-        run = single_run(t) if in_order else None  # a tile's rows: one run of addresses
-        idx = int(run[0]) if run else np.ascontiguousarray(t.idx).reshape(len(tiles), -1)
-        if not run:
-            idx = (idx if in_order else idx[order]).reshape(-1)
-        flat.append((name, t.graph, t.dtype, t.name, idx, width))
+        idx = np.ascontiguousarray(t.idx).reshape(len(tiles), -1)
+        flat.append((name, t.graph, t.dtype, t.name,
+                     (idx if in_order else idx[order]).reshape(-1), idx.shape[1]))
     sorted_tiles = tiles if in_order else tiles[order]
     cuts = np.flatnonzero(np.diff(sorted_tiles)) + 1
     starts = np.concatenate([[0], cuts]).astype(np.int64)
@@ -173,9 +170,7 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     for s, e in zip(starts.tolist(), ends.tolist()):
         tile = int(sorted_tiles[s])
         for b, f in poputil.split_regions(e - s, grain, _workers(graph)):
-            conns.append({name: Tensor(g, dt, (idx + (s + b) * w, ((f - b) * w,), (1,))
-                                       if type(idx) is int else idx[(s + b) * w:(s + f) * w],
-                                       what)
+            conns.append({name: Tensor(g, dt, idx[(s + b) * w:(s + f) * w], what)
                           for name, g, dt, what, idx, w in flat})
             on.append(tile)
     # The first vertex is added (and checked) as any; the rest take the same fields and
