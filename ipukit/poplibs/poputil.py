@@ -110,8 +110,9 @@ def _map_elements(graph, t: Tensor, tiles: np.ndarray) -> None:
     ``set_tile_mapping`` per run of consecutive addresses on one tile does, in one call."""
     if tiles.size == 0:
         return
-    if tiles.min() < 0:  # an element of no tile: set_tile_mapping says why
-        graph.set_tile_mapping(t, int(tiles.min()))
+    bad = tiles[(tiles < 0) | (tiles >= graph.target.num_tiles)]
+    if bad.size or t.graph is not graph.root:  # set_tile_mapping says what is wrong
+        graph.set_tile_mapping(t, int(bad[0]) if bad.size else 0)
     run = single_run(t)  # one run of addresses (a variable): runs of one tile are runs
     flat = None if run else t.idx.reshape(-1)
     first = firsts(tiles) if run else firsts(flat - np.arange(tiles.size), tiles)
