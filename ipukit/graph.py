@@ -30,7 +30,7 @@ from .errors import (
     vertex_name,
 )
 from .target import Device, Target
-from .tensor import Tensor, as_type, contiguous_strides, firsts, runs, single_run
+from .tensor import Tensor, as_type, contiguous_strides, runs, single_run
 from .vertex import Vertex
 
 
@@ -52,58 +52,66 @@ class Pool:
 
     def __init__(self, dtype: np.dtype):
         self.dtype, self.size = dtype, 0
-        self.variables: list[Variable] = []
-        self.starts: list[int] = []
+        self.variables, self.starts = [], []  # Variables, and where each starts
         self._new: tuple[list, list, list] = ([], [], [])  # begins, ends, tiles not resolved
         # The mapping as a step function: the addresses where the tile changes, in order,
         # and the tile before the first of them and after each (-1: unmapped).
         self._cuts, self._cut_tiles = np.zeros(0, np.int64), np.full(1, -1, np.int64)
 
     def alloc(self, name, shape, values=None) -> Variable:
-        size = int(np.prod(shape, dtype=np.int64))
-        var = Variable(name, self.dtype, shape, self.size, size, values)
-        self.size += size
+        var = Variable(name, self.dtype, shape, self.size, math.prod(shape), values)
+        self.size += var.size
         self.variables.append(var)
         self.starts.append(var.start)
         return var
 
-    def map(self, begins, lengths, tile: int) -> None:
-        """Map runs of addresses (one as ints, or arrays) to ``tile``; a later mapping of an
-        address wins."""
+    def map(self, begins, lengths, tile) -> None:
+        """Map runs of addresses (one as ints, or arrays) to ``tile`` (or to a tile per run);
+        a later mapping of an address wins."""
         b, e, t = self._new
         if isinstance(begins, np.ndarray):
-            b.extend(begins.tolist())
-            e.extend((begins + lengths).tolist())
-            t.extend([tile] * len(begins))
+            b += begins.tolist()
+            e += (begins + lengths).tolist()
+            t += tile.tolist() if isinstance(tile, np.ndarray) else [tile] * len(begins)
         else:
             b.append(int(begins))
             e.append(int(begins + lengths))
             t.append(tile)
 
     def _resolve(self) -> None:
-        """Paint mappings made since the last call over the resolved ones (never re-read)."""
+        """Paint mappings made since the last call over the resolved ones. Only the span
+        ``[lo, hi)`` the new records touch is painted again: the resolved tiles there first,
+        then the new records; it is spliced between the resolved cuts below ``lo`` and above
+        ``hi``, and cuts where the tile does not change are dropped (so the step function
+        is the one painting every record at once gives). ``hi > lo`` always (records of no
+        length paint nothing)."""
         if self._new[0]:
-            cuts, tiles = self._cuts, self._cut_tiles[1:-1]  # the resolved ones first
-            b, e, t = (np.r_[old, np.array(new, np.int64)]
-                       for old, new in zip((cuts[:-1], cuts[1:], tiles), self._new))
-            self._cuts, self._cut_tiles = _paint(b, e, t)
-            self._new = ([], [], [])
+            (b, e, t), self._new = [np.array(new, np.int64) for new in self._new], ([], [], [])
+            cuts, tiles, lo, hi = self._cuts, self._cut_tiles, b.min(), max(e.max(), b.min() + 1)
+            (i, j2), (i0, j) = (np.searchsorted(cuts, [lo, hi], s) for s in ("right", "left"))
+            cat = np.concatenate  # (np.r_ costs tens of µs a call)
+            wc, wt = _paint(cat(([lo], cuts[i:j], b)), cat((cuts[i:j], [hi], e)),
+                            cat((tiles[i:j + 1], t)))
+            k, k_hi = np.searchsorted(wc, lo, "right"), np.searchsorted(wc, hi, "left")
+            cuts = cat((cuts[:i0], [lo], wc[k:k_hi], [hi], cuts[j2:]))  # drop non-changes next
+            tiles = cat((tiles[:i0 + 1], wt[k:k_hi + 1], tiles[j2:]))
+            change = np.flatnonzero(tiles[1:] != tiles[:-1])
+            self._cuts, self._cut_tiles = cuts[change], cat((tiles[:1], tiles[change + 1]))
 
     def pieces(self, begins: np.ndarray, lengths: np.ndarray):
         """Cut address runs where the tile mapping changes: (run, begin, end, tile) of
         every piece, in order; tile -1 where unmapped."""
         self._resolve()
-        keep = np.flatnonzero(lengths > 0)
+        cuts, keep = self._cuts, np.flatnonzero(lengths > 0)
         b = begins[keep].astype(np.int64)
         e = b + lengths[keep]
-        cuts = self._cuts
         lo, hi = np.searchsorted(cuts, b, "right"), np.searchsorted(cuts, e, "left")
         if (hi == lo).all():  # no run crosses a change of tile
             return keep, b, e, self._cut_tiles[lo]
         run = np.repeat(np.arange(b.size), hi - lo + 1)
         at = _ranges(lo, hi + 1)  # piece ``at`` of a run: from cut at - 1 to cut at
         start = np.where(at == lo[run], b[run], cuts[at - 1])
-        end = np.where(at == hi[run], e[run], np.r_[cuts, 0][at])
+        end = np.where(at == hi[run], e[run], cuts.take(at, mode="clip"))
         return keep[run], start, end, self._cut_tiles[at]
 
     def describe(self, address: int) -> str:
@@ -121,13 +129,12 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 def _paint(b, e, t):
     """Mapping records (in the order made: a later one wins) as a step function: the cuts
     where the tile changes and the tile before the first cut and after each (-1: none)."""
-    cuts = np.sort(np.r_[b, e], kind="stable")  # merges runs already in order
-    cuts = cuts[firsts(cuts)]
+    cuts = np.unique(np.concatenate((b, e)))
     lo, hi = np.searchsorted(cuts, b), np.searchsorted(cuts, e)
     tiles = np.full(cuts.size + 1, -1, np.int64)  # tiles[k + 1]: from cuts[k] to cuts[k + 1]
     tiles[1 + _ranges(lo, hi)] = t.repeat(np.maximum(hi - lo, 0))
     change = np.flatnonzero(tiles[1:] != tiles[:-1])
-    return cuts[change], np.r_[-1, tiles[change + 1]]
+    return cuts[change], np.concatenate(([-1], tiles[change + 1]))
 
 
 def _join(b, e, t):
@@ -238,8 +245,7 @@ class Graph:
             self.v_tile[vid] = self.target.check_tile(tile, lambda: self.describe_vertex(vid))
             return
         t = tensor_or_vertex
-        if not (type(t) is Tensor and t.graph is self):
-            t = self._own(t, "set_tile_mapping")
+        t = t if type(t) is Tensor and t.graph is self else self._own(t, "set_tile_mapping")
         if not (type(tile) is int and 0 <= tile < self.target.num_tiles):
             tile = self.target.check_tile(tile, lambda: f"tensor '{t.name}'")
         self.pools[t.dtype].map(*(single_run(t) or runs(t)), tile)
@@ -256,12 +262,11 @@ class Graph:
         if throw_on_incomplete and (tiles < 0).any():
             holes = np.flatnonzero(tiles < 0)
             raise TileMappingError.incomplete(t, int((end - start)[holes].sum()), flat[holes[0]])
-        n = self.target.num_tiles
         begins, ends, tiles = _join(flat, flat + end - start, tiles)  # grouped by tile next
         order = np.argsort(tiles, kind="stable")
         pairs = list(zip(begins[order].tolist(), ends[order].tolist()))
-        cut = np.searchsorted(tiles[order], np.arange(n + 1)).tolist()
-        return [pairs[cut[i]:cut[i + 1]] for i in range(n)]
+        cut = np.searchsorted(tiles[order], np.arange(self.target.num_tiles + 1)).tolist()
+        return [pairs[cut[i]:cut[i + 1]] for i in range(len(cut) - 1)]
 
     def set_initial_value(self, target, value) -> None:
         """``Graph::setInitialValue`` of a vertex State field or of a tensor."""
@@ -295,19 +300,22 @@ class Graph:
             raise GraphConnectionError.not_a_compute_set(cs)
         if not (isinstance(vertex_class, type) and issubclass(vertex_class, Vertex)):
             raise GraphConnectionError.not_a_codelet(vertex_class)
-        vid = len(self.v_cs)
-        self.v_cs.append(cs.id)
-        self.v_cls.append(vertex_class)
-        self.v_conn.append({})
-        self.v_tile.append(-1)
-        self.v_perf.append(None)
-        self.v_state.append({})
-        ref = VertexRef(self, vid)
+        ref = VertexRef(self, vid := self._add_vertices(cs, vertex_class, [{}], [-1]))
         for field, tensor in (connections or {}).items():
             self._connect(vid, field, tensor)
         if tile is not None:
             self.set_tile_mapping(ref, tile)
         return ref
+
+    def _add_vertices(self, cs: ComputeSet, cls, connections: list, tiles: list) -> int:
+        """Vertices of one class, connected and on (root) tiles as given, without the checks
+        of add_vertex (PopLibs adds many alike: the caller checked one); the first's id."""
+        vid, n = len(self.v_cs), len(tiles)
+        for column, add in zip((self.v_cs, self.v_cls, self.v_conn, self.v_tile, self.v_perf,
+                                self.v_state), ([cs.id] * n, [cls] * n, connections, tiles,
+                                                [None] * n, [{} for _ in tiles])):
+            column.extend(add)
+        return vid
 
     def connect(self, field_ref: FieldRef, tensor: Tensor) -> None:
         """``Graph::connect``: connect a tensor to a vertex field (Vector fields flatten it)."""

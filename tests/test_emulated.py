@@ -460,3 +460,69 @@ def test_concurrent_inference_joins_the_members_outputs():
             for e in (False, True))
     np.testing.assert_allclose(b.losses, a.losses, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(b.outputs, a.outputs, rtol=1e-4, atol=1e-6)
+
+
+def _poptorch_model(emulate, training=True):
+    from ipukit.parallel.pipelining import inference_model
+
+    blocks = [Block("A", nn.Dense(6, 8, rng=1), nn.ReLU(), ipu_id=0),
+              Block("B", nn.Dense(8, 3, rng=2), ipu_id=1)]
+    if not training:
+        return inference_model(blocks, device_iterations=2, target=TARGET, emulate=emulate)
+    return training_model(blocks, nn.SoftmaxCrossEntropy(), optim.Adam(0.05),
+                          gradient_accumulation=4, target=TARGET, emulate=emulate)
+
+
+def test_compile_then_run_equals_run_alone_and_does_not_rebuild(monkeypatch):
+    from ipukit.parallel import emulated
+
+    x, y = data(4 * 3)
+    alone = _poptorch_model(True)
+    want = [alone.run(x, y).losses for _ in range(2)]
+    built = []
+    real = emulated.Emulation.__init__
+
+    def counted(self, *args):
+        built.append(args[1:])
+        real(self, *args)
+
+    monkeypatch.setattr(emulated.Emulation, "__init__", counted)
+    m = _poptorch_model(True)
+    assert m.compile(x, y) is None and len(built) == 1  # built, compiled, loaded
+    assert len(m._emulations[(3, (6,), True)].engine.trace) == 0  # and nothing ran
+    m.compile(x, y)  # the same shapes again: nothing to do (PopTorch ignores it too)
+    got = [m.run(x, y).losses for _ in range(2)]
+    assert len(built) == 1  # run() found the compiled programs
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(b, a)  # the same programs: the same losses, bit for bit
+    numpy_runner = _poptorch_model(False)
+    np.testing.assert_allclose(got[0], numpy_runner.run(x, y).losses, rtol=1e-4)
+    m.compile(x[:8], y[:8])  # another micro-batch size is another build
+    assert built[-1] == (2, (6,), True) and len(built) == 2
+
+
+def test_compile_of_an_inference_model_and_without_emulation():
+    x, _ = data(2 * 3)
+    inf = _poptorch_model(True, training=False)
+    inf.compile(x)
+    ready = dict(inf._emulations)
+    np.testing.assert_allclose(inf.run(x).outputs,
+                               _poptorch_model(False, training=False).run(x).outputs,
+                               rtol=1e-4, atol=1e-6)
+    assert inf._emulations == ready  # run() used the compiled one
+    x, y = data(6 * 2 * 2)  # TensorFlow's pipeline takes the call too
+    tf = pipeline(stages(), None, gradient_accumulation_count=6, optimizer=optim.SGD(0.1),
+                  loss=nn.SoftmaxCrossEntropy(), target=TARGET, emulate=True)
+    tf.compile(x, y)
+    ready = dict(tf._emulations)
+    np.testing.assert_allclose(tf.run(x, y).losses, pipeline(
+        stages(), None, gradient_accumulation_count=6, optimizer=optim.SGD(0.1),
+        loss=nn.SoftmaxCrossEntropy(), target=TARGET).run(x, y).losses, rtol=1e-4)
+    assert tf._emulations == ready
+    plain = _poptorch_model(False)
+    plain.compile(*data(4 * 3))  # NumPy runner: checks only, builds nothing
+    assert "_emulations" not in plain.__dict__
+    with pytest.raises(ipu.IpuError, match="stage 0"):
+        plain.compile(np.ones((12, 5), np.float32), np.zeros(12, int))  # 5 features, not 6
+    with pytest.raises(ipu.IpuError):
+        _poptorch_model(True).compile(np.ones((12, 6), np.float32))  # training needs labels

@@ -167,3 +167,24 @@ def test_vertex_fields_lists_what_each_vertex_on_a_tile_connects():
         g.set_tile_mapping(v, tile)
     assert g.vertex_fields(1) == [{"x": 4, "out": 1}, {"x": 6, "out": 1}]
     assert g.vertex_fields(0) == [{"x": 1, "out": 1}]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40), st.integers(0, 3)),
+                         min_size=1, max_size=4), min_size=1, max_size=6))
+def test_resolving_in_steps_gives_the_step_function_of_all_records_at_once(batches):
+    """The pool repaints only the span that new mappings touch; between any batches the
+    result is the step function one painting of every record so far gives (the same cuts,
+    no cut where the tile does not change)."""
+    from ipukit.graph import Pool, _paint
+
+    pool, records = Pool(np.dtype(np.float32)), []
+    for batch in batches:
+        for a, b, tile in batch:
+            a, b = min(a, b), max(a, b)
+            pool.map(a, b - a, tile)
+            records.append((a, b, tile))
+        pool._resolve()
+        cuts, tiles = _paint(*(np.array(r, np.int64) for r in zip(*records)))
+        assert pool._cuts.tolist() == cuts.tolist()
+        assert pool._cut_tiles.tolist() == tiles.tolist()

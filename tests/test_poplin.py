@@ -118,3 +118,26 @@ def test_mat_mul_grouped_checks_groups():
         poputil.map_tensor_linearly(g, t)
     with pytest.raises(ipu.IpuError, match="same number of groups"):
         poplin.mat_mul_grouped(g, a, b, ipu.Sequence())
+
+
+@settings(max_examples=60, deadline=None)
+@given(view=st.sampled_from(["plain", "transpose", "slice", "slice-transpose", "concat"]),
+       data=st.data())
+def test_matmul_blocks_are_the_views_slice_gives(view, data):
+    # _add_blocks makes its 2-D blocks directly from a region: the same offset, shape,
+    # strides, name and addresses as Tensor.slice gives
+    from ipukit.poplibs.poplin import _block
+
+    g = ipu.Graph(ipu.IPUModel(tiles_per_ipu=4).create_device().target)
+    v = g.add_variable(ipu.FLOAT, [7, 9], "v")
+    t = {"plain": v, "transpose": v.transpose(), "slice": v.slice([1, 2], [6, 8]),
+         "slice-transpose": v.slice([1, 2], [6, 8]).transpose(),
+         "concat": ipu.concat([v, v], 1)}[view]
+    r0 = data.draw(st.integers(0, t.shape[0]))
+    r1 = data.draw(st.integers(r0, t.shape[0]))
+    c0 = data.draw(st.integers(0, t.shape[1]))
+    c1 = data.draw(st.integers(c0, t.shape[1]))
+    got, want = _block(t, r0, r1, c0, c1), t.slice([r0, c0], [r1, c1])
+    assert (got.offset, got.shape, got.strides, got.name) == \
+        (want.offset, want.shape, want.strides, want.name)
+    assert np.array_equal(got.idx, want.idx)

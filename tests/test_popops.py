@@ -291,3 +291,57 @@ def test_per_tile_vertices_take_each_row_once_on_its_tile(items, k, tiles, sorte
         seen.extend(rows.tolist())
     assert sorted(seen) == list(range(items))
     assert np.bincount(g.v_tile[first:]).max() <= g.target.num_worker_contexts
+
+
+@pytest.mark.parametrize("virtual", [False, True])
+def test_per_tile_vertices_equal_one_add_vertex_each(virtual):
+    # the bulk path (one checked add_vertex, the rest at once) gives the vertices,
+    # connections and tiles that one add_vertex per vertex gives, on a virtual graph too
+    graphs = []
+    for bulk in (True, False):
+        dev = ipu.IPUModel(num_ipus=2, tiles_per_ipu=4).create_device()
+        root = ipu.Graph(dev.target)
+        g = root.create_virtual_graph(4, 8) if virtual else root
+        a = g.add_variable(ipu.FLOAT, [40, 3], "a")
+        out = g.add_variable(ipu.FLOAT, [40, 3], "out")
+        tiles = np.random.default_rng(1).integers(0, 4, 40)
+        cs = g.add_compute_set("cs")
+        cls = popops.map_vertex(_1 * 2, [ipu.FLOAT], ipu.FLOAT, False)
+        if bulk:
+            popops.add_per_tile_vertices(g, cs, cls, {"in1": a, "out": out}, tiles, grain=2)
+        else:  # the reference: one checked add_vertex per vertex, in the same order
+            for tile, rows in _per_tile_rows(tiles, 2, g.target.num_worker_contexts):
+                g.add_vertex(cs, cls, {name: ipu.Tensor(root, t.dtype, t.idx[rows].reshape(-1),
+                                                        t.name)
+                                       for name, t in (("in1", a), ("out", out))}, tile=tile)
+        graphs.append(root)
+    bulk, each = graphs
+    assert bulk.v_tile == each.v_tile and bulk.v_cls == each.v_cls
+    assert min(bulk.v_tile) >= (4 if virtual else 0)
+    assert [{f: t.idx.tolist() for f, t in c.items()} for c in bulk.v_conn] == \
+        [{f: t.idx.tolist() for f, t in c.items()} for c in each.v_conn]
+    assert bulk.v_perf == each.v_perf and bulk.v_state == each.v_state
+
+
+def _per_tile_rows(tiles, grain, workers):
+    order = np.argsort(tiles, kind="stable")
+    for tile in np.unique(tiles).tolist():
+        rows = order[tiles[order] == tile]
+        for b, e in poputil.split_regions(rows.size, grain, workers):
+            yield tile, rows[b:e]
+
+
+def test_per_tile_vertices_on_a_tile_out_of_range_or_unmapped_elements_raise():
+    _, g, prog = setup(3)
+    a = g.add_variable(ipu.FLOAT, [6], "a")
+    cs = g.add_compute_set("cs")
+    cls = popops.map_vertex(_1 * 2, [ipu.FLOAT], ipu.FLOAT, True)
+    with pytest.raises(ipu.IpuError, match="tile 7"):
+        popops.add_per_tile_vertices(g, cs, cls, {"in1": a}, np.array([0, 0, 1, 1, 2, 7]))
+    with pytest.raises(ipu.TileMappingError, match="'b'"):
+        popops._map_elements(g, g.add_variable(ipu.FLOAT, [3], "b"), np.array([0, -1, 1]))
+    with pytest.raises(ipu.TileMappingError, match="tile 3"):  # the graph has tiles 0..2
+        popops._map_elements(g, g.add_variable(ipu.FLOAT, [3], "c"), np.array([0, 3, 1]))
+    other = ipu.Graph(g.target)
+    with pytest.raises(ipu.TileMappingError, match="another graph"):
+        popops._map_elements(g, other.add_variable(ipu.FLOAT, [3], "d"), np.array([0, 1, 2]))

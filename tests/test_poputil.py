@@ -93,3 +93,14 @@ def test_linear_tiles_are_those_map_tensor_linearly_gives():
         want = poputil.linear_tiles(g, t, min_el, grain)
         poputil.map_tensor_linearly(g, t, min_el, grain)
         assert np.array_equal(want, _per_element(g, t))
+
+
+def test_tile_of_elements_of_another_graphs_tensor_raises():
+    dev = ipu.IPUModel(tiles_per_ipu=4).create_device()
+    g, other = ipu.Graph(dev.target), ipu.Graph(dev.target)
+    mine, theirs = (x.add_variable(ipu.FLOAT, [4], n) for x, n in ((g, "mine"), (other, "t")))
+    g.set_tile_mapping(mine, 1)
+    other.set_tile_mapping(theirs, 2)
+    with pytest.raises(ipu.TileMappingError, match="'t' belongs to another graph"):
+        poputil.tile_of_elements(g, theirs)
+    assert poputil.tile_of_elements(g, mine).tolist() == [1, 1, 1, 1]

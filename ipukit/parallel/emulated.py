@@ -33,6 +33,10 @@ last stage, its sharded softmax cross-entropy uses the collectives of
 An inference pipeline (no optimiser) runs its forward stages only, in the schedule's
 order, with no stash; the last stage's outputs come back over an outfeed.
 
+The programs are built, compiled and loaded once per micro-batch shape, by the first
+``run`` or ahead of it by ``model.compile(x, labels)`` (PopTorch's
+``PoplarExecutor.compile``: :func:`compile`), and kept on the pipeline.
+
 Not emulated (a clear :class:`~ipukit.errors.IpuError` says so): concurrent stages in a
 replicated pipeline, float64 weights. Offloaded optimiser state
 (``offload_optimizer_state``) stays in tile memory here (kit convention: the emulator has
@@ -633,6 +637,7 @@ class Emulation:
 
     def __init__(self, pipeline, micro_batch: int, sample_shape: tuple, scored: bool = True):
         p = self.pipeline = pipeline
+        self.key = (micro_batch, tuple(sample_shape), scored)  # what compile() built it for
         self.training = p.options.training
         self.scored = self.training or scored
         if p.replication_factor > 1 and any(len(s.ipus) > 1 for s in p.stages):
@@ -895,17 +900,24 @@ class EmulatedRunResult(RunResult):
         return -1.0 if ext is None else ext[0] - self.origin
 
 
+def compile(p, x, labels) -> Emulation:  # noqa: A001 - PopTorch's name
+    """``Pipeline.compile`` on the emulator: the :class:`Emulation` for inputs shaped like
+    ``x`` (and ``labels``), built, compiled and loaded once per micro-batch shape and kept
+    on the pipeline, so ``run`` finds it ready (PopTorch's ``PoplarExecutor.compile``)."""
+    scored = p.options.training or (p.loss is not None and labels is not None)
+    mb = replication.check_samples(p.options, len(x), len(x if labels is None else labels))
+    key = (mb, tuple(np.shape(x)[1:]), scored)
+    cache = p.__dict__.setdefault("_emulations", {})
+    if key not in cache:
+        cache[key] = Emulation(p, *key)
+    return cache[key]
+
+
 def run(p, x, labels) -> EmulatedRunResult:
     """``Pipeline.run`` on the emulator (``pipeline(..., emulate=True)``); an inference
     pipeline's scores ``labels`` when it has a loss (``labels`` may be None)."""
-    scored = p.options.training or (p.loss is not None and labels is not None)
-    mb = replication.check_samples(p.options, len(x), len(x if labels is None else labels))
-    sample_shape = tuple(np.shape(x)[1:])
-    key = (mb, sample_shape, scored)
-    cache = p.__dict__.setdefault("_emulations", {})
-    if key not in cache:
-        cache[key] = Emulation(p, mb, sample_shape, scored)
-    emu = cache[key]
+    emu = compile(p, x, labels)
+    mb, sample_shape, scored = emu.key
     shape = (p.repeat_count, p.replication_factor, p.gradient_accumulation, mb)
     xs = np.asarray(x).reshape(shape + sample_shape)
     ys = np.asarray(labels).reshape(shape) if scored else None

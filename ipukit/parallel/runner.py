@@ -339,6 +339,38 @@ class Pipeline:
             out.append(backend.to_numpy(h))
         return np.concatenate(out)
 
+    def compile(self, x, labels=None) -> None:  # noqa: A003 - PopTorch's name
+        """``PoplarExecutor.compile(*inputs)`` (PopTorch): make the model ready for inputs
+        like ``x`` (and ``labels``) without running it, so the next ``run`` only runs.
+
+        With ``emulate=True`` this builds the stages' Poplar programs, compiles them
+        (``Engine``) and loads them on the emulated device, once per micro-batch shape (a
+        second call for the same shape does nothing). With ``emulate=False`` there is
+        nothing to compile: it checks the inputs and the stages' shapes, as ``run`` does
+        first, and builds nothing. Kit convention: TensorFlow compiles on the first call of
+        the pipeline's function; pipelines from :func:`pipeline` take this call too.
+
+        >>> from ipukit.parallel import nn, optim, training_model, Block
+        >>> import numpy as np
+        >>> m = training_model([Block("A", nn.Dense(4, 8, rng=1), ipu_id=0),
+        ...                     Block("B", nn.Dense(8, 3, rng=2), ipu_id=1)],
+        ...                    nn.SoftmaxCrossEntropy(), optim.SGD(0.1),
+        ...                    gradient_accumulation=4, emulate=True)
+        >>> x, y = np.ones((8, 4), np.float32), np.arange(8) % 3
+        >>> m.compile(x, y)  # builds, compiles and loads the programs: nothing runs yet
+        >>> m.run(x, y).losses.shape  # runs them: (runs, replicas, micro-batches)
+        (1, 1, 4)
+        """
+        training = self.options.training
+        x, labels = (checks.features(x), None) if labels is None and not training else \
+            checks.samples(x, labels)
+        mb = replication.check_samples(self.options, len(x),
+                                       len(x if labels is None else labels))
+        self._shapes((mb,) + tuple(np.shape(x)[1:]))  # a mismatch names the stage
+        if self.options.emulate:
+            from . import emulated  # noqa: PLC0415 - emulated.py imports this module
+            emulated.compile(self, x, labels)
+
     def run(self, x, labels=None) -> RunResult:
         """Train on ``x``: ``repeat_count`` runs × replicas × micro-batches, in that order.
 

@@ -169,16 +169,26 @@ def _add_blocks(graph, cs, a, b, partials, p: Plan, first_tile: int) -> None:
             n0, n1 = j * n // p.tiles_n, (j + 1) * n // p.tiles_n
             for kk in range(p.tiles_k):
                 k0, k1 = kk * k // p.tiles_k, (kk + 1) * k // p.tiles_k
-                block = partials[kk].slice([m0, n0], [m1, n1])
+                block = _block(partials[kk], m0, m1, n0, n1)
                 graph.set_tile_mapping(block, tile)
                 v = graph.add_vertex(cs, cls, {  # 2-D views (the fields flatten them):
-                    "a": a.slice([m0, k0], [m1, k1]),  # no address array per element
-                    "b": b.slice([k0, n0], [k1, n1]),
+                    "a": _block(a, m0, m1, k0, k1),  # no address array per element
+                    "b": _block(b, k0, k1, n0, n1),
                     "out": block}, tile=tile)
                 graph.set_initial_value(v["k"], k1 - k0)
                 cycles = VERTEX_OVERHEAD + _ceil((m1 - m0) * (n1 - n0) * (k1 - k0), macs)
                 graph.set_perf_estimate(v, _ceil(cycles, workers))
                 tile += 1
+
+
+def _block(t: Tensor, r0: int, r1: int, c0: int, c1: int) -> Tensor:
+    """``t.slice([r0, c0], [r1, c1])`` of a 2-D tensor; a region's block is made directly
+    (the same view, without NumPy's indexing rules: a matmul makes hundreds)."""
+    if t._idx is not None or r0 == r1 or c0 == c1:  # (NumPy puts an empty view at 0)
+        return t.slice([r0, c0], [r1, c1])
+    s0, s1 = t.strides
+    return Tensor(t.graph, t.dtype, (t.offset + r0 * s0 + c0 * s1, (r1 - r0, c1 - c0),
+                                     t.strides), (slice(r0, r1), slice(c0, c1)), t)
 
 
 def mat_mul_grouped(graph, a: Tensor, b: Tensor, prog: Sequence, debug_name: str = "",

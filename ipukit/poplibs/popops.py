@@ -44,6 +44,7 @@ from ..tensor import TYPE_NAMES, Tensor, as_type
 from ..vertex import InOut, Input, Output, Vector, Vertex
 from . import poputil
 from .expr import BINARY, UNARY, Expr, _1, _2, _3, lift
+from .poputil import _map_elements  # emulated.py uses it as popops._map_elements
 
 # -- vertices -----------------------------------------------------------------------------
 _VERTEX_CACHE: dict[tuple, type] = {}
@@ -154,23 +155,35 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     """
     if len(tiles) == 0:
         return 0
-    flat = {name: (t, np.ascontiguousarray(t.idx).reshape(len(tiles), -1))
-            for name, t in fields.items()}
-    order = np.argsort(tiles, kind="stable")
-    sorted_tiles = tiles[order]
+    in_order = bool((tiles[1:] >= tiles[:-1]).all())  # e.g. a linear mapping: no sort
+    order = None if in_order else np.argsort(tiles, kind="stable")
+    flat = []  # each field's rows in tile order, flat, once: (name, ..., row width)
+    for name, t in fields.items():
+        idx = np.ascontiguousarray(t.idx).reshape(len(tiles), -1)
+        flat.append((name, t.graph, t.dtype, t.name,
+                     (idx if in_order else idx[order]).reshape(-1), idx.shape[1]))
+    sorted_tiles = tiles if in_order else tiles[order]
     cuts = np.flatnonzero(np.diff(sorted_tiles)) + 1
     starts = np.concatenate([[0], cuts]).astype(np.int64)
     ends = np.concatenate([cuts, [sorted_tiles.size]]).astype(np.int64)
-    count = 0
+    conns, on = [], []
     for s, e in zip(starts.tolist(), ends.tolist()):
         tile = int(sorted_tiles[s])
         for b, f in poputil.split_regions(e - s, grain, _workers(graph)):
-            rows = order[s + b:s + f]
-            conn = {name: Tensor(t.graph, t.dtype, idx[rows].reshape(-1), t.name)
-                    for name, (t, idx) in flat.items()}
+            conns.append({name: Tensor(g, dt, idx[(s + b) * w:(s + f) * w], what)
+                          for name, g, dt, what, idx, w in flat})
+            on.append(tile)
+    # The first vertex is added (and checked) as any; the rest take the same fields and
+    # types (Vector fields take any length) on tiles up to on[-1]: added in one go.
+    graph.add_vertex(cs, cls, conns[0], tile=on[0])
+    if not (all(cls.fields[name].vector for name in fields)
+            and on[-1] < graph.target.num_tiles):
+        for conn, tile in zip(conns[1:], on[1:]):  # each one checked
             graph.add_vertex(cs, cls, conn, tile=tile)
-            count += 1
-    return count
+    else:
+        offset = graph._offset
+        graph.root._add_vertices(cs, cls, conns[1:], [tile + offset for tile in on[1:]])
+    return len(conns)
 
 
 def _name(debug_name, default):
@@ -270,25 +283,6 @@ def _shares_elements(a: np.ndarray, b: np.ndarray) -> bool:
     mask = np.zeros(hi - lo + 1, bool)
     mask[b - lo] = True
     return bool(mask[a - lo].any())
-
-
-def _map_elements(graph, t: Tensor, tiles: np.ndarray) -> None:
-    """Map ``t``'s flat elements to ``tiles`` (one set_tile_mapping per contiguous run)."""
-    flat = t.flatten()
-    if tiles.size == 0:
-        return
-    cuts = np.flatnonzero(np.diff(tiles)) + 1
-    if len(cuts) < 16:
-        for b, e in zip(np.concatenate([[0], cuts]).tolist(),
-                        np.concatenate([cuts, [tiles.size]]).tolist()):
-            graph.set_tile_mapping(flat[b:e], int(tiles[b]))
-        return
-    order = np.argsort(tiles, kind="stable")  # many runs: one call per tile instead
-    sorted_tiles = tiles[order]
-    edges = np.flatnonzero(np.diff(sorted_tiles)) + 1
-    for b, e in zip(np.concatenate([[0], edges]).tolist(),
-                    np.concatenate([edges, [tiles.size]]).tolist()):
-        graph.set_tile_mapping(poputil.take(flat, order[b:e]), int(sorted_tiles[b]))
 
 
 def _binary(op, name):

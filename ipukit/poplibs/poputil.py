@@ -16,12 +16,10 @@ uses, exactly as poplibs' ``calcLinearTileMapping`` / ``splitRegions`` do.
 
 from __future__ import annotations
 
-from itertools import chain
-
 import numpy as np
 
 from ..errors import IpuError, TileMappingError
-from ..tensor import Tensor
+from ..tensor import Tensor, firsts, runs, single_run
 
 #: Bits the IPU's load/store path moves per cycle (sets the vector width).
 DATA_PATH_BITS = 64
@@ -67,8 +65,15 @@ def map_tensor_linearly(graph, t: Tensor, min_elements_per_tile: int | None = No
     128 bytes.
     """
     grain_size, min_elements_per_tile = _linear_defaults(t, min_elements_per_tile, grain_size)
-    set_tile_mapping(graph, t, calc_linear_tile_mapping(graph, t.shape,
-                                                        min_elements_per_tile, grain_size))
+    mapping = calc_linear_tile_mapping(graph, t.shape, min_elements_per_tile, grain_size)
+    run = single_run(t) if isinstance(t, Tensor) and t.graph is graph.root else None
+    if run is None:  # a view (or another graph's tensor: set_tile_mapping says so)
+        set_tile_mapping(graph, t, mapping)
+        return
+    pieces = [(b, e, tile) for tile, intervals in enumerate(mapping) for b, e in intervals]
+    if pieces:  # a variable: its intervals are runs of addresses, mapped in one call
+        b, e, tile = (np.array(v, np.int64) for v in zip(*pieces))
+        graph.root.pools[t.dtype].map(run[0] + b, e - b, tile + graph._offset)
 
 
 def linear_tiles(graph, t: Tensor, min_elements_per_tile: int | None = None,
@@ -98,6 +103,22 @@ def set_tile_mapping(graph, t: Tensor, mapping) -> None:
     for tile, intervals in enumerate(mapping):
         for begin, end in intervals:
             graph.set_tile_mapping(flat[begin:end], tile)
+
+
+def _map_elements(graph, t: Tensor, tiles: np.ndarray) -> None:
+    """Map ``t``'s flat elements to ``tiles`` (tiles of ``graph``, valid ones): what one
+    ``set_tile_mapping`` per run of consecutive addresses on one tile does, in one call."""
+    if tiles.size == 0:
+        return
+    bad = tiles[(tiles < 0) | (tiles >= graph.target.num_tiles)]
+    if bad.size or t.graph is not graph.root:  # set_tile_mapping says what is wrong
+        graph.set_tile_mapping(t, int(bad[0]) if bad.size else 0)
+    run = single_run(t)  # one run of addresses (a variable): runs of one tile are runs
+    flat = None if run else t.idx.reshape(-1)
+    first = firsts(tiles) if run else firsts(flat - np.arange(tiles.size), tiles)
+    graph.root.pools[t.dtype].map(run[0] + first if run else flat[first],
+                                  np.diff(first, append=tiles.size),
+                                  tiles[first] + graph._offset)
 
 
 def tile_of_elements(graph, t: Tensor) -> np.ndarray:
@@ -142,18 +163,18 @@ def _is_contiguous(shape, strides) -> bool:
 
 
 def _tiles(graph, t: Tensor) -> np.ndarray:
-    """The tile of every element of ``t`` from ``graph.get_tile_mapping`` (-1 unmapped)."""
-    mapping = graph.get_tile_mapping(t, throw_on_incomplete=False)
-    out = np.full(t.num_elements(), -1, np.int64)
-    counts = np.fromiter(map(len, mapping), np.int64, len(mapping))
-    if counts.any():  # every (begin, end) pair in tile order, read at C speed
-        pairs = np.fromiter(chain.from_iterable(chain.from_iterable(mapping)), np.int64,
-                            2 * int(counts.sum())).reshape(-1, 2)
-        lengths = pairs[:, 1] - pairs[:, 0]
-        offsets = np.cumsum(lengths) - lengths
-        pos = np.arange(lengths.sum()) + np.repeat(pairs[:, 0] - offsets, lengths)
-        out[pos] = np.repeat(np.repeat(np.arange(len(mapping)), counts), lengths)
-    return out
+    """The tile of every element of ``t`` (-1 unmapped), read from the graph's mapping as
+    ``graph.get_tile_mapping`` reads it, without building its per-tile lists."""
+    if t.graph is not graph.root:  # get_tile_mapping says whose it is
+        graph.get_tile_mapping(t, throw_on_incomplete=False)
+    begins, lengths = runs(t)
+    _, start, end, tiles = graph.root.pools[t.dtype].pieces(begins, lengths)
+    lo, n = graph._offset, graph.target.num_tiles
+    if lo or n != graph.root.target.num_tiles:  # a virtual graph: its own tile numbers
+        if ((tiles >= 0) & ((tiles < lo) | (tiles >= lo + n))).any():
+            graph.get_tile_mapping(t, throw_on_incomplete=False)  # raises, naming the tile
+        tiles = np.where(tiles >= 0, tiles - lo, -1)
+    return np.repeat(tiles, end - start)  # pieces come in the flat order of t's elements
 
 
 def check_mapped(graph, t: Tensor, op: str, role: str) -> np.ndarray:
