@@ -19,7 +19,7 @@ ipukit.errors.TileMappingError: tensor 'v' has 4 unmapped elements (first: [0]);
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, make_dataclass
+from dataclasses import dataclass, make_dataclass, replace
 from math import prod
 
 import numpy as np
@@ -96,11 +96,18 @@ class Access:
         return Access(self.dtype, shape, self.offset + i * self.rstrides[0],
                       (1,) + self.rshape[1:], self.rstrides)
 
-    def runs(self):
-        """Runs of consecutive addresses, in order, and the vertex (row) of each."""
+    def runs(self, merged: bool = False):
+        """Runs of consecutive addresses, in order, and the vertex (row) of each; ``merged``:
+        each vertex's addresses as a set, in fewer runs (dimensions by stride, or sorted)."""
         if self.gather_runs is not None:
             return self.gather_runs
-        layout = (self.offset, self.rshape, self.rstrides) if self.idx is None else self.idx
+        if self.idx is not None:
+            layout = np.sort(self.idx, axis=-1) if merged and self.idx.ndim > 1 else self.idx
+        else:
+            dims = (0, *sorted(range(1, len(self.rshape)), key=lambda d: -self.rstrides[d])) \
+                if merged else range(len(self.rshape))
+            layout = (self.offset, *(tuple(x[d] for d in dims) for x in (self.rshape,
+                                                                          self.rstrides)))
         begins, lengths = runs(Tensor(None, self.dtype, layout, ""), keep=1)
         return begins, lengths, (np.cumsum(lengths) - lengths) // max(prod(self.shape[1:]), 1)
 
@@ -164,6 +171,7 @@ class _Compiler:
         self.allow_out_of_memory = allow_out_of_memory
         self.steps: list[Step] = []
         self.done: dict = {}  # id(program) or compute set -> compiled node
+        self.copies: dict = {}  # the layouts of a Copy's tensors -> its step and accesses
         v_cs = np.array(graph.v_cs, np.int64)  # each compute set's vertices, in order added
         self.by_cs = np.split(np.argsort(v_cs, kind="stable"), np.cumsum(
             np.bincount(v_cs, minlength=len(graph.compute_sets)))[:-1])
@@ -284,6 +292,12 @@ class _Compiler:
                 f"'{dst.name}' ({TYPE_NAMES[dst.dtype]} {dst.shape}): source and destination "
                 "need the same type and number of elements"
             )
+        name = f"Copy {src.name} -> {dst.name}"
+        key = tuple((t.dtype, t.offset, t.shape, t.strides, id(t._idx)) for t in (src, dst))
+        if key in self.copies:  # the same elements copied again (an unrolled loop): one plan
+            step, a, b = self.copies[key]
+            self.steps.append(replace(self.steps[step], index=len(self.steps), name=name))
+            return CopyNode(len(self.steps) - 1, a, b)
         n_tiles, size = self.t.num_tiles, src.dtype.itemsize
         (sb, sn), (db, dn) = runs(src), runs(dst)
         if int(_union_lengths(np.zeros(db.size, np.int64), db, db + dn).sum()) != dn.sum():
@@ -308,11 +322,11 @@ class _Compiler:
         sent = np.bincount(s_tile[remote], weights=once, minlength=n_tiles) * size
         local = np.bincount(d_tile[~remote], weights=length[~remote], minlength=n_tiles) * size
         compute = cost.copy_cycles(local.astype(np.int64)).astype(np.int64)
-        step = self._step(f"Copy {src.name} -> {dst.name}", "copy", sync=cost.sync_cycles(self.t),
-                          compute=compute, transfers=transfers, tile_out=sent,
-                          tiles=np.concatenate([s_tile, d_tile]))
+        step = self._step(name, "copy", sync=cost.sync_cycles(self.t), compute=compute,
+                          transfers=transfers, tile_out=sent, tiles=np.r_[s_tile, d_tile])
         n = (src.num_elements(),)
-        return CopyNode(step, Access.of(src, n), Access.of(dst, n))
+        self.copies[key] = (step, Access.of(src, n), Access.of(dst, n))
+        return CopyNode(step, *self.copies[key][1:])
 
     def _stream_copy(self, src, dst):
         stream, tensor = (src, dst) if isinstance(src, DataStream) else (dst, src)
@@ -364,7 +378,7 @@ class _Compiler:
             buckets.setdefault(tuple(shape), []).append(v)
         groups = tuple(self._group(key[0], np.array(run)) for key, vs in buckets.items()
                        for run in self._regular_runs(key[0], vs))
-        fields = [(gr, fp, fp.access.runs()) for gr in groups for fp in gr.fields]
+        fields = [(gr, fp, fp.access.runs(merged=True)) for gr in groups for fp in gr.fields]
         self._check_races(cs, fields)
         return ExecNode(self._compute_step(cs, groups, fields), groups)
 
@@ -406,7 +420,7 @@ class _Compiler:
         tiles = np.array([g.v_tile[v] for v in vids], np.int64)
         return VertexGroup(cls, vids, tiles, estimates, tuple(fields), state)
 
-    def _check_races(self, cs, fields):
+    def _check_races(self, cs, fields, exact=False):
         """No vertex may write what another vertex (or field) of the compute set touches."""
         if all(fp.kind == "input" for _, fp, _ in fields):
             return
@@ -427,7 +441,7 @@ class _Compiler:
         if clash.size:  # two writers of one element
             i, j = order[clash[0] + 1], order[holder[clash[0]]]
             first, later = (i, j) if i < j else (j, i)
-            self._race(cs, fields, span, b[i], who[first], who[later], "also writes")
+            self._race(cs, fields, span, b[i], who[first], who[later], "also writes", exact)
         # writes merged into disjoint runs, one writer each; then every read or in-out run
         # may only meet writes of its own vertex and field
         first = np.flatnonzero(np.r_[True, wb[1:] >= reach[:-1]])
@@ -440,9 +454,11 @@ class _Compiler:
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
             m = int(lo[k]) + int(np.flatnonzero(wo[lo[k]:hi[k]] != who[k])[0])
-            self._race(cs, fields, span, max(b[k], wb[m]), wo[m], who[k], "reads")
+            self._race(cs, fields, span, max(b[k], wb[m]), wo[m], who[k], "reads", exact)
 
-    def _race(self, cs, fields, span, addr, writer, other, verb):
+    def _race(self, cs, fields, span, addr, writer, other, verb, exact):
+        if not exact:  # found on merged runs: named as the fields' runs in order find it
+            self._check_races(cs, [(gr, fp, fp.access.runs()) for gr, fp, _ in fields], True)
         def who(code):
             vid, s = divmod(int(code), len(fields))
             return f"{self.g.describe_vertex(vid)} field '{fields[s][1].name}'"
@@ -477,34 +493,30 @@ class _Compiler:
         # Exchange: a vertex's data on another tile is fetched before compute (once per
         # tile); what it writes to another tile is sent after. The exchange broadcasts: a
         # tile sends an element once, however many tiles receive it.
-        moves, reads = [], []  # (source tiles, destination tiles, bytes); remote reads
-        received, sent = np.zeros(n_tiles), np.zeros(n_tiles)
-        dtypes = list(self.g.pools)
-        for gr, fp, (b, n, row) in fields:
-            size, vt = fp.access.dtype.itemsize, gr.tiles[row]
-            if fp.kind == "input" and b.size > 1:  # a tile reads a shared run once
-                o = np.lexsort((n, b, vt))
-                b, n, vt = (x[o[firsts(vt[o], b[o], n[o])]] for x in (b, n, vt))
-            run, start, end, et = self.g.pools[fp.access.dtype].pieces(b, n)
+        received, sent, transfers = np.zeros(n_tiles), np.zeros(n_tiles), None
+        if fields:  # every field's runs at once, cut where the tile changes (per type)
+            f, vt, b, n = (np.concatenate(x) for x in zip(*(
+                (np.full(b.size, i), gr.tiles[row], b, n)
+                for i, (gr, _, (b, n, row)) in enumerate(fields))))
+            code, size, kind = (np.array(x) for x in zip(*(
+                (list(self.g.pools).index(fp.access.dtype), fp.access.dtype.itemsize, fp.kind)
+                for _, fp, _ in fields)))
+            cut = [(sel[run], start, end, et) for c, pool in enumerate(self.g.pools.values())
+                   if (sel := np.flatnonzero(code[f] == c)).size
+                   for run, start, end, et in [pool.pieces(b[sel], n[sel])]]
+            run, start, end, et = (np.concatenate(x) for x in zip(*cut))
             remote = et != vt[run]
-            start, end, et, vt = start[remote], end[remote], et[remote], vt[run][remote]
-            if fp.kind != "output":
-                once = _union_lengths(vt, start, end) * size  # a tile receives it once
-                moves.append((et, vt, once))
-                received += np.bincount(vt, weights=once, minlength=n_tiles)
-                reads.append((np.full(start.size, dtypes.index(fp.access.dtype)), start, end,
-                              et, np.full(start.size, size)))
-            if fp.kind != "input":
-                moves.append((vt, et, (end - start) * size))
-                sent += np.bincount(vt, weights=(end - start) * size, minlength=n_tiles)
-        if reads:  # a tile sends each element read from it once
-            code, start, end, et, size = (np.concatenate(x) for x in zip(*reads))
-            sent += np.bincount(et, weights=_union_lengths(code, start, end) * size,
-                                minlength=n_tiles)
+            f, vt, start, end, et = (x[remote] for x in (f[run], vt[run], start, end, et))
+            rd, wr, nbytes = kind[f] != "output", kind[f] != "input", (end - start) * size[f]
+            once = _union_lengths(f[rd] * n_tiles + vt[rd], start[rd], end[rd]) * size[f[rd]]
+            received = np.bincount(vt[rd], weights=once, minlength=n_tiles)  # once per tile
+            sent = np.bincount(vt[wr], weights=nbytes[wr], minlength=n_tiles) + np.bincount(
+                et[rd], weights=_union_lengths(code[f[rd]], start[rd], end[rd]) * size[f[rd]],
+                minlength=n_tiles)  # a tile sends each element read from it once
+            transfers = self._transfers(np.r_[et[rd], vt[wr]], np.r_[vt[rd], et[wr]],
+                                        np.r_[once, nbytes[wr]])
         mem = self.memory
         mem["exchange buffers"] = np.maximum(mem["exchange buffers"], received.astype(np.int64))
-        transfers = (self._transfers(*(np.concatenate(x) for x in zip(*moves)))
-                     if moves else None)
         # Memory: vertex state and code on every tile that has vertices.
         kinds = {}
         for gr in groups:
