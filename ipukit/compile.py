@@ -38,7 +38,7 @@ from .errors import (
 from .graph import DataStream, Graph
 from .memory_report import out_of_memory
 from .program import Copy, Execute, If, PrintTensor, Program, Repeat, RepeatWhileTrue, Sequence
-from .tensor import TYPE_NAMES, Tensor, addresses, firsts, runs
+from .tensor import TYPE_NAMES, Tensor, addresses, runs
 from .trace import Step, TileMemory
 
 #: Bytes of vertex state per field: a pointer (scalar) or pointer and size (Vector).
@@ -101,13 +101,10 @@ class Access:
         each vertex's addresses as a set, in fewer runs (dimensions by stride, or sorted)."""
         if self.gather_runs is not None:
             return self.gather_runs
+        dims = sorted(range(len(self.rshape)), key=lambda d: (d > 0, -self.rstrides[d] * merged))
+        layout = (self.offset, *([x[d] for d in dims] for x in (self.rshape, self.rstrides)))
         if self.idx is not None:
-            layout = np.sort(self.idx, axis=-1) if merged and self.idx.ndim > 1 else self.idx
-        else:
-            dims = (0, *sorted(range(1, len(self.rshape)), key=lambda d: -self.rstrides[d])) \
-                if merged else range(len(self.rshape))
-            layout = (self.offset, *(tuple(x[d] for d in dims) for x in (self.rshape,
-                                                                          self.rstrides)))
+            layout = np.sort(self.idx, -1) if merged and self.idx.ndim > 1 else self.idx
         begins, lengths = runs(Tensor(None, self.dtype, layout, ""), keep=1)
         return begins, lengths, (np.cumsum(lengths) - lengths) // max(prod(self.shape[1:]), 1)
 
@@ -274,11 +271,9 @@ class _Compiler:
     def _transfers(self, src_tiles, dst_tiles, nbytes) -> np.ndarray:
         """Aggregate element moves into (source tile, destination tile, bytes) rows."""
         n = self.t.num_tiles
-        key = src_tiles.astype(np.int64) * n + dst_tiles
-        order = np.argsort(key, kind="stable")
-        key, first = key[order], firsts(key[order])
-        total = np.add.reduceat(np.asarray(nbytes, np.int64)[order], first) if key.size else key
-        return np.stack([key[first] // n, key[first] % n, total], axis=1)
+        key, pair = np.unique(src_tiles.astype(np.int64) * n + dst_tiles, return_inverse=True)
+        total = np.bincount(pair, weights=nbytes, minlength=key.size).astype(np.int64)
+        return np.stack([key // n, key % n, total], axis=1)
 
     # -- copies ---------------------------------------------------------------------------
     def _copy(self, src, dst):
@@ -295,9 +290,9 @@ class _Compiler:
         name = f"Copy {src.name} -> {dst.name}"
         key = tuple((t.dtype, t.offset, t.shape, t.strides, id(t._idx)) for t in (src, dst))
         if key in self.copies:  # the same elements copied again (an unrolled loop): one plan
-            step, a, b = self.copies[key]
-            self.steps.append(replace(self.steps[step], index=len(self.steps), name=name))
-            return CopyNode(len(self.steps) - 1, a, b)
+            self.steps.append(replace(self.steps[self.copies[key][0]], index=len(self.steps),
+                                      name=name))
+            return CopyNode(len(self.steps) - 1, *self.copies[key][1:])
         n_tiles, size = self.t.num_tiles, src.dtype.itemsize
         (sb, sn), (db, dn) = runs(src), runs(dst)
         if int(_union_lengths(np.zeros(db.size, np.int64), db, db + dn).sum()) != dn.sum():
@@ -579,11 +574,10 @@ def _field_access(dtype, tensors: list[Tensor], vector: bool) -> Access:
 def _union_lengths(key: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """For intervals grouped by ``key``, how much of each interval no earlier interval
     (in sorted order) of its group covers: their sum is the size of each group's union."""
-    if not begins.size:
-        return np.zeros(0, np.int64)
-    span = int(ends.max()) + 1
-    order = np.lexsort((begins, key))
-    b, e = key[order] * span + begins[order], key[order] * span + ends[order]
+    span = int(ends.max(initial=0)) + 1
+    b, e = key * span + begins, key * span + ends
+    order = np.argsort(b, kind="stable")  # by key, then begin
+    b, e = b[order], e[order]
     covered = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(e)[:-1]]
     out = np.empty(b.size, np.int64)
     out[order] = np.clip(e - np.maximum(b, covered), 0, None)
