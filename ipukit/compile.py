@@ -38,7 +38,7 @@ from .errors import (
 from .graph import DataStream, Graph
 from .memory_report import out_of_memory
 from .program import Copy, Execute, If, PrintTensor, Program, Repeat, RepeatWhileTrue, Sequence
-from .tensor import TYPE_NAMES, Tensor, addresses, runs
+from .tensor import TYPE_NAMES, Tensor, addresses, firsts, runs
 from .trace import Step, TileMemory
 
 #: Bytes of vertex state per field: a pointer (scalar) or pointer and size (Vector).
@@ -490,12 +490,16 @@ class _Compiler:
         # tile sends an element once, however many tiles receive it.
         received, sent, transfers = np.zeros(n_tiles), np.zeros(n_tiles), None
         if fields:  # every field's runs at once, cut where the tile changes (per type)
-            f, vt, b, n = (np.concatenate(x) for x in zip(*(
-                (np.full(b.size, i), gr.tiles[row], b, n)
-                for i, (gr, _, (b, n, row)) in enumerate(fields))))
             code, size, kind = (np.array(x) for x in zip(*(
                 (list(self.g.pools).index(fp.access.dtype), fp.access.dtype.itemsize, fp.kind)
                 for _, fp, _ in fields)))
+            f, vt, b, n = (np.concatenate(x) for x in zip(*(
+                (np.full(b.size, i), gr.tiles[row], b, n)
+                for i, (gr, _, (b, n, row)) in enumerate(fields))))
+            o = np.lexsort((n, b, vt, f))  # a tile reads a shared run of an Input once
+            keep = np.zeros(f.size, bool)
+            keep[o[firsts(f[o], vt[o], b[o], n[o])]] = True
+            f, vt, b, n = (x[keep | (kind[f] != "input")] for x in (f, vt, b, n))
             cut = [(sel[run], start, end, et) for c, pool in enumerate(self.g.pools.values())
                    if (sel := np.flatnonzero(code[f] == c)).size
                    for run, start, end, et in [pool.pieces(b[sel], n[sel])]]
