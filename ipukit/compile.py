@@ -38,7 +38,7 @@ from .errors import (
 from .graph import DataStream, Graph
 from .memory_report import out_of_memory
 from .program import Copy, Execute, If, PrintTensor, Program, Repeat, RepeatWhileTrue, Sequence
-from .tensor import TYPE_NAMES, Tensor, addresses, firsts, runs
+from .tensor import TYPE_NAMES, Tensor, addresses, runs
 from .trace import Step, TileMemory
 
 #: Bytes of vertex state per field: a pointer (scalar) or pointer and size (Vector).
@@ -236,16 +236,19 @@ class _Compiler:
     # -- steps ----------------------------------------------------------------------------
     def _step(self, name, kind, sync=0, compute=None, transfers=None, host_bytes=0,
               tile_in=0, tile_out=0, tiles=(), **extra) -> int:
-        """Record a superstep. Bytes in per tile: ``transfers`` (rows of source tile,
-        destination tile, bytes) plus ``tile_in``; bytes out: ``tile_out``, what each tile
+        """Record a superstep. Bytes in per tile: ``transfers`` (element moves: source
+        tiles, destination tiles, bytes; the step keeps their sums per pair of tiles) plus
+        ``tile_in``; bytes out: ``tile_out``, what each tile
         sends (the exchange broadcasts: an element read by many tiles is sent once).
         ``tiles`` and the transfers' ends are the tiles taking part: the step involves
         (and syncs) their IPUs only; every IPU when there are none (IPU-level task
         parallelism)."""
         t, n = self.t, self.t.num_tiles
         compute = np.zeros(n, np.int64) if compute is None else compute
-        transfers = np.zeros((0, 3), np.int64) if transfers is None else transfers
-        src, dst, nbytes = transfers.T
+        src, dst, nbytes = np.zeros((3, 0), np.int64) if transfers is None else transfers
+        key, pair = np.unique(np.asarray(src, np.int64) * n + dst, return_inverse=True)
+        transfers = np.stack([key // n, key % n, np.bincount(
+            pair, weights=nbytes, minlength=key.size).astype(np.int64)], axis=1)
         b_in = (np.bincount(dst, weights=nbytes, minlength=n) + tile_in).astype(np.int64)
         b_out = (np.zeros(n) + tile_out).astype(np.int64)
         exch = int(cost.exchange_cycles(int(np.maximum(b_in, b_out).max(initial=0)), t))
@@ -267,13 +270,6 @@ class _Compiler:
                     ipus=ipus, **extra)
         self.steps.append(step)
         return step.index
-
-    def _transfers(self, src_tiles, dst_tiles, nbytes) -> np.ndarray:
-        """Aggregate element moves into (source tile, destination tile, bytes) rows."""
-        n = self.t.num_tiles
-        key, pair = np.unique(src_tiles.astype(np.int64) * n + dst_tiles, return_inverse=True)
-        total = np.bincount(pair, weights=nbytes, minlength=key.size).astype(np.int64)
-        return np.stack([key // n, key % n, total], axis=1)
 
     # -- copies ---------------------------------------------------------------------------
     def _copy(self, src, dst):
@@ -311,7 +307,7 @@ class _Compiler:
         s_start, s_tile, d_tile = ss[i] + pos - sp[i], s_tile[i], d_tile[j]
         length = np.diff(pos, append=src.num_elements())
         remote = s_tile != d_tile
-        transfers = self._transfers(s_tile[remote], d_tile[remote], length[remote] * size)
+        transfers = (s_tile[remote], d_tile[remote], length[remote] * size)
         once = _union_lengths(np.zeros(int(remote.sum()), np.int64), s_start[remote],
                               s_start[remote] + length[remote])  # each element sent once
         sent = np.bincount(s_tile[remote], weights=once, minlength=n_tiles) * size
@@ -320,8 +316,7 @@ class _Compiler:
         step = self._step(name, "copy", sync=cost.sync_cycles(self.t), compute=compute,
                           transfers=transfers, tile_out=sent, tiles=np.r_[s_tile, d_tile])
         n = (src.num_elements(),)
-        self.copies[key] = (step, Access.of(src, n), Access.of(dst, n))
-        return CopyNode(step, *self.copies[key][1:])
+        return CopyNode(*self.copies.setdefault(key, (step, Access.of(src, n), Access.of(dst, n))))
 
     def _stream_copy(self, src, dst):
         stream, tensor = (src, dst) if isinstance(src, DataStream) else (dst, src)
@@ -452,8 +447,8 @@ class _Compiler:
             self._race(cs, fields, span, max(b[k], wb[m]), wo[m], who[k], "reads", exact)
 
     def _race(self, cs, fields, span, addr, writer, other, verb, exact):
-        if not exact:  # found on merged runs: named as the fields' runs in order find it
-            self._check_races(cs, [(gr, fp, fp.access.runs()) for gr, fp, _ in fields], True)
+        # found on merged runs (not exact): named as the fields' runs in order find it
+        exact or self._check_races(cs, [(g, f, f.access.runs()) for g, f, _ in fields], True)
         def who(code):
             vid, s = divmod(int(code), len(fields))
             return f"{self.g.describe_vertex(vid)} field '{fields[s][1].name}'"
@@ -490,16 +485,13 @@ class _Compiler:
         # tile sends an element once, however many tiles receive it.
         received, sent, transfers = np.zeros(n_tiles), np.zeros(n_tiles), None
         if fields:  # every field's runs at once, cut where the tile changes (per type)
-            code, size, kind = (np.array(x) for x in zip(*(
-                (list(self.g.pools).index(fp.access.dtype), fp.access.dtype.itemsize, fp.kind)
-                for _, fp, _ in fields)))
-            f, vt, b, n = (np.concatenate(x) for x in zip(*(
-                (np.full(b.size, i), gr.tiles[row], b, n)
-                for i, (gr, _, (b, n, row)) in enumerate(fields))))
+            code, size, kind = map(np.array, zip(*((list(self.g.pools).index(fp.access.dtype),
+                                   fp.access.dtype.itemsize, fp.kind) for _, fp, _ in fields)))
+            f, vt, b, n = map(np.concatenate, zip(*((np.full(r[0].size, i), gr.tiles[r[2]], *r[:2])
+                                                   for i, (gr, _, r) in enumerate(fields))))
             o = np.lexsort((n, b, vt, f))  # a tile reads a shared run of an Input once
-            keep = np.zeros(f.size, bool)
-            keep[o[firsts(f[o], vt[o], b[o], n[o])]] = True
-            f, vt, b, n = (x[keep | (kind[f] != "input")] for x in (f, vt, b, n))
+            new = np.diff(np.stack([f, vt, b, n])[:, o], prepend=-1).any(0)
+            f, vt, b, n = (x[o[new | (kind[f[o]] != "input")]] for x in (f, vt, b, n))
             cut = [(sel[run], start, end, et) for c, pool in enumerate(self.g.pools.values())
                    if (sel := np.flatnonzero(code[f] == c)).size
                    for run, start, end, et in [pool.pieces(b[sel], n[sel])]]
@@ -512,8 +504,7 @@ class _Compiler:
             sent = np.bincount(vt[wr], weights=nbytes[wr], minlength=n_tiles) + np.bincount(
                 et[rd], weights=_union_lengths(code[f[rd]], start[rd], end[rd]) * size[f[rd]],
                 minlength=n_tiles)  # a tile sends each element read from it once
-            transfers = self._transfers(np.r_[et[rd], vt[wr]], np.r_[vt[rd], et[wr]],
-                                        np.r_[once, nbytes[wr]])
+            transfers = (np.r_[et[rd], vt[wr]], np.r_[vt[rd], et[wr]], np.r_[once, nbytes[wr]])
         mem = self.memory
         mem["exchange buffers"] = np.maximum(mem["exchange buffers"], received.astype(np.int64))
         # Memory: vertex state and code on every tile that has vertices.
@@ -579,9 +570,8 @@ def _union_lengths(key: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.
     """For intervals grouped by ``key``, how much of each interval no earlier interval
     (in sorted order) of its group covers: their sum is the size of each group's union."""
     span = int(ends.max(initial=0)) + 1
-    b, e = key * span + begins, key * span + ends
-    order = np.argsort(b, kind="stable")  # by key, then begin
-    b, e = b[order], e[order]
+    order = np.argsort(key * span + begins, kind="stable")  # by key, then begin
+    b, e = ((key * span + x)[order] for x in (begins, ends))
     covered = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(e)[:-1]]
     out = np.empty(b.size, np.int64)
     out[order] = np.clip(e - np.maximum(b, covered), 0, None)

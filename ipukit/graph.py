@@ -90,10 +90,9 @@ class Pool:
         """Cut address runs where the tile mapping changes: (run, begin, end, tile) of
         every piece, in order; tile -1 where unmapped."""
         self._resolve()
-        keep = np.flatnonzero(lengths > 0)
+        keep, cuts = np.flatnonzero(lengths > 0), self._cuts
         b = begins[keep].astype(np.int64)
         e = b + lengths[keep]
-        cuts = self._cuts
         lo, hi = np.searchsorted(cuts, b, "right"), np.searchsorted(cuts, e, "left")
         if (hi == lo).all():  # no run crosses a change of tile
             return keep, b, e, self._cut_tiles[lo]
