@@ -261,8 +261,7 @@ class _Compiler:
             pair = src[cross] // t.tiles_per_ipu * t.num_ipus + dst[cross] // t.tiles_per_ipu
             exch += cost.link_cycles(int(np.bincount(pair, weights=nbytes[cross]).max()), t)
             sync = max(sync, cost.global_sync_cycles(t, len(ipus)))
-        if host_bytes:
-            exch = max(exch, cost.host_cycles(int(host_bytes), self.t))
+        exch = max(exch, cost.host_cycles(int(host_bytes), self.t)) if host_bytes else exch
         step = Step(index=len(self.steps), name=name, kind=kind, sync_cycles=int(sync),
                     exchange_cycles=exch, compute_cycles=int(compute.max(initial=0)),
                     tile_compute_cycles=compute, tile_bytes_in=b_in, tile_bytes_out=b_out,
@@ -314,7 +313,7 @@ class _Compiler:
         local = np.bincount(d_tile[~remote], weights=length[~remote], minlength=n_tiles) * size
         compute = cost.copy_cycles(local.astype(np.int64)).astype(np.int64)
         step = self._step(name, "copy", sync=cost.sync_cycles(self.t), compute=compute,
-                          transfers=transfers, tile_out=sent, tiles=np.r_[s_tile, d_tile])
+                          transfers=transfers, tile_out=sent, tiles=np.append(s_tile, d_tile))
         n = (src.num_elements(),)
         return CopyNode(*self.copies.setdefault(key, (step, Access.of(src, n), Access.of(dst, n))))
 
@@ -434,10 +433,10 @@ class _Compiler:
             self._race(cs, fields, span, b[i], who[first], who[later], "also writes", exact)
         # writes merged into disjoint runs, one writer each; then every read or in-out run
         # may only meet writes of its own vertex and field
-        first = np.flatnonzero(np.r_[True, wb[1:] >= reach[:-1]])
-        wb, we, wo = wb[first], reach[np.r_[first[1:] - 1, wb.size - 1]], wo[first]
+        first = np.flatnonzero(np.append(True, wb[1:] >= reach[:-1]))
+        wb, we, wo = wb[first], reach[np.append(first[1:] - 1, wb.size - 1)], wo[first]
         lo, hi = np.searchsorted(we, b, "right"), np.searchsorted(wb, e, "left")
-        changes = np.r_[0, np.cumsum(wo[1:] != wo[:-1])]
+        changes = np.append(0, np.cumsum(wo[1:] != wo[:-1]))
         lo_c = np.minimum(lo, wo.size - 1)
         bad = r & (hi > lo) & ((wo[lo_c] != who) | (changes[np.maximum(hi - 1, 0)]
                                                     != changes[lo_c]))
@@ -504,7 +503,7 @@ class _Compiler:
             sent = np.bincount(vt[wr], weights=nbytes[wr], minlength=n_tiles) + np.bincount(
                 et[rd], weights=_union_lengths(code[f[rd]], start[rd], end[rd]) * size[f[rd]],
                 minlength=n_tiles)  # a tile sends each element read from it once
-            transfers = (np.r_[et[rd], vt[wr]], np.r_[vt[rd], et[wr]], np.r_[once, nbytes[wr]])
+            transfers = tuple(map(np.append, (et[rd], vt[rd], once), (vt[wr], et[wr], nbytes[wr])))
         mem = self.memory
         mem["exchange buffers"] = np.maximum(mem["exchange buffers"], received.astype(np.int64))
         # Memory: vertex state and code on every tile that has vertices.
@@ -572,7 +571,7 @@ def _union_lengths(key: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.
     span = int(ends.max(initial=0)) + 1
     order = np.argsort(key * span + begins, kind="stable")  # by key, then begin
     b, e = ((key * span + x)[order] for x in (begins, ends))
-    covered = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(e)[:-1]]
+    covered = np.maximum.accumulate(np.append(-2**63, e[:-1]))  # the furthest end before
     out = np.empty(b.size, np.int64)
     out[order] = np.clip(e - np.maximum(b, covered), 0, None)
     return out
