@@ -164,11 +164,10 @@ def compile_graph(graph: Graph, programs, options: dict | None = None) -> Execut
 
 class _Compiler:
     def __init__(self, graph: Graph, allow_out_of_memory: bool = True):
-        self.g, self.t = graph, graph.target
-        self.allow_out_of_memory = allow_out_of_memory
+        self.g, self.t, self.allow_out_of_memory = graph, graph.target, allow_out_of_memory
         self.steps: list[Step] = []
-        self.done: dict = {}  # id(program) or compute set -> compiled node
-        self.copies: dict = {}  # the layouts of a Copy's tensors -> its step and accesses
+        # id(program) or compute set -> compiled node; a Copy's layouts -> step, accesses
+        self.done, self.copies = {}, {}
         v_cs = np.array(graph.v_cs, np.int64)  # each compute set's vertices, in order added
         self.by_cs = np.split(np.argsort(v_cs, kind="stable"), np.cumsum(
             np.bincount(v_cs, minlength=len(graph.compute_sets)))[:-1])
@@ -177,8 +176,7 @@ class _Compiler:
         self.code_on: dict[type, np.ndarray] = {}  # codelet -> tiles holding its code
 
     def run(self, programs) -> Executable:
-        if isinstance(programs, Program):
-            programs = [programs]
+        programs = [programs] if isinstance(programs, Program) else programs
         self._check_mapped()
         self._step("host sync (Engine.run)", "host", sync=cost.host_sync_cycles(self.t))  # step 0
         nodes = tuple(self.node(p) for p in programs)
@@ -206,8 +204,7 @@ class _Compiler:
             return WhileNode(self.node(p.cond), self._access(p.predicate, "RepeatWhileTrue"),
                              self.node(p.body), p.predicate.name)
         if isinstance(p, If):
-            return IfNode(self._access(p.predicate, "If"), self.node(p.then),
-                          self.node(p.else_))
+            return IfNode(self._access(p.predicate, "If"), self.node(p.then), self.node(p.else_))
         if isinstance(p, PrintTensor):
             return PrintNode(p.title, self._access(p.tensor, "PrintTensor"), p.fmt)
         raise ProgramError(f"cannot compile program {p!r}")

@@ -93,17 +93,15 @@ class Engine:
                            f"(ipu.compile_graph), got {graph!r}")
         self.executable = graph if isinstance(graph, Executable) else compile_graph(
             graph, [] if programs is None else programs, options)
-        self.target = self.executable.target
+        self.target, self.max_loop_iterations = self.executable.target, max_loop_iterations
         self.per_vertex = per_vertex or str(options.get("debug.perVertex")).lower() == "true"
-        self.max_loop_iterations = max_loop_iterations
         self.trace = Trace(self.target, self.executable.steps, self.executable.memory)
-        self.xp = None
+        self.xp, self._run_start = None, 0
         self._streams: dict[str, list] = {}
         self._print_stream = None  # sys.stderr at the time of printing, as Poplar's default
         self._needs: dict = {}  # compiled node -> steps it emulates at least
         self._tries: dict = {}  # vertex group -> axis-checked runs (-1: done)
         self._accesses: dict[tuple, Access] = {}  # (id(tensor or access), row) -> Access
-        self._run_start = 0
         self._run_node = {SeqNode: self._seq, ExecNode: self._execute, CopyNode: self._copy,
                           StreamNode: self._stream, RepeatNode: self._repeat,
                           WhileNode: self._while, IfNode: self._if, PrintNode: self._print}

@@ -27,7 +27,7 @@ from .errors import (
     TileMappingError,
 )
 from .target import Device, Target
-from .tensor import TYPE_NAMES, Tensor, as_type, contiguous_strides, firsts, runs, single_run
+from .tensor import TYPE_NAMES, Tensor, as_type, contiguous_strides, runs, single_run
 from .vertex import Vertex
 
 
@@ -78,12 +78,20 @@ class Pool:
             t.append(tile)
 
     def _resolve(self) -> None:
-        """Paint mappings made since the last call over the resolved ones (never re-read)."""
+        """Paint mappings made since the last call over the resolved ones (never re-read),
+        repainting only from the lowest to the highest address they map."""
         if self._new[0]:
-            cuts, tiles = self._cuts, self._cut_tiles[1:-1]  # the resolved ones first
-            b, e, t = (np.r_[old, np.array(new, np.int64)]
-                       for old, new in zip((cuts[:-1], cuts[1:], tiles), self._new))
-            self._cuts, self._cut_tiles = _paint(b, e, t)
+            b, e, t = (np.array(x, np.int64) for x in self._new)
+            lo, cuts, tiles = int(b.min()), self._cuts, self._cut_tiles
+            hi = max(int(e.max()), lo + 1)
+            (i, j_s), (i_s, j) = (np.searchsorted(cuts, [lo, hi], s) for s in ("right", "left"))
+            inner = np.r_[lo, cuts[i:j], hi]  # the resolved tiles there, then the new ones
+            mc, mt = _paint(np.r_[inner[:-1], b], np.r_[inner[1:], e], np.r_[tiles[i:j + 1], t])
+            p = np.unique(np.r_[lo, mc, hi])  # where the tile may change, and the tile after
+            f = np.where(p < hi, mt[np.searchsorted(mc, p, "right")], tiles[j_s])
+            new = np.flatnonzero(f != np.r_[tiles[i_s], f[:-1]])
+            self._cuts = np.r_[cuts[:i_s], p[new], cuts[j_s:]]
+            self._cut_tiles = np.r_[tiles[:i_s + 1], f[new], tiles[j_s + 1:]]
             self._new = ([], [], [])
 
     def pieces(self, begins: np.ndarray, lengths: np.ndarray):
@@ -119,8 +127,7 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 def _paint(b, e, t):
     """Mapping records (in the order made: a later one wins) as a step function: the cuts
     where the tile changes and the tile before the first cut and after each (-1: none)."""
-    cuts = np.sort(np.r_[b, e], kind="stable")  # merges runs already in order
-    cuts = cuts[firsts(cuts)]
+    cuts = np.unique(np.r_[b, e])
     lo, hi = np.searchsorted(cuts, b), np.searchsorted(cuts, e)
     tiles = np.full(cuts.size + 1, -1, np.int64)  # tiles[k + 1]: from cuts[k] to cuts[k + 1]
     tiles[1 + _ranges(lo, hi)] = t.repeat(np.maximum(hi - lo, 0))

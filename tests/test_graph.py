@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ipukit as ipu
+from ipukit.graph import Pool, _paint
 
 from .helpers import SumVertex, small
 
@@ -167,3 +168,19 @@ def test_vertex_fields_lists_what_each_vertex_on_a_tile_connects():
         g.set_tile_mapping(v, tile)
     assert g.vertex_fields(1) == [{"x": 4, "out": 1}, {"x": 6, "out": 1}]
     assert g.vertex_fields(0) == [{"x": 1, "out": 1}]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 8), st.integers(0, 3)),
+                         max_size=5), max_size=6))
+def test_the_mapping_repainted_where_it_changed_is_the_mapping_painted_whole(batches):
+    """A pool resolves new mappings by repainting only the addresses they span: the same
+    step function (cuts and tiles) as painting every mapping made so far, in order."""
+    pool, made = Pool(np.dtype(np.float32)), []
+    for batch in batches:
+        for begin, n, tile in batch:
+            pool.map(begin, n, tile)
+            made.append((begin, begin + n, tile))
+        pool._resolve()
+        cuts, tiles = _paint(*(np.array([m[k] for m in made], np.int64) for k in range(3)))
+        assert pool._cuts.tolist() == cuts.tolist() and pool._cut_tiles.tolist() == tiles.tolist()
