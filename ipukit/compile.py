@@ -38,7 +38,7 @@ from .errors import (
 from .graph import DataStream, Graph
 from .memory_report import out_of_memory
 from .program import Copy, Execute, If, PrintTensor, Program, Repeat, RepeatWhileTrue, Sequence
-from .tensor import TYPE_NAMES, Tensor, addresses, runs
+from .tensor import TYPE_NAMES, Tensor, addresses, firsts, runs
 from .trace import Step, TileMemory
 
 #: Bytes of vertex state per field: a pointer (scalar) or pointer and size (Vector).
@@ -158,8 +158,7 @@ def compile_graph(graph: Graph, programs, options: dict | None = None) -> Execut
     if allow not in ("true", "false"):
         raise IpuError(f"engine option 'debug.allowOutOfMemory' must be \"true\" or "
                        f"\"false\", got {allow!r}")
-    return _Compiler(getattr(graph, "root", graph),
-                     allow_out_of_memory=allow == "true").run(programs)
+    return _Compiler(getattr(graph, "root", graph), allow == "true").run(programs)
 
 
 class _Compiler:
@@ -331,8 +330,7 @@ class _Compiler:
                     * tensor.dtype.itemsize).astype(np.int64)
         arrow = "->" if stream.to_device else "<-"
         step = self._step(f"StreamCopy {stream.name} {arrow} {tensor.name}", "stream",
-                          sync=cost.sync_cycles(self.t), host_bytes=nbytes,
-                          tiles=tile,
+                          sync=cost.sync_cycles(self.t), host_bytes=nbytes, tiles=tile,
                           **{"tile_in" if stream.to_device else "tile_out": per_tile})
         return StreamNode(step, stream, Access.of(tensor, (tensor.num_elements(),)))
 
@@ -396,8 +394,7 @@ class _Compiler:
                 state[name] = np.stack(vals).astype(f.dtype)
                 sizes[name] = int(state[name][0].size)
                 continue
-            tensors = [g.v_conn[v][name] for v in vids]
-            access = _field_access(f.dtype, tensors, f.vector)
+            access = _field_access(f.dtype, [g.v_conn[v][name] for v in vids], f.vector)
             sizes[name] = access.shape[1] if f.vector else 1
             fields.append(FieldPlan(name, f.kind, access))
         default = cls.cycle_estimate(sizes)
@@ -485,16 +482,19 @@ class _Compiler:
                                    fp.access.dtype.itemsize, fp.kind) for _, fp, _ in fields)))
             f, vt, b, n = map(np.concatenate, zip(*((np.full(r[0].size, i), gr.tiles[r[2]], *r[:2])
                                                    for i, (gr, _, r) in enumerate(fields))))
-            o = np.lexsort((n, b, vt, f))  # a tile reads a shared run of an Input once
-            new = np.diff(np.stack([f, vt, b, n])[:, o], prepend=-1).any(0)
-            f, vt, b, n = (x[o[new | (kind[f[o]] != "input")]] for x in (f, vt, b, n))
+            # a tile reads a shared run of an Input once: equal runs sorted together, dropped
+            o = np.argsort((f * n_tiles + vt) * (int(b.max(initial=0)) + 1) + b)
+            f, vt, b, n = f[o], vt[o], b[o], n[o]
+            keep = (kind != "input")[f]
+            keep[firsts(f, vt, b, n)] = True
+            f, vt, b, n = f[keep], vt[keep], b[keep], n[keep]
             cut = [(sel[run], start, end, et) for c, pool in enumerate(self.g.pools.values())
                    if (sel := np.flatnonzero(code[f] == c)).size
                    for run, start, end, et in [pool.pieces(b[sel], n[sel])]]
             run, start, end, et = (np.concatenate(x) for x in zip(*cut))
             remote = et != vt[run]
             f, vt, start, end, et = (x[remote] for x in (f[run], vt[run], start, end, et))
-            rd, wr, nbytes = kind[f] != "output", kind[f] != "input", (end - start) * size[f]
+            rd, wr, nbytes = (kind != "output")[f], (kind != "input")[f], (end - start) * size[f]
             once = _union_lengths(f[rd] * n_tiles + vt[rd], start[rd], end[rd]) * size[f[rd]]
             received = np.bincount(vt[rd], weights=once, minlength=n_tiles)  # once per tile
             sent = np.bincount(vt[wr], weights=nbytes[wr], minlength=n_tiles) + np.bincount(

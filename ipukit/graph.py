@@ -27,7 +27,7 @@ from .errors import (
     TileMappingError,
 )
 from .target import Device, Target
-from .tensor import TYPE_NAMES, Tensor, as_type, contiguous_strides, runs, single_run
+from .tensor import TYPE_NAMES, Tensor, as_type, contiguous_strides, firsts, runs, single_run
 from .vertex import Vertex
 
 
@@ -87,7 +87,7 @@ class Pool:
             (i, j_s), (i_s, j) = (np.searchsorted(cuts, [lo, hi], s) for s in ("right", "left"))
             inner = np.r_[lo, cuts[i:j], hi]  # the resolved tiles there, then the new ones
             mc, mt = _paint(np.r_[inner[:-1], b], np.r_[inner[1:], e], np.r_[tiles[i:j + 1], t])
-            p = np.unique(np.r_[lo, mc, hi])  # where the tile may change, and the tile after
+            p = np.r_[lo, mc, hi]  # where the tile may change (a repeat is no change)
             f = np.where(p < hi, mt[np.searchsorted(mc, p, "right")], tiles[j_s])
             new = np.flatnonzero(f != np.r_[tiles[i_s], f[:-1]])
             self._cuts = np.r_[cuts[:i_s], p[new], cuts[j_s:]]
@@ -127,7 +127,8 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 def _paint(b, e, t):
     """Mapping records (in the order made: a later one wins) as a step function: the cuts
     where the tile changes and the tile before the first cut and after each (-1: none)."""
-    cuts = np.unique(np.r_[b, e])
+    cuts = np.sort(np.r_[b, e], kind="stable")  # merges runs already in order
+    cuts = cuts[firsts(cuts)]
     lo, hi = np.searchsorted(cuts, b), np.searchsorted(cuts, e)
     tiles = np.full(cuts.size + 1, -1, np.int64)  # tiles[k + 1]: from cuts[k] to cuts[k + 1]
     tiles[1 + _ranges(lo, hi)] = t.repeat(np.maximum(hi - lo, 0))
