@@ -234,8 +234,8 @@ class _Compiler:
               tile_in=0, tile_out=0, tiles=(), **extra) -> int:
         """Record a superstep. Bytes in per tile: ``transfers`` (element moves: source
         tiles, destination tiles, bytes; the step keeps their sums per pair of tiles) plus
-        ``tile_in``; bytes out: ``tile_out``, what each tile
-        sends (the exchange broadcasts: an element read by many tiles is sent once).
+        ``tile_in``; bytes out: ``tile_out``, what each tile sends (the exchange
+        broadcasts: an element read by many tiles is sent once).
         ``tiles`` and the transfers' ends are the tiles taking part: the step involves
         (and syncs) their IPUs only; every IPU when there are none (IPU-level task
         parallelism)."""
