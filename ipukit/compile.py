@@ -19,7 +19,7 @@ ipukit.errors.TileMappingError: tensor 'v' has 4 unmapped elements (first: [0]);
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, make_dataclass
+from dataclasses import dataclass, make_dataclass, replace
 from math import prod
 
 import numpy as np
@@ -96,11 +96,15 @@ class Access:
         return Access(self.dtype, shape, self.offset + i * self.rstrides[0],
                       (1,) + self.rshape[1:], self.rstrides)
 
-    def runs(self):
-        """Runs of consecutive addresses, in order, and the vertex (row) of each."""
+    def runs(self, merged: bool = False):
+        """Runs of consecutive addresses, in order, and the vertex (row) of each; ``merged``:
+        each vertex's addresses as a set, in fewer runs (dimensions by stride, or sorted)."""
         if self.gather_runs is not None:
             return self.gather_runs
-        layout = (self.offset, self.rshape, self.rstrides) if self.idx is None else self.idx
+        dims = sorted(range(len(self.rshape)), key=lambda d: (d > 0, -self.rstrides[d] * merged))
+        layout = (self.offset, *([x[d] for d in dims] for x in (self.rshape, self.rstrides)))
+        if self.idx is not None:
+            layout = np.sort(self.idx, -1) if merged and self.idx.ndim > 1 else self.idx
         begins, lengths = runs(Tensor(None, self.dtype, layout, ""), keep=1)
         return begins, lengths, (np.cumsum(lengths) - lengths) // max(prod(self.shape[1:]), 1)
 
@@ -158,10 +162,10 @@ def compile_graph(graph: Graph, programs, options: dict | None = None) -> Execut
 
 class _Compiler:
     def __init__(self, graph: Graph, allow_out_of_memory: bool = True):
-        self.g, self.t = graph, graph.target
-        self.allow_out_of_memory = allow_out_of_memory
+        self.g, self.t, self.allow_out_of_memory = graph, graph.target, allow_out_of_memory
         self.steps: list[Step] = []
-        self.done: dict = {}  # id(program) or compute set -> compiled node
+        # id(program) or compute set -> compiled node; a Copy's layouts -> step, accesses
+        self.done, self.copies = {}, {}
         v_cs = np.array(graph.v_cs, np.int64)  # each compute set's vertices, in order added
         self.by_cs = np.split(np.argsort(v_cs, kind="stable"), np.cumsum(
             np.bincount(v_cs, minlength=len(graph.compute_sets)))[:-1])
@@ -170,8 +174,7 @@ class _Compiler:
         self.code_on: dict[type, np.ndarray] = {}  # codelet -> tiles holding its code
 
     def run(self, programs) -> Executable:
-        if isinstance(programs, Program):
-            programs = [programs]
+        programs = [programs] if isinstance(programs, Program) else programs
         self._check_mapped()
         self._step("host sync (Engine.run)", "host", sync=cost.host_sync_cycles(self.t))  # step 0
         nodes = tuple(self.node(p) for p in programs)
@@ -199,8 +202,7 @@ class _Compiler:
             return WhileNode(self.node(p.cond), self._access(p.predicate, "RepeatWhileTrue"),
                              self.node(p.body), p.predicate.name)
         if isinstance(p, If):
-            return IfNode(self._access(p.predicate, "If"), self.node(p.then),
-                          self.node(p.else_))
+            return IfNode(self._access(p.predicate, "If"), self.node(p.then), self.node(p.else_))
         if isinstance(p, PrintTensor):
             return PrintNode(p.title, self._access(p.tensor, "PrintTensor"), p.fmt)
         raise ProgramError.cannot_compile(p)
@@ -225,16 +227,19 @@ class _Compiler:
     # -- steps ----------------------------------------------------------------------------
     def _step(self, name, kind, sync=0, compute=None, transfers=None, host_bytes=0,
               tile_in=0, tile_out=0, tiles=(), **extra) -> int:
-        """Record a superstep. Bytes in per tile: ``transfers`` (rows of source tile,
-        destination tile, bytes) plus ``tile_in``; bytes out: ``tile_out``, what each tile
-        sends (the exchange broadcasts: an element read by many tiles is sent once).
+        """Record a superstep. Bytes in per tile: ``transfers`` (element moves: source
+        tiles, destination tiles, bytes; the step keeps their sums per pair of tiles) plus
+        ``tile_in``; bytes out: ``tile_out``, what each tile sends (the exchange
+        broadcasts: an element read by many tiles is sent once).
         ``tiles`` and the transfers' ends are the tiles taking part: the step involves
         (and syncs) their IPUs only; every IPU when there are none (IPU-level task
         parallelism)."""
         t, n = self.t, self.t.num_tiles
         compute = np.zeros(n, np.int64) if compute is None else compute
-        transfers = np.zeros((0, 3), np.int64) if transfers is None else transfers
-        src, dst, nbytes = transfers.T
+        src, dst, nbytes = np.zeros((3, 0), np.int64) if transfers is None else transfers
+        key, pair = np.unique(np.asarray(src, np.int64) * n + dst, return_inverse=True)
+        transfers = np.stack([key // n, key % n, np.bincount(
+            pair, weights=nbytes, minlength=key.size).astype(np.int64)], axis=1)
         b_in = (np.bincount(dst, weights=nbytes, minlength=n) + tile_in).astype(np.int64)
         b_out = (np.zeros(n) + tile_out).astype(np.int64)
         exch = int(cost.exchange_cycles(int(np.maximum(b_in, b_out).max(initial=0)), t))
@@ -247,8 +252,7 @@ class _Compiler:
             pair = src[cross] // t.tiles_per_ipu * t.num_ipus + dst[cross] // t.tiles_per_ipu
             exch += cost.link_cycles(int(np.bincount(pair, weights=nbytes[cross]).max()), t)
             sync = max(sync, cost.global_sync_cycles(t, len(ipus)))
-        if host_bytes:
-            exch = max(exch, cost.host_cycles(int(host_bytes), self.t))
+        exch = max(exch, cost.host_cycles(int(host_bytes), self.t)) if host_bytes else exch
         step = Step(index=len(self.steps), name=name, kind=kind, sync_cycles=int(sync),
                     exchange_cycles=exch, compute_cycles=int(compute.max(initial=0)),
                     tile_compute_cycles=compute, tile_bytes_in=b_in, tile_bytes_out=b_out,
@@ -256,15 +260,6 @@ class _Compiler:
                     ipus=ipus, **extra)
         self.steps.append(step)
         return step.index
-
-    def _transfers(self, src_tiles, dst_tiles, nbytes) -> np.ndarray:
-        """Aggregate element moves into (source tile, destination tile, bytes) rows."""
-        n = self.t.num_tiles
-        key = src_tiles.astype(np.int64) * n + dst_tiles
-        order = np.argsort(key, kind="stable")
-        key, first = key[order], firsts(key[order])
-        total = np.add.reduceat(np.asarray(nbytes, np.int64)[order], first) if key.size else key
-        return np.stack([key[first] // n, key[first] % n, total], axis=1)
 
     # -- copies ---------------------------------------------------------------------------
     def _copy(self, src, dst):
@@ -274,6 +269,12 @@ class _Compiler:
             self._access(t, "Copy")
         if src.num_elements() != dst.num_elements() or src.dtype != dst.dtype:
             raise ProgramError.copy_mismatch(src, dst)
+        name = f"Copy {src.name} -> {dst.name}"
+        key = tuple((t.dtype, t.offset, t.shape, t.strides, id(t._idx)) for t in (src, dst))
+        if key in self.copies:  # the same elements copied again (an unrolled loop): one plan
+            self.steps.append(replace(self.steps[self.copies[key][0]], index=len(self.steps),
+                                      name=name))
+            return CopyNode(len(self.steps) - 1, *self.copies[key][1:])
         n_tiles, size = self.t.num_tiles, src.dtype.itemsize
         (sb, sn), (db, dn) = runs(src), runs(dst)
         if int(_union_lengths(np.zeros(db.size, np.int64), db, db + dn).sum()) != dn.sum():
@@ -290,17 +291,16 @@ class _Compiler:
         s_start, s_tile, d_tile = ss[i] + pos - sp[i], s_tile[i], d_tile[j]
         length = np.diff(pos, append=src.num_elements())
         remote = s_tile != d_tile
-        transfers = self._transfers(s_tile[remote], d_tile[remote], length[remote] * size)
+        transfers = (s_tile[remote], d_tile[remote], length[remote] * size)
         once = _union_lengths(np.zeros(int(remote.sum()), np.int64), s_start[remote],
                               s_start[remote] + length[remote])  # each element sent once
         sent = np.bincount(s_tile[remote], weights=once, minlength=n_tiles) * size
         local = np.bincount(d_tile[~remote], weights=length[~remote], minlength=n_tiles) * size
         compute = cost.copy_cycles(local.astype(np.int64)).astype(np.int64)
-        step = self._step(f"Copy {src.name} -> {dst.name}", "copy", sync=cost.sync_cycles(self.t),
-                          compute=compute, transfers=transfers, tile_out=sent,
-                          tiles=np.concatenate([s_tile, d_tile]))
+        step = self._step(name, "copy", sync=cost.sync_cycles(self.t), compute=compute,
+                          transfers=transfers, tile_out=sent, tiles=np.append(s_tile, d_tile))
         n = (src.num_elements(),)
-        return CopyNode(step, Access.of(src, n), Access.of(dst, n))
+        return CopyNode(*self.copies.setdefault(key, (step, Access.of(src, n), Access.of(dst, n))))
 
     def _stream_copy(self, src, dst):
         stream, tensor = (src, dst) if isinstance(src, DataStream) else (dst, src)
@@ -315,8 +315,7 @@ class _Compiler:
                     * tensor.dtype.itemsize).astype(np.int64)
         arrow = "->" if stream.to_device else "<-"
         step = self._step(f"StreamCopy {stream.name} {arrow} {tensor.name}", "stream",
-                          sync=cost.sync_cycles(self.t), host_bytes=nbytes,
-                          tiles=tile,
+                          sync=cost.sync_cycles(self.t), host_bytes=nbytes, tiles=tile,
                           **{"tile_in" if stream.to_device else "tile_out": per_tile})
         return StreamNode(step, stream, Access.of(tensor, (tensor.num_elements(),)))
 
@@ -343,7 +342,7 @@ class _Compiler:
             buckets.setdefault(tuple(shape), []).append(v)
         groups = tuple(self._group(key[0], np.array(run)) for key, vs in buckets.items()
                        for run in self._regular_runs(key[0], vs))
-        fields = [(gr, fp, fp.access.runs()) for gr in groups for fp in gr.fields]
+        fields = [(gr, fp, fp.access.runs(merged=True)) for gr in groups for fp in gr.fields]
         self._check_races(cs, fields)
         return ExecNode(self._compute_step(cs, groups, fields), groups)
 
@@ -375,8 +374,7 @@ class _Compiler:
                 state[name] = np.stack(vals).astype(f.dtype)
                 sizes[name] = int(state[name][0].size)
                 continue
-            tensors = [g.v_conn[v][name] for v in vids]
-            access = _field_access(f.dtype, tensors, f.vector)
+            access = _field_access(f.dtype, [g.v_conn[v][name] for v in vids], f.vector)
             sizes[name] = access.shape[1] if f.vector else 1
             fields.append(FieldPlan(name, f.kind, access))
         default = cls.cycle_estimate(sizes)
@@ -385,7 +383,7 @@ class _Compiler:
         tiles = np.array([g.v_tile[v] for v in vids], np.int64)
         return VertexGroup(cls, vids, tiles, estimates, tuple(fields), state)
 
-    def _check_races(self, cs, fields):
+    def _check_races(self, cs, fields, exact=False):
         """No vertex may write what another vertex (or field) of the compute set touches."""
         if all(fp.kind == "input" for _, fp, _ in fields):
             return
@@ -406,24 +404,26 @@ class _Compiler:
         if clash.size:  # two writers of one element
             i, j = order[clash[0] + 1], order[holder[clash[0]]]
             first, later = (i, j) if i < j else (j, i)
-            self._race(cs, fields, span, b[i], who[first], who[later], "also writes")
+            self._race(cs, fields, span, b[i], who[first], who[later], "also writes", exact)
         # writes merged into disjoint runs, one writer each; then every read or in-out run
         # may only meet writes of its own vertex and field
-        first = np.flatnonzero(np.r_[True, wb[1:] >= reach[:-1]])
-        wb, we, wo = wb[first], reach[np.r_[first[1:] - 1, wb.size - 1]], wo[first]
+        first = np.flatnonzero(np.append(True, wb[1:] >= reach[:-1]))
+        wb, we, wo = wb[first], reach[np.append(first[1:] - 1, wb.size - 1)], wo[first]
         lo, hi = np.searchsorted(we, b, "right"), np.searchsorted(wb, e, "left")
-        changes = np.r_[0, np.cumsum(wo[1:] != wo[:-1])]
+        changes = np.append(0, np.cumsum(wo[1:] != wo[:-1]))
         lo_c = np.minimum(lo, wo.size - 1)
         bad = r & (hi > lo) & ((wo[lo_c] != who) | (changes[np.maximum(hi - 1, 0)]
                                                     != changes[lo_c]))
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
             m = int(lo[k]) + int(np.flatnonzero(wo[lo[k]:hi[k]] != who[k])[0])
-            self._race(cs, fields, span, max(b[k], wb[m]), wo[m], who[k], "reads")
+            self._race(cs, fields, span, max(b[k], wb[m]), wo[m], who[k], "reads", exact)
 
-    def _race(self, cs, fields, span, addr, writer, other, verb):
+    def _race(self, cs, fields, span, addr, writer, other, verb, exact):
         """``writer`` writes element ``addr`` (of the storage of type ``addr // span``),
-        which ``other`` also writes or reads (codes: vertex id x len(fields) + field)."""
+        which ``other`` also writes or reads (codes: vertex id x len(fields) + field). Found
+        on merged runs (not ``exact``): named as the fields' runs in order find it."""
+        exact or self._check_races(cs, [(g, f, f.access.runs()) for g, f, _ in fields], True)
         (w_vid, w_slot), (o_vid, o_slot) = (divmod(int(c), len(fields)) for c in (writer, other))
         pool, addr = divmod(int(addr), span)
         raise ComputeSetRaceError.race(
@@ -446,34 +446,33 @@ class _Compiler:
         # Exchange: a vertex's data on another tile is fetched before compute (once per
         # tile); what it writes to another tile is sent after. The exchange broadcasts: a
         # tile sends an element once, however many tiles receive it.
-        moves, reads = [], []  # (source tiles, destination tiles, bytes); remote reads
-        received, sent = np.zeros(n_tiles), np.zeros(n_tiles)
-        dtypes = list(self.g.pools)
-        for gr, fp, (b, n, row) in fields:
-            size, vt = fp.access.dtype.itemsize, gr.tiles[row]
-            if fp.kind == "input" and b.size > 1:  # a tile reads a shared run once
-                o = np.lexsort((n, b, vt))
-                b, n, vt = (x[o[firsts(vt[o], b[o], n[o])]] for x in (b, n, vt))
-            run, start, end, et = self.g.pools[fp.access.dtype].pieces(b, n)
+        received, sent, transfers = np.zeros(n_tiles), np.zeros(n_tiles), None
+        if fields:  # every field's runs at once, cut where the tile changes (per type)
+            code, size, kind = map(np.array, zip(*((list(self.g.pools).index(fp.access.dtype),
+                                   fp.access.dtype.itemsize, fp.kind) for _, fp, _ in fields)))
+            f, vt, b, n = map(np.concatenate, zip(*((np.full(r[0].size, i), gr.tiles[r[2]], *r[:2])
+                                                   for i, (gr, _, r) in enumerate(fields))))
+            # a tile reads a shared run of an Input once: equal runs sorted together, dropped
+            o = np.argsort((f * n_tiles + vt) * (int(b.max(initial=0)) + 1) + b)
+            f, vt, b, n = f[o], vt[o], b[o], n[o]
+            keep = (kind != "input")[f]
+            keep[firsts(f, vt, b, n)] = True
+            f, vt, b, n = f[keep], vt[keep], b[keep], n[keep]
+            cut = [(sel[run], start, end, et) for c, pool in enumerate(self.g.pools.values())
+                   if (sel := np.flatnonzero(code[f] == c)).size
+                   for run, start, end, et in [pool.pieces(b[sel], n[sel])]]
+            run, start, end, et = (np.concatenate(x) for x in zip(*cut))
             remote = et != vt[run]
-            start, end, et, vt = start[remote], end[remote], et[remote], vt[run][remote]
-            if fp.kind != "output":
-                once = _union_lengths(vt, start, end) * size  # a tile receives it once
-                moves.append((et, vt, once))
-                received += np.bincount(vt, weights=once, minlength=n_tiles)
-                reads.append((np.full(start.size, dtypes.index(fp.access.dtype)), start, end,
-                              et, np.full(start.size, size)))
-            if fp.kind != "input":
-                moves.append((vt, et, (end - start) * size))
-                sent += np.bincount(vt, weights=(end - start) * size, minlength=n_tiles)
-        if reads:  # a tile sends each element read from it once
-            code, start, end, et, size = (np.concatenate(x) for x in zip(*reads))
-            sent += np.bincount(et, weights=_union_lengths(code, start, end) * size,
-                                minlength=n_tiles)
+            f, vt, start, end, et = (x[remote] for x in (f[run], vt[run], start, end, et))
+            rd, wr, nbytes = (kind != "output")[f], (kind != "input")[f], (end - start) * size[f]
+            once = _union_lengths(f[rd] * n_tiles + vt[rd], start[rd], end[rd]) * size[f[rd]]
+            received = np.bincount(vt[rd], weights=once, minlength=n_tiles)  # once per tile
+            sent = np.bincount(vt[wr], weights=nbytes[wr], minlength=n_tiles) + np.bincount(
+                et[rd], weights=_union_lengths(code[f[rd]], start[rd], end[rd]) * size[f[rd]],
+                minlength=n_tiles)  # a tile sends each element read from it once
+            transfers = tuple(map(np.append, (et[rd], vt[rd], once), (vt[wr], et[wr], nbytes[wr])))
         mem = self.memory
         mem["exchange buffers"] = np.maximum(mem["exchange buffers"], received.astype(np.int64))
-        transfers = (self._transfers(*(np.concatenate(x) for x in zip(*moves)))
-                     if moves else None)
         # Memory: vertex state and code on every tile that has vertices.
         kinds = {}
         for gr in groups:
@@ -534,12 +533,10 @@ def _field_access(dtype, tensors: list[Tensor], vector: bool) -> Access:
 def _union_lengths(key: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """For intervals grouped by ``key``, how much of each interval no earlier interval
     (in sorted order) of its group covers: their sum is the size of each group's union."""
-    if not begins.size:
-        return np.zeros(0, np.int64)
-    span = int(ends.max()) + 1
-    order = np.lexsort((begins, key))
-    b, e = key[order] * span + begins[order], key[order] * span + ends[order]
-    covered = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(e)[:-1]]
+    span = int(ends.max(initial=0)) + 1
+    order = np.argsort(key * span + begins, kind="stable")  # by key, then begin
+    b, e = ((key * span + x)[order] for x in (begins, ends))
+    covered = np.maximum.accumulate(np.append(-2**63, e[:-1]))  # the furthest end before
     out = np.empty(b.size, np.int64)
     out[order] = np.clip(e - np.maximum(b, covered), 0, None)
     return out

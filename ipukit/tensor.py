@@ -302,9 +302,10 @@ def runs(t: Tensor, keep: int = 0):
 def index_runs(flat: np.ndarray, row: int):
     """Runs of consecutive addresses in an address array, never across a multiple of
     ``row`` positions: (begins, lengths, positions)."""
-    flat, pos = flat.astype(np.int64), np.arange(flat.size)
-    first = firsts(flat - pos, pos // max(row, 1))
-    return flat[first], np.diff(first, append=flat.size), first
+    new = np.diff(flat, prepend=flat[:1] - 2) != 1  # the address does not go up by 1,
+    new[::max(row, 1)] = True  # or a row starts
+    first = np.flatnonzero(new)
+    return flat[first].astype(np.int64), np.diff(first, append=flat.size), first
 
 
 def firsts(*keys: np.ndarray) -> np.ndarray:

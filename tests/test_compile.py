@@ -2,9 +2,11 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ipukit as ipu
-from ipukit.compile import CODELET_CODE_BYTES
+from ipukit.compile import CODELET_CODE_BYTES, Access
 
 from .helpers import SumVertex, small
 
@@ -251,3 +253,82 @@ def test_a_race_names_poplars_graph_cycle_error():
     g2.add_vertex(cs2, Copy1, {"a": v2[0], "b": v2[0]}, tile=0)
     with pytest.raises(ipu.ComputeSetRaceError, match=r"[Kk]it convention"):
         ipu.compile_graph(g2, [ipu.Execute(cs2)])
+
+
+class CopyVector(ipu.Vertex):
+    a = ipu.Input(ipu.Vector(ipu.FLOAT))
+    b = ipu.InOut(ipu.Vector(ipu.FLOAT))
+    c = ipu.Output(ipu.Vector(ipu.FLOAT))
+
+    def compute(self):
+        self.c[...] = self.a + self.b
+
+
+class ReadSum(ipu.Vertex):
+    a = ipu.Input(ipu.Vector(ipu.FLOAT))
+    c = ipu.Output(ipu.FLOAT)
+
+    def compute(self):
+        self.c[...] = self.a.sum(axis=-1)
+
+
+def test_a_race_names_the_first_element_in_the_fields_order():
+    """A transposed read meets another vertex's write at v[1, 0] (its 2nd element) and at
+    v[0, 1] (its 3rd, but a lower address): the race names v[1, 0], as the field reads."""
+    _, g = small(tiles=2)
+    v = g.add_variable(ipu.FLOAT, [2, 8], "v")
+    out = g.add_variable(ipu.FLOAT, [1], "out")
+    g.set_tile_mapping(v, 0)
+    g.set_tile_mapping(out, 1)
+    cs = g.add_compute_set("cs")
+    g.add_vertex(cs, ReadSum, {"a": v[:, :2].transpose().flatten(), "c": out[0]}, tile=1)
+    g.add_vertex(cs, Scale, {"x": v.flatten()[1:9]}, tile=0)
+    with pytest.raises(ipu.ComputeSetRaceError, match=r"writes element \[1, 0\] of tensor 'v'"):
+        ipu.compile_graph(g, [ipu.Execute(cs)])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_merged_runs_cost_and_race_as_the_runs_in_order(data):
+    """Compile costs a compute set's exchange and finds its races on each vertex's
+    addresses merged by stride (a transposed slice is a few runs, not one per element):
+    the same steps, memory and race messages as the runs in flat order."""
+    _, g = small(tiles=4)
+    v = g.add_variable(ipu.FLOAT, [6, 8], "v")
+    for r in range(6):  # rows, or half rows, on random tiles
+        for half in (v[r, :4], v[r, 4:]):
+            g.set_tile_mapping(half, data.draw(st.integers(0, 3)))
+    cs = g.add_compute_set("cs")
+
+    def part():
+        r0, c0 = data.draw(st.integers(0, 4)), data.draw(st.integers(0, 6))
+        t = v[r0:data.draw(st.integers(r0 + 1, 6)), c0:data.draw(st.integers(c0 + 1, 8))]
+        how = data.draw(st.sampled_from(["region", "transposed", "gather", "flat"]))
+        if how == "flat":
+            return v.flatten()[r0 * 8 + c0:r0 * 8 + c0 + data.draw(st.integers(1, 12))]
+        t = t.transpose() if how == "transposed" else t
+        return ipu.concat([t.flatten(), v[5, 7:]]) if how == "gather" else t.flatten()
+
+    out = g.add_variable(ipu.FLOAT, [4, 48], "out")
+    g.set_tile_mapping(out, 3)
+    for i in range(data.draw(st.integers(1, 4))):  # writers of v: InOut b, sometimes c
+        c = part() if data.draw(st.booleans()) else out[i]
+        g.add_vertex(cs, CopyVector, {"a": part(), "b": part(), "c": c},
+                     tile=data.draw(st.integers(0, 3)))
+
+    def outcome():
+        try:
+            exe = ipu.compile_graph(g, [ipu.Execute(cs)])
+        except ipu.ComputeSetRaceError as exc:
+            return str(exc)
+        s = exe.steps[1]
+        return (s.cycles, s.tile_bytes_in.tolist(), s.tile_bytes_out.tolist(),
+                s.transfers.tolist(), {k: m.tolist() for k, m in exe.memory.categories.items()})
+
+    merged = outcome()
+    runs = Access.runs
+    try:  # the reference: every field's runs in flat order
+        Access.runs = lambda self, merged=False: runs(self)
+        assert outcome() == merged
+    finally:
+        Access.runs = runs

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ipukit as ipu
+from ipukit.graph import Pool, _paint
 
 from .helpers import SumVertex, small
 
@@ -176,8 +177,6 @@ def test_resolving_in_steps_gives_the_step_function_of_all_records_at_once(batch
     """The pool repaints only the span that new mappings touch; between any batches the
     result is the step function one painting of every record so far gives (the same cuts,
     no cut where the tile does not change)."""
-    from ipukit.graph import Pool, _paint
-
     pool, records = Pool(np.dtype(np.float32)), []
     for batch in batches:
         for a, b, tile in batch:

@@ -1,9 +1,10 @@
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ipukit as ipu
+from ipukit.tensor import index_runs
 
 from .helpers import small
 
@@ -86,3 +87,21 @@ def test_unsupported_type():
     _, g = small()
     with pytest.raises(ipu.IpuError, match="unsupported element type"):
         g.add_variable(np.float64, [2], "d")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40) | st.just(2**31 - 9), st.integers(1, 6)),
+                max_size=8), st.integers(0, 9), st.sampled_from([np.int32, np.int64]))
+def test_index_runs_are_the_runs_of_consecutive_addresses_within_rows(pieces, row, dtype):
+    """index_runs against a loop: a run ends where the next address is not one more, or
+    where a row of ``row`` positions ends."""
+    addrs = [a for start, n in pieces for a in range(start, start + n)]
+    begins, lengths, firsts_ = [], [], []
+    for i, a in enumerate(addrs):
+        if i and a == addrs[i - 1] + 1 and i % max(row, 1):
+            lengths[-1] += 1
+        else:
+            begins.append(a), lengths.append(1), firsts_.append(i)
+    b, n, f = index_runs(np.array(addrs, dtype), row)
+    assert (b.tolist(), n.tolist(), f.tolist()) == (begins, lengths, firsts_)
+    assert b.dtype == np.int64
