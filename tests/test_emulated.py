@@ -526,3 +526,26 @@ def test_compile_of_an_inference_model_and_without_emulation():
         plain.compile(np.ones((12, 5), np.float32), np.zeros(12, int))  # 5 features, not 6
     with pytest.raises(ipu.IpuError):
         _poptorch_model(True).compile(np.ones((12, 6), np.float32))  # training needs labels
+
+
+@pytest.mark.parametrize("change", ["lr and betas after compile", "lr after a run",
+                                    "another optimiser after a run"])
+def test_a_changed_optimiser_setting_rebuilds_the_programs(change):
+    """The programs hold the optimiser's settings as constants: a change after compile()
+    or a run builds them again, so the emulator trains with the new values, as the NumPy
+    runner does (it reads them at every run)."""
+    x, y = data(4 * 3, seed=15)
+    losses = {}
+    for emulate in (False, True):
+        m = _poptorch_model(emulate)  # Adam(0.05)
+        if change.endswith("after compile"):
+            m.compile(x, y)  # the NumPy runner only checks the inputs
+            m.optimizer.lr, m.optimizer.betas = 0.5, (0.5, 0.9)
+        else:
+            m.run(x, y)
+            if change.startswith("lr"):
+                m.optimizer.lr = 0.5
+            else:
+                m.optimizer = optim.SGD(0.3, momentum=0.9)
+        losses[emulate] = np.array([m.run(x, y).losses for _ in range(2)])
+    np.testing.assert_allclose(losses[True], losses[False], rtol=1e-4)

@@ -35,7 +35,10 @@ order, with no stash; the last stage's outputs come back over an outfeed.
 
 The programs are built, compiled and loaded once per micro-batch shape, by the first
 ``run`` or ahead of it by ``model.compile(x, labels)`` (PopTorch's
-``PoplarExecutor.compile``: :func:`compile`), and kept on the pipeline.
+``PoplarExecutor.compile``: :func:`compile`), and kept on the pipeline. They hold the
+optimiser's settings (learning rate, momentum, betas, eps, weight decay) as constants, so
+a change to them (or another optimiser) rebuilds them at the next call, and the run uses
+the new values, as the NumPy runner does (see :func:`compile` for PopTorch's way).
 
 Not emulated (a clear :class:`~ipukit.errors.IpuError` says so): concurrent stages in a
 replicated pipeline, float64 weights. Offloaded optimiser state
@@ -638,6 +641,7 @@ class Emulation:
     def __init__(self, pipeline, micro_batch: int, sample_shape: tuple, scored: bool = True):
         p = self.pipeline = pipeline
         self.key = (micro_batch, tuple(sample_shape), scored)  # what compile() built it for
+        self.settings = _settings(p.optimizer) if p.options.training else None
         self.training = p.options.training
         self.scored = self.training or scored
         if p.replication_factor > 1 and any(len(s.ipus) > 1 for s in p.stages):
@@ -903,14 +907,31 @@ class EmulatedRunResult(RunResult):
 def compile(p, x, labels) -> Emulation:  # noqa: A001 - PopTorch's name
     """``Pipeline.compile`` on the emulator: the :class:`Emulation` for inputs shaped like
     ``x`` (and ``labels``), built, compiled and loaded once per micro-batch shape and kept
-    on the pipeline, so ``run`` finds it ready (PopTorch's ``PoplarExecutor.compile``)."""
+    on the pipeline, so ``run`` finds it ready (PopTorch's ``PoplarExecutor.compile``).
+
+    The programs hold the optimiser's settings as constants: when they have changed since
+    the build (``model.optimizer.lr = 0.01``, or another optimiser), it builds them again.
+    Kit convention: PopTorch keeps the learning rate (and every setting passed to the
+    optimiser's constructor) in device variables; a change reaches the IPU, without a
+    recompile, when the model's ``setOptimizer(optimizer)`` is called, and changing a
+    constant setting after compiling is an error. The kit has no ``setOptimizer``: a
+    changed setting applies from the next call, on the emulator as in the NumPy runner.
+    """
     scored = p.options.training or (p.loss is not None and labels is not None)
     mb = replication.check_samples(p.options, len(x), len(x if labels is None else labels))
     key = (mb, tuple(np.shape(x)[1:]), scored)
     cache = p.__dict__.setdefault("_emulations", {})
-    if key not in cache:
+    if key not in cache or (p.options.training
+                            and cache[key].settings != _settings(p.optimizer)):
         cache[key] = Emulation(p, *key)
     return cache[key]
+
+
+def _settings(opt) -> tuple:
+    """What the programs bake in of an optimiser: which one it is and every setting (its
+    ``lr``, ``momentum``, ``betas``, ...), not its state (that goes to the device at every
+    call)."""
+    return (id(opt), type(opt), {k: v for k, v in vars(opt).items() if k != "state"})
 
 
 def run(p, x, labels) -> EmulatedRunResult:
