@@ -916,6 +916,18 @@ def compile(p, x, labels) -> Emulation:  # noqa: A001 - PopTorch's name
     recompile, when the model's ``setOptimizer(optimizer)`` is called, and changing a
     constant setting after compiling is an error. The kit has no ``setOptimizer``: a
     changed setting applies from the next call, on the emulator as in the NumPy runner.
+
+    >>> from ipukit.parallel import nn, optim, training_model, Block
+    >>> m = training_model([Block("A", nn.Dense(4, 3, rng=1), ipu_id=0)],
+    ...                    nn.SoftmaxCrossEntropy(), optim.SGD(0.1),
+    ...                    gradient_accumulation=2, emulate=True)
+    >>> x, y = np.ones((4, 4), np.float32), np.arange(4) % 3
+    >>> emu = compile(m, x, y)
+    >>> emu.key, compile(m, x, y) is emu  # (micro-batch, sample shape, scored): kept
+    ((2, (4,), True), True)
+    >>> m.optimizer.lr = 0.01
+    >>> compile(m, x, y) is emu  # a new learning rate: built again
+    False
     """
     scored = p.options.training or (p.loss is not None and labels is not None)
     mb = replication.check_samples(p.options, len(x), len(x if labels is None else labels))
