@@ -526,6 +526,10 @@ def test_compile_of_an_inference_model_and_without_emulation():
         plain.compile(np.ones((12, 5), np.float32), np.zeros(12, int))  # 5 features, not 6
     with pytest.raises(ipu.IpuError):
         _poptorch_model(True).compile(np.ones((12, 6), np.float32))  # training needs labels
+    for emulate in (False, True):  # run and compile check their inputs alike, either way
+        for call in ("run", "compile"):
+            with pytest.raises(ipu.IpuError, match="the samples x must be an array"):
+                getattr(_poptorch_model(emulate, training=False), call)(np.ones(6))
 
 
 @pytest.mark.parametrize("change", ["lr and betas after compile", "lr after a run",

@@ -929,8 +929,8 @@ def compile(p, x, labels) -> Emulation:  # noqa: A001 - PopTorch's name
     >>> compile(m, x, y) is emu  # a new learning rate: built again
     False
     """
+    x, labels, mb = p._inputs(x, labels)
     scored = p.options.training or (p.loss is not None and labels is not None)
-    mb = replication.check_samples(p.options, len(x), len(x if labels is None else labels))
     key = (mb, tuple(np.shape(x)[1:]), scored)
     cache = p.__dict__.setdefault("_emulations", {})
     if key not in cache or (p.options.training
