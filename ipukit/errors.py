@@ -30,7 +30,7 @@ def type_name(dtype) -> str:
     """Poplar's name of an element type: "float", "half", "int", "unsigned int", "bool"."""
     from .tensor import TYPE_NAMES  # noqa: PLC0415 - tensor.py imports this module
 
-    return TYPE_NAMES[dtype]
+    return TYPE_NAMES[np.dtype(dtype)]
 
 
 def vertex_name(vid, codelet, compute_set, tile) -> str:

@@ -90,14 +90,14 @@ def _param_key(net, i: int, name: str) -> str:
 
 def _map_like(vg: Graph, dst: Tensor, src: Tensor) -> None:
     """Map ``dst``'s elements to the tiles of ``src``'s (same number of elements)."""
-    popops._map_elements(vg, dst, poputil.tile_of_elements(vg, src))
+    poputil._map_elements(vg, dst, poputil.tile_of_elements(vg, src))
 
 
 def _buffer(vg: Graph, like: Tensor, slots: int, name: str) -> Tensor:
     """``slots`` tile variables shaped and mapped like ``like`` (a FIFO or an inbox)."""
     t = vg.add_variable(like.dtype, (max(slots, 1),) + tuple(like.shape), name)
     tiles = poputil.tile_of_elements(vg, like)  # every slot mapped as ``like``: asked once
-    popops._map_elements(vg, t, np.tile(tiles, max(slots, 1)))
+    poputil._map_elements(vg, t, np.tile(tiles, max(slots, 1)))
     return t
 
 

@@ -184,7 +184,7 @@ def _column_blocks(channels: int, vg):
 
 def _like(vg, t: Tensor, name: str) -> Tensor:
     out = vg.add_variable(t.dtype, t.shape, name)
-    popops._map_elements(vg, out, poputil.tile_of_elements(vg, t))
+    poputil._map_elements(vg, out, poputil.tile_of_elements(vg, t))
     return out
 
 
@@ -320,7 +320,7 @@ def ring_reduce_scatter(parts: list[list[Tensor]], prog: Sequence, name: str, op
             step_name = f"{name}/ring reduce-scatter {step}"
             own = _named_concat(own, f"{step_name}/own")
             buf = graph.add_variable(own.dtype, [own.num_elements()], f"{step_name}/received")
-            popops._map_elements(graph, buf, poputil.tile_of_elements(graph, own))
+            poputil._map_elements(graph, buf, poputil.tile_of_elements(graph, own))
             prog.add(Copy(_named_concat(srcs, f"{step_name}/sent"), buf))
             popops.map(graph, op if op is not None else _1 + _2, [own, buf], prog,
                        f"{step_name}/combine", inplace=True)
