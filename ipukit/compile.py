@@ -385,8 +385,8 @@ class _Compiler:
 
     def _check_races(self, cs, fields, exact=False):
         """No vertex may write what another vertex (or field) of the compute set touches."""
-        if all(fp.kind == "input" for _, fp, _ in fields):
-            return
+        if all(fp.kind == "input" or not b.size for _, fp, (b, _, _) in fields):
+            return  # nothing is written (an empty field writes nothing)
         # every field's runs of addresses (types apart: each type's storage starts at a
         # multiple of span), "who" = vertex id and field slot (a vertex's own InOut is no
         # race), and whether it writes and reads
@@ -423,7 +423,8 @@ class _Compiler:
         """``writer`` writes element ``addr`` (of the storage of type ``addr // span``),
         which ``other`` also writes or reads (codes: vertex id x len(fields) + field). Found
         on merged runs (not ``exact``): named as the fields' runs in order find it."""
-        exact or self._check_races(cs, [(g, f, f.access.runs()) for g, f, _ in fields], True)
+        if not exact:
+            self._check_races(cs, [(g, f, f.access.runs()) for g, f, _ in fields], True)
         (w_vid, w_slot), (o_vid, o_slot) = (divmod(int(c), len(fields)) for c in (writer, other))
         pool, addr = divmod(int(addr), span)
         raise ComputeSetRaceError.race(
@@ -447,29 +448,18 @@ class _Compiler:
         # tile); what it writes to another tile is sent after. The exchange broadcasts: a
         # tile sends an element once, however many tiles receive it.
         received, sent, transfers = np.zeros(n_tiles), np.zeros(n_tiles), None
-        if fields:  # every field's runs at once, cut where the tile changes (per type)
-            code, size, kind = map(np.array, zip(*((list(self.g.pools).index(fp.access.dtype),
-                                   fp.access.dtype.itemsize, fp.kind) for _, fp, _ in fields)))
-            f, vt, b, n = map(np.concatenate, zip(*((np.full(r[0].size, i), gr.tiles[r[2]], *r[:2])
-                                                   for i, (gr, _, r) in enumerate(fields))))
-            # a tile reads a shared run of an Input once: equal runs sorted together, dropped
-            o = np.argsort((f * n_tiles + vt) * (int(b.max(initial=0)) + 1) + b)
-            f, vt, b, n = f[o], vt[o], b[o], n[o]
-            keep = (kind != "input")[f]
-            keep[firsts(f, vt, b, n)] = True
-            f, vt, b, n = f[keep], vt[keep], b[keep], n[keep]
-            cut = [(sel[run], start, end, et) for c, pool in enumerate(self.g.pools.values())
-                   if (sel := np.flatnonzero(code[f] == c)).size
-                   for run, start, end, et in [pool.pieces(b[sel], n[sel])]]
-            run, start, end, et = (np.concatenate(x) for x in zip(*cut))
-            remote = et != vt[run]
-            f, vt, start, end, et = (x[remote] for x in (f[run], vt[run], start, end, et))
-            rd, wr, nbytes = (kind != "output")[f], (kind != "input")[f], (end - start) * size[f]
+        if any(r[0].size for _, _, r in fields):  # not when every field is empty
+            (code, size, kind), (f, vt, start, end, et) = self._remote_pieces(fields)
+            rd, wr = (kind != "output")[f], (kind != "input")[f]  # pieces read, written
+            nbytes = (end - start) * size[f]
+            # a tile receives each element a field reads once, however many vertices read it
             once = _union_lengths(f[rd] * n_tiles + vt[rd], start[rd], end[rd]) * size[f[rd]]
-            received = np.bincount(vt[rd], weights=once, minlength=n_tiles)  # once per tile
-            sent = np.bincount(vt[wr], weights=nbytes[wr], minlength=n_tiles) + np.bincount(
-                et[rd], weights=_union_lengths(code[f[rd]], start[rd], end[rd]) * size[f[rd]],
-                minlength=n_tiles)  # a tile sends each element read from it once
+            received = np.bincount(vt[rd], weights=once, minlength=n_tiles)
+            # a tile sends what its vertices write elsewhere, and each element read from it
+            # once (per type: the pieces' addresses are in their type's storage)
+            read_from = _union_lengths(code[f[rd]], start[rd], end[rd]) * size[f[rd]]
+            sent = (np.bincount(vt[wr], weights=nbytes[wr], minlength=n_tiles)
+                    + np.bincount(et[rd], weights=read_from, minlength=n_tiles))
             transfers = tuple(map(np.append, (et[rd], vt[rd], once), (vt[wr], et[wr], nbytes[wr])))
         mem = self.memory
         mem["exchange buffers"] = np.maximum(mem["exchange buffers"], received.astype(np.int64))
@@ -489,6 +479,32 @@ class _Compiler:
                           transfers=transfers, tile_out=sent.astype(np.int64),
                           vertex_cycles=int(est.sum()), vertex_types=kinds, tiles=tiles,
                           tile_vertices=np.bincount(tiles, minlength=n_tiles))
+
+    def _remote_pieces(self, fields):
+        """Every field's address runs cut where the tile changes, keeping the pieces held
+        on another tile than their vertex's. Returns per field (its type's pool index, item
+        size, kind) and per piece (field, vertex tile, start, end, the tile holding it). A
+        tile fetches a run that several of its vertices read through one Input once."""
+        f, vt, b, n = (np.concatenate(x) for x in zip(*(
+            (np.full(b.size, i), gr.tiles[row], b, n)
+            for i, (gr, _, (b, n, row)) in enumerate(fields))))
+        code, size, kind = (np.array(x) for x in zip(*(
+            (list(self.g.pools).index(fp.access.dtype), fp.access.dtype.itemsize, fp.kind)
+            for _, fp, _ in fields)))
+        # equal runs of one field on one tile sorted together; an Input's repeats dropped
+        o = np.argsort((f * self.t.num_tiles + vt) * (int(b.max()) + 1) + b)
+        f, vt, b, n = f[o], vt[o], b[o], n[o]
+        keep = (kind != "input")[f]
+        keep[firsts(f, vt, b, n)] = True
+        f, vt, b, n = f[keep], vt[keep], b[keep], n[keep]
+        pieces = []  # each type's runs are cut by that type's tile mapping
+        for c, pool in enumerate(self.g.pools.values()):
+            if (sel := np.flatnonzero(code[f] == c)).size:
+                run, start, end, tile = pool.pieces(b[sel], n[sel])
+                pieces.append((f[sel[run]], vt[sel[run]], start, end, tile))
+        f, vt, start, end, tile = (np.concatenate(x) for x in zip(*pieces))
+        remote = tile != vt
+        return (code, size, kind), tuple(x[remote] for x in (f, vt, start, end, tile))
 
     # -- memory ---------------------------------------------------------------------------
     def _memory(self) -> TileMemory:

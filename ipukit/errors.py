@@ -30,7 +30,7 @@ def type_name(dtype) -> str:
     """Poplar's name of an element type: "float", "half", "int", "unsigned int", "bool"."""
     from .tensor import TYPE_NAMES  # noqa: PLC0415 - tensor.py imports this module
 
-    return TYPE_NAMES[dtype]
+    return TYPE_NAMES[np.dtype(dtype)]
 
 
 def vertex_name(vid, codelet, compute_set, tile) -> str:
@@ -42,8 +42,14 @@ def vertex_name(vid, codelet, compute_set, tile) -> str:
 def element_name(var, local) -> str:
     """How messages name element ``local`` (flat) of variable ``var``: "element [1, 2] of
     tensor 'v'"."""
-    where = np.unravel_index(local, var.shape) if len(var.shape) > 1 else (local,)
-    return f"element {list(map(int, where))} of tensor '{var.name}'"
+    where = _index(local, var.shape) if var.shape else [int(local)]
+    return f"element {where} of tensor '{var.name}'"
+
+
+def _index(flat, shape) -> list[int]:
+    """Flat position ``flat`` of an array of ``shape`` as its index: [1, 2] ([] for a
+    scalar)."""
+    return list(map(int, np.unravel_index(int(flat), shape)))
 
 
 def outside_range(value, dtype, info) -> str:
@@ -322,18 +328,16 @@ class TileMappingError(IpuError):
     def incomplete(cls, t, missing, first):
         """``get_tile_mapping`` of a tensor with ``missing`` unmapped elements, the first at
         flat position ``first``."""
-        first = np.unravel_index(int(first), t.shape) if t.shape else ()
         return cls(f"get_tile_mapping: tensor '{t.name}' has {missing} unmapped elements "
-                   f"(first: {list(map(int, first))}); map them with graph.set_tile_mapping, "
+                   f"(first: {_index(first, t.shape)}); map them with graph.set_tile_mapping, "
                    "or pass throw_on_incomplete=False for the mapping of the mapped ones")
 
     @classmethod
     def unmapped(cls, var, missing, first):
         """Compiling a graph whose variable ``var`` has ``missing`` unmapped elements, the
         first at flat position ``first``."""
-        first = np.unravel_index(first, var.shape)
         return cls(f"tensor '{var.name}' has {missing} unmapped elements (first: "
-                   f"{list(map(int, first))}); map every element with graph.set_tile_mapping "
+                   f"{_index(first, var.shape)}); map every element with graph.set_tile_mapping "
                    "(or poputil.map_tensor_linearly) before compiling")
 
     @classmethod
@@ -519,8 +523,10 @@ class ProgramError(IpuError):
         return cls(f"PrintTensor: fmt must be an ipu.PrintTensorFmt, got {fmt!r}")
 
     @classmethod
-    def bad_predicate(cls, where, t, is_tensor):
-        got = t.name + " of shape " + str(t.shape) if is_tensor else repr(t)
+    def bad_predicate(cls, where, t):
+        from .tensor import Tensor  # noqa: PLC0415 - tensor.py imports this module
+
+        got = f"{t.name} of shape {t.shape}" if isinstance(t, Tensor) else repr(t)
         return cls(f"{where} predicate must be a one-element tensor, got {got}")
 
     # -- compiling programs (compile.py) ---------------------------------------------------

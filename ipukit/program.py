@@ -112,5 +112,5 @@ class PrintTensor(Program):
 
 def _predicate(t, where) -> Tensor:
     if not isinstance(t, Tensor) or t.num_elements() != 1:
-        raise ProgramError.bad_predicate(where, t, isinstance(t, Tensor))
+        raise ProgramError.bad_predicate(where, t)
     return t

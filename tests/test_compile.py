@@ -89,6 +89,48 @@ def test_in_place_and_disjoint_writes_do_not_race():
         ipu.compile_graph(g2, [ipu.Execute(cs2)])
 
 
+class CopyVec(ipu.Vertex):
+    x = ipu.Input(ipu.Vector(ipu.FLOAT))
+    y = ipu.Output(ipu.Vector(ipu.FLOAT))
+
+    def compute(self):
+        self.y[...] = self.x
+
+
+def test_a_compute_set_whose_fields_are_all_empty_compiles_and_runs_with_no_exchange():
+    """Fields connected to empty slices have no addresses: nothing to fetch, send or race."""
+    dev, g = small()
+    a = g.add_variable(ipu.FLOAT, [4], "a")
+    b = g.add_variable(ipu.FLOAT, [4], "b")
+    g.set_tile_mapping(a, 0)
+    g.set_tile_mapping(b, 1)
+    only_input = g.add_compute_set("only an empty input")
+    g.add_vertex(only_input, ReadSum, {"a": a[0:0], "c": b[0]}, tile=1)  # c is b's, on tile 1
+    empty = g.add_compute_set("empty")
+    g.add_vertex(empty, CopyVec, {"x": a[0:0], "y": b[2:2]}, tile=2)
+    g.create_host_write("b-write", b)
+    g.create_host_read("b-read", b)
+    exe = ipu.compile_graph(g, [ipu.Execute(only_input), ipu.Execute(empty)])
+    for step in exe.steps[1:]:
+        assert step.exchange_cycles == 0 and step.transfers.shape == (0, 3)
+        assert step.tile_bytes_in.sum() == step.tile_bytes_out.sum() == 0
+    assert exe.steps[2].tile_vertices.tolist() == [0, 0, 1, 0]
+    eng = ipu.Engine(g, [ipu.Sequence([ipu.Execute(only_input), ipu.Execute(empty)])])
+    eng.load(dev)
+    eng.write_tensor("b-write", np.arange(4, dtype=np.float32) + 1)
+    eng.run(0)
+    assert eng.read_tensor("b-read").tolist() == [0, 2, 3, 4]  # the sum of no elements is 0
+
+
+def test_an_empty_written_field_writes_nothing_that_could_race():
+    g, v, cs = race_graph()
+    g.add_vertex(cs, CopyVec, {"x": v, "y": v[0:0]}, tile=0)
+    ipu.compile_graph(g, [ipu.Execute(cs)])
+    g.add_vertex(cs, Copy1, {"a": v[0], "b": v[1]}, tile=1)  # a real writer still races
+    with pytest.raises(ipu.ComputeSetRaceError, match=r"writes element \[1\] .*reads"):
+        ipu.compile_graph(g, [ipu.Execute(cs)])
+
+
 def test_compute_cost_is_six_workers_round_robin():
     dev, g = small(tiles=2)
     x = g.add_variable(ipu.FLOAT, [8, 4], "x")

@@ -36,12 +36,14 @@ def both(make, x, y):
     return out
 
 
-def assert_same(pair):
+def assert_same(pair, rtol=1e-4, atol=1e-6):
+    """The emulator's losses and trained weights equal the NumPy runner's (float32; with
+    float16 accumulators, rtol 1e-3 and atol 1e-4)."""
     (a, pa), (b, pb) = pair
-    np.testing.assert_allclose(b.losses, a.losses, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(b.losses, a.losses, rtol=rtol, atol=atol)
     assert pa.params.keys() == pb.params.keys()
     for k in pa.params:
-        np.testing.assert_allclose(pb.params[k], pa.params[k], rtol=1e-4, atol=1e-6,
+        np.testing.assert_allclose(pb.params[k], pa.params[k], rtol=rtol, atol=atol,
                                    err_msg=k)
 
 
@@ -118,10 +120,7 @@ def test_accumulator_dtype_and_poptorch_front_end():
                         loss=nn.SoftmaxCrossEntropy(), target=TARGET, repeat_count=2,
                         emulate=emulate)
 
-    (a, pa), (b, pb) = both(make16, x, y)
-    np.testing.assert_allclose(b.losses, a.losses, rtol=1e-3)
-    for k in pa.params:
-        np.testing.assert_allclose(pb.params[k], pa.params[k], rtol=1e-3, atol=1e-4)
+    assert_same(both(make16, x, y), rtol=1e-3, atol=1e-4)
 
 
 def test_the_trace_holds_every_op_as_supersteps():
@@ -279,10 +278,9 @@ def test_replicas_ring_with_float16_and_float32_accumulators():
                         loss=nn.SoftmaxCrossEntropy(), target=target, replication_factor=2,
                         emulate=emulate)
 
-    (a, pa), (b, pb) = both(make, x, y)
-    np.testing.assert_allclose(b.losses, a.losses, rtol=1e-3)
-    for k in pa.params:
-        np.testing.assert_allclose(pb.params[k], pa.params[k], rtol=1e-3, atol=1e-4)
+    pair = both(make, x, y)
+    assert_same(pair, rtol=1e-3, atol=1e-4)
+    b = pair[1][0]
     steps = [s for o in b.op_steps if o.phase == "optimizer" for s in steps_of(b.trace, o)]
     copies = [s for s in steps if s.inter_ipu_bytes]
     assert len(copies) == 2 * 2 * (2 - 1)
@@ -526,3 +524,30 @@ def test_compile_of_an_inference_model_and_without_emulation():
         plain.compile(np.ones((12, 5), np.float32), np.zeros(12, int))  # 5 features, not 6
     with pytest.raises(ipu.IpuError):
         _poptorch_model(True).compile(np.ones((12, 6), np.float32))  # training needs labels
+    for emulate in (False, True):  # run and compile check their inputs alike, either way
+        for call in ("run", "compile"):
+            with pytest.raises(ipu.IpuError, match="the samples x must be an array"):
+                getattr(_poptorch_model(emulate, training=False), call)(np.ones(6))
+
+
+@pytest.mark.parametrize("change", ["lr and betas after compile", "lr after a run",
+                                    "another optimiser after a run"])
+def test_a_changed_optimiser_setting_rebuilds_the_programs(change):
+    """The programs hold the optimiser's settings as constants: a change after compile()
+    or a run builds them again, so the emulator trains with the new values, as the NumPy
+    runner does (it reads them at every run)."""
+    x, y = data(4 * 3, seed=15)
+    losses = {}
+    for emulate in (False, True):
+        m = _poptorch_model(emulate)  # Adam(0.05)
+        if change.endswith("after compile"):
+            m.compile(x, y)  # the NumPy runner only checks the inputs
+            m.optimizer.lr, m.optimizer.betas = 0.5, (0.5, 0.9)
+        else:
+            m.run(x, y)
+            if change.startswith("lr"):
+                m.optimizer.lr = 0.5
+            else:
+                m.optimizer = optim.SGD(0.3, momentum=0.9)
+        losses[emulate] = np.array([m.run(x, y).losses for _ in range(2)])
+    np.testing.assert_allclose(losses[True], losses[False], rtol=1e-4)

@@ -339,9 +339,9 @@ def test_per_tile_vertices_on_a_tile_out_of_range_or_unmapped_elements_raise():
     with pytest.raises(ipu.IpuError, match="tile 7"):
         popops.add_per_tile_vertices(g, cs, cls, {"in1": a}, np.array([0, 0, 1, 1, 2, 7]))
     with pytest.raises(ipu.TileMappingError, match="'b'"):
-        popops._map_elements(g, g.add_variable(ipu.FLOAT, [3], "b"), np.array([0, -1, 1]))
+        poputil._map_elements(g, g.add_variable(ipu.FLOAT, [3], "b"), np.array([0, -1, 1]))
     with pytest.raises(ipu.TileMappingError, match="tile 3"):  # the graph has tiles 0..2
-        popops._map_elements(g, g.add_variable(ipu.FLOAT, [3], "c"), np.array([0, 3, 1]))
+        poputil._map_elements(g, g.add_variable(ipu.FLOAT, [3], "c"), np.array([0, 3, 1]))
     other = ipu.Graph(g.target)
     with pytest.raises(ipu.TileMappingError, match="another graph"):
-        popops._map_elements(g, other.add_variable(ipu.FLOAT, [3], "d"), np.array([0, 1, 2]))
+        poputil._map_elements(g, other.add_variable(ipu.FLOAT, [3], "d"), np.array([0, 1, 2]))

@@ -35,7 +35,10 @@ order, with no stash; the last stage's outputs come back over an outfeed.
 
 The programs are built, compiled and loaded once per micro-batch shape, by the first
 ``run`` or ahead of it by ``model.compile(x, labels)`` (PopTorch's
-``PoplarExecutor.compile``: :func:`compile`), and kept on the pipeline.
+``PoplarExecutor.compile``: :func:`compile`), and kept on the pipeline. They hold the
+optimiser's settings (learning rate, momentum, betas, eps, weight decay) as constants, so
+a change to them (or another optimiser) rebuilds them at the next call, and the run uses
+the new values, as the NumPy runner does (see :func:`compile` for PopTorch's way).
 
 Not emulated (a clear :class:`~ipukit.errors.IpuError` says so): concurrent stages in a
 replicated pipeline, float64 weights. Offloaded optimiser state
@@ -87,14 +90,14 @@ def _param_key(net, i: int, name: str) -> str:
 
 def _map_like(vg: Graph, dst: Tensor, src: Tensor) -> None:
     """Map ``dst``'s elements to the tiles of ``src``'s (same number of elements)."""
-    popops._map_elements(vg, dst, poputil.tile_of_elements(vg, src))
+    poputil._map_elements(vg, dst, poputil.tile_of_elements(vg, src))
 
 
 def _buffer(vg: Graph, like: Tensor, slots: int, name: str) -> Tensor:
     """``slots`` tile variables shaped and mapped like ``like`` (a FIFO or an inbox)."""
     t = vg.add_variable(like.dtype, (max(slots, 1),) + tuple(like.shape), name)
     tiles = poputil.tile_of_elements(vg, like)  # every slot mapped as ``like``: asked once
-    popops._map_elements(vg, t, np.tile(tiles, max(slots, 1)))
+    poputil._map_elements(vg, t, np.tile(tiles, max(slots, 1)))
     return t
 
 
@@ -638,6 +641,7 @@ class Emulation:
     def __init__(self, pipeline, micro_batch: int, sample_shape: tuple, scored: bool = True):
         p = self.pipeline = pipeline
         self.key = (micro_batch, tuple(sample_shape), scored)  # what compile() built it for
+        self.settings = _settings(p.optimizer) if p.options.training else None
         self.training = p.options.training
         self.scored = self.training or scored
         if p.replication_factor > 1 and any(len(s.ipus) > 1 for s in p.stages):
@@ -903,14 +907,43 @@ class EmulatedRunResult(RunResult):
 def compile(p, x, labels) -> Emulation:  # noqa: A001 - PopTorch's name
     """``Pipeline.compile`` on the emulator: the :class:`Emulation` for inputs shaped like
     ``x`` (and ``labels``), built, compiled and loaded once per micro-batch shape and kept
-    on the pipeline, so ``run`` finds it ready (PopTorch's ``PoplarExecutor.compile``)."""
+    on the pipeline, so ``run`` finds it ready (PopTorch's ``PoplarExecutor.compile``).
+
+    The programs hold the optimiser's settings as constants: when they have changed since
+    the build (``model.optimizer.lr = 0.01``, or another optimiser), it builds them again.
+    Kit convention: PopTorch keeps the learning rate (and every setting passed to the
+    optimiser's constructor) in device variables; a change reaches the IPU, without a
+    recompile, when the model's ``setOptimizer(optimizer)`` is called, and changing a
+    constant setting after compiling is an error. The kit has no ``setOptimizer``: a
+    changed setting applies from the next call, on the emulator as in the NumPy runner.
+
+    >>> from ipukit.parallel import nn, optim, training_model, Block
+    >>> m = training_model([Block("A", nn.Dense(4, 3, rng=1), ipu_id=0)],
+    ...                    nn.SoftmaxCrossEntropy(), optim.SGD(0.1),
+    ...                    gradient_accumulation=2, emulate=True)
+    >>> x, y = np.ones((4, 4), np.float32), np.arange(4) % 3
+    >>> emu = compile(m, x, y)
+    >>> emu.key, compile(m, x, y) is emu  # (micro-batch, sample shape, scored): kept
+    ((2, (4,), True), True)
+    >>> m.optimizer.lr = 0.01
+    >>> compile(m, x, y) is emu  # a new learning rate: built again
+    False
+    """
+    x, labels, mb = p._inputs(x, labels)
     scored = p.options.training or (p.loss is not None and labels is not None)
-    mb = replication.check_samples(p.options, len(x), len(x if labels is None else labels))
     key = (mb, tuple(np.shape(x)[1:]), scored)
     cache = p.__dict__.setdefault("_emulations", {})
-    if key not in cache:
+    if key not in cache or (p.options.training
+                            and cache[key].settings != _settings(p.optimizer)):
         cache[key] = Emulation(p, *key)
     return cache[key]
+
+
+def _settings(opt) -> tuple:
+    """What the programs bake in of an optimiser: which one it is and every setting (its
+    ``lr``, ``momentum``, ``betas``, ...), not its state (that goes to the device at every
+    call)."""
+    return (id(opt), type(opt), {k: v for k, v in vars(opt).items() if k != "state"})
 
 
 def run(p, x, labels) -> EmulatedRunResult:

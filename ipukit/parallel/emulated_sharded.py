@@ -184,7 +184,7 @@ def _column_blocks(channels: int, vg):
 
 def _like(vg, t: Tensor, name: str) -> Tensor:
     out = vg.add_variable(t.dtype, t.shape, name)
-    popops._map_elements(vg, out, poputil.tile_of_elements(vg, t))
+    poputil._map_elements(vg, out, poputil.tile_of_elements(vg, t))
     return out
 
 
@@ -293,7 +293,26 @@ def ring_reduce_scatter(parts: list[list[Tensor]], prog: Sequence, name: str, op
     per-IPU clocks, each an external sync of the ring's IPUs), and the neighbours combine
     it into their own fragment in one in-place popops map (``op``: an expression of
     (_1 own, _2 received), ADD by default). Rank r ends with fragment r reduced, in
-    place (then times ``scale``, if given: a MEAN)."""
+    place (then times ``scale``, if given: a MEAN); the other fragments are left partial.
+
+    >>> import numpy as np, ipukit as ipu
+    >>> from ipukit.poplibs import poputil
+    >>> dev = ipu.IPUModel("ipu2", num_ipus=2, tiles_per_ipu=2).create_device()
+    >>> g, prog = ipu.Graph(dev.target), ipu.Sequence()
+    >>> parts = [[g.add_variable(ipu.FLOAT, [4], f"x{r}")] for r in range(2)]
+    >>> for r, (t,) in enumerate(parts):  # rank r's tensor on IPU r
+    ...     poputil.map_tensor_linearly(g.create_virtual_graph(2 * r, 2 * r + 2), t)
+    ...     g.create_host_write(f"x{r}", t)
+    ...     g.create_host_read(f"x{r}", t)
+    >>> ring_reduce_scatter(parts, prog, "sum")
+    >>> eng = ipu.Engine(g, [prog])
+    >>> eng.load(dev)
+    >>> for r in range(2):
+    ...     eng.write_tensor(f"x{r}", np.arange(4) + 10 * r)  # [0, 1, 2, 3], [10, ..., 13]
+    >>> eng.run(0)
+    >>> [eng.read_tensor(f"x{r}").tolist() for r in range(2)]
+    [[10.0, 12.0, 2.0, 3.0], [10.0, 11.0, 14.0, 16.0]]
+    """
     frags = _fragments(parts, bounds)
     graph = parts[0][0].graph
     for step in range(len(parts) - 1):
@@ -301,7 +320,7 @@ def ring_reduce_scatter(parts: list[list[Tensor]], prog: Sequence, name: str, op
             step_name = f"{name}/ring reduce-scatter {step}"
             own = _named_concat(own, f"{step_name}/own")
             buf = graph.add_variable(own.dtype, [own.num_elements()], f"{step_name}/received")
-            popops._map_elements(graph, buf, poputil.tile_of_elements(graph, own))
+            poputil._map_elements(graph, buf, poputil.tile_of_elements(graph, own))
             prog.add(Copy(_named_concat(srcs, f"{step_name}/sent"), buf))
             popops.map(graph, op if op is not None else _1 + _2, [own, buf], prog,
                        f"{step_name}/combine", inplace=True)
@@ -318,7 +337,26 @@ def ring_reduce_scatter(parts: list[list[Tensor]], prog: Sequence, name: str, op
 def ring_all_gather(parts: list[list[Tensor]], prog: Sequence, name: str,
                     bounds=fragment_bounds) -> None:
     """GCL's ring all-gather (``allGatherCrossReplica``): rank r's fragment r of its
-    tensors copied round the ring into every other rank's, R−1 steps of one ``Copy``."""
+    tensors copied round the ring into every other rank's, R−1 steps of one ``Copy``.
+
+    >>> import numpy as np, ipukit as ipu
+    >>> from ipukit.poplibs import poputil
+    >>> dev = ipu.IPUModel("ipu2", num_ipus=2, tiles_per_ipu=2).create_device()
+    >>> g, prog = ipu.Graph(dev.target), ipu.Sequence()
+    >>> parts = [[g.add_variable(ipu.FLOAT, [4], f"x{r}")] for r in range(2)]
+    >>> for r, (t,) in enumerate(parts):  # rank r's tensor on IPU r
+    ...     poputil.map_tensor_linearly(g.create_virtual_graph(2 * r, 2 * r + 2), t)
+    ...     g.create_host_write(f"x{r}", t)
+    ...     g.create_host_read(f"x{r}", t)
+    >>> ring_all_gather(parts, prog, "gather")
+    >>> eng = ipu.Engine(g, [prog])
+    >>> eng.load(dev)
+    >>> for r in range(2):
+    ...     eng.write_tensor(f"x{r}", np.arange(4) + 10 * r)  # [0, 1, 2, 3], [10, ..., 13]
+    >>> eng.run(0)
+    >>> [eng.read_tensor(f"x{r}").tolist() for r in range(2)]
+    [[0.0, 1.0, 12.0, 13.0], [0.0, 1.0, 12.0, 13.0]]
+    """
     frags = _fragments(parts, bounds)
     for step in range(len(parts) - 1):
         for srcs, dsts in _ring_step(frags, step, gather=True):
@@ -331,7 +369,26 @@ def ring_all_reduce(parts: list[list[Tensor]], prog: Sequence, name: str, op=Non
                     scale: float | None = None) -> None:
     """GCL's ring all-reduce (``allReduceCrossReplica``, CLOCKWISE_RING), in place:
     :func:`ring_reduce_scatter` then :func:`ring_all_gather`, 2(R−1) steps of one
-    ``Copy`` each (popops' fragments, :func:`fragment_bounds`)."""
+    ``Copy`` each (popops' fragments, :func:`fragment_bounds`).
+
+    >>> import numpy as np, ipukit as ipu
+    >>> from ipukit.poplibs import poputil
+    >>> dev = ipu.IPUModel("ipu2", num_ipus=2, tiles_per_ipu=2).create_device()
+    >>> g, prog = ipu.Graph(dev.target), ipu.Sequence()
+    >>> parts = [[g.add_variable(ipu.FLOAT, [4], f"x{r}")] for r in range(2)]
+    >>> for r, (t,) in enumerate(parts):  # rank r's tensor on IPU r
+    ...     poputil.map_tensor_linearly(g.create_virtual_graph(2 * r, 2 * r + 2), t)
+    ...     g.create_host_write(f"x{r}", t)
+    ...     g.create_host_read(f"x{r}", t)
+    >>> ring_all_reduce(parts, prog, "sum")
+    >>> eng = ipu.Engine(g, [prog])
+    >>> eng.load(dev)
+    >>> for r in range(2):
+    ...     eng.write_tensor(f"x{r}", np.arange(4) + 10 * r)  # [0, 1, 2, 3], [10, ..., 13]
+    >>> eng.run(0)
+    >>> [eng.read_tensor(f"x{r}").tolist() for r in range(2)]
+    [[10.0, 12.0, 14.0, 16.0], [10.0, 12.0, 14.0, 16.0]]
+    """
     ring_reduce_scatter(parts, prog, name, op, scale=scale)
     ring_all_gather(parts, prog, name)
 
@@ -339,7 +396,12 @@ def ring_all_reduce(parts: list[list[Tensor]], prog: Sequence, name: str, op=Non
 def ring_bytes_sent(size: int, itemsize: int, count: int,
                     bounds=fragment_bounds) -> list[int]:
     """Bytes each rank sends in a ring all-reduce of ``size`` elements: every fragment
-    but its own and its neighbour's twice (2(R−1)/R of the tensor when R divides it)."""
+    twice (once reduced partly, once whole), except its own and its clockwise neighbour's,
+    once each (2(R−1)/R of the tensor when R divides it).
+
+    >>> ring_bytes_sent(10, 4, 4)  # fragments of 2, 3, 2, 3 floats; the ring 0, 2, 3, 1
+    [64, 60, 60, 56]
+    """
     lengths = [hi - lo for lo, hi in bounds(size, count)]
     sent = [0] * count
     for step in range(count - 1):

@@ -361,15 +361,24 @@ class Pipeline:
         >>> m.run(x, y).losses.shape  # runs them: (runs, replicas, micro-batches)
         (1, 1, 4)
         """
-        training = self.options.training
-        x, labels = (checks.features(x), None) if labels is None and not training else \
-            checks.samples(x, labels)
-        mb = replication.check_samples(self.options, len(x),
-                                       len(x if labels is None else labels))
-        self._shapes((mb,) + tuple(np.shape(x)[1:]))  # a mismatch names the stage
         if self.options.emulate:
             from . import emulated  # noqa: PLC0415 - emulated.py imports this module
             emulated.compile(self, x, labels)
+        else:
+            self._inputs(x, labels)
+
+    def _inputs(self, x, labels):
+        """``run``'s and ``compile``'s checks, made first: ``x`` and ``labels`` as arrays
+        (a training pipeline needs labels), the micro-batch size they give, and the stages'
+        shapes for it (a mismatch names the stage, before any arithmetic)."""
+        if labels is None and not self.options.training:
+            x = checks.features(x)
+        else:
+            x, labels = checks.samples(x, labels)
+        mb = replication.check_samples(self.options, len(x),
+                                       len(x if labels is None else labels))
+        self._shapes((mb,) + tuple(np.shape(x)[1:]))
+        return x, labels, mb
 
     def run(self, x, labels=None) -> RunResult:
         """Train on ``x``: ``repeat_count`` runs × replicas × micro-batches, in that order.
@@ -380,19 +389,12 @@ class Pipeline:
         stage's outputs in ``outputs``, shaped ``(repeat, replica, microbatch, batch, ...)``
         (and the losses when it has a loss and ``labels``).
         """
-        if not self.options.training:
-            if self.options.emulate:
-                from . import emulated  # noqa: PLC0415 - emulated.py imports this module
-                x, labels = (checks.features(x), None) if labels is None else \
-                    checks.samples(x, labels)
-                return emulated.run(self, x, labels)
-            return self._infer(x, labels)
-        x, labels = checks.samples(x, labels)
         if self.options.emulate:
             from . import emulated  # noqa: PLC0415 - emulated.py imports this module
             return emulated.run(self, x, labels)
-        mb = replication.check_samples(self.options, len(x), len(labels))
-        self._shapes((mb,) + tuple(np.shape(x)[1:]))  # a mismatch raises before arithmetic
+        x, labels, mb = self._inputs(x, labels)
+        if not self.options.training:
+            return self._infer(x, labels, mb)
         shape = (self.repeat_count, self.replication_factor, self.gradient_accumulation, mb)
         xs = np.asarray(x).reshape(shape + tuple(np.shape(x)[1:]))
         ys = np.asarray(labels).reshape(shape)
@@ -416,11 +418,9 @@ class Pipeline:
         spans = Timeline(timeline, memory, self.target.clock_hz)
         return RunResult(losses, spans, tuple(memory), now, host, self.target.clock_hz, outputs)
 
-    def _infer(self, x, labels) -> RunResult:
+    def _infer(self, x, labels, mb: int) -> RunResult:
         """Forward stages only, in the schedule's order (TF's inference pipeline, PopTorch's
         ``inferenceModel``): no stash, no gradients, no weight update."""
-        mb = replication.check_samples(self.options, len(x), len(x if labels is None else labels))
-        self._shapes((mb,) + tuple(np.shape(x)[1:]))
         shape = (self.repeat_count, self.replication_factor, self.gradient_accumulation, mb)
         xs = np.asarray(x).reshape(shape + tuple(np.shape(x)[1:]))
         ys = None if labels is None else np.asarray(labels).reshape(shape)

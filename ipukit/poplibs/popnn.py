@@ -130,7 +130,7 @@ def non_linearity_input_gradient(graph, nl_type, out: Tensor, out_gradient: Tens
                        f"'{out_gradient.name}' {out_gradient.shape} must be float tensors of "
                        "one shape")
     grad = graph.add_variable(FLOAT, out.shape, name)
-    popops._map_elements(graph, grad, tiles)
+    poputil._map_elements(graph, grad, tiles)
     cs = graph.add_compute_set(name)
     popops.add_per_tile_vertices(graph, cs, ReluGrad, {
         "out": out.flatten(), "out_grad": out_gradient.flatten(), "in_grad": grad.flatten()},

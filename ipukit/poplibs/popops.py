@@ -38,20 +38,15 @@ import numbers
 
 import numpy as np
 
-from ..errors import GraphConnectionError, IpuError
+from ..errors import GraphConnectionError, IpuError, type_name
 from ..program import Copy, Execute, Sequence
 from ..tensor import TYPE_NAMES, Tensor, as_type
 from ..vertex import InOut, Input, Output, Vector, Vertex
 from . import poputil
 from .expr import BINARY, UNARY, Expr, _1, _2, _3, lift
-from .poputil import _map_elements  # emulated.py uses it as popops._map_elements
 
 # -- vertices -----------------------------------------------------------------------------
 _VERTEX_CACHE: dict[tuple, type] = {}
-
-
-def _tname(dtype) -> str:
-    return TYPE_NAMES[np.dtype(dtype)]
 
 
 def map_vertex(expr: Expr, in_types, out_type, inplace: bool) -> type:
@@ -60,15 +55,15 @@ def map_vertex(expr: Expr, in_types, out_type, inplace: bool) -> type:
     if key in _VERTEX_CACHE:
         return _VERTEX_CACHE[key]
     if expr.op == "CONST":
-        name = f"popops::Fill<{_tname(out_type)}>"
+        name = f"popops::Fill<{type_name(out_type)}>"
     elif expr.op == "ARG":
-        name = f"popops::Cast<{_tname(in_types[0])},{_tname(out_type)}>"
+        name = f"popops::Cast<{type_name(in_types[0])},{type_name(out_type)}>"
     elif expr.op in BINARY and all(a.op in ("ARG", "CONST") for a in expr.args):
-        name = f"popops::BinaryOp<{expr.op},{_tname(out_type)}>"
+        name = f"popops::BinaryOp<{expr.op},{type_name(out_type)}>"
     elif expr.op in UNARY and expr.args[0].op == "ARG":
-        name = f"popops::UnaryOp<{expr.op},{_tname(out_type)}>"
+        name = f"popops::UnaryOp<{expr.op},{type_name(out_type)}>"
     else:
-        name = f"popops::Map<{expr},{_tname(out_type)}>"
+        name = f"popops::Map<{expr},{type_name(out_type)}>"
     if inplace:
         name = name.replace("Op<", "OpInPlace<").replace("Map<", "MapInPlace<")
     ns = {}
@@ -128,7 +123,7 @@ def reduce_vertex(op: str, in_type, out_type, update: bool) -> type:
                 self.xp, self.xp.stack([self.out, r.astype(self.out.dtype)], -1))
         self.out[...] = r
 
-    name = f"popops::Reduce{'Update' if update else ''}<{op},{_tname(in_type)}>"
+    name = f"popops::Reduce{'Update' if update else ''}<{op},{type_name(in_type)}>"
     cls = type(name, (Vertex,), {
         "partials": Input(Vector(in_type)),
         "out": (InOut if update else Output)(Vector(out_type)),
@@ -240,7 +235,7 @@ def map(graph, expr, tensors, prog: Sequence, debug_name: str = "",  # noqa: A00
         same = [i for i, t in enumerate(tensors) if tuple(t.shape) == tuple(shape)]
         if same:  # clone the mapping of the first operand with the output's shape
             out_tiles = tiles_of[same[0]]
-            _map_elements(graph, out, out_tiles)
+            poputil._map_elements(graph, out, out_tiles)
         else:
             poputil.map_tensor_linearly(graph, out)
             out_tiles = poputil.linear_tiles(graph, out)
@@ -266,7 +261,8 @@ def copy_if_aliased(graph, t: Tensor, out: Tensor, prog: Sequence, op: str,
     if t.dtype != out.dtype or not _shares_elements(t.idx, out.idx):
         return t
     copy = graph.add_variable(t.dtype, t.shape, f"{op}/{t.name} copy")
-    _map_elements(graph, copy, poputil.tile_of_elements(graph, t) if tiles is None else tiles)
+    poputil._map_elements(graph, copy,
+                          poputil.tile_of_elements(graph, t) if tiles is None else tiles)
     prog.add(Copy(t, copy))
     return copy
 
@@ -354,7 +350,7 @@ def zero(graph, t: Tensor, prog: Sequence, debug_name: str = "") -> None:
 
 def cast(graph, t: Tensor, dtype, prog: Sequence, debug_name: str = "") -> Tensor:
     """``popops::cast(graph, t, type, prog)``: a new tensor of ``dtype`` with t's values."""
-    return map(graph, _1, [t], prog, debug_name or f"cast to {_tname(as_type(dtype))}",
+    return map(graph, _1, [t], prog, debug_name or f"cast to {type_name(as_type(dtype))}",
                out_type=as_type(dtype))
 
 
@@ -441,7 +437,7 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None
         raise IpuError(f"{name}: tensor '{t.name}' {t.shape} has no elements to reduce")
     if map_out and (src_tiles == src_tiles[:, :1]).all():
         out_tiles = src_tiles[:, 0]
-        _map_elements(graph, out_flat, out_tiles)  # each output where its row is
+        poputil._map_elements(graph, out_flat, out_tiles)  # each output where its row is
     elif map_out:
         poputil.map_tensor_linearly(graph, out_flat)
         out_tiles = poputil.linear_tiles(graph, out_flat)
@@ -462,7 +458,7 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None
     pair_tile = sorted_key[starts] % graph.target.num_tiles
     pair_row = sorted_key[starts] // graph.target.num_tiles
     partials = graph.add_variable(t.dtype, [len(starts)], name + "/partials")
-    _map_elements(graph, partials, pair_tile)
+    poputil._map_elements(graph, partials, pair_tile)
     cs1 = graph.add_compute_set(name + "/partials")
     stage1 = reduce_vertex(op, t.dtype, t.dtype, False)
     src_flat = src.flatten()

@@ -106,7 +106,8 @@ def set_tile_mapping(graph, t: Tensor, mapping) -> None:
 
 
 def _map_elements(graph, t: Tensor, tiles: np.ndarray) -> None:
-    """Map ``t``'s flat elements to ``tiles`` (tiles of ``graph``, valid ones): what one
+    """Map ``t``'s flat elements to ``tiles`` (tiles of ``graph``; a tile outside it, or a
+    tensor of another graph, raises set_tile_mapping's error): what one
     ``set_tile_mapping`` per run of consecutive addresses on one tile does, in one call."""
     if tiles.size == 0:
         return
