@@ -607,3 +607,17 @@ def test_bsp_payload_has_each_tiles_vertices(view, trace):
     expected = np.bincount([vertex_tile(k) for k in range(N)], minlength=N)
     assert per_tile.tolist() == expected.tolist()
     assert per_tile.sum() == view._payload["meta"]["steps"][i]["vertices"] == N
+
+
+def test_no_lesson_stores_widget_state_in_its_metadata():
+    """A notebook saved with ``metadata.widgets`` makes ``jupyter nbconvert --to html``
+    load the widget manager from a CDN instead of the widgets' own offline HTML
+    (tests/test_browser.py): refresh outputs with tools/update_widget_cells.py, which
+    stores no widget state."""
+    import nbformat  # noqa: PLC0415
+
+    root = Path(__file__).resolve().parents[1]
+    stored = [p.name for d in ("notebooks", "solutions", "exercises")
+              for p in sorted((root / d).glob("*.ipynb"))
+              if "widgets" in nbformat.read(p, as_version=4).metadata]
+    assert stored == []
