@@ -30,7 +30,7 @@ from .errors import (
     vertex_name,
 )
 from .target import Device, Target
-from .tensor import Tensor, as_type, contiguous_strides, runs, single_run
+from .tensor import Tensor, as_type, contiguous_strides, firsts, runs, single_run
 from .vertex import Vertex
 
 
@@ -129,7 +129,8 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 def _paint(b, e, t):
     """Mapping records (in the order made: a later one wins) as a step function: the cuts
     where the tile changes and the tile before the first cut and after each (-1: none)."""
-    cuts = np.unique(np.concatenate((b, e)))
+    cuts = np.sort(np.concatenate((b, e)), kind="stable")  # merges runs already in order
+    cuts = cuts[firsts(cuts)]  # (np.unique hashes first: slower on these sorted runs)
     lo, hi = np.searchsorted(cuts, b), np.searchsorted(cuts, e)
     tiles = np.full(cuts.size + 1, -1, np.int64)  # tiles[k + 1]: from cuts[k] to cuts[k + 1]
     tiles[1 + _ranges(lo, hi)] = t.repeat(np.maximum(hi - lo, 0))
@@ -300,7 +301,14 @@ class Graph:
             raise GraphConnectionError.not_a_compute_set(cs)
         if not (isinstance(vertex_class, type) and issubclass(vertex_class, Vertex)):
             raise GraphConnectionError.not_a_codelet(vertex_class)
-        ref = VertexRef(self, vid := self._add_vertices(cs, vertex_class, [{}], [-1]))
+        vid = len(self.v_cs)
+        self.v_cs.append(cs.id)
+        self.v_cls.append(vertex_class)
+        self.v_conn.append({})
+        self.v_tile.append(-1)
+        self.v_perf.append(None)
+        self.v_state.append({})
+        ref = VertexRef(self, vid)
         for field, tensor in (connections or {}).items():
             self._connect(vid, field, tensor)
         if tile is not None:
