@@ -84,10 +84,12 @@ class Engine:
             raise IpuError.not_a_graph(graph)
         self.executable = graph if isinstance(graph, Executable) else compile_graph(
             graph, [] if programs is None else programs, options)
-        self.target, self.max_loop_iterations = self.executable.target, max_loop_iterations
+        self.target = self.executable.target
+        self.max_loop_iterations = max_loop_iterations
         self.per_vertex = per_vertex or str(options.get("debug.perVertex")).lower() == "true"
         self.trace = Trace(self.target, self.executable.steps, self.executable.memory)
-        self.xp, self._run_start = None, 0
+        self.xp = None  # the backend's array module, once loaded
+        self._run_start = 0
         self._streams: dict[str, list] = {}
         self._print_stream = None  # sys.stderr at the time of printing, as Poplar's default
         self._needs: dict = {}  # compiled node -> steps it emulates at least
