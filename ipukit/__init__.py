@@ -46,7 +46,7 @@ from .program import (
 from .target import Device, IPUModel, Target
 from .tensor import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, Tensor, concat
 from .trace import Event, Step, TileMemory, Trace
-from .vertex import InOut, Input, Output, State, Vector, Vertex
+from .vertex import InOut, Input, MultiVertex, Output, State, Vector, Vertex
 
 __version__ = "0.1.0"
 
@@ -55,7 +55,7 @@ __all__ = [
     "CodeletError", "ComputeSet", "ComputeSetRaceError", "Copy", "DataStream", "Device",
     "Engine", "Event",
     "Executable", "Execute", "Graph", "GraphConnectionError", "IPUModel", "If", "InOut",
-    "Input", "IpuError", "OutOfMemoryError", "OutOfMemoryWarning", "Output",
+    "Input", "IpuError", "MultiVertex", "OutOfMemoryError", "OutOfMemoryWarning", "Output",
     "PipelineConfigError", "PipelineConfigTypeError", "PrintTensor", "PrintTensorFmt",
     "Program", "ProgramError", "Repeat", "RepeatWhileTrue", "Sequence", "State", "Step",
     "StreamError", "Target", "Tensor", "TileMappingError", "TileMemory", "Trace", "Vector",

@@ -40,6 +40,7 @@ from .memory_report import out_of_memory
 from .program import Copy, Execute, If, PrintTensor, Program, Repeat, RepeatWhileTrue, Sequence
 from .tensor import Tensor, addresses, firsts, runs
 from .trace import Step, TileMemory
+from .vertex import MultiVertex
 
 #: Bytes of vertex state per field: a pointer (scalar) or pointer and size (Vector).
 SCALAR_FIELD_BYTES, VECTOR_FIELD_BYTES = 4, 8
@@ -438,12 +439,15 @@ class _Compiler:
         tiles, est, vids = (np.concatenate([getattr(gr, k) for gr in groups]
                                            or [np.zeros(0, np.int64)])
                             for k in ("tiles", "estimates", "vertex_ids"))
-        # Vertices on a tile go round-robin to its 6 workers; each worker issues every
-        # 6th cycle, so the tile is busy W x the heaviest worker's load.
-        st = tiles[order := np.lexsort((vids, tiles))]
+        # Vertices on a tile go round-robin to its 6 workers, a MultiVertex to all W of them
+        # (r = W copies, each 1/W of its estimate); each worker issues every 6th cycle, so
+        # the tile is busy W x the heaviest worker's load (loads here in 1/W cycles: exact).
+        r = np.concatenate([np.full(gr.tiles.size, W if issubclass(gr.cls, MultiVertex) else 1)
+                            for gr in groups] or [np.zeros(0, np.int64)])
+        st = np.repeat(tiles[order := np.lexsort((vids, tiles))], r := r[order])
         worker = (np.arange(st.size) - np.searchsorted(st, st)) % W
-        load = np.bincount(st * W + worker, weights=est[order], minlength=n_tiles * W)
-        compute = (load.reshape(n_tiles, W).max(axis=1) * W).astype(np.int64)
+        load = np.bincount(st * W + worker, np.repeat(est[order] * W // r, r), n_tiles * W)
+        compute = load.reshape(n_tiles, W).max(axis=1).astype(np.int64)
         # Exchange: a vertex's data on another tile is fetched before compute (once per
         # tile); what it writes to another tile is sent after. The exchange broadcasts: a
         # tile sends an element once, however many tiles receive it.

@@ -1,4 +1,5 @@
-"""Codelets: ``poplar::Vertex`` and its fields ``Input``, ``Output``, ``InOut``, ``State``.
+"""Codelets: ``poplar::Vertex``, ``poplar::MultiVertex``, their fields ``Input``, ``Output``,
+``InOut`` and ``State``.
 
 A codelet is written once, "for one vertex", but ``compute`` sees every field with a
 leading vertex axis: a scalar field has shape ``(n,)`` and a ``Vector`` field ``(n, k)``.
@@ -36,17 +37,12 @@ class Field:
         self.vector = isinstance(dtype, Vector)
         self.dtype = dtype.dtype if self.vector else as_type(dtype)
 
-    @property
-    def reads(self) -> bool:
-        return self.kind in ("input", "inout")
-
-    @property
-    def writes(self) -> bool:
-        return self.kind in ("output", "inout")
+    #: Whether a vertex reads (Input, InOut) or writes (Output, InOut) the field.
+    reads = property(lambda self: self.kind in ("input", "inout"))
+    writes = property(lambda self: self.kind in ("output", "inout"))
 
     def __repr__(self) -> str:
-        t = f"Vector({self.dtype})" if self.vector else str(self.dtype)
-        return f"{self.kind.capitalize()}({t})"
+        return f"{self.kind.title()}({f'Vector({self.dtype})' if self.vector else self.dtype})"
 
 
 def Input(dtype) -> Field:  # noqa: N802 - Poplar's name
@@ -79,10 +75,8 @@ class Vertex:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        fields = {}
-        for klass in reversed(cls.__mro__):
-            fields.update({k: v for k, v in vars(klass).items() if isinstance(v, Field)})
-        cls.fields = fields
+        cls.fields = {k: v for klass in reversed(cls.__mro__) for k, v in vars(klass).items()
+                      if isinstance(v, Field)}  # a subclass's field replaces its base's
 
     def compute(self):
         raise NotImplementedError(f"{type(self).__name__}.compute is not written yet")
@@ -95,3 +89,26 @@ class Vertex:
         plus one per element read or written. Override it in a codelet to model it.
         """
         return 10 + sum(sizes[f] for f, fld in cls.fields.items() if fld.kind != "state")
+
+
+class MultiVertex(Vertex):
+    """Base class of codelets that all of a tile's workers run (``poplar::MultiVertex``).
+
+    In Poplar, ``MultiVertex::compute(unsigned workerId)`` runs in every worker thread of
+    its tile (``MultiVertex::numWorkers()`` of them) and each worker takes its share of
+    the work, as PopLibs' element-wise ``BinaryOp1D``, ``UnaryOp1D``, ``Cast1D`` and
+    popnn's ``NonLinearity1D`` do: one vertex per tile instead of one per worker. Kit
+    convention: ``compute(self)`` takes no worker id and does every worker's share at
+    once (the shares are disjoint, so the result is the same).
+
+    Its cycle estimate is the tile's busy time, as PopLibs' estimators give it
+    (``numWorkers * workerCycles``): the compile step spreads it evenly over the tile's
+    W workers, so the tile takes W x its heaviest worker, as with one vertex per worker.
+    """
+
+    @classmethod
+    def cycle_estimate(cls, sizes: dict[str, int], workers: int = 6) -> int:
+        """W x one worker's cycles when each field's elements are split evenly over the
+        ``workers`` (``Target::getNumWorkerContexts()``: 6 on every IPU): the
+        :class:`Vertex` default applied to a share of ceil(n / W) elements per field."""
+        return workers * super().cycle_estimate({f: -(-n // workers) for f, n in sizes.items()})

@@ -262,12 +262,25 @@ def test_shares_elements_matches_numpy_intersect(a, b):
     assert popops._shares_elements(a, b) == (np.intersect1d(a, b).size > 0)
 
 
+class PlainAdd(ipu.Vertex):
+    """A plain (one-worker) vertex with the fields of popops' add."""
+
+    in1 = ipu.Input(ipu.Vector(ipu.FLOAT))
+    in2 = ipu.Input(ipu.Vector(ipu.FLOAT))
+    out = ipu.Output(ipu.Vector(ipu.FLOAT))
+
+    def compute(self):
+        self.out[...] = self.in1 + self.in2
+
+
 @settings(max_examples=30, deadline=None)
 @given(items=st.integers(1, 60), k=st.integers(1, 3), tiles=st.sampled_from([1, 2, 5]),
-       sorted_tiles=st.booleans(), seed=st.integers(0, 100))
-def test_per_tile_vertices_take_each_row_once_on_its_tile(items, k, tiles, sorted_tiles, seed):
-    # a vertex gets rows of one tile, at most 6 vertices per tile; every row goes to
-    # exactly one vertex, with the same rows of every field
+       sorted_tiles=st.booleans(), seed=st.integers(0, 100), multi=st.booleans())
+def test_per_tile_vertices_take_each_row_once_on_its_tile(items, k, tiles, sorted_tiles, seed,
+                                                          multi):
+    # a vertex gets rows of one tile: one MultiVertex per tile that has rows, or at most 6
+    # plain vertices per tile; every row goes to exactly one vertex, with the same rows of
+    # every field
     _, g, _ = setup(tiles)
     rng = np.random.default_rng(seed)
     item_tiles = rng.integers(0, tiles, items)
@@ -277,10 +290,11 @@ def test_per_tile_vertices_take_each_row_once_on_its_tile(items, k, tiles, sorte
     b = g.add_variable(ipu.FLOAT, [k, items], "b")  # its transpose: rows k apart
     cs = g.add_compute_set("cs")
     first = len(g.v_cs)
+    cls = popops.map_vertex(_1 + _2, [np.dtype("float32")] * 2, np.dtype("float32"),
+                            False) if multi else PlainAdd
+    assert issubclass(cls, ipu.MultiVertex) == multi
     count = popops.add_per_tile_vertices(
-        g, cs, popops.map_vertex(_1 + _2, [np.dtype("float32")] * 2, np.dtype("float32"),
-                                 False),
-        {"in1": a, "in2": b.transpose(), "out": a}, item_tiles)
+        g, cs, cls, {"in1": a, "in2": b.transpose(), "out": a}, item_tiles)
     assert count == len(g.v_cs) - first
     seen = []
     for vid in range(first, len(g.v_cs)):
@@ -290,11 +304,16 @@ def test_per_tile_vertices_take_each_row_once_on_its_tile(items, k, tiles, sorte
         assert np.array_equal(conn["in2"].idx, b.transpose().idx[rows].reshape(-1))
         seen.extend(rows.tolist())
     assert sorted(seen) == list(range(items))
-    assert np.bincount(g.v_tile[first:]).max() <= g.target.num_worker_contexts
+    per_tile = np.bincount(g.v_tile[first:], minlength=tiles)
+    if multi:
+        assert (per_tile == (np.bincount(item_tiles, minlength=tiles) > 0)).all()
+    else:
+        assert per_tile.max() <= g.target.num_worker_contexts
 
 
+@pytest.mark.parametrize("multi", [True, False])
 @pytest.mark.parametrize("virtual", [False, True])
-def test_per_tile_vertices_equal_one_add_vertex_each(virtual):
+def test_per_tile_vertices_equal_one_add_vertex_each(virtual, multi):
     # the bulk path (one checked add_vertex, the rest at once) gives the vertices,
     # connections and tiles that one add_vertex per vertex gives, on a virtual graph too
     graphs = []
@@ -306,11 +325,11 @@ def test_per_tile_vertices_equal_one_add_vertex_each(virtual):
         out = g.add_variable(ipu.FLOAT, [40, 3], "out")
         tiles = np.random.default_rng(1).integers(0, 4, 40)
         cs = g.add_compute_set("cs")
-        cls = popops.map_vertex(_1 * 2, [ipu.FLOAT], ipu.FLOAT, False)
+        cls = popops.map_vertex(_1 * 2, [ipu.FLOAT], ipu.FLOAT, False) if multi else PlainTwice
         if bulk:
             popops.add_per_tile_vertices(g, cs, cls, {"in1": a, "out": out}, tiles, grain=2)
         else:  # the reference: one checked add_vertex per vertex, in the same order
-            for tile, rows in _per_tile_rows(tiles, 2, g.target.num_worker_contexts):
+            for tile, rows in _per_tile_rows(tiles, 2, g.target.num_worker_contexts, multi):
                 g.add_vertex(cs, cls, {name: ipu.Tensor(root, t.dtype, t.idx[rows].reshape(-1),
                                                         t.name)
                                        for name, t in (("in1", a), ("out", out))}, tile=tile)
@@ -323,11 +342,20 @@ def test_per_tile_vertices_equal_one_add_vertex_each(virtual):
     assert bulk.v_perf == each.v_perf and bulk.v_state == each.v_state
 
 
-def _per_tile_rows(tiles, grain, workers):
+class PlainTwice(ipu.Vertex):
+    in1 = ipu.Input(ipu.Vector(ipu.FLOAT))
+    out = ipu.Output(ipu.Vector(ipu.FLOAT))
+
+    def compute(self):
+        self.out[...] = 2 * self.in1
+
+
+def _per_tile_rows(tiles, grain, workers, multi):
     order = np.argsort(tiles, kind="stable")
     for tile in np.unique(tiles).tolist():
         rows = order[tiles[order] == tile]
-        for b, e in poputil.split_regions(rows.size, grain, workers):
+        pieces = [(0, rows.size)] if multi else poputil.split_regions(rows.size, grain, workers)
+        for b, e in pieces:
             yield tile, rows[b:e]
 
 

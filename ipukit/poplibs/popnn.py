@@ -102,9 +102,11 @@ def non_linearity(graph, nl_type, t: Tensor, prog: Sequence, debug_name: str = "
     return popops.map(graph, _1 * (scale / _2), [e, s.expand(last)], prog, name + "/divide")
 
 
-class ReluGrad(Vertex):
-    """``popnn::NonLinearityGrad`` for RELU: ``in_grad = out_grad * (out > 0)``."""
+class ReluGrad(popops.RowsMultiVertex):
+    """``popnn::NonLinearityGrad1D`` for RELU: ``in_grad = out_grad * (out > 0)``; a
+    MultiVertex, one per tile, as in PopLibs."""
 
+    grain = poputil.vector_width(FLOAT)
     out = Input(Vector(FLOAT))
     out_grad = Input(Vector(FLOAT))
     in_grad = Output(Vector(FLOAT))

@@ -8,7 +8,8 @@ its cost and memory show up in the profile like anything else.
   ``relu``, ...) and ``map`` of an expression built from ``_1``, ``_2``, ... (Poplar's
   ``popops::expr``). Operands broadcast as in NumPy. The output takes the tile mapping of
   the first operand of the output's shape, so work happens where the data is; each
-  tile's elements are split over its 6 workers.
+  tile has ONE vertex (a MultiVertex, like PopLibs' ``BinaryOp1D``) whose elements its 6
+  workers share.
 * ``scaled_add_to`` (``a += scale * b`` in place), ``fill``, ``zero``, ``cast``. An
   operand that shares elements with the in-place output (``add_in_place(g, x, x, p)``) is
   copied to a temporary first, as PopLibs does, so ``x += x`` gives ``2x``.
@@ -41,12 +42,34 @@ import numpy as np
 from ..errors import GraphConnectionError, IpuError, type_name
 from ..program import Copy, Execute, Sequence
 from ..tensor import TYPE_NAMES, Tensor, as_type
-from ..vertex import InOut, Input, Output, Vector, Vertex
+from ..vertex import InOut, Input, MultiVertex, Output, Vector, Vertex
 from . import poputil
 from .expr import BINARY, UNARY, Expr, _1, _2, _3, lift
 
 # -- vertices -----------------------------------------------------------------------------
 _VERTEX_CACHE: dict[tuple, type] = {}
+
+
+class RowsMultiVertex(MultiVertex):
+    """A MultiVertex whose rows the tile's workers share, as PopLibs' ``BinaryOp1D``,
+    ``UnaryOp1D`` and ``Cast1D`` share their elements: one vertex per tile.
+
+    A row is one element (element-wise ops) or one output with its inputs (``Reduce``);
+    the workers take ``poputil.split_regions(rows, grain, W)`` pieces of whole grains, the
+    pieces popops gave one vertex each before. The estimate is W x the heaviest piece's
+    cost (10 cycles plus one per element read or written), PopLibs' ``numWorkers *
+    workerCycles``: the cycles of one vertex per piece, one piece per worker.
+    """
+
+    #: Rows per grain: ``Target::getVectorWidth`` of the data (float 2) for element-wise.
+    grain = 1
+
+    @classmethod
+    def cycle_estimate(cls, sizes: dict[str, int], workers: int = 6) -> int:
+        names = [f for f, fld in cls.fields.items() if fld.kind != "state"]
+        rows = int(np.min([sizes[f] for f in names])) or 1  # a Reduce's outputs; elements
+        share = int(np.max([e - b for b, e in poputil.split_regions(rows, cls.grain, workers)]))
+        return workers * (10 + sum(sizes[f] // rows * share for f in names))
 
 
 def map_vertex(expr: Expr, in_types, out_type, inplace: bool) -> type:
@@ -66,7 +89,7 @@ def map_vertex(expr: Expr, in_types, out_type, inplace: bool) -> type:
         name = f"popops::Map<{expr},{type_name(out_type)}>"
     if inplace:
         name = name.replace("Op<", "OpInPlace<").replace("Map<", "MapInPlace<")
-    ns = {}
+    ns = {"grain": poputil.vector_width(out_type)}
     for i, dt in enumerate(in_types, start=1):
         ns[f"in{i}"] = (InOut if inplace and i == 1 else Input)(Vector(dt))
     if not inplace:
@@ -80,7 +103,7 @@ def map_vertex(expr: Expr, in_types, out_type, inplace: bool) -> type:
 
     ns["compute"] = compute
     ns["__doc__"] = f"Element-wise {expr} ({name})."
-    cls = type(name, (Vertex,), ns)
+    cls = type(name, (RowsMultiVertex,), ns)
     _VERTEX_CACHE[key] = cls
     return cls
 
@@ -109,9 +132,15 @@ def _log_add(xp, a):
     return (shift + xp.log(xp.exp(a - shift[..., None]).sum(axis=-1))).astype(a.dtype)
 
 
-def reduce_vertex(op: str, in_type, out_type, update: bool) -> type:
-    """``popops::Reduce<op>``: ``out[i] = op(in[i*k:(i+1)*k])`` with k = len(in)/len(out)."""
-    key = ("reduce", op, str(in_type), str(out_type), update)
+def reduce_vertex(op: str, in_type, out_type, update: bool, multi: bool = True) -> type:
+    """``popops::Reduce<op>``: ``out[i] = op(in[i*k:(i+1)*k])`` with k = len(in)/len(out).
+
+    ``multi``: a :class:`RowsMultiVertex` (one per tile, its workers share the outputs),
+    else a plain Vertex (one per worker). Kit convention: PopLibs' ``Reduce`` is a plain
+    ``Vertex``; ipukit uses the MultiVertex where a compute set has one vertex per tile
+    (one width k), which takes the cycles of one vertex per worker. Where a tile holds rows
+    of several widths (several vertices), plain vertices share its workers round-robin."""
+    key = ("reduce", op, str(in_type), str(out_type), update, multi)
     if key in _VERTEX_CACHE:
         return _VERTEX_CACHE[key]
 
@@ -124,7 +153,7 @@ def reduce_vertex(op: str, in_type, out_type, update: bool) -> type:
         self.out[...] = r
 
     name = f"popops::Reduce{'Update' if update else ''}<{op},{type_name(in_type)}>"
-    cls = type(name, (Vertex,), {
+    cls = type(name, (RowsMultiVertex if multi else Vertex,), {
         "partials": Input(Vector(in_type)),
         "out": (InOut if update else Output)(Vector(out_type)),
         "compute": compute,
@@ -142,7 +171,9 @@ def _workers(graph) -> int:
 def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
                           grain: int = 1) -> int:
     """Add vertices of ``cls`` to ``cs``: the rows of every field that belong to one tile
-    are split over the tile's workers (at most 6 vertices per tile).
+    go to ONE vertex there when ``cls`` is a :class:`ipukit.MultiVertex` (its workers
+    share them), else they are split over the tile's workers (at most 6 vertices per
+    tile, ``poputil.split_regions(rows, grain, 6)``).
 
     ``fields`` maps field name to a Tensor whose first dimension has one row per work item
     (its rows are flattened into the vertex's Vector); ``tiles`` gives each item's tile.
@@ -161,10 +192,11 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     cuts = np.flatnonzero(np.diff(sorted_tiles)) + 1
     starts = np.concatenate([[0], cuts]).astype(np.int64)
     ends = np.concatenate([cuts, [sorted_tiles.size]]).astype(np.int64)
-    conns, on = [], []
+    conns, on, multi = [], [], issubclass(cls, MultiVertex)
     for s, e in zip(starts.tolist(), ends.tolist()):
         tile = int(sorted_tiles[s])
-        for b, f in poputil.split_regions(e - s, grain, _workers(graph)):
+        for b, f in [(0, e - s)] if multi else poputil.split_regions(e - s, grain,
+                                                                     _workers(graph)):
             conns.append({name: Tensor(g, dt, idx[(s + b) * w:(s + f) * w], what)
                           for name, g, dt, what, idx, w in flat})
             on.append(tile)
@@ -460,9 +492,10 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None
     partials = graph.add_variable(t.dtype, [len(starts)], name + "/partials")
     poputil._map_elements(graph, partials, pair_tile)
     cs1 = graph.add_compute_set(name + "/partials")
-    stage1 = reduce_vertex(op, t.dtype, t.dtype, False)
+    widths = np.unique(counts).tolist()
+    stage1 = reduce_vertex(op, t.dtype, t.dtype, False, multi=len(widths) == 1)
     src_flat = src.flatten()
-    for c in np.unique(counts).tolist():
+    for c in widths:
         sel = np.flatnonzero(counts == c)
         positions = order[starts[sel][:, None] + np.arange(c)]
         add_per_tile_vertices(graph, cs1, stage1,
@@ -472,10 +505,12 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None
     prog.add(Execute(cs1))
     # Stage 2: each output's vertex combines its row's partials (exchanged to its tile).
     cs2 = graph.add_compute_set(name)
-    cls = reduce_vertex(COMBINE_OP.get(op, op), t.dtype, out.dtype, update)
     row_counts = np.bincount(pair_row, minlength=m)
     row_first = np.concatenate([[0], np.cumsum(row_counts)[:-1]])
-    for c in np.unique(row_counts).tolist():
+    widths = np.unique(row_counts).tolist()
+    cls = reduce_vertex(COMBINE_OP.get(op, op), t.dtype, out.dtype, update,
+                        multi=len(widths) == 1)
+    for c in widths:
         rows = np.flatnonzero(row_counts == c)
         positions = row_first[rows][:, None] + np.arange(c)
         add_per_tile_vertices(graph, cs2, cls,
