@@ -89,7 +89,7 @@ def test_add_cycles_feedback():
     assert "tile 0 holds 13 elements" in r.message and "6 x its heaviest worker" in r.message
     r = lesson05.check_add_cycles(lambda counts: [6 * (10 + 3 * e) if e else 0
                                                   for e in counts])
-    assert "one vertex for the whole tile" in r.message and "hint 2 of 3:" in r.message
+    assert "one worker doing the whole tile" in r.message and "hint 2 of 3:" in r.message
     r = lesson05.check_add_cycles(lambda counts: [6 * (10 + 2 * max(_pieces(e), default=0))
                                                   for e in counts])
     assert "written too" in r.message

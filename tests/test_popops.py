@@ -373,3 +373,47 @@ def test_per_tile_vertices_on_a_tile_out_of_range_or_unmapped_elements_raise():
     other = ipu.Graph(g.target)
     with pytest.raises(ipu.TileMappingError, match="another graph"):
         poputil._map_elements(g, other.add_variable(ipu.FLOAT, [3], "d"), np.array([0, 1, 2]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(counts=st.lists(st.integers(0, 40), min_size=1, max_size=5), seed=st.integers(0, 99))
+def test_add_is_one_multivertex_per_tile_with_the_cycles_of_one_vertex_per_worker(counts,
+                                                                                  seed):
+    # tile t holds counts[t] elements of a and b: one vertex there (none on an empty tile),
+    # whose 6 workers take split_regions(e, 2, 6) pieces; a piece of s elements costs
+    # 10 + 3s (two read, one written) and the tile 6 x its heaviest piece; out = a + b
+    n = sum(counts)
+    if n == 0:
+        return
+    dev, g, prog = setup(len(counts))
+    ends = np.cumsum(counts).tolist()
+    mapping = [[(e - c, e)] if c else [] for c, e in zip(counts, ends)]
+    rng = np.random.default_rng(seed)
+    x, y = rng.normal(size=(2, n)).astype(np.float32)
+    a, b = variable(g, x, "a", linear=False), variable(g, y, "b", linear=False)
+    for t in (a, b):
+        poputil.set_tile_mapping(g, t, mapping)
+    first = len(g.v_cs)
+    c = popops.add(g, a, b, prog, "add")
+    assert np.bincount(g.v_tile[first:], minlength=len(counts)).tolist() == \
+        [int(k > 0) for k in counts]
+    assert all(issubclass(cls, ipu.MultiVertex) for cls in g.v_cls[first:])
+    got, eng = run(dev, g, prog, c=c)
+    np.testing.assert_array_equal(got["c"], x + y)
+    step = next(s for s in eng.executable.steps if s.kind == "compute")
+    want = [6 * (10 + 3 * max(e - s for s, e in poputil.split_regions(k, 2, 6))) if k else 0
+            for k in counts]
+    assert step.tile_compute_cycles.tolist() == want
+
+
+@pytest.mark.parametrize("rows, k", [(1, 5), (7, 3), (13, 1)])
+def test_reduce_multivertex_estimate_is_workers_times_the_heaviest_share_of_outputs(rows, k):
+    # a Reduce's workers share its outputs (each with its k partials): split_regions(rows,
+    # 1, 6) pieces; a piece of s outputs costs 10 + s * (k + 1)
+    cls = popops.reduce_vertex("ADD", ipu.FLOAT, ipu.FLOAT, False)
+    assert issubclass(cls, ipu.MultiVertex)
+    heaviest = max(e - s for s, e in poputil.split_regions(rows, 1, 6))
+    assert cls.cycle_estimate({"partials": rows * k, "out": rows}) == \
+        6 * (10 + heaviest * (k + 1))
+    assert not issubclass(popops.reduce_vertex("ADD", ipu.FLOAT, ipu.FLOAT, False, False),
+                          ipu.MultiVertex)

@@ -49,8 +49,10 @@ def _compiled_add(elements_per_tile):
 
 
 def _vertex_sizes(g, tile: int) -> list[int]:
-    """Elements written by each vertex on ``tile``."""
-    return [fields["out"] for fields in g.vertex_fields(tile)]
+    """Elements written by each worker on ``tile``: popops.add's one vertex there is a
+    MultiVertex whose workers take ``split_regions(e, 2, 6)`` pieces."""
+    return [e - b for fields in g.vertex_fields(tile)
+            for b, e in poputil.split_regions(fields["out"], 2, 6)]
 
 
 def _add_cases():
@@ -63,11 +65,11 @@ def _add_cases():
 
 
 @exercise("05.1", "the compute cycles of popops.add", points=2, hints=(
-    "How many vertices does popops.add put on a tile, and how are they shared by the "
-    "tile's workers?",
+    "popops.add puts one vertex on a tile (a MultiVertex): how do the tile's workers "
+    "share its elements?",
     "popops cuts a tile's elements into at most 6 pieces of whole grains (2 floats): "
-    "poputil.split_regions gives them. Each piece is one vertex on its own worker, and a "
-    "vertex reads two elements and writes one per element of its piece.",
+    "poputil.split_regions gives them. Each piece goes to its own worker, which reads two "
+    "elements and writes one per element of its piece.",
     "For e elements: pieces = poputil.split_regions(e, 2, 6); a piece of s elements "
     "costs 10 + 3*s; the tile takes 6 x the largest piece's cost (0 for no pieces)."))
 def check_add_cycles(add_compute_cycles):
@@ -82,9 +84,9 @@ def check_add_cycles(add_compute_cycles):
             if want != mine:
                 sizes = _vertex_sizes(g, tile)
                 raise Wrong(f"{what}: tile {tile} holds {counts[tile]} elements of a and b; "
-                            f"popops.add gave it {len(sizes)} vertices writing {sizes} "
-                            f"elements, so its compute phase takes {want} cycles; you said "
-                            f"{mine}" + _add_diagnosis(counts[tile], sizes, mine))
+                            f"popops.add's vertex there has {len(sizes)} workers writing "
+                            f"{sizes} elements, so its compute phase takes {want} cycles; "
+                            f"you said {mine}" + _add_diagnosis(counts[tile], sizes, mine))
 
 
 def _add_diagnosis(e: int, sizes: list[int], got: int) -> str:
@@ -92,8 +94,8 @@ def _add_diagnosis(e: int, sizes: list[int], got: int) -> str:
     if got == 10 + 3 * big:
         return ". That is the heaviest worker alone: a tile is busy 6 x its heaviest worker."
     if e and got == 6 * (10 + 3 * e):
-        return (". That is one vertex for the whole tile: popops splits a tile's elements "
-                "over its 6 workers.")
+        return (". That is one worker doing the whole tile: popops' vertex splits a tile's "
+                "elements over its 6 workers.")
     if got == 6 * (10 + 2 * big):
         return ". Count the elements written too: each element is read twice and written once."
     return ""
