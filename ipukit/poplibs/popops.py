@@ -58,7 +58,10 @@ class RowsMultiVertex(MultiVertex):
     the workers take ``poputil.split_regions(rows, grain, W)`` pieces of whole grains, the
     pieces popops gave one vertex each before. The estimate is W x the heaviest piece's
     cost (10 cycles plus one per element read or written), PopLibs' ``numWorkers *
-    workerCycles``: the cycles of one vertex per piece, one piece per worker.
+    workerCycles``: the cycles of one vertex per piece, one piece per worker. Kit
+    convention: PopLibs' ``Fill`` and ``Reduce`` are plain Vertexes (one per worker's
+    regions); ipukit's fill/zero and single-width reduces are MultiVertexes too, with the
+    same pieces and cycles.
     """
 
     #: Rows per grain: ``Target::getVectorWidth`` of the data (float 2) for element-wise.
@@ -177,7 +180,8 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
 
     ``fields`` maps field name to a Tensor whose first dimension has one row per work item
     (its rows are flattened into the vertex's Vector); ``tiles`` gives each item's tile.
-    Returns the number of vertices added.
+    ``grain`` (rows) cuts the pieces of plain vertices; a MultiVertex class has its own
+    ``grain``. Returns the number of vertices added.
     """
     if len(tiles) == 0:
         return 0
