@@ -5,8 +5,11 @@ type. Each compute set runs as one BSP superstep; all vertices of one class and 
 shape run as ONE array operation (``per_vertex=True`` or the option ``"debug.perVertex"``
 runs them one at a time, for debugging, with identical results); the first time a group
 runs, its first and last vertex also run alone on copies, and a codelet that mixes
-vertices (``x.sum()`` without ``axis=-1``) raises ``CodeletError``. Every executed step is
-appended to ``engine.trace``. Kit convention: one ``run`` emulates at most
+vertices (``x.sum()`` without ``axis=-1``) raises ``CodeletError``. Kit convention: the
+kit's own PopLibs codelets skip that check (their ``compute`` is marked
+``poputil.vertex_separable``, and tests/test_poputil.py proves each one separable, batched
+against one vertex at a time); every other codelet, a learner's, is checked. Every executed
+step is appended to ``engine.trace``. Kit convention: one ``run`` emulates at most
 ``"debug.maxEmulatedSteps"`` steps (default 1,000,000), checked up front for ``Repeat``.
 
 >>> import sys, numpy as np, ipukit as ipu
@@ -292,7 +295,7 @@ class Engine:
             if self.per_vertex:
                 for i in range(len(group.vertex_ids)):
                     self._run_group(group, i)
-            elif self._tries.get(group) == -1:
+            elif self._tries.get(group) == -1 or getattr(group.cls.compute, "vertex_separable", 0):
                 self._run_group(group)
             else:
                 self._checked_run(group)

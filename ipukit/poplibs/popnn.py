@@ -109,6 +109,7 @@ class ReluGrad(Vertex):
     out_grad = Input(Vector(FLOAT))
     in_grad = Output(Vector(FLOAT))
 
+    @poputil.vertex_separable
     def compute(self):
         self.in_grad[...] = self.out_grad * (self.out > 0)
 
@@ -152,6 +153,7 @@ class CalcLoss(Vertex):
     correct = Output(UNSIGNED_INT)
     cross_entropy = True
 
+    @poputil.vertex_separable
     def compute(self):
         xp, p = self.xp, self.probs
         n, c = p.shape
@@ -194,6 +196,7 @@ class AddCount(Vertex):
     correct = Input(Vector(UNSIGNED_INT))
     total = InOut(UNSIGNED_INT)
 
+    @poputil.vertex_separable
     def compute(self):
         self.total[...] += self.correct.sum(axis=-1).astype(self.total.dtype)
 

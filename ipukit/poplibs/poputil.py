@@ -199,6 +199,18 @@ def check_mapped(graph, t: Tensor, op: str, role: str) -> np.ndarray:
     return tiles
 
 
+def vertex_separable(compute):
+    """Mark a kit codelet's ``compute`` as vertex-separable: each vertex's outputs depend on
+    its own fields only, so the engine skips its first-run check (the first and last
+    vertex run alone against their group, which catches a learner's ``x.sum()`` without
+    ``axis=-1``). Kit convention, not Poplar's: only the kit's own PopLibs codelets carry
+    it, and tests/test_poputil.py proves every one of them separable, running it batched
+    and one vertex at a time (``Engine(per_vertex=True)``) on random data. A subclass
+    that overrides ``compute`` (a learner's) is checked again."""
+    compute.vertex_separable = True
+    return compute
+
+
 def take(t: Tensor, positions, name: str = "") -> Tensor:
     """The elements of ``t`` (flat) at ``positions``: a view, as ``concat`` of slices would be."""
     positions = np.asarray(positions, np.int64)
