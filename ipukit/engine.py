@@ -53,7 +53,7 @@ from .compile import (
 from .errors import CodeletError, IpuError, ProgramError, StreamError
 from .graph import Graph, out_of_range
 from .print_tensor import format_tensor
-from .tensor import addresses, contiguous, reshape_strides
+from .tensor import contiguous, reshape_strides
 from .trace import Trace
 
 #: Engine options accepted for Poplar compatibility; profiling is always on here.
@@ -424,18 +424,17 @@ class Engine:
 
 def _spacing(idx: np.ndarray):
     """(offset, shape, strides, distinct) of a region holding the addresses ``idx`` in order
-    (evenly spaced in every dimension, strides >= 0), else None."""
-    flat = idx.reshape(-1).astype(np.int64)
-    shape, strides, starts = [], [], flat
-    while 1 < starts.size and len(shape) < 8:  # the first run at each level gives the step
-        step = int(starts[1] - starts[0])
+    (evenly spaced in every dimension, strides >= 0), else None. Each level's first run of
+    one step gives that dimension; every run of the level must then be as long."""
+    shape, strides, starts = [], [], idx.reshape(-1)
+    while 1 < starts.size and len(shape) < 8:
+        step = int(starts[1]) - int(starts[0])
         breaks = np.flatnonzero(np.diff(starts) != step)
         n = int(breaks[0]) + 1 if breaks.size else starts.size
-        if step < 0 or starts.size % n:
+        if step < 0 or starts.size % n or ((breaks + 1) % n).any():
             return None
         shape, strides, starts = [n, *shape], [step, *strides], starts[::n]
-    if flat.size < 2 or starts.size > 1 or not np.array_equal(
-            flat, addresses(int(starts[0]), shape, strides).reshape(-1)):
+    if idx.size < 2 or starts.size > 1:
         return None
     reach, distinct = 0, True  # each dimension steps past all the inner ones: no repeats
     for step, n in sorted(zip(strides, shape)):
