@@ -228,3 +228,31 @@ def test_a_learner_codelet_overriding_a_separable_one_is_still_checked():
     assert getattr(popnn.ReluGrad.compute, "vertex_separable", False)
     with pytest.raises(ipu.CodeletError, match=r"SummedReluGrad.*field 'in_grad'.*axis=-1"):
         eng.run()  # caught on the first run
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 59), st.integers(0, 59),
+                                st.integers(0, 7)), min_size=1, max_size=12),
+       virtual=st.booleans())
+def test_kept_tiles_follow_every_change_of_the_mapping(steps, virtual):
+    # tile_of_elements keeps its answers; after any mapping (of the tensor, of its
+    # neighbours, of a new variable) each answer must still be what the mapping says
+    g = ipu.Graph(ipu.IPUModel(num_ipus=2, tiles_per_ipu=4).create_device().target)
+    vg = g.create_virtual_graph(0, 8) if virtual else g
+    v = g.add_variable(ipu.FLOAT, [6, 10], "v")
+    w = g.add_variable(ipu.FLOAT, [60], "w")
+    g.set_tile_mapping(v, 0)
+    views = [v, v.transpose(), v[2:4], v.broadcast([2, 6, 10]), w[10:50],
+             poputil.take(w, np.arange(59, -1, -3))]
+    for kind, lo, hi, tile in steps:
+        lo, hi = sorted((lo, hi + 1))
+        if kind == 0:
+            g.set_tile_mapping(v.flatten()[lo:hi], tile)
+        elif kind == 1:
+            g.set_tile_mapping(w[lo:hi], tile)
+        elif kind == 2:  # a new variable, mapped: nothing asked about changes
+            g.set_tile_mapping(g.add_variable(ipu.FLOAT, [hi - lo]), tile)
+        for t in views + [v.transpose(), w[10:50]]:  # the same views, and new objects
+            got = poputil.tile_of_elements(vg, t)
+            assert np.array_equal(got, _per_element(vg, t)), (t.name, kind)
+            assert not got.flags.writeable
