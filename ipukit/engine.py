@@ -5,8 +5,11 @@ type. Each compute set runs as one BSP superstep; all vertices of one class and 
 shape run as ONE array operation (``per_vertex=True`` or the option ``"debug.perVertex"``
 runs them one at a time, for debugging, with identical results); the first time a group
 runs, its first and last vertex also run alone on copies, and a codelet that mixes
-vertices (``x.sum()`` without ``axis=-1``) raises ``CodeletError``. Every executed step is
-appended to ``engine.trace``. Kit convention: one ``run`` emulates at most
+vertices (``x.sum()`` without ``axis=-1``) raises ``CodeletError``. Kit convention: the
+kit's own PopLibs codelets skip that check (their ``compute`` is marked
+``poputil.vertex_separable``, and tests/test_poputil.py proves each one separable, batched
+against one vertex at a time); every other codelet, a learner's, is checked. Every executed
+step is appended to ``engine.trace``. Kit convention: one ``run`` emulates at most
 ``"debug.maxEmulatedSteps"`` steps (default 1,000,000), checked up front for ``Repeat``.
 
 >>> import sys, numpy as np, ipukit as ipu
@@ -50,7 +53,7 @@ from .compile import (
 from .errors import CodeletError, IpuError, ProgramError, StreamError
 from .graph import Graph, out_of_range
 from .print_tensor import format_tensor
-from .tensor import addresses, contiguous, reshape_strides
+from .tensor import contiguous, reshape_strides
 from .trace import Trace
 
 #: Engine options accepted for Poplar compatibility; profiling is always on here.
@@ -292,7 +295,7 @@ class Engine:
             if self.per_vertex:
                 for i in range(len(group.vertex_ids)):
                     self._run_group(group, i)
-            elif self._tries.get(group) == -1:
+            elif self._tries.get(group) == -1 or getattr(group.cls.compute, "vertex_separable", 0):
                 self._run_group(group)
             else:
                 self._checked_run(group)
@@ -421,18 +424,17 @@ class Engine:
 
 def _spacing(idx: np.ndarray):
     """(offset, shape, strides, distinct) of a region holding the addresses ``idx`` in order
-    (evenly spaced in every dimension, strides >= 0), else None."""
-    flat = idx.reshape(-1).astype(np.int64)
-    shape, strides, starts = [], [], flat
-    while 1 < starts.size and len(shape) < 8:  # the first run at each level gives the step
-        step = int(starts[1] - starts[0])
+    (evenly spaced in every dimension, strides >= 0), else None. Each level's first run of
+    one step gives that dimension; every run of the level must then be as long."""
+    shape, strides, starts = [], [], idx.reshape(-1)
+    while 1 < starts.size and len(shape) < 8:
+        step = int(starts[1]) - int(starts[0])
         breaks = np.flatnonzero(np.diff(starts) != step)
         n = int(breaks[0]) + 1 if breaks.size else starts.size
-        if step < 0 or starts.size % n:
+        if step < 0 or starts.size % n or ((breaks + 1) % n).any():
             return None
         shape, strides, starts = [n, *shape], [step, *strides], starts[::n]
-    if flat.size < 2 or starts.size > 1 or not np.array_equal(
-            flat, addresses(int(starts[0]), shape, strides).reshape(-1)):
+    if idx.size < 2 or starts.size > 1:
         return None
     reach, distinct = 0, True  # each dimension steps past all the inner ones: no repeats
     for step, n in sorted(zip(strides, shape)):

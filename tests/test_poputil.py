@@ -1,4 +1,7 @@
-"""poputil.map_tensor_linearly against poplibs' calcLinearTileMapping rules."""
+"""poputil.map_tensor_linearly against poplibs' calcLinearTileMapping rules; the kit's
+codelets marked vertex_separable proven so."""
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -6,7 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ipukit as ipu
-from ipukit.poplibs import poputil
+from ipukit.compile import VertexGroup
+from ipukit.poplibs import poplin, popnn, popops, poputil
+from ipukit.poplibs.expr import Exp, _1, _2
 
 
 def graph(tiles):
@@ -104,3 +109,150 @@ def test_tile_of_elements_of_another_graphs_tensor_raises():
     with pytest.raises(ipu.TileMappingError, match="'t' belongs to another graph"):
         poputil.tile_of_elements(g, theirs)
     assert poputil.tile_of_elements(g, mine).tolist() == [1, 1, 1, 1]
+
+
+# -- vertex_separable: the kit's codelets that skip the engine's first-run check -----------
+def _groups(node):
+    """The VertexGroups of a compiled program tree."""
+    if isinstance(node, VertexGroup):
+        yield node
+    elif isinstance(node, tuple | list):
+        for child in node:
+            yield from _groups(child)
+    elif dataclasses.is_dataclass(node):
+        for f in dataclasses.fields(node):
+            yield from _groups(getattr(node, f.name))
+
+
+def _separable_battery(g, prog, rng):
+    """Every marked codelet, through the PopLibs op that adds it, on random data spread
+    over the tiles (several vertices of one class and shape in a compute set)."""
+    def const(shape, dtype=ipu.FLOAT, low=-2, high=2):
+        t = g.add_constant(dtype, shape, rng.uniform(low, high, shape).astype(dtype))
+        poputil.map_tensor_linearly(g, t, 1, 1)
+        return t
+
+    a, b, c = const([6, 10]), const([10, 7]), const([6, 7])
+    out = {"matmul": poplin.mat_mul(g, a, b, prog),
+           "matmul half": poplin.mat_mul(g, const([6, 10], ipu.HALF), const([10, 7], ipu.HALF),
+                                         prog),
+           "add": popops.map(g, _1 + _2, [a, a], prog),
+           "exp": popops.map(g, Exp(_1) * _2 - 0.5, [c, c], prog),
+           "cast": popops.cast(g, c, ipu.INT, prog),
+           "sum rows": popops.reduce(g, c, [1], popops.Operation.ADD, prog),
+           "max cols": popops.reduce(g, c, [0], popops.Operation.MAX, prog),
+           "relu grad": popnn.non_linearity_input_gradient(g, popnn.NonLinearityType.RELU,
+                                                           c, const([6, 7]), prog)}
+    inplace, acc = const([6, 7]), const([7])
+    popops.map(g, _1 * _2, [inplace, c], prog, inplace=True)
+    popops.reduce_with_output(g, c, acc, [0], popops.Operation.ADD, prog, update=True)
+    zeroed = const([5, 3])
+    popops.zero(g, zeroed, prog)
+    out.update({"inplace": inplace, "update": acc, "zeroed": zeroed})
+    for lt, dtype in ((popnn.CROSS_ENTROPY_LOSS, ipu.UNSIGNED_INT), (popnn.SUM_SQUARED_LOSS,
+                                                                     ipu.INT)):
+        probs = popnn.non_linearity(g, popnn.NonLinearityType.SOFTMAX, c, prog)
+        labels = g.add_constant(dtype, [6], rng.integers(0, 7, 6))
+        poputil.map_tensor_linearly(g, labels, 1, 1)
+        loss, delta = (g.add_variable(ipu.FLOAT, s, lt) for s in ([6], [6, 7]))
+        correct = g.add_variable(ipu.UNSIGNED_INT, [1], lt + " correct")
+        for t in (loss, delta, correct):
+            poputil.map_tensor_linearly(g, t, 1, 1)
+        prog.add(popnn.calc_loss(g, probs, labels, loss, delta, correct, lt))
+        out.update({f"{lt} loss": loss, f"{lt} delta": delta})
+    # AddCount: calc_loss adds one per call, so two side by side here
+    flags = g.add_constant(ipu.UNSIGNED_INT, [2, 5], rng.integers(0, 2, (2, 5)))
+    totals = g.add_constant(ipu.UNSIGNED_INT, [2], [3, 4])
+    cs = g.add_compute_set("counts")
+    for i in range(2):
+        g.set_tile_mapping(flags[i], i)
+        g.set_tile_mapping(totals[i], i)
+        g.add_vertex(cs, popnn.AddCount, {"correct": flags[i], "total": totals[i]}, tile=i)
+    prog.add(ipu.Execute(cs))
+    return {**out, "counts": totals}
+
+
+def _marked_codes():
+    """The code of every marked ``compute`` of the codelets defined so far."""
+    todo, codes = [ipu.Vertex], set()
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if getattr(cls.compute, "vertex_separable", False):
+            codes.add(cls.compute.__code__)
+    return codes
+
+
+def test_every_separable_codelet_gives_one_vertex_alone_what_it_gives_batched():
+    # the proof behind the engine skipping its axis check for marked codelets: each runs
+    # batched (its group of several vertices as one array operation) and one vertex at a
+    # time (per_vertex=True), on random data, and every output agrees
+    results, batched = [], set()
+    for per_vertex in (False, True):
+        dev = ipu.IPUModel(tiles_per_ipu=4).create_device()
+        g, prog = ipu.Graph(dev.target), ipu.Sequence()
+        outs = _separable_battery(g, prog, np.random.default_rng(7))
+        for name, t in outs.items():
+            g.create_host_read(name, t)
+        eng = ipu.Engine(g, prog, per_vertex=per_vertex)
+        eng.load(dev)
+        eng.run()
+        results.append({name: eng.read_tensor(name) for name in outs})
+        batched |= {gr.cls.compute.__code__ for gr in _groups(eng.executable.programs)
+                    if len(gr.vertex_ids) > 1}
+    for name, value in results[0].items():
+        assert np.any(value != 0) or name == "zeroed", name  # data that tells
+        np.testing.assert_allclose(value, results[1][name], rtol=1e-3 if "half" in name
+                                   else 1e-6, err_msg=name)
+    assert _marked_codes() <= batched  # every marked codelet, several vertices at once
+    assert len(batched) >= 6  # MatMulPartial, map, reduce, ReluGrad, CalcLoss, AddCount
+
+
+def test_a_learner_codelet_overriding_a_separable_one_is_still_checked():
+    class SummedReluGrad(popnn.ReluGrad):  # x.sum() without axis=-1: mixes vertices
+        def compute(self):
+            self.in_grad[...] = self.out_grad.sum() * (self.out > 0)
+
+    dev = ipu.IPUModel(tiles_per_ipu=4).create_device()
+    g = ipu.Graph(dev.target)
+    x = g.add_constant(ipu.FLOAT, [4, 3], np.arange(1.0, 13.0).reshape(4, 3), "x")
+    y = g.add_variable(ipu.FLOAT, [4, 3], "y")
+    cs = g.add_compute_set("grad")
+    for i in range(4):
+        for t in (x, y):
+            g.set_tile_mapping(t[i], i)
+        g.add_vertex(cs, SummedReluGrad, {"out": x[i], "out_grad": x[i], "in_grad": y[i]},
+                     tile=i)
+    eng = ipu.Engine(g, ipu.Execute(cs))
+    eng.load(dev)
+    assert getattr(popnn.ReluGrad.compute, "vertex_separable", False)
+    with pytest.raises(ipu.CodeletError, match=r"SummedReluGrad.*field 'in_grad'.*axis=-1"):
+        eng.run()  # caught on the first run
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 59), st.integers(0, 59),
+                                st.integers(0, 7)), min_size=1, max_size=12),
+       virtual=st.booleans())
+def test_kept_tiles_follow_every_change_of_the_mapping(steps, virtual):
+    # tile_of_elements keeps its answers; after any mapping (of the tensor, of its
+    # neighbours, of a new variable) each answer must still be what the mapping says
+    g = ipu.Graph(ipu.IPUModel(num_ipus=2, tiles_per_ipu=4).create_device().target)
+    vg = g.create_virtual_graph(0, 8) if virtual else g
+    v = g.add_variable(ipu.FLOAT, [6, 10], "v")
+    w = g.add_variable(ipu.FLOAT, [60], "w")
+    g.set_tile_mapping(v, 0)
+    views = [v, v.transpose(), v[2:4], v.broadcast([2, 6, 10]), w[10:50],
+             poputil.take(w, np.arange(59, -1, -3))]
+    for kind, lo, hi, tile in steps:
+        lo, hi = sorted((lo, hi + 1))
+        if kind == 0:
+            g.set_tile_mapping(v.flatten()[lo:hi], tile)
+        elif kind == 1:
+            g.set_tile_mapping(w[lo:hi], tile)
+        elif kind == 2:  # a new variable, mapped: nothing asked about changes
+            g.set_tile_mapping(g.add_variable(ipu.FLOAT, [hi - lo]), tile)
+        for t in views + [v.transpose(), w[10:50]]:  # the same views, and new objects
+            got = poputil.tile_of_elements(vg, t)
+            assert np.array_equal(got, _per_element(vg, t)), (t.name, kind)
+            assert not got.flags.writeable

@@ -57,6 +57,7 @@ class MatMulPartial(Vertex):
     out = Output(Vector(np.float32))
     k = State(INT)
 
+    @poputil.vertex_separable
     def compute(self):
         n, kk = self.a.shape[0], int(self.k[0])
         a = self.a.reshape(n, -1, kk)

@@ -111,6 +111,7 @@ class ReluGrad(popops.RowsMultiVertex):
     out_grad = Input(Vector(FLOAT))
     in_grad = Output(Vector(FLOAT))
 
+    @poputil.vertex_separable
     def compute(self):
         self.in_grad[...] = self.out_grad * (self.out > 0)
 
@@ -154,6 +155,7 @@ class CalcLoss(Vertex):
     correct = Output(UNSIGNED_INT)
     cross_entropy = True
 
+    @poputil.vertex_separable
     def compute(self):
         xp, p = self.xp, self.probs
         n, c = p.shape
@@ -196,6 +198,7 @@ class AddCount(Vertex):
     correct = Input(Vector(UNSIGNED_INT))
     total = InOut(UNSIGNED_INT)
 
+    @poputil.vertex_separable
     def compute(self):
         self.total[...] += self.correct.sum(axis=-1).astype(self.total.dtype)
 

@@ -98,6 +98,7 @@ def map_vertex(expr: Expr, in_types, out_type, inplace: bool) -> type:
     if not inplace:
         ns["out"] = Output(Vector(out_type))
 
+    @poputil.vertex_separable
     def compute(self):
         args = [getattr(self, f"in{i}") for i in range(1, len(in_types) + 1)]
         result = expr.evaluate(self.xp, args)
@@ -147,6 +148,7 @@ def reduce_vertex(op: str, in_type, out_type, update: bool, multi: bool = True) 
     if key in _VERTEX_CACHE:
         return _VERTEX_CACHE[key]
 
+    @poputil.vertex_separable
     def compute(self):
         n, c = self.out.shape
         r = REDUCE_OPS[op](self.xp, self.partials.reshape(n, c, -1))

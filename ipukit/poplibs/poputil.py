@@ -16,6 +16,8 @@ uses, exactly as poplibs' ``calcLinearTileMapping`` / ``splitRegions`` do.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..errors import IpuError, TileMappingError
@@ -25,6 +27,12 @@ from ..tensor import Tensor, firsts, runs, single_run
 DATA_PATH_BITS = 64
 #: Poplar's default minimum bytes per tile in mapTensorLinearly.
 MIN_BYTES_PER_TILE = 128
+#: Most tile_of_elements answers kept per storage pool (a graph being built asks about its
+#: latest tensors).
+KEEP_ANSWERS = 128
+#: Per storage pool, tile_of_elements' answers by the elements asked about: (their index
+#: array, the mapping last seen valid, the address span, its part of the mapping, answer).
+_KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def vector_width(dtype) -> int:
@@ -127,7 +135,39 @@ def tile_of_elements(graph, t: Tensor) -> np.ndarray:
 
     A view whose elements are scattered (a transpose, a broadcast, a gather) is asked
     about in address order, so the mapping is read as a few runs, not one per element.
+    PopLibs ops ask about the same operands again and again while a graph is built, so
+    the answer is kept (read-only) and given again while the mapping of the addresses
+    ``t`` spans is unchanged (mappings elsewhere, of new variables, leave it valid).
     """
+    if not isinstance(t, Tensor) or t.graph is not graph.root or t.num_elements() == 0:
+        return _tile_of_elements(graph, t)  # (it raises, or there is nothing to keep)
+    pool = graph.root.pools[t.dtype]
+    pool._resolve()  # the mapping as a step function: new arrays after every change
+    key = (graph._offset, graph.target.num_tiles, t.offset, t.shape, t.strides, id(t._idx))
+    kept = _KEPT.setdefault(pool, {})
+    old = kept.get(key)
+    if old is not None and old[0] is t._idx and (old[1] is pool._cut_tiles or all(
+            np.array_equal(a, b) for a, b in zip(old[3], _steps(pool, old[2])))):
+        kept[key] = (old[0], pool._cut_tiles, *old[2:])
+        return old[4]
+    span = (int(t.idx.min()), int(t.idx.max())) if t._idx is not None else (
+        t.offset, t.offset + sum((n - 1) * s for n, s in zip(t.shape, t.strides)))
+    answer = _tile_of_elements(graph, t)
+    answer.flags.writeable = False
+    kept[key] = (t._idx, pool._cut_tiles, span, _steps(pool, span), answer)
+    if len(kept) > KEEP_ANSWERS:  # the oldest goes: memory stays bounded
+        kept.pop(next(iter(kept)))
+    return answer
+
+
+def _steps(pool, span):
+    """The part of ``pool``'s mapping (cuts and tiles) that gives the tiles of addresses
+    ``span[0]`` to ``span[1]``: equal parts, equal tiles there."""
+    i, j = np.searchsorted(pool._cuts, span, "right").tolist()
+    return pool._cuts[i:j], pool._cut_tiles[i:j + 1]
+
+
+def _tile_of_elements(graph, t: Tensor) -> np.ndarray:
     n = t.num_elements()
     if n == 0:
         return np.full(0, -1, np.int64)
@@ -197,6 +237,18 @@ def check_mapped(graph, t: Tensor, op: str, role: str) -> np.ndarray:
             "poputil.map_tensor_linearly"
         )
     return tiles
+
+
+def vertex_separable(compute):
+    """Mark a kit codelet's ``compute`` as vertex-separable: each vertex's outputs depend on
+    its own fields only, so the engine skips its first-run check (the first and last
+    vertex run alone against their group, which catches a learner's ``x.sum()`` without
+    ``axis=-1``). Kit convention, not Poplar's: only the kit's own PopLibs codelets carry
+    it, and tests/test_poputil.py proves every one of them separable, running it batched
+    and one vertex at a time (``Engine(per_vertex=True)``) on random data. A subclass
+    that overrides ``compute`` (a learner's) is checked again."""
+    compute.vertex_separable = True
+    return compute
 
 
 def take(t: Tensor, positions, name: str = "") -> Tensor:
