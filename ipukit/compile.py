@@ -269,22 +269,24 @@ class _Compiler:
             self._access(t, "Copy")
         if src.num_elements() != dst.num_elements() or src.dtype != dst.dtype:
             raise ProgramError.copy_mismatch(src, dst)
-        name = f"Copy {src.name} -> {dst.name}"
-        key = tuple((t.dtype, t.offset, t.shape, t.strides, id(t._idx)) for t in (src, dst))
-        if key in self.copies:  # the same elements copied again (an unrolled loop): one plan
-            self.steps.append(replace(self.steps[self.copies[key][0]], index=len(self.steps),
-                                      name=name))
-            return CopyNode(len(self.steps) - 1, *self.copies[key][1:])
         n_tiles, size = self.t.num_tiles, src.dtype.itemsize
         (sb, sn), (db, dn) = runs(src), runs(dst)
-        if int(_union_lengths(np.zeros(db.size, np.int64), db, db + dn).sum()) != dn.sum():
-            raise ProgramError.copy_aliased(dst)
         # Cut each side where its tile changes, then pair the pieces by flat position:
         # pieces of (source address, source tile, destination tile, length).
-        sides = []
+        sides, key = [], [src.dtype]
         for t, b, n in ((src, sb, sn), (dst, db, dn)):
             run, start, _, tile = self.g.pools[t.dtype].pieces(b, n)
             sides.append(((np.cumsum(n) - n)[run] + start - b[run], start, tile))
+            key += [t.shape, t.strides, id(t._idx), sides[-1][0].tobytes(),
+                    (start - max(t.offset, 0)).tobytes(), tile.tobytes()]
+        n = (src.num_elements(),)
+        if (key := tuple(key)) in self.copies:  # sides alike, mapped alike, at shifted
+            # addresses (an unrolled loop, a FIFO's slots): the plan of the earlier copy
+            self.steps.append(replace(self.steps[self.copies[key]], index=len(self.steps),
+                                      name=f"Copy {src.name} -> {dst.name}"))
+            return CopyNode(len(self.steps) - 1, Access.of(src, n), Access.of(dst, n))
+        if int(_union_lengths(np.zeros(db.size, np.int64), db, db + dn).sum()) != dn.sum():
+            raise ProgramError.copy_aliased(dst)
         (sp, ss, s_tile), (dp, _, d_tile) = sides
         pos = np.union1d(sp, dp)
         i, j = np.searchsorted(sp, pos, "right") - 1, np.searchsorted(dp, pos, "right") - 1
@@ -297,10 +299,9 @@ class _Compiler:
         sent = np.bincount(s_tile[remote], weights=once, minlength=n_tiles) * size
         local = np.bincount(d_tile[~remote], weights=length[~remote], minlength=n_tiles) * size
         compute = cost.copy_cycles(local.astype(np.int64)).astype(np.int64)
-        step = self._step(name, "copy", sync=cost.sync_cycles(self.t), compute=compute,
-                          transfers=transfers, tile_out=sent, tiles=np.append(s_tile, d_tile))
-        n = (src.num_elements(),)
-        return CopyNode(*self.copies.setdefault(key, (step, Access.of(src, n), Access.of(dst, n))))
+        step = self._step(f"Copy {src.name} -> {dst.name}", "copy", cost.sync_cycles(self.t),
+                          compute, transfers, tile_out=sent, tiles=np.append(s_tile, d_tile))
+        return CopyNode(self.copies.setdefault(key, step), Access.of(src, n), Access.of(dst, n))
 
     def _stream_copy(self, src, dst):
         stream, tensor = (src, dst) if isinstance(src, DataStream) else (dst, src)
