@@ -103,8 +103,8 @@ class Access:
             return self.gather_runs
         dims = sorted(range(len(self.rshape)), key=lambda d: (d > 0, -self.rstrides[d] * merged))
         layout = (self.offset, *([x[d] for d in dims] for x in (self.rshape, self.rstrides)))
-        if self.idx is not None:
-            layout = np.sort(self.idx, -1) if merged and self.idx.ndim > 1 else self.idx
+        if (x := self.idx) is not None:  # each vertex's addresses sorted (unless they are)
+            layout = np.sort(x, -1) if merged and x.ndim > 1 and (np.diff(x) < 0).any() else x
         begins, lengths = runs(Tensor(None, self.dtype, layout, ""), keep=1)
         return begins, lengths, (np.cumsum(lengths) - lengths) // max(prod(self.shape[1:]), 1)
 
