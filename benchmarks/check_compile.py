@@ -2,11 +2,13 @@
 what ``compile_graph`` produces): every Step field, the memory tables, the compiled program
 tree (vertex groups and every Access) and every compile error with its message.
 
-Record each tree's compiles while running tests (a pytest plugin), then compare::
+Record each tree's compiles while running tests (a pytest plugin), in each tree's root (so
+that its own ``ipukit`` is imported; BASE is e.g. ``git archive`` of the base commit), then
+compare::
 
-    PYTHONPATH=/work/main:benchmarks COMPILE_DUMP=/tmp/base.pkl python -m pytest -p \
-        check_compile -o addopts="" -q -p no:randomly --hypothesis-seed=0 TESTS
-    PYTHONPATH=$PWD:benchmarks COMPILE_DUMP=/tmp/mine.pkl python -m pytest ... (same)
+    cd BASE && PYTHONPATH=$PWD:/path/to/benchmarks COMPILE_DUMP=/tmp/base.pkl python -m pytest \
+        -p check_compile -o addopts="" -q --hypothesis-seed=0 -p no:cacheprovider TESTS
+    cd MINE && PYTHONPATH=$PWD:$PWD/benchmarks COMPILE_DUMP=/tmp/mine.pkl python -m pytest ...
     python benchmarks/check_compile.py /tmp/base.pkl /tmp/mine.pkl
 
 Each compile is recorded under the test's id and its number within the test.
