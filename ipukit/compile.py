@@ -104,8 +104,8 @@ class Access:
             return self.gather_runs
         dims = sorted(range(len(self.rshape)), key=lambda d: (d > 0, -self.rstrides[d] * merged))
         layout = (self.offset, *([x[d] for d in dims] for x in (self.rshape, self.rstrides)))
-        if self.idx is not None:
-            layout = np.sort(self.idx, -1) if merged and self.idx.ndim > 1 else self.idx
+        if (x := self.idx) is not None:  # each vertex's addresses sorted (unless they are)
+            layout = np.sort(x, -1) if merged and x.ndim > 1 and (np.diff(x) < 0).any() else x
         begins, lengths = runs(Tensor(None, self.dtype, layout, ""), keep=1)
         return begins, lengths, (np.cumsum(lengths) - lengths) // max(prod(self.shape[1:]), 1)
 
@@ -266,26 +266,28 @@ class _Compiler:
     def _copy(self, src, dst):
         if isinstance(src, DataStream) or isinstance(dst, DataStream):
             return self._stream_copy(src, dst)
-        for t in (src, dst):
-            self._access(t, "Copy")
+        self._access(src, "Copy"), self._access(dst, "Copy")
         if src.num_elements() != dst.num_elements() or src.dtype != dst.dtype:
             raise ProgramError.copy_mismatch(src, dst)
-        name = f"Copy {src.name} -> {dst.name}"
-        key = tuple((t.dtype, t.offset, t.shape, t.strides, id(t._idx)) for t in (src, dst))
-        if key in self.copies:  # the same elements copied again (an unrolled loop): one plan
-            self.steps.append(replace(self.steps[self.copies[key][0]], index=len(self.steps),
-                                      name=name))
-            return CopyNode(len(self.steps) - 1, *self.copies[key][1:])
-        n_tiles, size = self.t.num_tiles, src.dtype.itemsize
+        n_tiles, size, n = self.t.num_tiles, src.dtype.itemsize, (src.num_elements(),)
+        # each side's shape, and its tile mapping from its first address (an index array:
+        # the array itself, its addresses are its own)
+        key = (src.dtype, *((t.shape, t.strides, id(t._idx), t._idx is None
+                             and self.g.pools[t.dtype].window(t)) for t in (src, dst)))
+        if key in self.copies:  # sides alike and mapped alike, at shifted addresses (an
+            # unrolled loop, a FIFO's slots, the same elements again): the earlier plan
+            self.steps.append(replace(self.steps[self.copies[key]], index=len(self.steps),
+                                      name=f"Copy {src.name} -> {dst.name}"))
+            return CopyNode(len(self.steps) - 1, Access.of(src, n), Access.of(dst, n))
         (sb, sn), (db, dn) = runs(src), runs(dst)
         if int(_union_lengths(np.zeros(db.size, np.int64), db, db + dn).sum()) != dn.sum():
             raise ProgramError.copy_aliased(dst)
         # Cut each side where its tile changes, then pair the pieces by flat position:
         # pieces of (source address, source tile, destination tile, length).
         sides = []
-        for t, b, n in ((src, sb, sn), (dst, db, dn)):
-            run, start, _, tile = self.g.pools[t.dtype].pieces(b, n)
-            sides.append(((np.cumsum(n) - n)[run] + start - b[run], start, tile))
+        for t, b, k in ((src, sb, sn), (dst, db, dn)):
+            run, start, _, tile = self.g.pools[t.dtype].pieces(b, k)
+            sides.append(((np.cumsum(k) - k)[run] + start - b[run], start, tile))
         (sp, ss, s_tile), (dp, _, d_tile) = sides
         pos = np.union1d(sp, dp)
         i, j = np.searchsorted(sp, pos, "right") - 1, np.searchsorted(dp, pos, "right") - 1
@@ -298,10 +300,9 @@ class _Compiler:
         sent = np.bincount(s_tile[remote], weights=once, minlength=n_tiles) * size
         local = np.bincount(d_tile[~remote], weights=length[~remote], minlength=n_tiles) * size
         compute = cost.copy_cycles(local.astype(np.int64)).astype(np.int64)
-        step = self._step(name, "copy", sync=cost.sync_cycles(self.t), compute=compute,
-                          transfers=transfers, tile_out=sent, tiles=np.append(s_tile, d_tile))
-        n = (src.num_elements(),)
-        return CopyNode(*self.copies.setdefault(key, (step, Access.of(src, n), Access.of(dst, n))))
+        step = self._step(f"Copy {src.name} -> {dst.name}", "copy", cost.sync_cycles(self.t),
+                          compute, transfers, tile_out=sent, tiles=np.append(s_tile, d_tile))
+        return CopyNode(self.copies.setdefault(key, step), Access.of(src, n), Access.of(dst, n))
 
     def _stream_copy(self, src, dst):
         stream, tensor = (src, dst) if isinstance(src, DataStream) else (dst, src)
@@ -428,11 +429,10 @@ class _Compiler:
             self._check_races(cs, [(g, f, f.access.runs()) for g, f, _ in fields], True)
         (w_vid, w_slot), (o_vid, o_slot) = (divmod(int(c), len(fields)) for c in (writer, other))
         pool, addr = divmod(int(addr), span)
-        raise ComputeSetRaceError.race(
-            cs, self.g.describe_vertex(w_vid), fields[w_slot][1].name,
-            list(self.g.pools.values())[pool].describe(addr),
-            None if w_vid == o_vid else self.g.describe_vertex(o_vid), fields[o_slot][1].name,
-            verb)
+        raise ComputeSetRaceError.race(cs, self.g.describe_vertex(w_vid), fields[w_slot][1].name,
+                                       list(self.g.pools.values())[pool].describe(addr),
+                                       None if w_vid == o_vid else self.g.describe_vertex(o_vid),
+                                       fields[o_slot][1].name, verb)
 
     def _compute_step(self, cs, groups, fields) -> int:
         t, n_tiles, W = self.t, self.t.num_tiles, self.t.num_worker_contexts
@@ -489,8 +489,7 @@ class _Compiler:
         on another tile than their vertex's. Returns per field (its type's pool index, item
         size, kind) and per piece (field, vertex tile, start, end, the tile holding it). A
         tile fetches a run that several of its vertices read through one Input once."""
-        f, vt, b, n = (np.concatenate(x) for x in zip(*(
-            (np.full(b.size, i), gr.tiles[row], b, n)
+        f, vt, b, n = (np.concatenate(x) for x in zip(*((np.full(b.size, i), gr.tiles[row], b, n)
             for i, (gr, _, (b, n, row)) in enumerate(fields))))
         code, size, kind = (np.array(x) for x in zip(*(
             (list(self.g.pools).index(fp.access.dtype), fp.access.dtype.itemsize, fp.kind)

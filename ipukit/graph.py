@@ -114,6 +114,14 @@ class Pool:
         end = np.where(at == hi[run], e[run], cuts.take(at, mode="clip"))
         return keep[run], start, end, self._cut_tiles[at]
 
+    def window(self, t: Tensor) -> tuple:
+        """The tile mapping of the addresses a region spans (its cuts from its first address,
+        as bytes): equal for regions of one shape mapped alike at shifted addresses. Call it
+        after ``pieces`` (which resolves the mapping)."""
+        lo, hi = t.offset, t.offset + sum((n - 1) * st for n, st in zip(t.shape, t.strides))
+        i, j = np.searchsorted(self._cuts, [lo, hi], "right")  # the cuts in (lo, hi]
+        return (self._cuts[i:j] - lo).tobytes(), self._cut_tiles[i:j + 1].tobytes()
+
     def describe(self, address: int) -> str:
         """"element [5] of tensor 'v2'", for error messages."""
         var = self.variables[int(np.searchsorted(self.starts, address, "right")) - 1]
