@@ -379,7 +379,8 @@ class _Compiler:
             access = _field_access(f.dtype, [g.v_conn[v][name] for v in vids], f.vector)
             sizes[name] = access.shape[1] if f.vector else 1
             fields.append(FieldPlan(name, f.kind, access))
-        default = cls.cycle_estimate(sizes)
+        w = (self.t.num_worker_contexts,) if issubclass(cls, MultiVertex) else ()
+        default = cls.cycle_estimate(sizes, *w)  # a MultiVertex: the target's W
         estimates = np.array([default if g.v_perf[v] is None else g.v_perf[v] for v in vids],
                              np.int64)
         tiles = np.array([g.v_tile[v] for v in vids], np.int64)

@@ -109,6 +109,7 @@ class MultiVertex(Vertex):
     @classmethod
     def cycle_estimate(cls, sizes: dict[str, int], workers: int = 6) -> int:
         """W x one worker's cycles when each field's elements are split evenly over the
-        ``workers`` (``Target::getNumWorkerContexts()``: 6 on every IPU): the
+        ``workers`` (``Target::getNumWorkerContexts()``, which compile passes: 6 on every IPU
+        preset): the
         :class:`Vertex` default applied to a share of ceil(n / W) elements per field."""
         return workers * super().cycle_estimate({f: -(-n // workers) for f, n in sizes.items()})

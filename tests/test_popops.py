@@ -417,3 +417,20 @@ def test_reduce_multivertex_estimate_is_workers_times_the_heaviest_share_of_outp
         6 * (10 + heaviest * (k + 1))
     assert not issubclass(popops.reduce_vertex("ADD", ipu.FLOAT, ipu.FLOAT, False, False),
                           ipu.MultiVertex)
+
+
+def test_multivertex_estimate_uses_the_targets_worker_count():
+    """A MultiVertex's work is split over the target's workers, not always 6: 40 floats on
+    a tile of a 4-worker target are 4 pieces of 10 (split_regions, grain 2); each worker
+    reads 2 x 10 and writes 10 elements, so the tile is busy 4 x (10 + 30) = 160 cycles."""
+    import dataclasses
+
+    dev = ipu.IPUModel(tiles_per_ipu=2).create_device()
+    g = ipu.Graph(dataclasses.replace(dev.target, num_worker_contexts=4))
+    a, b = (g.add_variable(ipu.FLOAT, [40], n) for n in "ab")
+    g.set_tile_mapping(a, 0)
+    g.set_tile_mapping(b, 0)
+    prog = ipu.Sequence()
+    popops.add(g, a, b, prog)
+    (step,) = [s for s in ipu.Engine(g, prog).executable.steps if s.kind == "compute"]
+    assert step.tile_compute_cycles.tolist() == [4 * (10 + 3 * 10), 0]

@@ -28,8 +28,9 @@ DATA_PATH_BITS = 64
 #: Poplar's default minimum bytes per tile in mapTensorLinearly.
 MIN_BYTES_PER_TILE = 128
 #: Most tile_of_elements answers kept per storage pool (a graph being built asks about its
-#: latest tensors).
+#: latest tensors), and the most elements an answer kept may have (memory stays bounded).
 KEEP_ANSWERS = 128
+KEEP_ELEMENTS = 1 << 20
 #: Per storage pool, tile_of_elements' answers by the elements asked about: (their index
 #: array, the mapping last seen valid, the address span, its part of the mapping, answer).
 _KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -136,10 +137,11 @@ def tile_of_elements(graph, t: Tensor) -> np.ndarray:
     A view whose elements are scattered (a transpose, a broadcast, a gather) is asked
     about in address order, so the mapping is read as a few runs, not one per element.
     PopLibs ops ask about the same operands again and again while a graph is built, so
-    the answer is kept (read-only) and given again while the mapping of the addresses
+    the answer is kept (read-only: copy it to change it) and given again while the mapping of the addresses
     ``t`` spans is unchanged (mappings elsewhere, of new variables, leave it valid).
     """
-    if not isinstance(t, Tensor) or t.graph is not graph.root or t.num_elements() == 0:
+    if (not isinstance(t, Tensor) or t.graph is not graph.root
+            or not 0 < t.num_elements() <= KEEP_ELEMENTS):
         return _tile_of_elements(graph, t)  # (it raises, or there is nothing to keep)
     pool = graph.root.pools[t.dtype]
     pool._resolve()  # the mapping as a step function: new arrays after every change
@@ -246,7 +248,10 @@ def vertex_separable(compute):
     ``axis=-1``). Kit convention, not Poplar's: only the kit's own PopLibs codelets carry
     it, and tests/test_poputil.py proves every one of them separable, running it batched
     and one vertex at a time (``Engine(per_vertex=True)``) on random data. A subclass
-    that overrides ``compute`` (a learner's) is checked again."""
+    that overrides ``compute`` (a learner's) is checked again; a marked ``compute`` calls
+    no method a subclass could override, so a subclass that keeps it stays separable.
+    Separable also assumes the vertices are connected as the kit's op connects them
+    (e.g. ``MatMulPartial``'s ``k`` matching its fields)."""
     compute.vertex_separable = True
     return compute
 
