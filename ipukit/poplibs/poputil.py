@@ -137,8 +137,9 @@ def tile_of_elements(graph, t: Tensor) -> np.ndarray:
     A view whose elements are scattered (a transpose, a broadcast, a gather) is asked
     about in address order, so the mapping is read as a few runs, not one per element.
     PopLibs ops ask about the same operands again and again while a graph is built, so
-    the answer is kept (read-only: copy it to change it) and given again while the mapping of the addresses
-    ``t`` spans is unchanged (mappings elsewhere, of new variables, leave it valid).
+    the answer is kept (read-only: copy it to change it) and given again while the
+    mapping of the addresses ``t`` spans is unchanged (mappings elsewhere, of new
+    variables, leave it valid).
     """
     if (not isinstance(t, Tensor) or t.graph is not graph.root
             or not 0 < t.num_elements() <= KEEP_ELEMENTS):
