@@ -453,8 +453,8 @@ class _Compiler:
         # tile); what it writes to another tile is sent after. The exchange broadcasts: a
         # tile sends an element once, however many tiles receive it.
         received, sent, transfers = np.zeros(n_tiles), np.zeros(n_tiles), None
-        if any(r[0].size for _, _, r in fields):  # not when every field is empty
-            (code, size, kind), (f, vt, start, end, et) = self._remote_pieces(fields)
+        if any(r[0].size for _, _, r in fields) and (pieces := self._remote_pieces(fields)):
+            (code, size, kind), (f, vt, start, end, et) = pieces  # (not when all are local)
             rd, wr = (kind != "output")[f], (kind != "input")[f]  # pieces read, written
             nbytes = (end - start) * size[f]
             # a tile receives each element a field reads once, however many vertices read it
@@ -507,8 +507,8 @@ class _Compiler:
                 run, start, end, tile = pool.pieces(b[sel], n[sel])
                 pieces.append((f[sel[run]], vt[sel[run]], start, end, tile))
         f, vt, start, end, tile = (np.concatenate(x) for x in zip(*pieces))
-        remote = tile != vt
-        return (code, size, kind), tuple(x[remote] for x in (f, vt, start, end, tile))
+        if (remote := tile != vt).any():  # (None when every piece is on its vertex's tile)
+            return (code, size, kind), tuple(x[remote] for x in (f, vt, start, end, tile))
 
     # -- memory ---------------------------------------------------------------------------
     def _memory(self) -> TileMemory:
