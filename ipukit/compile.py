@@ -400,6 +400,8 @@ class _Compiler:
         per = np.array([(dtypes.index(fp.access.dtype) * span, fp.kind != "input",
                          fp.kind != "output") for _, fp, _ in fields], np.int64)[who % len(fields)]
         b, e, w, r = b + per[:, 0], b + n + per[:, 0], per[:, 1] > 0, per[:, 2] > 0
+        if (b[o := np.argsort(b)][1:] >= np.maximum.accumulate(e[o])[:-1]).all():
+            return  # no two runs meet
         order = np.flatnonzero(w)[np.argsort(b[w], kind="stable")]
         wb, we, wo = b[order], e[order], who[order]
         reach = np.maximum.accumulate(we)
