@@ -344,7 +344,7 @@ class _Compiler:
                 else:
                     shape += [t.shape if t._idx is None else t.num_elements(), t.strides]
             buckets.setdefault(tuple(shape), []).append(v)
-        groups = tuple(self._group(key[0], np.array(run)) for key, vs in buckets.items()
+        groups = tuple(self._group(key[0], run) for key, vs in buckets.items()
                        for run in self._regular_runs(key[0], vs))
         fields = [(gr, fp, fp.access.runs(merged=True)) for gr in groups for fp in gr.fields]
         self._check_races(cs, fields)
@@ -369,7 +369,7 @@ class _Compiler:
                 cuts.append(c + 1)
         return [vids[a:b] for a, b in zip(cuts, cuts[1:] + [len(vids)])]
 
-    def _group(self, cls, vids: np.ndarray) -> VertexGroup:
+    def _group(self, cls, vids: list[int]) -> VertexGroup:
         g = self.g
         fields, state, sizes = [], {}, {}
         for name, f in cls.fields.items():
@@ -385,7 +385,7 @@ class _Compiler:
         estimates = np.array([default if g.v_perf[v] is None else g.v_perf[v] for v in vids],
                              np.int64)
         tiles = np.array([g.v_tile[v] for v in vids], np.int64)
-        return VertexGroup(cls, vids, tiles, estimates, tuple(fields), state)
+        return VertexGroup(cls, np.array(vids), tiles, estimates, tuple(fields), state)
 
     def _check_races(self, cs, fields, exact=False):
         """No vertex may write what another vertex (or field) of the compute set touches."""
