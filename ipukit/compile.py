@@ -38,7 +38,7 @@ from .errors import (
 from .graph import DataStream, Graph
 from .memory_report import out_of_memory
 from .program import Copy, Execute, If, PrintTensor, Program, Repeat, RepeatWhileTrue, Sequence
-from .tensor import Tensor, addresses, firsts, runs
+from .tensor import Tensor, addresses, firsts, index_runs, runs
 from .trace import Step, TileMemory
 from .vertex import MultiVertex
 
@@ -105,7 +105,9 @@ class Access:
         dims = sorted(range(len(self.rshape)), key=lambda d: (d > 0, -self.rstrides[d] * merged))
         layout = (self.offset, *([x[d] for d in dims] for x in (self.rshape, self.rstrides)))
         if (x := self.idx) is not None:  # each vertex's addresses sorted (unless they are)
-            layout = np.sort(x, -1) if merged and x.ndim > 1 and (np.diff(x) < 0).any() else x
+            x = np.sort(x, -1) if merged and x.ndim > 1 and (x[..., 1:] < x[..., :-1]).any() else x
+            begins, lengths, first = index_runs(x.reshape(-1), k := max(prod(self.shape[1:]), 1))
+            return begins, lengths, first // k
         begins, lengths = runs(Tensor(None, self.dtype, layout, ""), keep=1)
         return begins, lengths, (np.cumsum(lengths) - lengths) // max(prod(self.shape[1:]), 1)
 
@@ -238,7 +240,8 @@ class _Compiler:
         t, n = self.t, self.t.num_tiles
         compute = np.zeros(n, np.int64) if compute is None else compute
         src, dst, nbytes = np.zeros((3, 0), np.int64) if transfers is None else transfers
-        key, pair = np.unique(np.asarray(src, np.int64) * n + dst, return_inverse=True)
+        key, pair = (np.unique(np.asarray(src, np.int64) * n + dst, return_inverse=True)
+                     if src.size else (src, src))  # (np.unique costs µs even when empty)
         transfers = np.stack([key // n, key % n, np.bincount(
             pair, weights=nbytes, minlength=key.size).astype(np.int64)], axis=1)
         b_in = (np.bincount(dst, weights=nbytes, minlength=n) + tile_in).astype(np.int64)
@@ -336,13 +339,12 @@ class _Compiler:
                     raise GraphConnectionError.state_unset(name, g.describe_vertex(v))
                 if f.kind == "state":
                     shape.append(state[name].size if f.vector else 0)
-                elif name not in conn:
+                elif (t := conn.get(name)) is None:
                     raise GraphConnectionError.unconnected(name, f, g.describe_vertex(v))
                 else:
-                    t = conn[name]
                     shape += [t.shape if t._idx is None else t.num_elements(), t.strides]
             buckets.setdefault(tuple(shape), []).append(v)
-        groups = tuple(self._group(key[0], np.array(run)) for key, vs in buckets.items()
+        groups = tuple(self._group(key[0], run) for key, vs in buckets.items()
                        for run in self._regular_runs(key[0], vs))
         fields = [(gr, fp, fp.access.runs(merged=True)) for gr in groups for fp in gr.fields]
         self._check_races(cs, fields)
@@ -367,7 +369,7 @@ class _Compiler:
                 cuts.append(c + 1)
         return [vids[a:b] for a, b in zip(cuts, cuts[1:] + [len(vids)])]
 
-    def _group(self, cls, vids: np.ndarray) -> VertexGroup:
+    def _group(self, cls, vids: list[int]) -> VertexGroup:
         g = self.g
         fields, state, sizes = [], {}, {}
         for name, f in cls.fields.items():
@@ -384,7 +386,7 @@ class _Compiler:
         estimates = np.array([default if g.v_perf[v] is None else g.v_perf[v] for v in vids],
                              np.int64)
         tiles = np.array([g.v_tile[v] for v in vids], np.int64)
-        return VertexGroup(cls, vids, tiles, estimates, tuple(fields), state)
+        return VertexGroup(cls, np.array(vids), tiles, estimates, tuple(fields), state)
 
     def _check_races(self, cs, fields, exact=False):
         """No vertex may write what another vertex (or field) of the compute set touches."""
@@ -394,11 +396,13 @@ class _Compiler:
         # multiple of span), "who" = vertex id and field slot (a vertex's own InOut is no
         # race), and whether it writes and reads
         dtypes, span = list(self.g.pools), max(p.size for p in self.g.pools.values()) + 1
-        b, e, who, w, r = (np.concatenate(x) for x in zip(*(
-            (b + dtypes.index(fp.access.dtype) * span, b + n + dtypes.index(fp.access.dtype)
-             * span, gr.vertex_ids[row] * len(fields) + s, np.full(b.size, fp.kind != "input"),
-             np.full(b.size, fp.kind != "output"))
-            for s, (gr, fp, (b, n, row)) in enumerate(fields))))
+        b, n, who = (np.concatenate(x) for x in zip(*((b, n, gr.vertex_ids[row] * len(fields) + s)
+                     for s, (gr, _, (b, n, row)) in enumerate(fields))))
+        per = np.array([(dtypes.index(fp.access.dtype) * span, fp.kind != "input",
+                         fp.kind != "output") for _, fp, _ in fields], np.int64)[who % len(fields)]
+        b, e, w, r = b + per[:, 0], b + n + per[:, 0], per[:, 1] > 0, per[:, 2] > 0
+        if (b[o := np.argsort(b)][1:] >= np.maximum.accumulate(e[o])[:-1]).all():
+            return  # no two runs meet
         order = np.flatnonzero(w)[np.argsort(b[w], kind="stable")]
         wb, we, wo = b[order], e[order], who[order]
         reach = np.maximum.accumulate(we)
@@ -410,10 +414,10 @@ class _Compiler:
             self._race(cs, fields, span, b[i], who[first], who[later], "also writes", exact)
         # writes merged into disjoint runs, one writer each; then every read or in-out run
         # may only meet writes of its own vertex and field
-        first = np.flatnonzero(np.append(True, wb[1:] >= reach[:-1]))
-        wb, we, wo = wb[first], reach[np.append(first[1:] - 1, wb.size - 1)], wo[first]
+        first = np.flatnonzero(np.concatenate(([True], wb[1:] >= reach[:-1])))
+        wb, we, wo = wb[first], reach[np.concatenate((first[1:], [wb.size])) - 1], wo[first]
         lo, hi = np.searchsorted(we, b, "right"), np.searchsorted(wb, e, "left")
-        changes = np.append(0, np.cumsum(wo[1:] != wo[:-1]))
+        changes = np.concatenate(([0], np.cumsum(wo[1:] != wo[:-1])))
         lo_c = np.minimum(lo, wo.size - 1)
         bad = r & (hi > lo) & ((wo[lo_c] != who) | (changes[np.maximum(hi - 1, 0)]
                                                     != changes[lo_c]))
@@ -437,14 +441,13 @@ class _Compiler:
 
     def _compute_step(self, cs, groups, fields) -> int:
         t, n_tiles, W = self.t, self.t.num_tiles, self.t.num_worker_contexts
-        tiles, est, vids = (np.concatenate([getattr(gr, k) for gr in groups]
-                                           or [np.zeros(0, np.int64)])
-                            for k in ("tiles", "estimates", "vertex_ids"))
         # Vertices on a tile go round-robin to its 6 workers, a MultiVertex to all W of them
         # (r = W copies, each 1/W of its estimate); each worker issues every 6th cycle, so
         # the tile is busy W x the heaviest worker's load (loads here in 1/W cycles: exact).
-        r = np.concatenate([np.full(gr.tiles.size, W if issubclass(gr.cls, MultiVertex) else 1)
-                            for gr in groups] or [np.zeros(0, np.int64)])
+        parts = [(gr.tiles, gr.estimates, gr.vertex_ids, np.full(
+            gr.tiles.size, W if issubclass(gr.cls, MultiVertex) else 1)) for gr in groups]
+        tiles, est, vids, r = (np.concatenate([np.zeros(0, np.int64)] + [p[i] for p in parts])
+                               for i in range(4))
         st = np.repeat(tiles[order := np.lexsort((vids, tiles))], r := r[order])
         worker = (np.arange(st.size) - np.searchsorted(st, st)) % W
         load = np.bincount(st * W + worker, np.repeat(est[order] * W // r, r), n_tiles * W)
@@ -453,8 +456,8 @@ class _Compiler:
         # tile); what it writes to another tile is sent after. The exchange broadcasts: a
         # tile sends an element once, however many tiles receive it.
         received, sent, transfers = np.zeros(n_tiles), np.zeros(n_tiles), None
-        if any(r[0].size for _, _, r in fields):  # not when every field is empty
-            (code, size, kind), (f, vt, start, end, et) = self._remote_pieces(fields)
+        if any(r[0].size for _, _, r in fields) and (pieces := self._remote_pieces(fields)):
+            (code, size, kind), (f, vt, start, end, et) = pieces  # (not when all are local)
             rd, wr = (kind != "output")[f], (kind != "input")[f]  # pieces read, written
             nbytes = (end - start) * size[f]
             # a tile receives each element a field reads once, however many vertices read it
@@ -507,8 +510,8 @@ class _Compiler:
                 run, start, end, tile = pool.pieces(b[sel], n[sel])
                 pieces.append((f[sel[run]], vt[sel[run]], start, end, tile))
         f, vt, start, end, tile = (np.concatenate(x) for x in zip(*pieces))
-        remote = tile != vt
-        return (code, size, kind), tuple(x[remote] for x in (f, vt, start, end, tile))
+        if (remote := tile != vt).any():  # (None when every piece is on its vertex's tile)
+            return (code, size, kind), tuple(x[remote] for x in (f, vt, start, end, tile))
 
     # -- memory ---------------------------------------------------------------------------
     def _memory(self) -> TileMemory:
@@ -537,17 +540,17 @@ def _field_access(dtype, tensors: list[Tensor], vector: bool) -> Access:
     if t0._idx is not None:
         return Access.gather(dtype, np.concatenate([t.idx.reshape(-1) for t in tensors])
                              .reshape(shape))
-    offsets = np.array([t.offset for t in tensors], np.int64)
+    offsets = [t.offset for t in tensors]
     step = int(offsets[1] - offsets[0]) if n > 1 else 0
-    if (np.diff(offsets) == step).all():
+    if all(o == offsets[0] + i * step for i, o in enumerate(offsets)):
         return Access(dtype, shape, int(offsets[0]), (n,) + t0.shape, (step,) + t0.strides)
-    small = offsets.max() + sum((n - 1) * st for n, st in zip(t0.shape, t0.strides)) < 2**31
+    small = max(offsets) + sum((n - 1) * st for n, st in zip(t0.shape, t0.strides)) < 2**31
     dt = np.int32 if small else np.int64
     inner = addresses(0, t0.shape, t0.strides, dt).reshape(1, -1)
     begins, lengths = runs(t0)  # every vertex's runs: t0's, moved
-    vruns = ((offsets[:, None] + (begins - t0.offset)).reshape(-1), np.tile(lengths, n),
-             np.repeat(np.arange(n), begins.size))
-    return Access.gather(dtype, (offsets.astype(dt)[:, None] + inner).reshape(shape), vruns)
+    vruns = ((np.array(offsets, np.int64)[:, None] + (begins - t0.offset)).reshape(-1),
+             np.tile(lengths, n), np.repeat(np.arange(n), begins.size))
+    return Access.gather(dtype, (np.array(offsets, dt)[:, None] + inner).reshape(shape), vruns)
 
 
 def _union_lengths(key: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -556,8 +559,6 @@ def _union_lengths(key: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.
     span = int(ends.max(initial=0)) + 1
     order = np.argsort(key * span + begins, kind="stable")  # by key, then begin
     b, e = ((key * span + x)[order] for x in (begins, ends))
-    covered = np.maximum.accumulate(np.append(-2**63, e[:-1]))  # the furthest end before
-    out = np.empty(b.size, np.int64)
-    out[order] = np.clip(e - np.maximum(b, covered), 0, None)
-    return out
+    covered = np.maximum.accumulate(np.concatenate(([-2**63], e[:-1])))  # the furthest end before
+    return np.maximum(e - np.maximum(b, covered), 0)[np.argsort(order)]  # in given order
 

@@ -309,14 +309,7 @@ class Graph:
             raise GraphConnectionError.not_a_compute_set(cs)
         if not (isinstance(vertex_class, type) and issubclass(vertex_class, Vertex)):
             raise GraphConnectionError.not_a_codelet(vertex_class)
-        vid = len(self.v_cs)
-        self.v_cs.append(cs.id)
-        self.v_cls.append(vertex_class)
-        self.v_conn.append({})
-        self.v_tile.append(-1)
-        self.v_perf.append(None)
-        self.v_state.append({})
-        ref = VertexRef(self, vid)
+        ref = VertexRef(self, vid := self._add_vertices(cs, vertex_class, [{}], [-1]))
         for field, tensor in (connections or {}).items():
             self._connect(vid, field, tensor)
         if tile is not None:

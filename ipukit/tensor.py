@@ -302,10 +302,10 @@ def runs(t: Tensor, keep: int = 0):
 def index_runs(flat: np.ndarray, row: int):
     """Runs of consecutive addresses in an address array, never across a multiple of
     ``row`` positions: (begins, lengths, positions)."""
-    new = np.diff(flat, prepend=flat[:1] - 2) != 1  # the address does not go up by 1,
-    new[::max(row, 1)] = True  # or a row starts
-    first = np.flatnonzero(new)
-    return flat[first].astype(np.int64), np.diff(first, append=flat.size), first
+    new = np.ones(flat.size + 1, bool)  # the address does not go up by 1, or a row starts
+    new[1:-1], new[::max(row, 1)] = flat[1:] != flat[:-1] + 1, True
+    first = np.flatnonzero(new)  # and the end
+    return flat[first[:-1]].astype(np.int64), first[1:] - first[:-1], first[:-1]
 
 
 def firsts(*keys: np.ndarray) -> np.ndarray:
