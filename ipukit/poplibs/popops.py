@@ -41,7 +41,7 @@ import numpy as np
 
 from ..errors import GraphConnectionError, IpuError, type_name
 from ..program import Copy, Execute, Sequence
-from ..tensor import TYPE_NAMES, Tensor, as_type
+from ..tensor import TYPE_NAMES, Tensor, as_type, single_run
 from ..vertex import InOut, Input, MultiVertex, Output, Vector, Vertex
 from . import poputil
 from .expr import BINARY, UNARY, Expr, _1, _2, _3, lift
@@ -191,7 +191,9 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     order = None if in_order else np.argsort(tiles, kind="stable")
     flat = []  # each field's rows in tile order, flat, once: (name, ..., row width)
     for name, t in fields.items():
-        idx = np.ascontiguousarray(t.idx).reshape(len(tiles), -1)
+        run = single_run(t)  # (one run of addresses: built faster than by t.idx)
+        idx = (np.arange(run[0], run[0] + run[1], dtype=np.int64) if run
+               else np.ascontiguousarray(t.idx)).reshape(len(tiles), -1)
         flat.append((name, t.graph, t.dtype, t.name,
                      (idx if in_order else idx[order]).reshape(-1), idx.shape[1]))
     sorted_tiles = tiles if in_order else tiles[order]
@@ -296,13 +298,27 @@ def copy_if_aliased(graph, t: Tensor, out: Tensor, prog: Sequence, op: str,
     when ``t`` shares elements with ``out``, which a vertex writes in place: one vertex
     may not read what it or another vertex of its compute set writes. PopLibs' in-place
     ops clone an aliased operand the same way. ``tiles``: t's tiles, when known."""
-    if t.dtype != out.dtype or not _shares_elements(t.idx, out.idx):
+    if t.dtype != out.dtype or _apart(t, out) or not _shares_elements(t.idx, out.idx):
         return t
     copy = graph.add_variable(t.dtype, t.shape, f"{op}/{t.name} copy")
     poputil._map_elements(graph, copy,
                           poputil.tile_of_elements(graph, t) if tiles is None else tiles)
     prog.add(Copy(t, copy))
     return copy
+
+
+def _apart(a: Tensor, b: Tensor) -> bool:
+    """Whether two regions (views without an address array) span disjoint addresses, or
+    one is empty: then they share no element (known without their address arrays)."""
+    if a._idx is not None or b._idx is not None:
+        return False
+    if not (a.num_elements() and b.num_elements()):
+        return True
+    (lo_a, hi_a), (lo_b, hi_b) = (
+        (t.offset + sum((n - 1) * s for n, s in zip(t.shape, t.strides) if s < 0),
+         t.offset + sum((n - 1) * s for n, s in zip(t.shape, t.strides) if s > 0))
+        for t in (a, b))
+    return hi_a < lo_b or hi_b < lo_a
 
 
 def _shares_elements(a: np.ndarray, b: np.ndarray) -> bool:
