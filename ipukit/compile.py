@@ -38,7 +38,7 @@ from .errors import (
 from .graph import DataStream, Graph
 from .memory_report import out_of_memory
 from .program import Copy, Execute, If, PrintTensor, Program, Repeat, RepeatWhileTrue, Sequence
-from .tensor import Tensor, addresses, firsts, index_runs, runs
+from .tensor import Tensor, address_span, addresses, firsts, index_runs, runs
 from .trace import Step, TileMemory
 from .vertex import MultiVertex
 
@@ -275,8 +275,9 @@ class _Compiler:
         n_tiles, size, n = self.t.num_tiles, src.dtype.itemsize, (src.num_elements(),)
         # each side's shape, and its tile mapping from its first address (an index array:
         # the array itself, its addresses are its own)
-        key = (src.dtype, *((t.shape, t.strides, id(t._idx), t._idx is None
-                             and self.g.pools[t.dtype].window(t)) for t in (src, dst)))
+        key = (src.dtype, *((t.shape, t.strides, id(t._idx),
+                             t._idx is None and self.g.pools[t.dtype].window(*address_span(t)))
+                            for t in (src, dst)))
         if key in self.copies:  # sides alike and mapped alike, at shifted addresses (an
             # unrolled loop, a FIFO's slots, the same elements again): the earlier plan
             self.steps.append(replace(self.steps[self.copies[key]], index=len(self.steps),

@@ -114,11 +114,10 @@ class Pool:
         end = np.where(at == hi[run], e[run], cuts.take(at, mode="clip"))
         return keep[run], start, end, self._cut_tiles[at]
 
-    def window(self, t: Tensor) -> tuple:
-        """The tile mapping of the addresses a region spans (its cuts from its first address,
-        as bytes): equal for regions of one shape mapped alike at shifted addresses. Call it
-        after ``pieces`` (which resolves the mapping)."""
-        lo, hi = t.offset, t.offset + sum((n - 1) * st for n, st in zip(t.shape, t.strides))
+    def window(self, lo: int, hi: int) -> tuple:
+        """The tile mapping of addresses ``lo`` to ``hi`` (its cuts counted from ``lo``, as
+        bytes): equal for spans of one length mapped alike at shifted addresses. Call it
+        after ``pieces`` or ``_resolve`` (which resolve the mapping)."""
         i, j = np.searchsorted(self._cuts, [lo, hi], "right")  # the cuts in (lo, hi]
         return (self._cuts[i:j] - lo).tobytes(), self._cut_tiles[i:j + 1].tobytes()
 

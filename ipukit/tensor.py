@@ -285,6 +285,14 @@ def single_run(t: Tensor):
     return (t.offset, math.prod(t.shape)) if contiguous(t.shape, t.strides) else None
 
 
+def address_span(t: Tensor) -> tuple[int, int]:
+    """The lowest and the highest address of ``t``'s elements (``t`` not empty)."""
+    if t._idx is not None:
+        return int(t._idx.min()), int(t._idx.max())
+    reach = [(n - 1) * s for n, s in zip(t.shape, t.strides)]
+    return t.offset + sum(r for r in reach if r < 0), t.offset + sum(r for r in reach if r > 0)
+
+
 def runs(t: Tensor, keep: int = 0):
     """``t``'s elements in flat order as runs of consecutive addresses: (begins, lengths).
     The first ``keep`` dimensions are never merged into one run (one run per vertex)."""

@@ -41,7 +41,7 @@ import numpy as np
 
 from ..errors import GraphConnectionError, IpuError, type_name
 from ..program import Copy, Execute, Sequence
-from ..tensor import TYPE_NAMES, Tensor, as_type, single_run
+from ..tensor import TYPE_NAMES, Tensor, address_span, as_type, single_run
 from ..vertex import InOut, Input, MultiVertex, Output, Vector, Vertex
 from . import poputil
 from .expr import BINARY, UNARY, Expr, _1, _2, _3, lift
@@ -314,10 +314,7 @@ def _apart(a: Tensor, b: Tensor) -> bool:
         return False
     if not (a.num_elements() and b.num_elements()):
         return True
-    (lo_a, hi_a), (lo_b, hi_b) = (
-        (t.offset + sum((n - 1) * s for n, s in zip(t.shape, t.strides) if s < 0),
-         t.offset + sum((n - 1) * s for n, s in zip(t.shape, t.strides) if s > 0))
-        for t in (a, b))
+    (lo_a, hi_a), (lo_b, hi_b) = address_span(a), address_span(b)
     return hi_a < lo_b or hi_b < lo_a
 
 

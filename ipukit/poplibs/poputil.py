@@ -21,7 +21,7 @@ import weakref
 import numpy as np
 
 from ..errors import IpuError, TileMappingError
-from ..tensor import Tensor, firsts, runs, single_run
+from ..tensor import Tensor, address_span, firsts, runs, single_run
 
 #: Bits the IPU's load/store path moves per cycle (sets the vector width).
 DATA_PATH_BITS = 64
@@ -149,25 +149,17 @@ def tile_of_elements(graph, t: Tensor) -> np.ndarray:
     key = (graph._offset, graph.target.num_tiles, t.offset, t.shape, t.strides, id(t._idx))
     kept = _KEPT.setdefault(pool, {})
     old = kept.get(key)
-    if old is not None and old[0] is t._idx and (old[1] is pool._cut_tiles or all(
-            np.array_equal(a, b) for a, b in zip(old[3], _steps(pool, old[2])))):
+    if old is not None and old[0] is t._idx and (old[1] is pool._cut_tiles
+                                                  or old[3] == pool.window(*old[2])):
         kept[key] = (old[0], pool._cut_tiles, *old[2:])
         return old[4]
-    span = (int(t.idx.min()), int(t.idx.max())) if t._idx is not None else (
-        t.offset, t.offset + sum((n - 1) * s for n, s in zip(t.shape, t.strides)))
+    span = address_span(t)
     answer = _tile_of_elements(graph, t)
     answer.flags.writeable = False
-    kept[key] = (t._idx, pool._cut_tiles, span, _steps(pool, span), answer)
+    kept[key] = (t._idx, pool._cut_tiles, span, pool.window(*span), answer)
     if len(kept) > KEEP_ANSWERS:  # the oldest goes: memory stays bounded
         kept.pop(next(iter(kept)))
     return answer
-
-
-def _steps(pool, span):
-    """The part of ``pool``'s mapping (cuts and tiles) that gives the tiles of addresses
-    ``span[0]`` to ``span[1]``: equal parts, equal tiles there."""
-    i, j = np.searchsorted(pool._cuts, span, "right").tolist()
-    return pool._cuts[i:j], pool._cut_tiles[i:j + 1]
 
 
 def _tile_of_elements(graph, t: Tensor) -> np.ndarray:
