@@ -587,6 +587,13 @@ class CodeletError(IpuError):
                    f"running {n} vertices at once; {VERTEX_AXIS}")
 
     @classmethod
+    def multivertex_estimate(cls, codelet):
+        return cls(f"{codelet.__name__}.cycle_estimate must take (sizes, workers): a "
+                   "MultiVertex's estimate is the tile's busy time with its work split over "
+                   "the target's workers (compile passes Target.num_worker_contexts); write "
+                   "def cycle_estimate(cls, sizes, workers=6)")
+
+    @classmethod
     def mixes_vertices(cls, codelet, name, vertex, a, b, n):
         """Field ``name`` of ``vertex`` is ``a`` run alone, ``b`` run with its group of n."""
         return cls(f"{codelet.__name__}.compute gives field '{name}' of {vertex} the value {a} "

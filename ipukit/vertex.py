@@ -19,6 +19,9 @@ with ``axis=-1``; ``self.xp`` is the array module (NumPy or CuPy).
 
 from __future__ import annotations
 
+import inspect
+
+from .errors import CodeletError
 from .tensor import as_type
 
 
@@ -104,12 +107,18 @@ class MultiVertex(Vertex):
     Its cycle estimate is the tile's busy time, as PopLibs' estimators give it
     (``numWorkers * workerCycles``): the compile step spreads it evenly over the tile's
     W workers, so the tile takes W x its heaviest worker, as with one vertex per worker.
+    An override takes ``(sizes, workers)``.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "workers" not in inspect.signature(cls.cycle_estimate).parameters:
+            raise CodeletError.multivertex_estimate(cls)
 
     @classmethod
     def cycle_estimate(cls, sizes: dict[str, int], workers: int = 6) -> int:
         """W x one worker's cycles when each field's elements are split evenly over the
-        ``workers`` (``Target::getNumWorkerContexts()``, which compile passes: 6 on every IPU
-        preset): the
-        :class:`Vertex` default applied to a share of ceil(n / W) elements per field."""
+        ``workers`` (``Target::getNumWorkerContexts()``, which compile passes: 6 on every
+        IPU preset): the :class:`Vertex` default applied to a share of ceil(n / W)
+        elements per field."""
         return workers * super().cycle_estimate({f: -(-n // workers) for f, n in sizes.items()})

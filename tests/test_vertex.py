@@ -114,3 +114,26 @@ def test_a_multivertex_computes_its_whole_tile_at_once():
     eng.load(dev)
     eng.run()
     assert eng.read_tensor("out").tolist() == [3.0 * i for i in range(10)]
+
+
+def test_multivertex_estimate_override_without_workers_is_refused_where_it_is_written():
+    """Compile passes the target's worker count to a MultiVertex's estimate, so an
+    override written like Vertex's (sizes only) is refused when the class is defined,
+    naming the codelet and the signature to write."""
+    with pytest.raises(ipu.CodeletError, match=r"Busy\.cycle_estimate must take \(sizes, "
+                       r"workers\).*def cycle_estimate\(cls, sizes, workers=6\)"):
+        class Busy(ipu.MultiVertex):
+            x = ipu.InOut(ipu.Vector(ipu.FLOAT))
+
+            @classmethod
+            def cycle_estimate(cls, sizes):
+                return 7
+
+    class Fine(ipu.MultiVertex):
+        x = ipu.InOut(ipu.Vector(ipu.FLOAT))
+
+        @classmethod
+        def cycle_estimate(cls, sizes, workers=6):
+            return workers * 7
+
+    assert Fine.cycle_estimate({"x": 3}, 4) == 28
