@@ -84,19 +84,22 @@ class Pool:
         then the new records; it is spliced between the resolved cuts below ``lo`` and above
         ``hi``, and cuts where the tile does not change are dropped (so the step function
         is the one painting every record at once gives). ``hi > lo`` always (records of no
-        length paint nothing)."""
+        length paint nothing). Records that are runs covering ``[lo, hi)`` in order (a
+        linear mapping) need no painting; the resolved tile changes at every old cut, so
+        only the cuts from ``lo`` to ``hi`` are checked for a change."""
         if self._new[0]:
             (b, e, t), self._new = [np.array(new, np.int64) for new in self._new], ([], [], [])
             cuts, tiles, lo, hi = self._cuts, self._cut_tiles, b.min(), max(e.max(), b.min() + 1)
             (i, j2), (i0, j) = (np.searchsorted(cuts, [lo, hi], s) for s in ("right", "left"))
             cat = np.concatenate  # (np.r_ costs tens of µs a call)
-            wc, wt = _paint(cat(([lo], cuts[i:j], b)), cat((cuts[i:j], [hi], e)),
-                            cat((tiles[i:j + 1], t)))
-            k, k_hi = np.searchsorted(wc, lo, "right"), np.searchsorted(wc, hi, "left")
-            cuts = cat((cuts[:i0], [lo], wc[k:k_hi], [hi], cuts[j2:]))  # drop non-changes next
-            tiles = cat((tiles[:i0 + 1], wt[k:k_hi + 1], tiles[j2:]))
-            change = np.flatnonzero(tiles[1:] != tiles[:-1])
-            self._cuts, self._cut_tiles = cuts[change], cat((tiles[:1], tiles[change + 1]))
+            if not ((e > b).all() and (b[1:] == e[:-1]).all()):  # not runs that cover [lo, hi)
+                b, t = _paint(cat(([lo], cuts[i:j], b)), cat((cuts[i:j], [hi], e)),
+                              cat((tiles[i:j + 1], t)))
+                k, k_hi = np.searchsorted(b, [lo, hi - 1], "right")  # the cuts in (lo, hi)
+                b, t = cat(([lo], b[k:k_hi])), t[k:k_hi + 1]
+            change = firsts(mid := cat((tiles[i0:i0 + 1], t, tiles[j2:j2 + 1])))[1:] - 1
+            self._cuts = cat((cuts[:i0], cat((b, [hi]))[change], cuts[j2:]))
+            self._cut_tiles = cat((tiles[:i0 + 1], mid[change + 1], tiles[j2 + 1:]))
 
     def pieces(self, begins: np.ndarray, lengths: np.ndarray):
         """Cut address runs where the tile mapping changes: (run, begin, end, tile) of
@@ -315,13 +318,14 @@ class Graph:
             self.set_tile_mapping(ref, tile)
         return ref
 
-    def _add_vertices(self, cs: ComputeSet, cls, connections: list, tiles: list) -> int:
-        """Vertices of one class, connected and on (root) tiles as given, without the checks
-        of add_vertex (PopLibs adds many alike: the caller checked one); the first's id."""
+    def _add_vertices(self, cs, cls, connections: list, tiles: list, perf=None, state=None):
+        """Vertices of one class, connected and on (root) tiles as given (and with estimates
+        and State values, if given), without the checks of add_vertex (PopLibs adds many
+        alike: the caller checked one); the first's id."""
         vid, n = len(self.v_cs), len(tiles)
         for column, add in zip((self.v_cs, self.v_cls, self.v_conn, self.v_tile, self.v_perf,
                                 self.v_state), ([cs.id] * n, [cls] * n, connections, tiles,
-                                                [None] * n, [{} for _ in tiles])):
+                                perf or [None] * n, state or [{} for _ in tiles])):
             column.extend(add)
         return vid
 

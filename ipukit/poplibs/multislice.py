@@ -116,7 +116,7 @@ def _check_offsets(graph, offsets, name):
     if not isinstance(offsets, Tensor) or offsets.dtype != UNSIGNED_INT:
         raise GraphConnectionError(f"{name}: offsets must be an UNSIGNED_INT tensor of shape "
                                    f"(N, 1), got {offsets!r}")
-    poputil.check_mapped(graph, offsets, name, "offsets")
+    poputil.check_mapped(graph, offsets, name, "offsets", tiles=False)
     return offsets.flatten()
 
 
@@ -158,7 +158,7 @@ def multi_update_add(graph, t: Tensor, s: Tensor, offsets: Tensor, scale, dims, 
     owners = _owners(graph, t, name)
     idx = _check_offsets(graph, offsets, name)
     n, e = idx.num_elements(), t.shape[1]
-    poputil.check_mapped(graph, s, name, "updates")
+    poputil.check_mapped(graph, s, name, "updates", tiles=False)
     if s.num_elements() != n * e or s.dtype != FLOAT or t.dtype != FLOAT:
         raise IpuError(f"{name}: updates '{s.name}' {s.shape} must be float with {n} rows of "
                        f"{e} (one per offset in '{offsets.name}') for table '{t.name}' {t.shape}")
@@ -166,7 +166,7 @@ def multi_update_add(graph, t: Tensor, s: Tensor, offsets: Tensor, scale, dims, 
         value = float(scale)
         scale = graph.add_constant(FLOAT, [1], value, f"{name}/scale")
         graph.set_tile_mapping(scale, owners[0][0])
-    poputil.check_mapped(graph, scale, name, "scale")
+    poputil.check_mapped(graph, scale, name, "scale", tiles=False)
     s, scale = (popops.copy_if_aliased(graph, x, t, prog, name) for x in (s, scale))
     cs = graph.add_compute_set(name)
     for tile, rows in owners:

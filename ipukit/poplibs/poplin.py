@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import GraphConnectionError, IpuError
 from ..program import Execute, Sequence
-from ..tensor import INT, TYPE_NAMES, Tensor
+from ..tensor import INT, TYPE_NAMES, Tensor, single_run
 from ..vertex import Input, Output, State, Vector, Vertex
 from . import popops, poputil
 
@@ -133,8 +133,8 @@ def mat_mul(graph, a: Tensor, b: Tensor, prog: Sequence, debug_name: str = "") -
         )
     if not isinstance(prog, Sequence):
         raise IpuError(f"{name}: prog must be an ipu.Sequence to append to, got {prog!r}")
-    poputil.check_mapped(graph, a, name, f"operand A '{a.name}'")
-    poputil.check_mapped(graph, b, name, f"operand B '{b.name}'")
+    poputil.check_mapped(graph, a, name, f"operand A '{a.name}'", tiles=False)
+    poputil.check_mapped(graph, b, name, f"operand B '{b.name}'", tiles=False)
     m, k = a.shape
     n = b.shape[1]
     out = graph.add_variable(a.dtype, [m, n], name)
@@ -159,27 +159,58 @@ def mat_mul(graph, a: Tensor, b: Tensor, prog: Sequence, debug_name: str = "") -
 
 def _add_blocks(graph, cs, a, b, partials, p: Plan, first_tile: int) -> None:
     """The MatMulPartial vertices of one product ``a @ b`` into ``partials`` (tiles_k, M,
-    N), on tiles ``first_tile``, ``first_tile + 1``, ... (one per block and piece)."""
+    N), on tiles ``first_tile``, ``first_tile + 1``, ... (one per block and piece).
+
+    Each block of partials is mapped to its vertex's tile; the first vertex is added (and
+    checked) as any, the rest (the same fields and types) in one go."""
     (m, k), n = a.shape, b.shape[1]
     cls = MatMulPartial if a.dtype == np.float32 else MatMulPartialHalf
     workers, macs = graph.target.num_worker_contexts, macs_per_cycle(graph.target)
-    tile = first_tile
+    conns, tiles, ks, perf = [], [], [], []
     for i in range(p.tiles_m):
         m0, m1 = i * m // p.tiles_m, (i + 1) * m // p.tiles_m
         for j in range(p.tiles_n):
             n0, n1 = j * n // p.tiles_n, (j + 1) * n // p.tiles_n
             for kk in range(p.tiles_k):
                 k0, k1 = kk * k // p.tiles_k, (kk + 1) * k // p.tiles_k
-                block = _block(partials[kk], m0, m1, n0, n1)
-                graph.set_tile_mapping(block, tile)
-                v = graph.add_vertex(cs, cls, {  # 2-D views (the fields flatten them):
-                    "a": _block(a, m0, m1, k0, k1),  # no address array per element
-                    "b": _block(b, k0, k1, n0, n1),
-                    "out": block}, tile=tile)
-                graph.set_initial_value(v["k"], k1 - k0)
+                conns.append({"a": _block(a, m0, m1, k0, k1),  # 2-D views (the fields
+                              "b": _block(b, k0, k1, n0, n1),  # flatten them): no address
+                              "out": _block(partials[kk], m0, m1, n0, n1)})  # array each
+                tiles.append(first_tile + len(tiles))
+                ks.append(k1 - k0)
                 cycles = VERTEX_OVERHEAD + _ceil((m1 - m0) * (n1 - n0) * (k1 - k0), macs)
-                graph.set_perf_estimate(v, _ceil(cycles, workers))
-                tile += 1
+                perf.append(_ceil(cycles, workers))
+    if tiles[-1] >= graph.target.num_tiles or not single_run(partials):
+        for conn, tile, kk, cycles in zip(conns, tiles, ks, perf):  # each one checked
+            _add_block(graph, cs, cls, conn, tile, kk, cycles)
+        return
+    _map_blocks(graph, partials, p, first_tile)
+    _add_block(graph, cs, cls, conns[0], tiles[0], ks[0], perf[0])
+    dtype = cls.fields["k"].dtype
+    graph.root._add_vertices(cs, cls, conns[1:], [t + graph._offset for t in tiles[1:]],
+                             perf[1:], [{"k": np.asarray(kk, dtype)} for kk in ks[1:]])
+
+
+def _add_block(graph, cs, cls, conn, tile, k, cycles) -> None:
+    """One MatMulPartial vertex, its output block mapped to its tile (all checked)."""
+    graph.set_tile_mapping(conn["out"], tile)
+    v = graph.add_vertex(cs, cls, conn, tile=tile)
+    graph.set_initial_value(v["k"], k)
+    graph.set_perf_estimate(v, cycles)
+
+
+def _map_blocks(graph, partials, p: Plan, first_tile: int) -> None:
+    """``set_tile_mapping`` of every block of ``partials`` (a variable) to its vertex's
+    tile, in one call: a run of addresses per row of each block."""
+    tk, m, n = partials.shape
+    row_block = np.repeat(np.arange(p.tiles_m), np.diff(np.arange(p.tiles_m + 1) * m // p.tiles_m))
+    n0 = np.arange(p.tiles_n + 1) * n // p.tiles_n
+    kk, row, j = np.ix_(np.arange(tk), np.arange(m), np.arange(p.tiles_n))
+    begins = partials.offset + (kk * m + row) * n + n0[j]
+    tiles = first_tile + (row_block[row] * p.tiles_n + j) * tk + kk
+    lengths = np.broadcast_to(np.diff(n0)[j], begins.shape)
+    graph.root.pools[partials.dtype].map(begins.reshape(-1), lengths.reshape(-1),
+                                         tiles.reshape(-1) + graph._offset)
 
 
 def _block(t: Tensor, r0: int, r1: int, c0: int, c1: int) -> Tensor:
@@ -220,8 +251,8 @@ def mat_mul_grouped(graph, a: Tensor, b: Tensor, prog: Sequence, debug_name: str
         )
     if not isinstance(prog, Sequence):
         raise IpuError(f"{name}: prog must be an ipu.Sequence to append to, got {prog!r}")
-    poputil.check_mapped(graph, a, name, f"operand A '{a.name}'")
-    poputil.check_mapped(graph, b, name, f"operand B '{b.name}'")
+    poputil.check_mapped(graph, a, name, f"operand A '{a.name}'", tiles=False)
+    poputil.check_mapped(graph, b, name, f"operand B '{b.name}'", tiles=False)
     groups, m, k = a.shape
     n = b.shape[2]
     out = graph.add_variable(a.dtype, [groups, m, n], name)

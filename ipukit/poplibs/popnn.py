@@ -126,7 +126,7 @@ def non_linearity_input_gradient(graph, nl_type, out: Tensor, out_gradient: Tens
     if nl != "RELU":
         raise IpuError(f"{name}: ipukit has the input gradient of RELU only, got {nl_type!r}")
     tiles = poputil.check_mapped(graph, out, name, "out")
-    poputil.check_mapped(graph, out_gradient, name, "outGradient")
+    poputil.check_mapped(graph, out_gradient, name, "outGradient", tiles=False)
     if tuple(out.shape) != tuple(out_gradient.shape) or out.dtype != FLOAT \
             or out_gradient.dtype != FLOAT:
         raise IpuError(f"{name}: out '{out.name}' {out.shape} and outGradient "
@@ -223,7 +223,7 @@ def calc_loss(graph, model_outputs: Tensor, expected: Tensor, loss: Tensor, delt
     outs = model_outputs
     for role, t in (("modelOutputs", outs), ("expected", expected), ("loss", loss),
                     ("deltas", delta), ("numCorrect", num_correct)):
-        poputil.check_mapped(graph, t, name, f"{role}")
+        poputil.check_mapped(graph, t, name, role, tiles=False)
     if outs.rank != 2:
         raise IpuError(f"{name}: modelOutputs '{outs.name}' must be (batch, classes), got "
                        f"{outs.shape}")

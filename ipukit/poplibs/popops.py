@@ -187,7 +187,8 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     """
     if len(tiles) == 0:
         return 0
-    in_order = bool((tiles[1:] >= tiles[:-1]).all())  # e.g. a linear mapping: no sort
+    cuts = np.flatnonzero(tiles[1:] != tiles[:-1]) + 1  # where the tile changes
+    in_order = bool((tiles[cuts] > tiles[cuts - 1]).all())  # e.g. linear mapping: no sort
     order = None if in_order else np.argsort(tiles, kind="stable")
     flat = []  # each field's rows in tile order, flat, once: (name, ..., row width)
     for name, t in fields.items():
@@ -197,7 +198,8 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
         flat.append((name, t.graph, t.dtype, t.name,
                      (idx if in_order else idx[order]).reshape(-1), idx.shape[1]))
     sorted_tiles = tiles if in_order else tiles[order]
-    cuts = np.flatnonzero(np.diff(sorted_tiles)) + 1
+    if not in_order:
+        cuts = np.flatnonzero(sorted_tiles[1:] != sorted_tiles[:-1]) + 1
     starts = np.concatenate([[0], cuts]).astype(np.int64)
     ends = np.concatenate([cuts, [sorted_tiles.size]]).astype(np.int64)
     conns, on, multi = [], [], issubclass(cls, MultiVertex)
@@ -244,8 +246,8 @@ def map(graph, expr, tensors, prog: Sequence, debug_name: str = "",  # noqa: A00
                        f"{len(tensors)} tensors were given")
     if not tensors:
         raise IpuError(f"{op}: map needs at least one tensor")
-    tiles_of = [poputil.check_mapped(graph, t, op, f"operand {i + 1}")
-                for i, t in enumerate(tensors)]
+    for i, t in enumerate(tensors):  # (the tiles of the output's operand are asked below)
+        poputil.check_mapped(graph, t, op, f"operand {i + 1}", tiles=False)
     try:
         shape = np.broadcast_shapes(*(t.shape for t in tensors))
     except ValueError:
@@ -267,14 +269,13 @@ def map(graph, expr, tensors, prog: Sequence, debug_name: str = "",  # noqa: A00
         if tuple(out.shape) != tuple(shape):
             raise IpuError(f"{op}: in-place output '{out.name}' {out.shape} must have the "
                            f"broadcast shape {shape} of all operands")
-        out_tiles = tiles_of[0]
-        tensors[1:] = [copy_if_aliased(graph, t, out, prog, op, tiles)
-                       for t, tiles in zip(tensors[1:], tiles_of[1:])]
+        out_tiles = poputil.tile_of_elements(graph, out)
+        tensors[1:] = [copy_if_aliased(graph, t, out, prog, op) for t in tensors[1:]]
     else:
         out = graph.add_variable(out_type, shape, _name(debug_name, "map") + "/out")
         same = [i for i, t in enumerate(tensors) if tuple(t.shape) == tuple(shape)]
         if same:  # clone the mapping of the first operand with the output's shape
-            out_tiles = tiles_of[same[0]]
+            out_tiles = poputil.tile_of_elements(graph, tensors[same[0]])
             poputil._map_elements(graph, out, out_tiles)
         else:
             poputil.map_tensor_linearly(graph, out)
@@ -283,13 +284,21 @@ def map(graph, expr, tensors, prog: Sequence, debug_name: str = "",  # noqa: A00
         return out  # nothing to compute: no compute set
     cs = graph.add_compute_set(_name(debug_name, f"map {expr}"))
     cls = map_vertex(expr, in_types, out_type, inplace)
-    fields = {f"in{i + 1}": t.broadcast(shape).flatten() for i, t in enumerate(tensors)}
+    fields = {f"in{i + 1}": _flat_as(t, shape) for i, t in enumerate(tensors)}
     if not inplace:
         fields["out"] = out.flatten()
     add_per_tile_vertices(graph, cs, cls, fields, out_tiles,
                           grain=poputil.vector_width(out_type))
     prog.add(Execute(cs))
     return out
+
+
+def _flat_as(t: Tensor, shape) -> Tensor:
+    """``t.broadcast(shape).flatten()``; a region of that shape already gives the same
+    flat view (and name) without NumPy's broadcasting (map's operands usually are)."""
+    if t._idx is not None or tuple(t.shape) != tuple(shape):
+        return t.broadcast(shape).flatten()
+    return t._view((t.offset, t.shape, t.strides), f".broadcast({list(shape)})").flatten()
 
 
 def copy_if_aliased(graph, t: Tensor, out: Tensor, prog: Sequence, op: str,

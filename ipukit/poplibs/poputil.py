@@ -166,6 +166,8 @@ def _tile_of_elements(graph, t: Tensor) -> np.ndarray:
     n = t.num_elements()
     if n == 0:
         return np.full(0, -1, np.int64)
+    if single_run(t):  # (a variable, or a slice of one)
+        return _tiles(graph, t)
     if t._idx is None and t.strides is not None:
         shape, strides = np.array(t.shape, np.int64), np.array(t.strides, np.int64)
         if (strides >= 0).all() and not _is_contiguous(shape, strides):
@@ -203,8 +205,15 @@ def _tiles(graph, t: Tensor) -> np.ndarray:
     ``graph.get_tile_mapping`` reads it, without building its per-tile lists."""
     if t.graph is not graph.root:  # get_tile_mapping says whose it is
         graph.get_tile_mapping(t, throw_on_incomplete=False)
-    begins, lengths = runs(t)
-    _, start, end, tiles = graph.root.pools[t.dtype].pieces(begins, lengths)
+    pool, run = graph.root.pools[t.dtype], single_run(t)
+    if run:  # one run of addresses: its pieces are the cuts inside it
+        pool._resolve()
+        i, j = np.searchsorted(pool._cuts, [run[0], run[0] + run[1] - 1], "right")
+        start = np.concatenate(([run[0]], pool._cuts[i:j]))
+        end = np.concatenate((pool._cuts[i:j], [run[0] + run[1]]))
+        tiles = pool._cut_tiles[i:j + 1]
+    else:
+        _, start, end, tiles = pool.pieces(*runs(t))
     lo, n = graph._offset, graph.target.num_tiles
     if lo or n != graph.root.target.num_tiles:  # a virtual graph: its own tile numbers
         if ((tiles >= 0) & ((tiles < lo) | (tiles >= lo + n))).any():
@@ -213,17 +222,19 @@ def _tiles(graph, t: Tensor) -> np.ndarray:
     return np.repeat(tiles, end - start)  # pieces come in the flat order of t's elements
 
 
-def check_mapped(graph, t: Tensor, op: str, role: str) -> np.ndarray:
+def check_mapped(graph, t: Tensor, op: str, role: str, tiles: bool = True):
     """Raise a TileMappingError naming the operand unless every element has a tile.
 
-    Returns the tile of every element (flat).
+    Returns the tile of every element (flat); with ``tiles=False`` only checks (None).
     """
     if not isinstance(t, Tensor):
         raise IpuError(f"{op}: {role} must be a Tensor, got {t!r}")
     if t.graph is not graph.root:
         raise IpuError(f"{op}: {role} '{t.name}' belongs to another graph")
-    tiles = tile_of_elements(graph, t)
-    unmapped = np.flatnonzero(tiles < 0)
+    if not tiles and _span_mapped(graph, t):
+        return None
+    answer = tile_of_elements(graph, t)
+    unmapped = np.flatnonzero(answer < 0)
     if unmapped.size:
         first = list(map(int, np.unravel_index(unmapped[0], t.shape)))
         raise TileMappingError(
@@ -231,7 +242,21 @@ def check_mapped(graph, t: Tensor, op: str, role: str) -> np.ndarray:
             f"(first: {first}); map it first with graph.set_tile_mapping or "
             "poputil.map_tensor_linearly"
         )
-    return tiles
+    return answer
+
+
+def _span_mapped(graph, t: Tensor) -> bool:
+    """Whether every address from ``t``'s lowest to its highest is on a tile of ``graph``
+    (then all of ``t``'s elements are: a check without a tile per element)."""
+    if not t.num_elements():
+        return False
+    pool = graph.root.pools[t.dtype]
+    pool._resolve()
+    lo, hi = address_span(t)
+    i, j = np.searchsorted(pool._cuts, [lo, hi], "right")
+    tiles = pool._cut_tiles[i:j + 1]
+    return bool(tiles.min() >= graph._offset
+                and tiles.max() < graph._offset + graph.target.num_tiles)
 
 
 def vertex_separable(compute):
