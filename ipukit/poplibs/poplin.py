@@ -29,6 +29,7 @@ c: [
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -94,9 +95,14 @@ def macs_per_cycle(target) -> int:
 
 def plan(target, m: int, k: int, n: int) -> Plan:
     """Choose the split with the lowest estimated cycles (compute, exchange, reduction)."""
-    tiles, workers = target.num_tiles, target.num_worker_contexts
-    macs = macs_per_cycle(target)
-    xbytes = target.exchange_bytes_per_cycle
+    return _plan(target.num_tiles, target.num_worker_contexts, macs_per_cycle(target),
+                 target.exchange_bytes_per_cycle, m, k, n)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(tiles: int, workers: int, macs: int, xbytes: int, m: int, k: int, n: int) -> Plan:
+    """:func:`plan` of a target with ``tiles``, ``workers``, ``macs`` per tile cycle and
+    ``xbytes`` of exchange per cycle (a model builds the same products again and again)."""
     best = None
     for tk in range(1, min(k, tiles) + 1):
         if tk > 1 and (tiles // tk) * tk != tiles and tk & (tk - 1):

@@ -120,15 +120,15 @@ def _map_elements(graph, t: Tensor, tiles: np.ndarray) -> None:
     ``set_tile_mapping`` per run of consecutive addresses on one tile does, in one call."""
     if tiles.size == 0:
         return
-    bad = tiles[(tiles < 0) | (tiles >= graph.target.num_tiles)]
-    if bad.size or t.graph is not graph.root:  # set_tile_mapping says what is wrong
-        graph.set_tile_mapping(t, int(bad[0]) if bad.size else 0)
     run = single_run(t)  # one run of addresses (a variable): runs of one tile are runs
     flat = None if run else t.idx.reshape(-1)
     first = firsts(tiles) if run else firsts(flat - np.arange(tiles.size), tiles)
+    at = tiles[first]  # the tile of each run (so of each of its elements)
+    bad = at[(at < 0) | (at >= graph.target.num_tiles)]
+    if bad.size or t.graph is not graph.root:  # set_tile_mapping says what is wrong
+        graph.set_tile_mapping(t, int(bad[0]) if bad.size else 0)
     graph.root.pools[t.dtype].map(run[0] + first if run else flat[first],
-                                  np.diff(first, append=tiles.size),
-                                  tiles[first] + graph._offset)
+                                  np.diff(first, append=tiles.size), at + graph._offset)
 
 
 def tile_of_elements(graph, t: Tensor) -> np.ndarray:
@@ -231,8 +231,8 @@ def check_mapped(graph, t: Tensor, op: str, role: str, tiles: bool = True):
         raise IpuError(f"{op}: {role} must be a Tensor, got {t!r}")
     if t.graph is not graph.root:
         raise IpuError(f"{op}: {role} '{t.name}' belongs to another graph")
-    if not tiles and _span_mapped(graph, t):
-        return None
+    if _span_mapped(graph, t):  # then no element needs looking at
+        return tile_of_elements(graph, t) if tiles else None
     answer = tile_of_elements(graph, t)
     unmapped = np.flatnonzero(answer < 0)
     if unmapped.size:
