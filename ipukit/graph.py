@@ -223,7 +223,7 @@ class Graph:
     # -- data ----------------------------------------------------------------------------
     def _pool(self, dtype) -> Pool:
         dtype = as_type(dtype)
-        return self.pools.setdefault(dtype, Pool(dtype))
+        return self.pools.get(dtype) or self.pools.setdefault(dtype, Pool(dtype))
 
     def add_variable(self, dtype, shape, name: str = "") -> Tensor:
         """``Graph::addVariable``: zero-initialised storage, to be mapped to tiles."""
