@@ -19,7 +19,8 @@ ipukit.errors.TileMappingError: tensor 'v' has 4 unmapped elements (first: [0]);
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, make_dataclass, replace
+from bisect import bisect_right
+from dataclasses import dataclass, make_dataclass
 from math import prod
 
 import numpy as np
@@ -175,6 +176,7 @@ class _Compiler:
         self.memory = {k: np.zeros(self.t.num_tiles, np.int64)  # added to as compute sets
                        for k in ("vertex state", "vertex code", "exchange buffers")}  # compile
         self.code_on: dict[type, np.ndarray] = {}  # codelet -> tiles holding its code
+        self.cut_lists: dict = {}  # dtype -> its pool's cuts as a list (_window)
 
     def run(self, programs) -> Executable:
         programs = [programs] if isinstance(programs, Program) else programs
@@ -211,9 +213,12 @@ class _Compiler:
         raise ProgramError.cannot_compile(p)
 
     def _access(self, t: Tensor, what: str) -> Access:
+        self._own(t, what)
+        return Access.of(t)
+
+    def _own(self, t: Tensor, what: str):
         if t.graph is not self.g:
             raise ProgramError.tensor_of_other_graph(what, t)
-        return Access.of(t)
 
     # -- checks ---------------------------------------------------------------------------
     def _check_mapped(self):
@@ -239,20 +244,29 @@ class _Compiler:
         parallelism)."""
         t, n = self.t, self.t.num_tiles
         compute = np.zeros(n, np.int64) if compute is None else compute
-        src, dst, nbytes = np.zeros((3, 0), np.int64) if transfers is None else transfers
-        key, pair = (np.unique(np.asarray(src, np.int64) * n + dst, return_inverse=True)
-                     if src.size else (src, src))  # (np.unique costs µs even when empty)
-        transfers = np.stack([key // n, key % n, np.bincount(
-            pair, weights=nbytes, minlength=key.size).astype(np.int64)], axis=1)
-        b_in = (np.bincount(dst, weights=nbytes, minlength=n) + tile_in).astype(np.int64)
-        b_out = (np.zeros(n) + tile_out).astype(np.int64)
+        tiles, inter, cross = np.asarray(tiles, np.int64).reshape(-1), 0, None
+        if transfers is None:  # nothing moves between tiles
+            transfers, b_in = np.zeros((0, 3), np.int64), np.zeros(n) + tile_in
+        else:
+            src, dst, nbytes = transfers
+            key = np.asarray(src, np.int64) * n + dst
+            if n * n <= 1 << 16:  # (np.unique costs tens of µs)
+                sums = np.bincount(key, weights=nbytes, minlength=n * n)
+                key = np.flatnonzero(np.bincount(key, minlength=n * n))
+                sums = sums[key]
+            else:
+                key, pair = np.unique(key, return_inverse=True)
+                sums = np.bincount(pair, weights=nbytes, minlength=key.size)
+            transfers = np.stack([key // n, key % n, sums.astype(np.int64)], axis=1)
+            b_in = np.bincount(dst, weights=nbytes, minlength=n) + tile_in
+            tiles = np.concatenate([tiles, src, dst])
+            cross = src // t.tiles_per_ipu != dst // t.tiles_per_ipu
+            inter = int(nbytes[cross].sum())
+        b_in, b_out = b_in.astype(np.int64), (np.zeros(n) + tile_out).astype(np.int64)
         exch = int(cost.exchange_cycles(int(np.maximum(b_in, b_out).max(initial=0)), t))
-        tiles = np.concatenate([np.asarray(tiles, np.int64).reshape(-1), src, dst])
         ipus = tuple(np.flatnonzero(np.bincount(tiles // t.tiles_per_ipu, minlength=t.num_ipus))
                      .tolist() if tiles.size else range(t.num_ipus))
-        cross = src // t.tiles_per_ipu != dst // t.tiles_per_ipu
-        inter = int(nbytes[cross].sum())
-        if cross.any():  # an external sync of the IPUs the step joins, and IPU-Links
+        if cross is not None and cross.any():  # an external sync of the IPUs, IPU-Links
             pair = src[cross] // t.tiles_per_ipu * t.num_ipus + dst[cross] // t.tiles_per_ipu
             exch += cost.link_cycles(int(np.bincount(pair, weights=nbytes[cross]).max()), t)
             sync = max(sync, cost.global_sync_cycles(t, len(ipus)))
@@ -269,19 +283,18 @@ class _Compiler:
     def _copy(self, src, dst):
         if isinstance(src, DataStream) or isinstance(dst, DataStream):
             return self._stream_copy(src, dst)
-        self._access(src, "Copy"), self._access(dst, "Copy")
+        self._own(src, "Copy"), self._own(dst, "Copy")
         if src.num_elements() != dst.num_elements() or src.dtype != dst.dtype:
             raise ProgramError.copy_mismatch(src, dst)
         n_tiles, size, n = self.t.num_tiles, src.dtype.itemsize, (src.num_elements(),)
         # each side's shape, and its tile mapping from its first address (an index array:
         # the array itself, its addresses are its own)
-        key = (src.dtype, *((t.shape, t.strides, id(t._idx),
-                             t._idx is None and self.g.pools[t.dtype].window(*address_span(t)))
+        key = (src.dtype, *((t.shape, t.strides, id(t._idx), t._idx is None and self._window(t))
                             for t in (src, dst)))
         if key in self.copies:  # sides alike and mapped alike, at shifted addresses (an
             # unrolled loop, a FIFO's slots, the same elements again): the earlier plan
-            self.steps.append(replace(self.steps[self.copies[key]], index=len(self.steps),
-                                      name=f"Copy {src.name} -> {dst.name}"))
+            self.steps.append(_renamed(self.steps[self.copies[key]], len(self.steps),
+                                       f"Copy {src.name} -> {dst.name}"))
             return CopyNode(len(self.steps) - 1, Access.of(src, n), Access.of(dst, n))
         (sb, sn), (db, dn) = runs(src), runs(dst)
         if int(_union_lengths(np.zeros(db.size, np.int64), db, db + dn).sum()) != dn.sum():
@@ -308,11 +321,22 @@ class _Compiler:
                           compute, transfers, tile_out=sent, tiles=np.append(s_tile, d_tile))
         return CopyNode(self.copies.setdefault(key, step), Access.of(src, n), Access.of(dst, n))
 
+    def _window(self, t: Tensor) -> tuple:
+        """``Pool.window`` of ``t``'s address span, its cuts found by bisection (a list of
+        the pool's cuts, made once: µs a copy)."""
+        lo, hi = address_span(t)
+        if t.dtype not in self.cut_lists:
+            self.cut_lists[t.dtype] = self.g.pools[t.dtype]._cuts.tolist()
+        cuts = self.cut_lists[t.dtype]
+        i, j = bisect_right(cuts, lo), bisect_right(cuts, hi)  # the cuts in (lo, hi]
+        pool = self.g.pools[t.dtype]
+        return (pool._cuts[i:j] - lo).tobytes(), pool._cut_tiles[i:j + 1].tobytes()
+
     def _stream_copy(self, src, dst):
         stream, tensor = (src, dst) if isinstance(src, DataStream) else (dst, src)
         if self.g.streams.get(stream.name) is not stream:
             raise StreamError.stream_of_other_graph(stream)
-        self._access(tensor, "Copy")
+        self._own(tensor, "Copy")
         if tensor.num_elements() != stream.n or tensor.dtype != stream.dtype:
             raise StreamError.stream_copy_size(stream, tensor)
         run, start, end, tile = self.g.pools[tensor.dtype].pieces(*runs(tensor))
@@ -552,6 +576,13 @@ def _field_access(dtype, tensors: list[Tensor], vector: bool) -> Access:
     vruns = ((np.array(offsets, np.int64)[:, None] + (begins - t0.offset)).reshape(-1),
              np.tile(lengths, n), np.repeat(np.arange(n), begins.size))
     return Access.gather(dtype, (np.array(offsets, dt)[:, None] + inner).reshape(shape), vruns)
+
+
+def _renamed(step: Step, index: int, name: str) -> Step:
+    """``dataclasses.replace(step, index=index, name=name)`` without its checks (µs)."""
+    new = object.__new__(Step)
+    new.__dict__.update(step.__dict__, index=index, name=name)
+    return new
 
 
 def _union_lengths(key: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
