@@ -39,7 +39,7 @@ from .errors import (
 from .graph import DataStream, Graph
 from .memory_report import out_of_memory
 from .program import Copy, Execute, If, PrintTensor, Program, Repeat, RepeatWhileTrue, Sequence
-from .tensor import Tensor, address_span, addresses, firsts, index_runs, runs
+from .tensor import Tensor, address_span, addresses, index_runs, runs
 from .trace import Step, TileMemory
 from .vertex import MultiVertex
 
@@ -177,6 +177,7 @@ class _Compiler:
                        for k in ("vertex state", "vertex code", "exchange buffers")}  # compile
         self.code_on: dict[type, np.ndarray] = {}  # codelet -> tiles holding its code
         self.cut_lists: dict = {}  # dtype -> its pool's cuts as a list (_window)
+        self.layout_runs: dict = {}  # a region's shapes and strides -> its runs at offset 0
 
     def run(self, programs) -> Executable:
         programs = [programs] if isinstance(programs, Program) else programs
@@ -339,14 +340,19 @@ class _Compiler:
         self._own(tensor, "Copy")
         if tensor.num_elements() != stream.n or tensor.dtype != stream.dtype:
             raise StreamError.stream_copy_size(stream, tensor)
+        name = f"StreamCopy {stream.name} {'->' if stream.to_device else '<-'} {tensor.name}"
+        key = (stream.to_device, tensor.dtype, tensor.shape, tensor.strides, id(tensor._idx),
+               tensor._idx is None and self._window(tensor))  # as a Copy's
+        if key in self.copies:  # a tensor alike, mapped alike: the earlier plan
+            self.steps.append(_renamed(self.steps[self.copies[key]], len(self.steps), name))
+            return StreamNode(len(self.steps) - 1, stream, Access.of(tensor, (tensor.num_elements(),)))
         run, start, end, tile = self.g.pools[tensor.dtype].pieces(*runs(tensor))
         nbytes = tensor.num_elements() * tensor.dtype.itemsize
         per_tile = (np.bincount(tile, weights=end - start, minlength=self.t.num_tiles)
                     * tensor.dtype.itemsize).astype(np.int64)
-        arrow = "->" if stream.to_device else "<-"
-        step = self._step(f"StreamCopy {stream.name} {arrow} {tensor.name}", "stream",
-                          sync=cost.sync_cycles(self.t), host_bytes=nbytes, tiles=tile,
-                          **{"tile_in" if stream.to_device else "tile_out": per_tile})
+        step = self.copies[key] = self._step(
+            name, "stream", sync=cost.sync_cycles(self.t), host_bytes=nbytes, tiles=tile,
+            **{"tile_in" if stream.to_device else "tile_out": per_tile})
         return StreamNode(step, stream, Access.of(tensor, (tensor.num_elements(),)))
 
     # -- compute sets ---------------------------------------------------------------------
@@ -371,9 +377,19 @@ class _Compiler:
             buckets.setdefault(tuple(shape), []).append(v)
         groups = tuple(self._group(key[0], run) for key, vs in buckets.items()
                        for run in self._regular_runs(key[0], vs))
-        fields = [(gr, fp, fp.access.runs(merged=True)) for gr in groups for fp in gr.fields]
-        self._check_races(cs, fields)
-        return ExecNode(self._compute_step(cs, groups, fields), groups)
+        fields = [(gr, fp, self._merged_runs(fp.access)) for gr in groups for fp in gr.fields]
+        self._check_races(cs, fields, cat := _runs(fields))
+        return ExecNode(self._compute_step(cs, groups, fields, cat), groups)
+
+    def _merged_runs(self, a: Access) -> tuple:
+        """``a.runs(merged=True)``; a region's are its layout's at offset 0, moved (kept:
+        the same layout recurs in many compute sets)."""
+        if a.idx is not None or a.gather_runs is not None:
+            return a.runs(merged=True)
+        if (key := (a.shape, a.rshape, a.rstrides)) not in self.layout_runs:
+            self.layout_runs[key] = Access(a.dtype, a.shape, 0, a.rshape, a.rstrides).runs(True)
+        begins, lengths, rows = self.layout_runs[key]
+        return begins + a.offset, lengths, rows
 
     def _regular_runs(self, cls, vids: list[int]) -> list[list[int]]:
         """Split vertices into runs whose fields' offsets step evenly (each field is then
@@ -403,7 +419,8 @@ class _Compiler:
                 state[name] = np.stack(vals).astype(f.dtype)
                 sizes[name] = int(state[name][0].size)
                 continue
-            access = _field_access(f.dtype, [g.v_conn[v][name] for v in vids], f.vector)
+            access = _field_access(f.dtype, [g.v_conn[v][name] for v in vids], f.vector,
+                                   g.pools[f.dtype].size <= 2**31)
             sizes[name] = access.shape[1] if f.vector else 1
             fields.append(FieldPlan(name, f.kind, access))
         w = (self.t.num_worker_contexts,) if issubclass(cls, MultiVertex) else ()
@@ -413,18 +430,19 @@ class _Compiler:
         tiles = np.array([g.v_tile[v] for v in vids], np.int64)
         return VertexGroup(cls, np.array(vids), tiles, estimates, tuple(fields), state)
 
-    def _check_races(self, cs, fields, exact=False):
-        """No vertex may write what another vertex (or field) of the compute set touches."""
+    def _check_races(self, cs, fields, cat, exact=False):
+        """No vertex may write what another vertex (or field) of the compute set touches
+        (``cat``: the fields' runs, :func:`_runs`)."""
         if all(fp.kind == "input" or not b.size for _, fp, (b, _, _) in fields):
             return  # nothing is written (an empty field writes nothing)
         # every field's runs of addresses (types apart: each type's storage starts at a
         # multiple of span), "who" = vertex id and field slot (a vertex's own InOut is no
         # race), and whether it writes and reads
         dtypes, span = list(self.g.pools), max(p.size for p in self.g.pools.values()) + 1
-        b, n, who = (np.concatenate(x) for x in zip(*((b, n, gr.vertex_ids[row] * len(fields) + s)
-                     for s, (gr, _, (b, n, row)) in enumerate(fields))))
+        f, vid, _, b, n = cat
+        who = vid * len(fields) + f
         per = np.array([(dtypes.index(fp.access.dtype) * span, fp.kind != "input",
-                         fp.kind != "output") for _, fp, _ in fields], np.int64)[who % len(fields)]
+                         fp.kind != "output") for _, fp, _ in fields], np.int64)[f]
         b, e, w, r = b + per[:, 0], b + n + per[:, 0], per[:, 1] > 0, per[:, 2] > 0
         if (b[o := np.argsort(b)][1:] >= np.maximum.accumulate(e[o])[:-1]).all():
             return  # no two runs meet
@@ -456,7 +474,8 @@ class _Compiler:
         which ``other`` also writes or reads (codes: vertex id x len(fields) + field). Found
         on merged runs (not ``exact``): named as the fields' runs in order find it."""
         if not exact:
-            self._check_races(cs, [(g, f, f.access.runs()) for g, f, _ in fields], True)
+            exact = [(g, f, f.access.runs()) for g, f, _ in fields]
+            self._check_races(cs, exact, _runs(exact), True)
         (w_vid, w_slot), (o_vid, o_slot) = (divmod(int(c), len(fields)) for c in (writer, other))
         pool, addr = divmod(int(addr), span)
         raise ComputeSetRaceError.race(cs, self.g.describe_vertex(w_vid), fields[w_slot][1].name,
@@ -464,24 +483,27 @@ class _Compiler:
                                        None if w_vid == o_vid else self.g.describe_vertex(o_vid),
                                        fields[o_slot][1].name, verb)
 
-    def _compute_step(self, cs, groups, fields) -> int:
+    def _compute_step(self, cs, groups, fields, cat) -> int:
         t, n_tiles, W = self.t, self.t.num_tiles, self.t.num_worker_contexts
         # Vertices on a tile go round-robin to its 6 workers, a MultiVertex to all W of them
         # (r = W copies, each 1/W of its estimate); each worker issues every 6th cycle, so
         # the tile is busy W x the heaviest worker's load (loads here in 1/W cycles: exact).
-        parts = [(gr.tiles, gr.estimates, gr.vertex_ids, np.full(
-            gr.tiles.size, W if issubclass(gr.cls, MultiVertex) else 1)) for gr in groups]
-        tiles, est, vids, r = (np.concatenate([np.zeros(0, np.int64)] + [p[i] for p in parts])
-                               for i in range(4))
-        st = np.repeat(tiles[order := np.lexsort((vids, tiles))], r := r[order])
-        worker = (np.arange(st.size) - np.searchsorted(st, st)) % W
-        load = np.bincount(st * W + worker, np.repeat(est[order] * W // r, r), n_tiles * W)
-        compute = load.reshape(n_tiles, W).max(axis=1).astype(np.int64)
+        tiles, est = (_cat([x(gr) for gr in groups]) for x in (lambda gr: gr.tiles,
+                                                                lambda gr: gr.estimates))
+        if all(issubclass(gr.cls, MultiVertex) for gr in groups):  # each worker: all
+            compute = np.bincount(tiles, est, n_tiles).astype(np.int64)
+        else:
+            vids, r = _cat([gr.vertex_ids for gr in groups]), _cat([np.full(
+                gr.tiles.size, W if issubclass(gr.cls, MultiVertex) else 1) for gr in groups])
+            st = np.repeat(tiles[order := np.lexsort((vids, tiles))], r := r[order])
+            worker = (np.arange(st.size) - np.searchsorted(st, st)) % W
+            load = np.bincount(st * W + worker, np.repeat(est[order] * W // r, r), n_tiles * W)
+            compute = load.reshape(n_tiles, W).max(axis=1).astype(np.int64)
         # Exchange: a vertex's data on another tile is fetched before compute (once per
         # tile); what it writes to another tile is sent after. The exchange broadcasts: a
         # tile sends an element once, however many tiles receive it.
         received, sent, transfers = np.zeros(n_tiles), np.zeros(n_tiles), None
-        if any(r[0].size for _, _, r in fields) and (pieces := self._remote_pieces(fields)):
+        if any(r[0].size for _, _, r in fields) and (pieces := self._remote_pieces(fields, cat)):
             (code, size, kind), (f, vt, start, end, et) = pieces  # (not when all are local)
             rd, wr = (kind != "output")[f], (kind != "input")[f]  # pieces read, written
             nbytes = (end - start) * size[f]
@@ -513,27 +535,21 @@ class _Compiler:
                           vertex_cycles=int(est.sum()), vertex_types=kinds, tiles=tiles,
                           tile_vertices=np.bincount(tiles, minlength=n_tiles))
 
-    def _remote_pieces(self, fields):
-        """Every field's address runs cut where the tile changes, keeping the pieces held
-        on another tile than their vertex's. Returns per field (its type's pool index, item
-        size, kind) and per piece (field, vertex tile, start, end, the tile holding it). A
-        tile fetches a run that several of its vertices read through one Input once."""
-        f, vt, b, n = (np.concatenate(x) for x in zip(*((np.full(b.size, i), gr.tiles[row], b, n)
-            for i, (gr, _, (b, n, row)) in enumerate(fields))))
+    def _remote_pieces(self, fields, cat):
+        """Every field's address runs (``cat``) cut where the tile changes, keeping the
+        pieces held on another tile than their vertex's. Returns per field (its type's pool
+        index, item size, kind) and per piece (field, vertex tile, start, end, the tile
+        holding it)."""
+        f, _, vt, b, n = cat
         code, size, kind = (np.array(x) for x in zip(*(
             (list(self.g.pools).index(fp.access.dtype), fp.access.dtype.itemsize, fp.kind)
             for _, fp, _ in fields)))
-        # equal runs of one field on one tile sorted together; an Input's repeats dropped
-        o = np.argsort((f * self.t.num_tiles + vt) * (int(b.max()) + 1) + b)
-        f, vt, b, n = f[o], vt[o], b[o], n[o]
-        keep = (kind != "input")[f]
-        keep[firsts(f, vt, b, n)] = True
-        f, vt, b, n = f[keep], vt[keep], b[keep], n[keep]
         pieces = []  # each type's runs are cut by that type's tile mapping
         for c, pool in enumerate(self.g.pools.values()):
-            if (sel := np.flatnonzero(code[f] == c)).size:
+            if (code == c).any():  # (all fields of one type: all runs)
+                sel = slice(None) if (code == c).all() else np.flatnonzero(code[f] == c)
                 run, start, end, tile = pool.pieces(b[sel], n[sel])
-                pieces.append((f[sel[run]], vt[sel[run]], start, end, tile))
+                pieces.append((f[sel][run], vt[sel][run], start, end, tile))
         f, vt, start, end, tile = (np.concatenate(x) for x in zip(*pieces))
         if (remote := tile != vt).any():  # (None when every piece is on its vertex's tile)
             return (code, size, kind), tuple(x[remote] for x in (f, vt, start, end, tile))
@@ -557,13 +573,15 @@ class _Compiler:
         return mem
 
 
-def _field_access(dtype, tensors: list[Tensor], vector: bool) -> Access:
+def _field_access(dtype, tensors: list[Tensor], vector: bool, small: bool) -> Access:
     """One field of n vertices, shape (n, k) or (n,): a region when the vertices' regions
-    step evenly through storage, otherwise a gather (an int32 index array)."""
+    step evenly through storage, otherwise a gather (an int32 index array; ``small``: every
+    address of the type fits in one)."""
     n, t0 = len(tensors), tensors[0]
     shape = (n, t0.num_elements()) if vector else (n,)
     if t0._idx is not None:
-        return Access.gather(dtype, np.concatenate([t.idx.reshape(-1) for t in tensors])
+        return Access.gather(dtype, np.concatenate([t.idx.reshape(-1) for t in tensors],
+                                                   dtype=np.int32 if small else None)
                              .reshape(shape))
     offsets = [t.offset for t in tensors]
     step = int(offsets[1] - offsets[0]) if n > 1 else 0
@@ -576,6 +594,19 @@ def _field_access(dtype, tensors: list[Tensor], vector: bool) -> Access:
     vruns = ((np.array(offsets, np.int64)[:, None] + (begins - t0.offset)).reshape(-1),
              np.tile(lengths, n), np.repeat(np.arange(n), begins.size))
     return Access.gather(dtype, (np.array(offsets, dt)[:, None] + inner).reshape(shape), vruns)
+
+
+def _cat(arrays: list) -> np.ndarray:
+    """``np.concatenate`` (int64 when empty) that returns a single array itself."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate([np.zeros(0, np.int64), *arrays])
+
+
+def _runs(fields) -> tuple:
+    """Every field's runs of addresses (``Access.runs``) in one list: the field's slot,
+    vertex id and tile, begin and length of each."""
+    return tuple(_cat(list(x)) for x in zip(*((np.full(b.size, s), gr.vertex_ids[row],
+                                                gr.tiles[row], b, n)
+                                               for s, (gr, _, (b, n, row)) in enumerate(fields))))
 
 
 def _renamed(step: Step, index: int, name: str) -> Step:
@@ -592,5 +623,7 @@ def _union_lengths(key: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.
     order = np.argsort(key * span + begins, kind="stable")  # by key, then begin
     b, e = ((key * span + x)[order] for x in (begins, ends))
     covered = np.maximum.accumulate(np.concatenate(([-2**63], e[:-1])))  # the furthest end before
-    return np.maximum(e - np.maximum(b, covered), 0)[np.argsort(order)]  # in given order
+    out = np.empty_like(e)  # in given order
+    out[order] = np.maximum(e - np.maximum(b, covered), 0)
+    return out
 
