@@ -19,7 +19,6 @@ ipukit.errors.TileMappingError: tensor 'v' has 4 unmapped elements (first: [0]);
 from __future__ import annotations
 
 import warnings
-from bisect import bisect_right
 from dataclasses import dataclass, make_dataclass
 from math import prod
 
@@ -176,8 +175,6 @@ class _Compiler:
         self.memory = {k: np.zeros(self.t.num_tiles, np.int64)  # added to as compute sets
                        for k in ("vertex state", "vertex code", "exchange buffers")}  # compile
         self.code_on: dict[type, np.ndarray] = {}  # codelet -> tiles holding its code
-        self.cut_lists: dict = {}  # dtype -> its pool's cuts as a list (_window)
-        self.layout_runs: dict = {}  # a region's shapes and strides -> its runs at offset 0
 
     def run(self, programs) -> Executable:
         programs = [programs] if isinstance(programs, Program) else programs
@@ -214,12 +211,9 @@ class _Compiler:
         raise ProgramError.cannot_compile(p)
 
     def _access(self, t: Tensor, what: str) -> Access:
-        self._own(t, what)
-        return Access.of(t)
-
-    def _own(self, t: Tensor, what: str):
         if t.graph is not self.g:
             raise ProgramError.tensor_of_other_graph(what, t)
+        return Access.of(t)
 
     # -- checks ---------------------------------------------------------------------------
     def _check_mapped(self):
@@ -245,29 +239,20 @@ class _Compiler:
         parallelism)."""
         t, n = self.t, self.t.num_tiles
         compute = np.zeros(n, np.int64) if compute is None else compute
-        tiles, inter, cross = np.asarray(tiles, np.int64).reshape(-1), 0, None
-        if transfers is None:  # nothing moves between tiles
-            transfers, b_in = np.zeros((0, 3), np.int64), np.zeros(n) + tile_in
-        else:
-            src, dst, nbytes = transfers
-            key = np.asarray(src, np.int64) * n + dst
-            if n * n <= 1 << 16:  # (np.unique costs tens of µs)
-                sums = np.bincount(key, weights=nbytes, minlength=n * n)
-                key = np.flatnonzero(np.bincount(key, minlength=n * n))
-                sums = sums[key]
-            else:
-                key, pair = np.unique(key, return_inverse=True)
-                sums = np.bincount(pair, weights=nbytes, minlength=key.size)
-            transfers = np.stack([key // n, key % n, sums.astype(np.int64)], axis=1)
-            b_in = np.bincount(dst, weights=nbytes, minlength=n) + tile_in
-            tiles = np.concatenate([tiles, src, dst])
-            cross = src // t.tiles_per_ipu != dst // t.tiles_per_ipu
-            inter = int(nbytes[cross].sum())
-        b_in, b_out = b_in.astype(np.int64), (np.zeros(n) + tile_out).astype(np.int64)
+        src, dst, nbytes = np.zeros((3, 0), np.int64) if transfers is None else transfers
+        pair = np.asarray(src, np.int64) * n + dst  # (np.unique: µs even when empty, and its
+        key = np.unique(pair) if src.size else pair  # inverse tens of µs: searchsorted)
+        transfers = np.stack([key // n, key % n, np.bincount(np.searchsorted(key, pair),
+                              weights=nbytes, minlength=key.size).astype(np.int64)], axis=1)
+        b_in = (np.bincount(dst, weights=nbytes, minlength=n) + tile_in).astype(np.int64)
+        b_out = (np.zeros(n) + tile_out).astype(np.int64)
         exch = int(cost.exchange_cycles(int(np.maximum(b_in, b_out).max(initial=0)), t))
+        tiles = np.concatenate([np.asarray(tiles, np.int64).reshape(-1), src, dst])
         ipus = tuple(np.flatnonzero(np.bincount(tiles // t.tiles_per_ipu, minlength=t.num_ipus))
                      .tolist() if tiles.size else range(t.num_ipus))
-        if cross is not None and cross.any():  # an external sync of the IPUs, IPU-Links
+        cross = src // t.tiles_per_ipu != dst // t.tiles_per_ipu
+        inter = int(nbytes[cross].sum())
+        if cross.any():  # an external sync of the IPUs the step joins, and IPU-Links
             pair = src[cross] // t.tiles_per_ipu * t.num_ipus + dst[cross] // t.tiles_per_ipu
             exch += cost.link_cycles(int(np.bincount(pair, weights=nbytes[cross]).max()), t)
             sync = max(sync, cost.global_sync_cycles(t, len(ipus)))
@@ -284,19 +269,22 @@ class _Compiler:
     def _copy(self, src, dst):
         if isinstance(src, DataStream) or isinstance(dst, DataStream):
             return self._stream_copy(src, dst)
-        self._own(src, "Copy"), self._own(dst, "Copy")
+        self._access(src, "Copy"), self._access(dst, "Copy")
         if src.num_elements() != dst.num_elements() or src.dtype != dst.dtype:
             raise ProgramError.copy_mismatch(src, dst)
         n_tiles, size, n = self.t.num_tiles, src.dtype.itemsize, (src.num_elements(),)
         # each side's shape, and its tile mapping from its first address (an index array:
         # the array itself, its addresses are its own)
-        key = (src.dtype, *((t.shape, t.strides, id(t._idx), t._idx is None and self._window(t))
+        key = (src.dtype, *((t.shape, t.strides, id(t._idx),
+                             t._idx is None and self.g.pools[t.dtype].window(*address_span(t)))
                             for t in (src, dst)))
         if key in self.copies:  # sides alike and mapped alike, at shifted addresses (an
-            # unrolled loop, a FIFO's slots, the same elements again): the earlier plan
-            self.steps.append(_renamed(self.steps[self.copies[key]], len(self.steps),
-                                       f"Copy {src.name} -> {dst.name}"))
-            return CopyNode(len(self.steps) - 1, Access.of(src, n), Access.of(dst, n))
+            # unrolled loop, a FIFO's slots, the same elements again): the earlier plan,
+            # renamed (dataclasses.replace without its checks: µs)
+            self.steps.append(step := object.__new__(Step))
+            step.__dict__.update(self.steps[self.copies[key]].__dict__, index=len(self.steps) - 1,
+                                 name=f"Copy {src.name} -> {dst.name}")
+            return CopyNode(step.index, Access.of(src, n), Access.of(dst, n))
         (sb, sn), (db, dn) = runs(src), runs(dst)
         if int(_union_lengths(np.zeros(db.size, np.int64), db, db + dn).sum()) != dn.sum():
             raise ProgramError.copy_aliased(dst)
@@ -322,37 +310,21 @@ class _Compiler:
                           compute, transfers, tile_out=sent, tiles=np.append(s_tile, d_tile))
         return CopyNode(self.copies.setdefault(key, step), Access.of(src, n), Access.of(dst, n))
 
-    def _window(self, t: Tensor) -> tuple:
-        """``Pool.window`` of ``t``'s address span, its cuts found by bisection (a list of
-        the pool's cuts, made once: µs a copy)."""
-        lo, hi = address_span(t)
-        if t.dtype not in self.cut_lists:
-            self.cut_lists[t.dtype] = self.g.pools[t.dtype]._cuts.tolist()
-        cuts = self.cut_lists[t.dtype]
-        i, j = bisect_right(cuts, lo), bisect_right(cuts, hi)  # the cuts in (lo, hi]
-        pool = self.g.pools[t.dtype]
-        return (pool._cuts[i:j] - lo).tobytes(), pool._cut_tiles[i:j + 1].tobytes()
-
     def _stream_copy(self, src, dst):
         stream, tensor = (src, dst) if isinstance(src, DataStream) else (dst, src)
         if self.g.streams.get(stream.name) is not stream:
             raise StreamError.stream_of_other_graph(stream)
-        self._own(tensor, "Copy")
+        self._access(tensor, "Copy")
         if tensor.num_elements() != stream.n or tensor.dtype != stream.dtype:
             raise StreamError.stream_copy_size(stream, tensor)
-        name = f"StreamCopy {stream.name} {'->' if stream.to_device else '<-'} {tensor.name}"
-        key = (stream.to_device, tensor.dtype, tensor.shape, tensor.strides, id(tensor._idx),
-               tensor._idx is None and self._window(tensor))  # as a Copy's
-        if key in self.copies:  # a tensor alike, mapped alike: the earlier plan
-            self.steps.append(_renamed(self.steps[self.copies[key]], len(self.steps), name))
-            return StreamNode(len(self.steps) - 1, stream, Access.of(tensor, (tensor.num_elements(),)))
         run, start, end, tile = self.g.pools[tensor.dtype].pieces(*runs(tensor))
         nbytes = tensor.num_elements() * tensor.dtype.itemsize
         per_tile = (np.bincount(tile, weights=end - start, minlength=self.t.num_tiles)
                     * tensor.dtype.itemsize).astype(np.int64)
-        step = self.copies[key] = self._step(
-            name, "stream", sync=cost.sync_cycles(self.t), host_bytes=nbytes, tiles=tile,
-            **{"tile_in" if stream.to_device else "tile_out": per_tile})
+        arrow = "->" if stream.to_device else "<-"
+        step = self._step(f"StreamCopy {stream.name} {arrow} {tensor.name}", "stream",
+                          sync=cost.sync_cycles(self.t), host_bytes=nbytes, tiles=tile,
+                          **{"tile_in" if stream.to_device else "tile_out": per_tile})
         return StreamNode(step, stream, Access.of(tensor, (tensor.num_elements(),)))
 
     # -- compute sets ---------------------------------------------------------------------
@@ -377,19 +349,9 @@ class _Compiler:
             buckets.setdefault(tuple(shape), []).append(v)
         groups = tuple(self._group(key[0], run) for key, vs in buckets.items()
                        for run in self._regular_runs(key[0], vs))
-        fields = [(gr, fp, self._merged_runs(fp.access)) for gr in groups for fp in gr.fields]
+        fields = [(gr, fp, fp.access.runs(merged=True)) for gr in groups for fp in gr.fields]
         self._check_races(cs, fields, cat := _runs(fields))
         return ExecNode(self._compute_step(cs, groups, fields, cat), groups)
-
-    def _merged_runs(self, a: Access) -> tuple:
-        """``a.runs(merged=True)``; a region's are its layout's at offset 0, moved (kept:
-        the same layout recurs in many compute sets)."""
-        if a.idx is not None or a.gather_runs is not None:
-            return a.runs(merged=True)
-        if (key := (a.shape, a.rshape, a.rstrides)) not in self.layout_runs:
-            self.layout_runs[key] = Access(a.dtype, a.shape, 0, a.rshape, a.rstrides).runs(True)
-        begins, lengths, rows = self.layout_runs[key]
-        return begins + a.offset, lengths, rows
 
     def _regular_runs(self, cls, vids: list[int]) -> list[list[int]]:
         """Split vertices into runs whose fields' offsets step evenly (each field is then
@@ -488,17 +450,14 @@ class _Compiler:
         # Vertices on a tile go round-robin to its 6 workers, a MultiVertex to all W of them
         # (r = W copies, each 1/W of its estimate); each worker issues every 6th cycle, so
         # the tile is busy W x the heaviest worker's load (loads here in 1/W cycles: exact).
-        tiles, est = (_cat([x(gr) for gr in groups]) for x in (lambda gr: gr.tiles,
-                                                                lambda gr: gr.estimates))
-        if all(issubclass(gr.cls, MultiVertex) for gr in groups):  # each worker: all
-            compute = np.bincount(tiles, est, n_tiles).astype(np.int64)
-        else:
-            vids, r = _cat([gr.vertex_ids for gr in groups]), _cat([np.full(
-                gr.tiles.size, W if issubclass(gr.cls, MultiVertex) else 1) for gr in groups])
-            st = np.repeat(tiles[order := np.lexsort((vids, tiles))], r := r[order])
-            worker = (np.arange(st.size) - np.searchsorted(st, st)) % W
-            load = np.bincount(st * W + worker, np.repeat(est[order] * W // r, r), n_tiles * W)
-            compute = load.reshape(n_tiles, W).max(axis=1).astype(np.int64)
+        parts = [(gr.tiles, gr.estimates, gr.vertex_ids, np.full(
+            gr.tiles.size, W if issubclass(gr.cls, MultiVertex) else 1)) for gr in groups]
+        tiles, est, vids, r = (np.concatenate([np.zeros(0, np.int64)] + [p[i] for p in parts])
+                               for i in range(4))
+        st = np.repeat(tiles[order := np.lexsort((vids, tiles))], r := r[order])
+        worker = (np.arange(st.size) - np.searchsorted(st, st)) % W
+        load = np.bincount(st * W + worker, np.repeat(est[order] * W // r, r), n_tiles * W)
+        compute = load.reshape(n_tiles, W).max(axis=1).astype(np.int64)
         # Exchange: a vertex's data on another tile is fetched before compute (once per
         # tile); what it writes to another tile is sent after. The exchange broadcasts: a
         # tile sends an element once, however many tiles receive it.
@@ -546,10 +505,9 @@ class _Compiler:
             for _, fp, _ in fields)))
         pieces = []  # each type's runs are cut by that type's tile mapping
         for c, pool in enumerate(self.g.pools.values()):
-            if (code == c).any():  # (all fields of one type: all runs)
-                sel = slice(None) if (code == c).all() else np.flatnonzero(code[f] == c)
+            if (sel := np.flatnonzero(code[f] == c)).size:
                 run, start, end, tile = pool.pieces(b[sel], n[sel])
-                pieces.append((f[sel][run], vt[sel][run], start, end, tile))
+                pieces.append((f[sel[run]], vt[sel[run]], start, end, tile))
         f, vt, start, end, tile = (np.concatenate(x) for x in zip(*pieces))
         if (remote := tile != vt).any():  # (None when every piece is on its vertex's tile)
             return (code, size, kind), tuple(x[remote] for x in (f, vt, start, end, tile))
@@ -596,24 +554,11 @@ def _field_access(dtype, tensors: list[Tensor], vector: bool, small: bool) -> Ac
     return Access.gather(dtype, (np.array(offsets, dt)[:, None] + inner).reshape(shape), vruns)
 
 
-def _cat(arrays: list) -> np.ndarray:
-    """``np.concatenate`` (int64 when empty) that returns a single array itself."""
-    return arrays[0] if len(arrays) == 1 else np.concatenate([np.zeros(0, np.int64), *arrays])
-
-
 def _runs(fields) -> tuple:
     """Every field's runs of addresses (``Access.runs``) in one list: the field's slot,
     vertex id and tile, begin and length of each."""
-    return tuple(_cat(list(x)) for x in zip(*((np.full(b.size, s), gr.vertex_ids[row],
-                                                gr.tiles[row], b, n)
-                                               for s, (gr, _, (b, n, row)) in enumerate(fields))))
-
-
-def _renamed(step: Step, index: int, name: str) -> Step:
-    """``dataclasses.replace(step, index=index, name=name)`` without its checks (µs)."""
-    new = object.__new__(Step)
-    new.__dict__.update(step.__dict__, index=index, name=name)
-    return new
+    return tuple(np.concatenate(x) for x in zip(*((np.full(b.size, s), gr.vertex_ids[row],
+                 gr.tiles[row], b, n) for s, (gr, _, (b, n, row)) in enumerate(fields))))
 
 
 def _union_lengths(key: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -623,7 +568,5 @@ def _union_lengths(key: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.
     order = np.argsort(key * span + begins, kind="stable")  # by key, then begin
     b, e = ((key * span + x)[order] for x in (begins, ends))
     covered = np.maximum.accumulate(np.concatenate(([-2**63], e[:-1])))  # the furthest end before
-    out = np.empty_like(e)  # in given order
-    out[order] = np.maximum(e - np.maximum(b, covered), 0)
-    return out
+    return np.maximum(e - np.maximum(b, covered), 0)[np.argsort(order)]  # in given order
 
