@@ -168,7 +168,7 @@ class _Compiler:
         self.g, self.t, self.allow_out_of_memory = graph, graph.target, allow_out_of_memory
         self.steps: list[Step] = []
         # id(program) or compute set -> compiled node; a Copy's layouts -> step, accesses
-        self.done, self.copies = {}, {}
+        self.done, self.copies, self.layout_runs = {}, {}, {}  # layout_runs: _merged_runs
         v_cs = np.array(graph.v_cs, np.int64)  # each compute set's vertices, in order added
         self.by_cs = np.split(np.argsort(v_cs, kind="stable"), np.cumsum(
             np.bincount(v_cs, minlength=len(graph.compute_sets)))[:-1])
@@ -349,9 +349,18 @@ class _Compiler:
             buckets.setdefault(tuple(shape), []).append(v)
         groups = tuple(self._group(key[0], run) for key, vs in buckets.items()
                        for run in self._regular_runs(key[0], vs))
-        fields = [(gr, fp, fp.access.runs(merged=True)) for gr in groups for fp in gr.fields]
+        fields = [(gr, fp, self._merged_runs(fp.access)) for gr in groups for fp in gr.fields]
         self._check_races(cs, fields, cat := _runs(fields))
         return ExecNode(self._compute_step(cs, groups, fields, cat), groups)
+
+    def _merged_runs(self, a: Access) -> tuple:
+        """``a.runs(merged=True)``; a region's are its layout's at offset 0, moved (kept:
+        the same layout recurs in many compute sets)."""
+        if a.idx is not None:
+            return a.runs(merged=True)
+        begins, lengths, rows = self.layout_runs.get(key := (a.shape, a.rshape, a.rstrides)) \
+            or self.layout_runs.setdefault(key, Access(a.dtype, *key[:1], 0, *key[1:]).runs(True))
+        return begins + a.offset, lengths, rows
 
     def _regular_runs(self, cls, vids: list[int]) -> list[list[int]]:
         """Split vertices into runs whose fields' offsets step evenly (each field is then
