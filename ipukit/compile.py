@@ -19,7 +19,7 @@ ipukit.errors.TileMappingError: tensor 'v' has 4 unmapped elements (first: [0]);
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, make_dataclass, replace
+from dataclasses import dataclass, make_dataclass
 from math import prod
 
 import numpy as np
@@ -38,7 +38,7 @@ from .errors import (
 from .graph import DataStream, Graph
 from .memory_report import out_of_memory
 from .program import Copy, Execute, If, PrintTensor, Program, Repeat, RepeatWhileTrue, Sequence
-from .tensor import Tensor, address_span, addresses, firsts, index_runs, runs
+from .tensor import Tensor, address_span, addresses, index_runs, runs
 from .trace import Step, TileMemory
 from .vertex import MultiVertex
 
@@ -168,7 +168,7 @@ class _Compiler:
         self.g, self.t, self.allow_out_of_memory = graph, graph.target, allow_out_of_memory
         self.steps: list[Step] = []
         # id(program) or compute set -> compiled node; a Copy's layouts -> step, accesses
-        self.done, self.copies = {}, {}
+        self.done, self.copies, self.layout_runs = {}, {}, {}  # layout_runs: _merged_runs
         v_cs = np.array(graph.v_cs, np.int64)  # each compute set's vertices, in order added
         self.by_cs = np.split(np.argsort(v_cs, kind="stable"), np.cumsum(
             np.bincount(v_cs, minlength=len(graph.compute_sets)))[:-1])
@@ -240,10 +240,10 @@ class _Compiler:
         t, n = self.t, self.t.num_tiles
         compute = np.zeros(n, np.int64) if compute is None else compute
         src, dst, nbytes = np.zeros((3, 0), np.int64) if transfers is None else transfers
-        key, pair = (np.unique(np.asarray(src, np.int64) * n + dst, return_inverse=True)
-                     if src.size else (src, src))  # (np.unique costs µs even when empty)
-        transfers = np.stack([key // n, key % n, np.bincount(
-            pair, weights=nbytes, minlength=key.size).astype(np.int64)], axis=1)
+        pair = np.asarray(src, np.int64) * n + dst  # (np.unique: µs even when empty, and its
+        key = np.unique(pair) if src.size else pair  # inverse tens of µs: searchsorted)
+        transfers = np.stack([key // n, key % n, np.bincount(np.searchsorted(key, pair),
+                              weights=nbytes, minlength=key.size).astype(np.int64)], axis=1)
         b_in = (np.bincount(dst, weights=nbytes, minlength=n) + tile_in).astype(np.int64)
         b_out = (np.zeros(n) + tile_out).astype(np.int64)
         exch = int(cost.exchange_cycles(int(np.maximum(b_in, b_out).max(initial=0)), t))
@@ -279,10 +279,12 @@ class _Compiler:
                              t._idx is None and self.g.pools[t.dtype].window(*address_span(t)))
                             for t in (src, dst)))
         if key in self.copies:  # sides alike and mapped alike, at shifted addresses (an
-            # unrolled loop, a FIFO's slots, the same elements again): the earlier plan
-            self.steps.append(replace(self.steps[self.copies[key]], index=len(self.steps),
-                                      name=f"Copy {src.name} -> {dst.name}"))
-            return CopyNode(len(self.steps) - 1, Access.of(src, n), Access.of(dst, n))
+            # unrolled loop, a FIFO's slots, the same elements again): the earlier plan,
+            # renamed (dataclasses.replace without its checks: µs)
+            self.steps.append(step := object.__new__(Step))
+            step.__dict__.update(self.steps[self.copies[key]].__dict__, index=len(self.steps) - 1,
+                                 name=f"Copy {src.name} -> {dst.name}")
+            return CopyNode(step.index, Access.of(src, n), Access.of(dst, n))
         (sb, sn), (db, dn) = runs(src), runs(dst)
         if int(_union_lengths(np.zeros(db.size, np.int64), db, db + dn).sum()) != dn.sum():
             raise ProgramError.copy_aliased(dst)
@@ -347,9 +349,18 @@ class _Compiler:
             buckets.setdefault(tuple(shape), []).append(v)
         groups = tuple(self._group(key[0], run) for key, vs in buckets.items()
                        for run in self._regular_runs(key[0], vs))
-        fields = [(gr, fp, fp.access.runs(merged=True)) for gr in groups for fp in gr.fields]
-        self._check_races(cs, fields)
-        return ExecNode(self._compute_step(cs, groups, fields), groups)
+        fields = [(gr, fp, self._merged_runs(fp.access)) for gr in groups for fp in gr.fields]
+        self._check_races(cs, fields, cat := _runs(fields))
+        return ExecNode(self._compute_step(cs, groups, fields, cat), groups)
+
+    def _merged_runs(self, a: Access) -> tuple:
+        """``a.runs(merged=True)``; a region's are its layout's at offset 0, moved (kept:
+        the same layout recurs in many compute sets)."""
+        if a.idx is not None:
+            return a.runs(merged=True)
+        begins, lengths, rows = self.layout_runs.get(key := (a.shape, a.rshape, a.rstrides)) \
+            or self.layout_runs.setdefault(key, Access(a.dtype, *key[:1], 0, *key[1:]).runs(True))
+        return begins + a.offset, lengths, rows
 
     def _regular_runs(self, cls, vids: list[int]) -> list[list[int]]:
         """Split vertices into runs whose fields' offsets step evenly (each field is then
@@ -379,7 +390,8 @@ class _Compiler:
                 state[name] = np.stack(vals).astype(f.dtype)
                 sizes[name] = int(state[name][0].size)
                 continue
-            access = _field_access(f.dtype, [g.v_conn[v][name] for v in vids], f.vector)
+            access = _field_access(f.dtype, [g.v_conn[v][name] for v in vids], f.vector,
+                                   g.pools[f.dtype].size <= 2**31)
             sizes[name] = access.shape[1] if f.vector else 1
             fields.append(FieldPlan(name, f.kind, access))
         w = (self.t.num_worker_contexts,) if issubclass(cls, MultiVertex) else ()
@@ -389,18 +401,19 @@ class _Compiler:
         tiles = np.array([g.v_tile[v] for v in vids], np.int64)
         return VertexGroup(cls, np.array(vids), tiles, estimates, tuple(fields), state)
 
-    def _check_races(self, cs, fields, exact=False):
-        """No vertex may write what another vertex (or field) of the compute set touches."""
+    def _check_races(self, cs, fields, cat, exact=False):
+        """No vertex may write what another vertex (or field) of the compute set touches
+        (``cat``: the fields' runs, :func:`_runs`)."""
         if all(fp.kind == "input" or not b.size for _, fp, (b, _, _) in fields):
             return  # nothing is written (an empty field writes nothing)
         # every field's runs of addresses (types apart: each type's storage starts at a
         # multiple of span), "who" = vertex id and field slot (a vertex's own InOut is no
         # race), and whether it writes and reads
         dtypes, span = list(self.g.pools), max(p.size for p in self.g.pools.values()) + 1
-        b, n, who = (np.concatenate(x) for x in zip(*((b, n, gr.vertex_ids[row] * len(fields) + s)
-                     for s, (gr, _, (b, n, row)) in enumerate(fields))))
+        f, vid, _, b, n = cat
+        who = vid * len(fields) + f
         per = np.array([(dtypes.index(fp.access.dtype) * span, fp.kind != "input",
-                         fp.kind != "output") for _, fp, _ in fields], np.int64)[who % len(fields)]
+                         fp.kind != "output") for _, fp, _ in fields], np.int64)[f]
         b, e, w, r = b + per[:, 0], b + n + per[:, 0], per[:, 1] > 0, per[:, 2] > 0
         if (b[o := np.argsort(b)][1:] >= np.maximum.accumulate(e[o])[:-1]).all():
             return  # no two runs meet
@@ -432,7 +445,8 @@ class _Compiler:
         which ``other`` also writes or reads (codes: vertex id x len(fields) + field). Found
         on merged runs (not ``exact``): named as the fields' runs in order find it."""
         if not exact:
-            self._check_races(cs, [(g, f, f.access.runs()) for g, f, _ in fields], True)
+            exact = [(g, f, f.access.runs()) for g, f, _ in fields]
+            self._check_races(cs, exact, _runs(exact), True)
         (w_vid, w_slot), (o_vid, o_slot) = (divmod(int(c), len(fields)) for c in (writer, other))
         pool, addr = divmod(int(addr), span)
         raise ComputeSetRaceError.race(cs, self.g.describe_vertex(w_vid), fields[w_slot][1].name,
@@ -440,7 +454,7 @@ class _Compiler:
                                        None if w_vid == o_vid else self.g.describe_vertex(o_vid),
                                        fields[o_slot][1].name, verb)
 
-    def _compute_step(self, cs, groups, fields) -> int:
+    def _compute_step(self, cs, groups, fields, cat) -> int:
         t, n_tiles, W = self.t, self.t.num_tiles, self.t.num_worker_contexts
         # Vertices on a tile go round-robin to its 6 workers, a MultiVertex to all W of them
         # (r = W copies, each 1/W of its estimate); each worker issues every 6th cycle, so
@@ -457,7 +471,7 @@ class _Compiler:
         # tile); what it writes to another tile is sent after. The exchange broadcasts: a
         # tile sends an element once, however many tiles receive it.
         received, sent, transfers = np.zeros(n_tiles), np.zeros(n_tiles), None
-        if any(r[0].size for _, _, r in fields) and (pieces := self._remote_pieces(fields)):
+        if any(r[0].size for _, _, r in fields) and (pieces := self._remote_pieces(fields, cat)):
             (code, size, kind), (f, vt, start, end, et) = pieces  # (not when all are local)
             rd, wr = (kind != "output")[f], (kind != "input")[f]  # pieces read, written
             nbytes = (end - start) * size[f]
@@ -489,22 +503,15 @@ class _Compiler:
                           vertex_cycles=int(est.sum()), vertex_types=kinds, tiles=tiles,
                           tile_vertices=np.bincount(tiles, minlength=n_tiles))
 
-    def _remote_pieces(self, fields):
-        """Every field's address runs cut where the tile changes, keeping the pieces held
-        on another tile than their vertex's. Returns per field (its type's pool index, item
-        size, kind) and per piece (field, vertex tile, start, end, the tile holding it). A
-        tile fetches a run that several of its vertices read through one Input once."""
-        f, vt, b, n = (np.concatenate(x) for x in zip(*((np.full(b.size, i), gr.tiles[row], b, n)
-            for i, (gr, _, (b, n, row)) in enumerate(fields))))
+    def _remote_pieces(self, fields, cat):
+        """Every field's address runs (``cat``) cut where the tile changes, keeping the
+        pieces held on another tile than their vertex's. Returns per field (its type's pool
+        index, item size, kind) and per piece (field, vertex tile, start, end, the tile
+        holding it)."""
+        f, _, vt, b, n = cat
         code, size, kind = (np.array(x) for x in zip(*(
             (list(self.g.pools).index(fp.access.dtype), fp.access.dtype.itemsize, fp.kind)
             for _, fp, _ in fields)))
-        # equal runs of one field on one tile sorted together; an Input's repeats dropped
-        o = np.argsort((f * self.t.num_tiles + vt) * (int(b.max()) + 1) + b)
-        f, vt, b, n = f[o], vt[o], b[o], n[o]
-        keep = (kind != "input")[f]
-        keep[firsts(f, vt, b, n)] = True
-        f, vt, b, n = f[keep], vt[keep], b[keep], n[keep]
         pieces = []  # each type's runs are cut by that type's tile mapping
         for c, pool in enumerate(self.g.pools.values()):
             if (sel := np.flatnonzero(code[f] == c)).size:
@@ -533,13 +540,15 @@ class _Compiler:
         return mem
 
 
-def _field_access(dtype, tensors: list[Tensor], vector: bool) -> Access:
+def _field_access(dtype, tensors: list[Tensor], vector: bool, small: bool) -> Access:
     """One field of n vertices, shape (n, k) or (n,): a region when the vertices' regions
-    step evenly through storage, otherwise a gather (an int32 index array)."""
+    step evenly through storage, otherwise a gather (an int32 index array; ``small``: every
+    address of the type fits in one)."""
     n, t0 = len(tensors), tensors[0]
     shape = (n, t0.num_elements()) if vector else (n,)
     if t0._idx is not None:
-        return Access.gather(dtype, np.concatenate([t.idx.reshape(-1) for t in tensors])
+        return Access.gather(dtype, np.concatenate([t.idx.reshape(-1) for t in tensors],
+                                                   dtype=np.int32 if small else None)
                              .reshape(shape))
     offsets = [t.offset for t in tensors]
     step = int(offsets[1] - offsets[0]) if n > 1 else 0
@@ -552,6 +561,13 @@ def _field_access(dtype, tensors: list[Tensor], vector: bool) -> Access:
     vruns = ((np.array(offsets, np.int64)[:, None] + (begins - t0.offset)).reshape(-1),
              np.tile(lengths, n), np.repeat(np.arange(n), begins.size))
     return Access.gather(dtype, (np.array(offsets, dt)[:, None] + inner).reshape(shape), vruns)
+
+
+def _runs(fields) -> tuple:
+    """Every field's runs of addresses (``Access.runs``) in one list: the field's slot,
+    vertex id and tile, begin and length of each."""
+    return tuple(np.concatenate(x) for x in zip(*((np.full(b.size, s), gr.vertex_ids[row],
+                 gr.tiles[row], b, n) for s, (gr, _, (b, n, row)) in enumerate(fields))))
 
 
 def _union_lengths(key: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -18,8 +18,9 @@ CORE = ("target", "tensor", "vertex", "graph", "program", "compile", "engine", "
 #: profile_summary, memory_report, timeline_measures, virtual_graph, backend). Issues 12, 17
 #: and 18 had taken the core to 2,358 lines; simplifications, those modules and moving the
 #: error wording out (1,882 -> 1,700) brought it under the limit; this guard keeps it there
-#: (1,705: issue 14 added MultiVertex, whose estimate override is checked where it is defined).
-LIMIT = 1_705
+#: (1,705: issue 14 added MultiVertex, whose estimate override is checked where it is defined;
+#: 1,711: compile keeps a region's runs per layout, ~5% of compiling a lesson-08 pipeline).
+LIMIT = 1_711
 
 
 def code_lines(source: str) -> int:
