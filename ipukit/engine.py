@@ -262,7 +262,7 @@ class Engine:
 
     def _copy(self, node: CopyNode):
         values = self._read(node.src)
-        if self._plan(node.src)[2] and self.xp is not np:  # CuPy copies may not allow overlap
+        if self.xp is not np and self._plan(node.src)[2]:  # CuPy copies may not allow overlap
             values = values.copy()
         self._write(node.dst, values)
         self.trace.record(node.step)
@@ -429,9 +429,9 @@ def _spacing(idx: np.ndarray):
     shape, strides, starts = [], [], idx.reshape(-1)
     while 1 < starts.size and len(shape) < 8:
         step = int(starts[1]) - int(starts[0])
-        breaks = np.flatnonzero(np.diff(starts) != step)
+        breaks = ((starts[1:] - starts[:-1]) != step).nonzero()[0]
         n = int(breaks[0]) + 1 if breaks.size else starts.size
-        if step < 0 or starts.size % n or ((breaks + 1) % n).any():
+        if step < 0 or starts.size % n or breaks.size and ((breaks + 1) % n).any():
             return None
         shape, strides, starts = [n, *shape], [step, *strides], starts[::n]
     if idx.size < 2 or starts.size > 1:

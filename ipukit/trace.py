@@ -110,7 +110,7 @@ class Trace:
         """IPU-level task parallelism: a step starts when the IPUs it involves are free
         and advances only their clocks (one IPU: steps simply follow each other)."""
         s, clocks = self.steps[step], self.clocks
-        start = max(clocks[q] for q in s.ipus)
+        start = max(map(clocks.__getitem__, s.ipus))
         end = start + s.cycles
         for q in s.ipus:
             clocks[q] = end
