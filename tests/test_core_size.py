@@ -19,8 +19,9 @@ CORE = ("target", "tensor", "vertex", "graph", "program", "compile", "engine", "
 #: and 18 had taken the core to 2,358 lines; simplifications, those modules and moving the
 #: error wording out (1,882 -> 1,700) brought it under the limit; this guard keeps it there
 #: (1,705: issue 14 added MultiVertex, whose estimate override is checked where it is defined;
-#: 1,711: compile keeps a region's runs per layout, ~5% of compiling a lesson-08 pipeline).
-LIMIT = 1_711
+#: 1,712: compile keeps a region's runs per layout, ~5% of compiling a lesson-08 pipeline,
+#: and the pool repaints only what a linear mapping adds, part of a third off its build).
+LIMIT = 1_712
 
 
 def code_lines(source: str) -> int:
