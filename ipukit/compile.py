@@ -554,7 +554,6 @@ def _field_access(dtype, tensors: list[Tensor], vector: bool, small: bool) -> Ac
     step = int(offsets[1] - offsets[0]) if n > 1 else 0
     if all(o == offsets[0] + i * step for i, o in enumerate(offsets)):
         return Access(dtype, shape, int(offsets[0]), (n,) + t0.shape, (step,) + t0.strides)
-    small = max(offsets) + sum((n - 1) * st for n, st in zip(t0.shape, t0.strides)) < 2**31
     dt = np.int32 if small else np.int64
     inner = addresses(0, t0.shape, t0.strides, dt).reshape(1, -1)
     begins, lengths = runs(t0)  # every vertex's runs: t0's, moved

@@ -117,12 +117,18 @@ class Pool:
         end = np.where(at == hi[run], e[run], cuts.take(at, mode="clip"))
         return keep[run], start, end, self._cut_tiles[at]
 
-    def window(self, lo: int, hi: int) -> tuple:
-        """The tile mapping of addresses ``lo`` to ``hi`` (its cuts counted from ``lo``, as
-        bytes): equal for spans of one length mapped alike at shifted addresses. Call it
-        after ``pieces`` or ``_resolve`` (which resolve the mapping)."""
+    def steps(self, lo: int, hi: int) -> tuple:
+        """The mapping of addresses ``lo`` to ``hi`` (both included): the cuts in between
+        and the tile from each cut on (one more tile than cuts)."""
+        self._resolve()
         i, j = np.searchsorted(self._cuts, [lo, hi], "right")  # the cuts in (lo, hi]
-        return (self._cuts[i:j] - lo).tobytes(), self._cut_tiles[i:j + 1].tobytes()
+        return self._cuts[i:j], self._cut_tiles[i:j + 1]
+
+    def window(self, lo: int, hi: int) -> tuple:
+        """:meth:`steps` with the cuts counted from ``lo``, as bytes: equal for spans of one
+        length mapped alike at shifted addresses."""
+        cuts, tiles = self.steps(lo, hi)
+        return (cuts - lo).tobytes(), tiles.tobytes()
 
     def describe(self, address: int) -> str:
         """"element [5] of tensor 'v2'", for error messages."""

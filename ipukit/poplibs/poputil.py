@@ -207,11 +207,8 @@ def _tiles(graph, t: Tensor) -> np.ndarray:
         graph.get_tile_mapping(t, throw_on_incomplete=False)
     pool, run = graph.root.pools[t.dtype], single_run(t)
     if run:  # one run of addresses: its pieces are the cuts inside it
-        pool._resolve()
-        i, j = np.searchsorted(pool._cuts, [run[0], run[0] + run[1] - 1], "right")
-        start = np.concatenate(([run[0]], pool._cuts[i:j]))
-        end = np.concatenate((pool._cuts[i:j], [run[0] + run[1]]))
-        tiles = pool._cut_tiles[i:j + 1]
+        cuts, tiles = pool.steps(run[0], run[0] + run[1] - 1)
+        start, end = np.concatenate(([run[0]], cuts)), np.concatenate((cuts, [sum(run)]))
     else:
         _, start, end, tiles = pool.pieces(*runs(t))
     lo, n = graph._offset, graph.target.num_tiles
@@ -250,11 +247,7 @@ def _span_mapped(graph, t: Tensor) -> bool:
     (then all of ``t``'s elements are: a check without a tile per element)."""
     if not t.num_elements():
         return False
-    pool = graph.root.pools[t.dtype]
-    pool._resolve()
-    lo, hi = address_span(t)
-    i, j = np.searchsorted(pool._cuts, [lo, hi], "right")
-    tiles = pool._cut_tiles[i:j + 1]
+    tiles = graph.root.pools[t.dtype].steps(*address_span(t))[1]
     return bool(tiles.min() >= graph._offset
                 and tiles.max() < graph._offset + graph.target.num_tiles)
 
