@@ -113,6 +113,16 @@ def asarray(a, dtype=None):
     return xp.asarray(a, dtype=dtype)
 
 
+def strided(pool, offset: int, shape: tuple, strides: tuple):
+    """A view of the flat array ``pool`` from element ``offset``, ``shape`` with element
+    ``strides`` (>= 0), nothing copied: ``np.ndarray`` over the buffer on NumPy (about a
+    ninth of ``as_strided``'s time), ``as_strided`` on CuPy."""
+    strides = tuple(s * pool.itemsize for s in strides)
+    if type(pool) is np.ndarray:
+        return np.ndarray(shape, pool.dtype, pool, offset * pool.itemsize, strides)
+    return xp.lib.stride_tricks.as_strided(pool[offset:], shape, strides)
+
+
 def synchronize() -> None:
     """Wait for queued GPU work (a no-op on NumPy); benchmarks call this."""
     if xp is not np:

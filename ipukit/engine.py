@@ -8,8 +8,12 @@ runs, its first and last vertex also run alone on copies, and a codelet that mix
 vertices (``x.sum()`` without ``axis=-1``) raises ``CodeletError``. Kit convention: the
 kit's own PopLibs codelets skip that check (their ``compute`` is marked
 ``poputil.vertex_separable``, and tests/test_poputil.py proves each one separable, batched
-against one vertex at a time); every other codelet, a learner's, is checked. Every executed
-step is appended to ``engine.trace``. Kit convention: one ``run`` emulates at most
+against one vertex at a time); every other codelet, a learner's, is checked. A group's
+fields are worked out once: storage itself where a view of it has the field's shape (read
+only for an Input), else a copy each run. Kit convention: a codelet class marked
+``strided_fields = True`` (poplin's matmul) also gets a region that no (vertices,
+elements) view reaches as a strided view of storage, (vertices, ...), not a copy. Every
+executed step is appended to ``engine.trace``. Kit convention: one ``run`` emulates at most
 ``"debug.maxEmulatedSteps"`` steps (default 1,000,000), checked up front for ``Repeat``.
 
 >>> import sys, numpy as np, ipukit as ipu
@@ -29,7 +33,6 @@ v: [4 5 6]
 
 from __future__ import annotations
 
-import math
 import numbers
 import sys
 
@@ -53,7 +56,7 @@ from .compile import (
 from .errors import CodeletError, IpuError, ProgramError, StreamError
 from .graph import Graph, out_of_range
 from .print_tensor import format_tensor
-from .tensor import contiguous, reshape_strides
+from .tensor import reshape_strides
 from .trace import Trace
 
 #: Engine options accepted for Poplar compatibility; profiling is always on here.
@@ -116,7 +119,7 @@ class Engine:
                 self._mem[dt][var.start:var.start + var.size] = xp.asarray(var.values.reshape(-1))
         for t, value in g.initial_values:
             self._write(self._access(t), xp.asarray(value))
-        self._state = {}
+        self._specs = {}  # (vertex group, row) -> its fields and State (see _fields)
 
     # -- host access ----------------------------------------------------------------------
     def write_tensor(self, name: str, array) -> None:
@@ -307,12 +310,14 @@ class Engine:
         ``axis=-1``). A run whose compared outputs are all zero (data not written yet)
         proves little, so the check repeats, up to ``AXIS_CHECK_RUNS`` runs."""
         n = len(gr.vertex_ids)
+        names = [fp.name for fp in gr.fields if fp.kind != "input"] + list(gr.state)
         alone = [(i, self._run_group(gr, i, dry=True)) for i in sorted({0, n - 1})]
         batched = self._run_group(gr)
         informative = False
-        for i, outs in alone:
-            for name, arr in outs.items():
-                a, b = backend.to_numpy(arr)[0], backend.to_numpy(batched[name])[i]
+        for i, fields in alone:
+            for name in names:
+                a = backend.to_numpy(fields[name])[0]
+                b = backend.to_numpy(batched[name])[i].reshape(a.shape)  # strided_fields
                 informative = informative or bool(np.any(a != 0))
                 if not _same(a, b):
                     vertex = self.executable.graph.describe_vertex(int(gr.vertex_ids[i]))
@@ -320,34 +325,52 @@ class Engine:
         tries = self._tries.get(gr, 0) + 1
         self._tries[gr] = -1 if informative or tries >= AXIS_CHECK_RUNS else tries
 
+    def _fields(self, gr: VertexGroup, row: int | None) -> tuple:
+        """The fields of group ``gr`` (or of its vertex ``row``), worked out once: (name,
+        input, access, bound) each, ``bound`` the array handed to ``compute`` on every run
+        where it is storage itself (read only for an Input), else None (a copy per run,
+        and an output's scattered back); and the State fields' arrays. A class marked
+        ``strided_fields`` gets a region it cannot view as (vertices, elements) as
+        (vertices, ...) instead of a copy."""
+        spec = self._specs.get((gr, row))
+        if spec is None:
+            fields, strided = [], getattr(gr.cls, "strided_fields", False)
+            for fp in gr.fields:
+                a = fp.access if row is None else self._access(fp.access, row)
+                view, idx, in_place = self._plan(a)
+                inp = fp.kind == "input"
+                bound = view if in_place or view is not None and (
+                    inp and view.shape == a.shape or strided and idx is None
+                    and view.shape[:1] == a.shape[:1]) else None
+                fields.append((fp.name, inp, a, _read_only(bound) if inp else bound))
+            state = ({k: self.xp.asarray(v) for k, v in gr.state.items()} if row is None else
+                     {k: v[row:row + 1] for k, v in self._fields(gr, None)[1].items()})
+            spec = self._specs[gr, row] = (fields, state)
+        return spec
+
     def _run_group(self, gr: VertexGroup, row: int | None = None, dry: bool = False) -> dict:
-        """Run ``compute`` on the group (or on vertex ``row`` alone) and return the fields it
-        writes; ``dry`` works on copies and writes nothing back. Fields reach storage in
-        place where they can (compile refuses compute-set races)."""
+        """Run ``compute`` on the group (or on vertex ``row`` alone) and return its fields as
+        it left them; ``dry`` works on copies and writes nothing back. Fields reach storage
+        in place where they can (compile refuses compute-set races)."""
         inst = object.__new__(gr.cls)
-        inst.xp = self.xp
-        fields, scatter, outputs, inputs = inst.__dict__, [], {}, []
-        for fp in gr.fields:
-            a = fp.access if row is None else self._access(fp.access, row)
-            if fp.kind == "input":
-                arr = self._read(a, copy=False)
-                if self.xp is np:
-                    arr = arr.view()
-                    arr.flags.writeable = False  # an Input is read-only, as in Poplar
-                elif dry:  # CuPy has no read-only arrays: the checked run compares values
+        inst.xp = xp = self.xp
+        fields, scatter, outputs, inputs = inst.__dict__, [], [], []
+        spec, state = self._fields(gr, row)
+        for name, is_input, a, arr in spec:
+            if is_input:
+                arr = _read_only(self._read(a)) if arr is None else arr
+                if dry and xp is not np:  # CuPy has no read-only arrays: compare values
                     arr = arr.copy()
-                    inputs.append((fp.name, arr, arr.copy()))
+                    inputs.append((name, arr, arr.copy()))
             else:
-                arr = outputs[fp.name] = self._read(a).copy() if dry else self._read(a)
-                if not (dry or self._plan(a)[2]):
-                    scatter.append((a, arr))
-            fields[fp.name] = arr
-        state = self._state.get(gr)
-        if state is None:
-            state = self._state[gr] = {k: self.xp.asarray(v) for k, v in gr.state.items()}
+                if dry or arr is None:
+                    arr = self._read(a).copy() if dry else self._read(a)
+                    if not dry:
+                        scatter.append((a, arr))
+                outputs.append((name, arr))
+            fields[name] = arr
         for name, values in state.items():
-            part = values if row is None else values[row:row + 1]
-            fields[name] = part.copy() if dry else part
+            fields[name] = values.copy() if dry else values
         def vertex():  # the vertex named by an error (the first, running them all)
             return self.executable.graph.describe_vertex(int(gr.vertex_ids[row or 0]))
 
@@ -359,15 +382,15 @@ class Engine:
                 raise IpuError.wrote_input(gr.cls, names, vertex()) from exc
             n = len(gr.vertex_ids) if row is None else 1
             raise CodeletError.failed(gr.cls, exc, n) from exc
-        for name, arr in outputs.items():
+        for name, arr in outputs:
             if fields[name] is not arr:
                 raise IpuError.rebound_field(gr.cls, name)
-        written = [name for name, arr, orig in inputs if not self.xp.array_equal(arr, orig)]
+        written = [name for name, arr, orig in inputs if not xp.array_equal(arr, orig)]
         if written:
             raise IpuError.wrote_input(gr.cls, written, vertex())
         for a, arr in scatter:
             self._write(a, arr)
-        return {**outputs, **{name: fields[name] for name in state}}
+        return fields
 
     # -- memory access --------------------------------------------------------------------
     def _access(self, t, row: int | None = None) -> Access:
@@ -387,8 +410,11 @@ class Engine:
         reading gives storage itself), else None; ``index`` (on the backend) gathers and
         scatters where no view does (a view with repeated addresses only reads)."""
         plan = self._plans.get(a)
+        if plan is not None:
+            return plan
+        key = a if a.idx is not None else (a.dtype, a.offset, a.rshape, a.rstrides, a.shape)
+        plan = self._plans.get(key)  # accesses of one region in one shape share a plan
         if plan is None:
-            pool = self._mem[a.dtype]
             idx = None if a.idx is None else a.idx if self.xp is np else self.xp.asarray(a.idx)
             region = (a.offset, a.rshape, a.rstrides, True) if idx is None else _spacing(a.idx)
             view, merged = None, None
@@ -397,22 +423,20 @@ class Engine:
                 merged = reshape_strides(shape, strides, a.shape)
                 if merged is not None:
                     shape, strides = a.shape, merged
-                view = (pool[offset:offset + math.prod(shape)].reshape(shape)
-                        if contiguous(shape, strides) else self.xp.lib.stride_tricks.as_strided(
-                            pool[offset:], shape, tuple(s * pool.itemsize for s in strides)))
+                view = backend.strided(self._mem[a.dtype], offset, shape, strides)
                 idx = None if distinct else idx
-            plan = self._plans[a] = (view, idx, merged is not None and idx is None)
+            plan = (view, idx, merged is not None and idx is None)
+        self._plans[a] = self._plans[key] = plan
         return plan
 
-    def _read(self, a: Access, copy: bool = True):
-        """``a``'s elements: storage itself where the plan is in place (or, with ``copy``
-        False, where a view has ``a``'s shape: read only), else a copy."""
+    def _read(self, a: Access):
+        """``a``'s elements: storage itself where the plan is in place, else a copy."""
         view, idx, in_place = self._plan(a)
         if view is None:
             return self._mem[a.dtype][idx]
         if view.shape != a.shape:
             return view.reshape(a.shape)  # a copy: no view has this shape
-        return view if in_place or not copy else view.copy()
+        return view if in_place else view.copy()
 
     def _write(self, a: Access, values) -> None:
         view, idx, _ = self._plan(a)
@@ -440,6 +464,15 @@ def _spacing(idx: np.ndarray):
     for step, n in sorted(zip(strides, shape)):
         distinct, reach = distinct and (n == 1 or step > reach), reach + (n - 1) * step
     return int(starts[0]), tuple(shape), tuple(strides), distinct
+
+
+def _read_only(arr):
+    """A read-only view of a NumPy ``arr`` (an Input is read-only, as in Poplar); CuPy has
+    no read-only arrays (a checked run compares an Input's values instead)."""
+    if type(arr) is np.ndarray:
+        arr = arr.view()
+        arr.flags.writeable = False
+    return arr
 
 
 def _ring(pos: int, n: int, size: int):

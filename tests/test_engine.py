@@ -255,6 +255,52 @@ def test_codelet_mistakes_are_explained(cls, word, gathered):
         run(g, ipu.Execute(cs), dev)
 
 
+class Doubles(ipu.Vertex):
+    """A learner's codelet marked ``strided_fields``: x and out may come as strided views."""
+    x = ipu.Input(ipu.Vector(ipu.FLOAT))
+    out = ipu.Output(ipu.Vector(ipu.FLOAT))
+    strided_fields = True
+    seen = []  # the shapes of out handed to compute
+
+    def compute(self):
+        Doubles.seen.append(self.out.shape)
+        x = self.x.reshape(len(self.x), 4, 3)
+        self.out[...] = (2 * x[..., :2]).reshape(self.out.shape)
+
+
+class DoublesInPlace(Doubles):
+    def compute(self):
+        self.x[...] = 0
+
+
+def doubles(cls, per_vertex):
+    """Vertex i reads x[i] (4 x 3) and writes out[i, :4, :2]: no (vertices, elements) view
+    reaches out, so a marked codelet gets it as (2, 4, 2), storage itself."""
+    dev, g = small(tiles=1)
+    x = g.add_variable(ipu.FLOAT, [2, 4, 3], "x")
+    out = g.add_variable(ipu.FLOAT, [2, 5, 3], "out")
+    g.set_tile_mapping(x, 0)
+    g.set_tile_mapping(out, 0)
+    cs = g.add_compute_set("cs")
+    for i in range(2):
+        g.add_vertex(cs, cls, {"x": x[i].flatten(), "out": out[i, :4, :2].flatten()}, tile=0)
+    g.set_initial_value(x, np.arange(24, dtype=np.float32).reshape(2, 4, 3) + 1)
+    g.create_host_read("out", out)
+    return run(g, ipu.Execute(cs), dev, per_vertex=per_vertex)
+
+
+@pytest.mark.parametrize("per_vertex", [False, True])
+def test_strided_fields_get_views_and_give_what_copies_give(per_vertex):
+    Doubles.seen.clear()
+    eng = doubles(Doubles, per_vertex)  # not marked separable: the axis check runs too
+    want = np.zeros((2, 5, 3), np.float32)
+    want[:, :4, :2] = 2 * (np.arange(24, dtype=np.float32).reshape(2, 4, 3) + 1)[..., :2]
+    assert np.array_equal(eng.read_tensor("out"), want)
+    assert ((2, 4, 2) in Doubles.seen) is not per_vertex  # batched: the strided view
+    with pytest.raises(ipu.IpuError, match="wrote into an Input field"):
+        doubles(DoublesInPlace, per_vertex)  # an Input stays read-only
+
+
 class Axpy(ipu.Vertex):
     """y[i] += a * x[i], with a scalar input: scalar and Vector fields in one codelet."""
 

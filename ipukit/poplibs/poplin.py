@@ -57,13 +57,14 @@ class MatMulPartial(Vertex):
     b = Input(Vector(np.float32))
     out = Output(Vector(np.float32))
     k = State(INT)
+    strided_fields = True  # the Engine may hand a, b and out as strided (n, ...) views
 
     @poputil.vertex_separable
     def compute(self):
         n, kk = self.a.shape[0], int(self.k[0])
         a = self.a.reshape(n, -1, kk)
         b = self.b.reshape(n, kk, -1)
-        self.out[...] = self.xp.matmul(a, b).reshape(n, -1)
+        self.out[...] = self.xp.matmul(a, b).reshape(self.out.shape)
 
 
 class MatMulPartialHalf(MatMulPartial):
