@@ -173,6 +173,7 @@ def _add_blocks(graph, cs, a, b, partials, p: Plan, first_tile: int) -> None:
     cls = MatMulPartial if a.dtype == np.float32 else MatMulPartialHalf
     workers, macs = graph.target.num_worker_contexts, macs_per_cycle(graph.target)
     conns, tiles, ks, perf = [], [], [], []
+    outs = [partials[kk] for kk in range(p.tiles_k)]  # (each piece's (M, N) plane)
     for i in range(p.tiles_m):
         m0, m1 = i * m // p.tiles_m, (i + 1) * m // p.tiles_m
         for j in range(p.tiles_n):
@@ -181,7 +182,7 @@ def _add_blocks(graph, cs, a, b, partials, p: Plan, first_tile: int) -> None:
                 k0, k1 = kk * k // p.tiles_k, (kk + 1) * k // p.tiles_k
                 conns.append({"a": _block(a, m0, m1, k0, k1),  # 2-D views (the fields
                               "b": _block(b, k0, k1, n0, n1),  # flatten them): no address
-                              "out": _block(partials[kk], m0, m1, n0, n1)})  # array each
+                              "out": _block(outs[kk], m0, m1, n0, n1)})  # array each
                 tiles.append(first_tile + len(tiles))
                 ks.append(k1 - k0)
                 cycles = VERTEX_OVERHEAD + _ceil((m1 - m0) * (n1 - n0) * (k1 - k0), macs)

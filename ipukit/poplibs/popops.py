@@ -77,7 +77,7 @@ class RowsMultiVertex(MultiVertex):
 
 def map_vertex(expr: Expr, in_types, out_type, inplace: bool) -> type:
     """The codelet evaluating ``expr`` element-wise (one class per expression and types)."""
-    key = ("map", str(expr), tuple(str(t) for t in in_types), str(out_type), inplace)
+    key = ("map", str(expr), tuple(in_types), out_type, inplace)  # (dtypes, not their names)
     if key in _VERTEX_CACHE:
         return _VERTEX_CACHE[key]
     if expr.op == "CONST":
@@ -144,7 +144,7 @@ def reduce_vertex(op: str, in_type, out_type, update: bool, multi: bool = True) 
     ``Vertex``; ipukit uses the MultiVertex where a compute set has one vertex per tile
     (one width k), which takes the cycles of one vertex per worker. Where a tile holds rows
     of several widths (several vertices), plain vertices share its workers round-robin."""
-    key = ("reduce", op, str(in_type), str(out_type), update, multi)
+    key = ("reduce", op, np.dtype(in_type), np.dtype(out_type), update, multi)
     if key in _VERTEX_CACHE:
         return _VERTEX_CACHE[key]
 
@@ -190,26 +190,27 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     cuts = np.flatnonzero(tiles[1:] != tiles[:-1]) + 1  # where the tile changes
     in_order = bool((tiles[cuts] > tiles[cuts - 1]).all())  # e.g. linear mapping: no sort
     order = None if in_order else np.argsort(tiles, kind="stable")
-    flat = []  # each field's rows in tile order, flat, once: (name, ..., row width)
-    for name, t in fields.items():
-        run = single_run(t)  # (one run of addresses: built faster than by t.idx)
-        idx = (np.arange(run[0], run[0] + run[1], dtype=np.int64) if run
-               else np.ascontiguousarray(t.idx)).reshape(len(tiles), -1)
-        flat.append((name, t.graph, t.dtype, t.name,
-                     (idx if in_order else idx[order]).reshape(-1), idx.shape[1]))
     sorted_tiles = tiles if in_order else tiles[order]
     if not in_order:
         cuts = np.flatnonzero(sorted_tiles[1:] != sorted_tiles[:-1]) + 1
-    starts = np.concatenate([[0], cuts]).astype(np.int64)
-    ends = np.concatenate([cuts, [sorted_tiles.size]]).astype(np.int64)
-    conns, on, multi = [], [], issubclass(cls, MultiVertex)
-    for s, e in zip(starts.tolist(), ends.tolist()):
-        tile = int(sorted_tiles[s])
-        for b, f in [(0, e - s)] if multi else poputil.split_regions(e - s, grain,
-                                                                     _workers(graph)):
-            conns.append({name: Tensor(g, dt, idx[(s + b) * w:(s + f) * w], what)
-                          for name, g, dt, what, idx, w in flat})
-            on.append(tile)
+    starts, multi = [0, *cuts.tolist()], issubclass(cls, MultiVertex)
+    on, ends = sorted_tiles[starts].tolist(), [*starts[1:], len(tiles)]
+    if multi:  # each vertex's rows [lo, hi): all of its tile's
+        lo, hi = starts, ends
+    else:  # the tile's rows split over its workers
+        nw = _workers(graph)
+        lo, hi, on = zip(*[(s + b, s + f, tile) for s, e, tile in zip(starts, ends, on)
+                           for b, f in poputil.split_regions(e - s, grain, nw)])
+    columns = []  # per field, each vertex's rows of it (in tile order, flattened): a view
+    for t in fields.values():
+        run = single_run(t)  # (one run of addresses: a slice of _iota, no index array made)
+        idx = (_iota(run[0] + run[1])[run[0]:] if run else np.ascontiguousarray(t.idx)
+               ).reshape(len(tiles), -1)
+        w = idx.shape[1]
+        idx = (idx if in_order else idx[order]).reshape(-1)
+        g, dt, what = t.graph, t.dtype, t.name
+        columns.append([Tensor(g, dt, idx[a * w:b * w], what) for a, b in zip(lo, hi)])
+    conns = [dict(zip(fields, c)) for c in zip(*columns)]
     # The first vertex is added (and checked) as any; the rest take the same fields and
     # types (Vector fields take any length) on tiles up to on[-1]: added in one go.
     graph.add_vertex(cs, cls, conns[0], tile=on[0])
@@ -221,6 +222,18 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
         offset = graph._offset
         graph.root._add_vertices(cs, cls, conns[1:], [tile + offset for tile in on[1:]])
     return len(conns)
+
+
+_IOTA = [np.zeros(0, np.int64)]
+
+
+def _iota(n: int) -> np.ndarray:
+    """``np.arange(n)`` as a read-only view of one kept array (grown as needed): the
+    addresses of a run of storage, which vertices' fields hold, without making them."""
+    if n > _IOTA[0].size:
+        _IOTA[0] = np.arange(1 << (n - 1).bit_length(), dtype=np.int64)  # a power of 2
+        _IOTA[0].flags.writeable = False
+    return _IOTA[0][:n]
 
 
 def _name(debug_name, default):
@@ -238,7 +251,7 @@ def map(graph, expr, tensors, prog: Sequence, debug_name: str = "",  # noqa: A00
     """
     expr = lift(expr)
     tensors = list(tensors)
-    op = _name(debug_name, f"map {expr}")
+    op = debug_name or f"map {expr}"
     if not isinstance(prog, Sequence):
         raise IpuError(f"{op}: prog must be an ipu.Sequence to append to, got {prog!r}")
     if expr.num_args() > len(tensors):
@@ -282,7 +295,7 @@ def map(graph, expr, tensors, prog: Sequence, debug_name: str = "",  # noqa: A00
             out_tiles = poputil.linear_tiles(graph, out)
     if out.num_elements() == 0:
         return out  # nothing to compute: no compute set
-    cs = graph.add_compute_set(_name(debug_name, f"map {expr}"))
+    cs = graph.add_compute_set(op)
     cls = map_vertex(expr, in_types, out_type, inplace)
     fields = {f"in{i + 1}": _flat_as(t, shape) for i, t in enumerate(tensors)}
     if not inplace:
