@@ -249,7 +249,7 @@ class Graph:
                 raise IpuError.constant_size(name, shape, values.size)
             values = values.reshape(shape)
         name = name or f"{kind}{len(pool.variables)}"
-        need, t = int(np.prod(shape, dtype=np.int64)) * pool.dtype.itemsize, self.target
+        need, t = math.prod(shape) * pool.dtype.itemsize, self.target
         if need > t.num_tiles * t.bytes_per_tile:  # larger than all tiles together
             raise OutOfMemoryError.tensor_too_big(name, pool.dtype, shape, need, t)
         var = pool.alloc(name, shape, values)

@@ -35,6 +35,7 @@ s: [ 6.000000 24.000000]
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -499,8 +500,8 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None
     tiles_in = poputil.check_mapped(graph, t, name, "input")
     t = copy_if_aliased(graph, t, out, prog, name, tiles_in)
     keep = [d for d in range(t.rank) if d not in dims]
-    m = int(np.prod([t.shape[d] for d in keep], dtype=np.int64))
-    k = int(np.prod([t.shape[d] for d in dims], dtype=np.int64))
+    m = math.prod(t.shape[d] for d in keep)
+    k = math.prod(t.shape[d] for d in dims)
     src = t.dim_shuffle(keep + dims).reshape([m, k])
     src_tiles = tiles_in.reshape(t.shape).transpose(keep + dims).reshape(m, k)
     out_flat = out.flatten()

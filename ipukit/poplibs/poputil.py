@@ -16,6 +16,7 @@ uses, exactly as poplibs' ``calcLinearTileMapping`` / ``splitRegions`` do.
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import numpy as np
@@ -43,7 +44,7 @@ def vector_width(dtype) -> int:
 
 def calc_linear_tile_mapping(graph, shape, min_elements_per_tile: int, grain_size: int):
     """``poputil::calcLinearTileMapping``: per tile, a list of (begin, end) flat intervals."""
-    n = int(np.prod(shape, dtype=np.int64))
+    n = int(math.prod(shape))
     num_tiles = graph.target.num_tiles
     mapping: list[list[tuple[int, int]]] = [[] for _ in range(num_tiles)]
     if n == 0:
