@@ -516,18 +516,20 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None
         poputil.map_tensor_linearly(graph, out_flat)
         out_tiles = poputil.linear_tiles(graph, out_flat)
     cls = reduce_vertex(op, t.dtype, out.dtype, update)
+    twice = np.sort(src_tiles, axis=1)
+    twice = twice[:, 1:] == twice[:, :-1]  # a tile holding two inputs of an output
+    if not twice.any() or twice.all():  # no tile has two, or one tile has them all:
+        # One stage: each output's vertex (on the output's tile) reads all its inputs.
+        cs = graph.add_compute_set(name)
+        add_per_tile_vertices(graph, cs, cls, {"partials": src, "out": out_flat}, out_tiles)
+        prog.add(Execute(cs))
+        return
     key = np.arange(m)[:, None] * graph.target.num_tiles + src_tiles
     order = np.argsort(key, axis=None, kind="stable")
     sorted_key = key.reshape(-1)[order]
     cuts = np.flatnonzero(np.diff(sorted_key)) + 1
     starts = np.concatenate([[0], cuts]).astype(np.int64)
     counts = np.diff(np.concatenate([starts, [sorted_key.size]]))
-    if counts.max(initial=0) == 1 or len(starts) == m:
-        # One stage: each output's vertex (on the output's tile) reads all its inputs.
-        cs = graph.add_compute_set(name)
-        add_per_tile_vertices(graph, cs, cls, {"partials": src, "out": out_flat}, out_tiles)
-        prog.add(Execute(cs))
-        return
     # Stage 1: every tile reduces the elements of each output row it holds to a partial.
     pair_tile = sorted_key[starts] % graph.target.num_tiles
     pair_row = sorted_key[starts] // graph.target.num_tiles
