@@ -132,6 +132,25 @@ def _map_elements(graph, t: Tensor, tiles: np.ndarray) -> None:
                                   np.diff(first, append=tiles.size), at + graph._offset)
 
 
+def _map_copies(graph, t: Tensor, like: Tensor, copies: int) -> None:
+    """Map variable ``t`` (``copies`` x ``like``'s elements) as ``copies`` copies of
+    ``like``'s mapping, one after another: ``_map_elements(graph, t, np.tile(
+    tile_of_elements(graph, like), copies))``, read from and written as runs of tiles
+    (no tile per element) when ``like`` is one run of addresses mapped on ``graph``."""
+    n, run, lo = like.num_elements(), single_run(like), graph._offset
+    cuts, tiles = graph.root.pools[like.dtype].steps(run[0], run[0] + n - 1) if (
+        run and n and like.graph is graph.root) else (None, np.full(1, -1))
+    if (tiles < lo).any() or (tiles >= lo + graph.target.num_tiles).any() or \
+            not single_run(t) or t.graph is not graph.root:  # (the errors are its)
+        _map_elements(graph, t, np.tile(tile_of_elements(graph, like), copies))
+        return
+    begins = np.concatenate(([0], cuts - run[0]))  # each piece of like, from its start
+    lengths = np.diff(begins, append=n)
+    starts = single_run(t)[0] + n * np.arange(copies)[:, None] + begins
+    graph.root.pools[t.dtype].map(starts.reshape(-1), np.tile(lengths, copies),
+                                  np.tile(tiles, copies))
+
+
 def tile_of_elements(graph, t: Tensor) -> np.ndarray:
     """The tile of every element of ``t`` (flat, -1 where unmapped), from its tile mapping.
 
