@@ -487,6 +487,16 @@ def _check_dims(t, dims, name):
     return sorted(int(d) for d in dims)
 
 
+def _tile_twice(tiles: np.ndarray) -> bool:
+    """Whether a row of ``tiles`` (outputs x inputs) holds one tile twice: each column
+    against those after it (few columns), else each row sorted."""
+    m, k = tiles.shape
+    if m * k * k > 1 << 22:
+        tiles = np.sort(tiles, axis=1)
+        return bool((tiles[:, 1:] == tiles[:, :-1]).any())
+    return any(bool((tiles[:, i:i + 1] == tiles[:, i + 1:]).any()) for i in range(k - 1))
+
+
 def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None):
     op = str(op).upper().removeprefix("OPERATION.")
     if op not in REDUCE_OPS:
@@ -509,16 +519,15 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None
         return  # an empty output: nothing to compute, no compute set
     if k == 0:
         raise IpuError(f"{name}: tensor '{t.name}' {t.shape} has no elements to reduce")
-    if map_out and (src_tiles == src_tiles[:, :1]).all():
+    one_tile = bool((src_tiles == src_tiles[:, :1]).all())  # each output's inputs: one tile
+    if map_out and one_tile:
         out_tiles = src_tiles[:, 0]
         poputil._map_elements(graph, out_flat, out_tiles)  # each output where its row is
     elif map_out:
         poputil.map_tensor_linearly(graph, out_flat)
         out_tiles = poputil.linear_tiles(graph, out_flat)
     cls = reduce_vertex(op, t.dtype, out.dtype, update)
-    twice = np.sort(src_tiles, axis=1)
-    twice = twice[:, 1:] == twice[:, :-1]  # a tile holding two inputs of an output
-    if not twice.any() or twice.all():  # no tile has two, or one tile has them all:
+    if one_tile or not _tile_twice(src_tiles):  # (or no tile has two inputs of an output)
         # One stage: each output's vertex (on the output's tile) reads all its inputs.
         cs = graph.add_compute_set(name)
         add_per_tile_vertices(graph, cs, cls, {"partials": src, "out": out_flat}, out_tiles)
