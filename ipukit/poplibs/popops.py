@@ -205,7 +205,7 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     columns = []  # per field, each vertex's rows of it (in tile order, flattened): a view
     for t in fields.values():
         run = single_run(t)  # (one run of addresses: a slice of _iota, no index array made)
-        idx = (_iota(run[0] + run[1])[run[0]:] if run else np.ascontiguousarray(t.idx)
+        idx = (_iota(*run) if run else np.ascontiguousarray(t.idx)
                ).reshape(len(tiles), -1)
         w = idx.shape[1]
         idx = (idx if in_order else idx[order]).reshape(-1)
@@ -226,15 +226,19 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
 
 
 _IOTA = [np.zeros(0, np.int64)]
+KEEP_IOTA = 1 << 22  #: the most addresses kept (32 MiB); a larger storage makes its own
 
 
-def _iota(n: int) -> np.ndarray:
-    """``np.arange(n)`` as a read-only view of one kept array (grown as needed): the
-    addresses of a run of storage, which vertices' fields hold, without making them."""
-    if n > _IOTA[0].size:
-        _IOTA[0] = np.arange(1 << (n - 1).bit_length(), dtype=np.int64)  # a power of 2
+def _iota(start: int, n: int) -> np.ndarray:
+    """``np.arange(start, start + n)`` as a read-only view of one kept array (grown as
+    needed): the addresses of a run of storage, which vertices' fields hold, not made."""
+    end = start + n
+    if end > KEEP_IOTA:
+        return np.arange(start, end, dtype=np.int64)
+    if end > _IOTA[0].size:
+        _IOTA[0] = np.arange(1 << (end - 1).bit_length(), dtype=np.int64)  # a power of 2
         _IOTA[0].flags.writeable = False
-    return _IOTA[0][:n]
+    return _IOTA[0][start:end]
 
 
 def _name(debug_name, default):
