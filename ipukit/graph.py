@@ -53,7 +53,7 @@ class Pool:
     def __init__(self, dtype: np.dtype):
         self.dtype, self.size = dtype, 0
         self.variables, self.starts = [], []  # Variables, and where each starts
-        self._new: tuple[list, list, list] = ([], [], [])  # begins, ends, tiles not resolved
+        self._new: list = []  # (begins, ends, tiles) not resolved: arrays, or lists of ints
         # The mapping as a step function: the addresses where the tile changes, in order,
         # and the tile before the first of them and after each (-1: unmapped).
         self._cuts, self._cut_tiles = np.zeros(0, np.int64), np.full(1, -1, np.int64)
@@ -68,15 +68,14 @@ class Pool:
     def map(self, begins, lengths, tile) -> None:
         """Map runs of addresses (one as ints, or arrays) to ``tile`` (or to a tile per run);
         a later mapping of an address wins."""
-        b, e, t = self._new
-        if isinstance(begins, np.ndarray):
-            b += begins.tolist()
-            e += (begins + lengths).tolist()
-            t += tile.tolist() if isinstance(tile, np.ndarray) else [tile] * len(begins)
-        else:
-            b.append(int(begins))
-            e.append(int(begins + lengths))
-            t.append(tile)
+        if isinstance(begins, np.ndarray):  # arrays as given (joined once, when resolved)
+            if begins.size:
+                self._new.append((begins, begins + lengths, np.broadcast_to(tile, begins.shape)))
+        else:  # one run (set_tile_mapping, often in a loop): ints, to lists
+            if not self._new or type(self._new[-1]) is not list:
+                self._new.append([[], [], []])
+            for column, x in zip(self._new[-1], (begins, begins + lengths, tile)):
+                column.append(int(x))
 
     def _resolve(self) -> None:
         """Paint mappings made since the last call over the resolved ones. Only the span
@@ -87,8 +86,9 @@ class Pool:
         length paint nothing). Records that are runs covering ``[lo, hi)`` in order (a
         linear mapping) need no painting; the resolved tile changes at every old cut, so
         only the cuts from ``lo`` to ``hi`` are checked for a change."""
-        if self._new[0]:
-            (b, e, t), self._new = [np.array(new, np.int64) for new in self._new], ([], [], [])
+        if self._new:
+            (b, e, t), self._new = [np.concatenate([r[i] for r in self._new], dtype=np.int64)
+                                    for i in range(3)], []
             cuts, tiles, lo, hi = self._cuts, self._cut_tiles, b.min(), max(e.max(), b.min() + 1)
             (i, j2), (i0, j) = (np.searchsorted(cuts, [lo, hi], s) for s in ("right", "left"))
             cat = np.concatenate  # (np.r_ costs tens of µs a call)
@@ -249,7 +249,7 @@ class Graph:
                 raise IpuError.constant_size(name, shape, values.size)
             values = values.reshape(shape)
         name = name or f"{kind}{len(pool.variables)}"
-        need, t = int(np.prod(shape, dtype=np.int64)) * pool.dtype.itemsize, self.target
+        need, t = math.prod(shape) * pool.dtype.itemsize, self.target
         if need > t.num_tiles * t.bytes_per_tile:  # larger than all tiles together
             raise OutOfMemoryError.tensor_too_big(name, pool.dtype, shape, need, t)
         var = pool.alloc(name, shape, values)

@@ -134,10 +134,10 @@ class Tensor:
     def reshape(self, shape) -> Tensor:
         """``Tensor::reshape`` (one dimension may be -1, as in NumPy)."""
         shape = tuple(int(s) for s in np.atleast_1d(shape))
-        n, known = self.num_elements(), int(np.prod([s for s in shape if s != -1]))
+        n, known = self.num_elements(), math.prod(s for s in shape if s != -1)
         if shape.count(-1) == 1 and known and n % known == 0:
             shape = tuple(n // known if s == -1 else s for s in shape)
-        if any(s < 0 for s in shape) or int(np.prod(shape, dtype=np.int64)) != n:
+        if any(s < 0 for s in shape) or math.prod(shape) != n:
             raise IpuError.bad_reshape(self, shape)
         return self._reshape(shape, f".reshape({list(shape)})")
 

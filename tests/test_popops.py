@@ -434,3 +434,19 @@ def test_multivertex_estimate_uses_the_targets_worker_count():
     popops.add(g, a, b, prog)
     (step,) = [s for s in ipu.Engine(g, prog).executable.steps if s.kind == "compute"]
     assert step.tile_compute_cycles.tolist() == [4 * (10 + 3 * 10), 0]
+
+
+def test_vertex_addresses_of_a_run_are_read_only_views(monkeypatch):
+    """add_per_tile_vertices gives a variable's vertices views of one kept arange (past
+    KEEP_IOTA addresses, arrays of their own): the addresses they would have had."""
+    monkeypatch.setattr(popops, "KEEP_IOTA", 64)
+    for start, n in ((0, 5), (7, 40), (60, 4), (70, 3), (0, 0)):
+        idx = popops._iota(start, n)
+        assert idx.dtype == np.int64 and np.array_equal(idx, np.arange(start, start + n))
+        assert not idx.flags.writeable or start + n > 64
+    g = ipu.Graph(ipu.IPUModel(tiles_per_ipu=4).create_device().target)
+    v = g.add_variable(ipu.FLOAT, [100], "v")
+    poputil.map_tensor_linearly(g, v, 1, 1)
+    popops.zero(g, v, ipu.Sequence())
+    fields = [conn["in1"] for conn in g.v_conn]
+    assert np.array_equal(np.concatenate([t.idx for t in fields]), v.idx)

@@ -100,6 +100,26 @@ def test_linear_tiles_are_those_map_tensor_linearly_gives():
         assert np.array_equal(want, _per_element(g, t))
 
 
+@pytest.mark.parametrize("virtual", [False, True])
+def test_map_copies_maps_each_copy_as_like(virtual):
+    """_map_copies (the emulator's stash FIFOs) reads like's mapping as runs: each copy is
+    mapped as like is, element by element; a view or an unmapped like takes the element
+    path, whose errors name the tensor."""
+    root = ipu.Graph(ipu.IPUModel(num_ipus=2, tiles_per_ipu=4).create_device().target)
+    g = root.create_virtual_graph(4, 8) if virtual else root
+    like = g.add_variable(ipu.FLOAT, [3, 5], "like")
+    poputil._map_elements(g, like, np.array([0, 0, 1, 3, 3, 2, 2, 2, 1, 1, 0, 3, 3, 3, 1]))
+    for src in (like, like.transpose(), like[1:]):
+        t = g.add_variable(ipu.FLOAT, (3,) + src.shape, "fifo")
+        poputil._map_copies(g, t, src, 3)
+        want = np.tile(poputil.tile_of_elements(g, src), 3)
+        assert np.array_equal(poputil.tile_of_elements(g, t), want)
+    hole = g.add_variable(ipu.FLOAT, [4], "hole")
+    g.set_tile_mapping(hole[:2], 1)
+    with pytest.raises(ipu.TileMappingError):
+        poputil._map_copies(g, g.add_variable(ipu.FLOAT, [2, 4], "fifo2"), hole, 2)
+
+
 def test_tile_of_elements_of_another_graphs_tensor_raises():
     dev = ipu.IPUModel(tiles_per_ipu=4).create_device()
     g, other = ipu.Graph(dev.target), ipu.Graph(dev.target)

@@ -96,8 +96,7 @@ def _map_like(vg: Graph, dst: Tensor, src: Tensor) -> None:
 def _buffer(vg: Graph, like: Tensor, slots: int, name: str) -> Tensor:
     """``slots`` tile variables shaped and mapped like ``like`` (a FIFO or an inbox)."""
     t = vg.add_variable(like.dtype, (max(slots, 1),) + tuple(like.shape), name)
-    tiles = poputil.tile_of_elements(vg, like)  # every slot mapped as ``like``: asked once
-    poputil._map_elements(vg, t, np.tile(tiles, max(slots, 1)))
+    poputil._map_copies(vg, t, like, max(slots, 1))  # every slot mapped as ``like``
     return t
 
 

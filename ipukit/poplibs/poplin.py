@@ -154,11 +154,12 @@ def mat_mul(graph, a: Tensor, b: Tensor, prog: Sequence, debug_name: str = "") -
     p = plan(graph.target, m, k, n)
     partials = out.reshape([1, m, n]) if p.tiles_k == 1 else \
         graph.add_variable(a.dtype, [p.tiles_k, m, n], name + "/partials")
+    if p.tiles_k > 1:  # (mapped first: the mappings then come in address order)
+        poputil.map_tensor_linearly(graph, out)
     cs = graph.add_compute_set(name + "/MatMul")
     _add_blocks(graph, cs, a, b, partials, p, 0)
     prog.add(Execute(cs))
     if p.tiles_k > 1:
-        poputil.map_tensor_linearly(graph, out)
         popops.reduce_with_output(graph, partials, out, [0], popops.Operation.ADD, prog,
                                   name + "/Reduce")
     return out
@@ -174,6 +175,7 @@ def _add_blocks(graph, cs, a, b, partials, p: Plan, first_tile: int) -> None:
     cls = MatMulPartial if a.dtype == np.float32 else MatMulPartialHalf
     workers, macs = graph.target.num_worker_contexts, macs_per_cycle(graph.target)
     conns, tiles, ks, perf = [], [], [], []
+    outs = [partials[kk] for kk in range(p.tiles_k)]  # (each piece's (M, N) plane)
     for i in range(p.tiles_m):
         m0, m1 = i * m // p.tiles_m, (i + 1) * m // p.tiles_m
         for j in range(p.tiles_n):
@@ -182,7 +184,7 @@ def _add_blocks(graph, cs, a, b, partials, p: Plan, first_tile: int) -> None:
                 k0, k1 = kk * k // p.tiles_k, (kk + 1) * k // p.tiles_k
                 conns.append({"a": _block(a, m0, m1, k0, k1),  # 2-D views (the fields
                               "b": _block(b, k0, k1, n0, n1),  # flatten them): no address
-                              "out": _block(partials[kk], m0, m1, n0, n1)})  # array each
+                              "out": _block(outs[kk], m0, m1, n0, n1)})  # array each
                 tiles.append(first_tile + len(tiles))
                 ks.append(k1 - k0)
                 cycles = VERTEX_OVERHEAD + _ceil((m1 - m0) * (n1 - n0) * (k1 - k0), macs)
@@ -192,15 +194,17 @@ def _add_blocks(graph, cs, a, b, partials, p: Plan, first_tile: int) -> None:
             _add_block(graph, cs, cls, conn, tile, kk, cycles)
         return
     _map_blocks(graph, partials, p, first_tile)
-    _add_block(graph, cs, cls, conns[0], tiles[0], ks[0], perf[0])
+    _add_block(graph, cs, cls, conns[0], tiles[0], ks[0], perf[0], mapped=True)
     dtype = cls.fields["k"].dtype
     graph.root._add_vertices(cs, cls, conns[1:], [t + graph._offset for t in tiles[1:]],
                              perf[1:], [{"k": np.asarray(kk, dtype)} for kk in ks[1:]])
 
 
-def _add_block(graph, cs, cls, conn, tile, k, cycles) -> None:
-    """One MatMulPartial vertex, its output block mapped to its tile (all checked)."""
-    graph.set_tile_mapping(conn["out"], tile)
+def _add_block(graph, cs, cls, conn, tile, k, cycles, mapped: bool = False) -> None:
+    """One MatMulPartial vertex, its output block mapped to its tile (unless ``mapped``
+    already), all checked."""
+    if not mapped:
+        graph.set_tile_mapping(conn["out"], tile)
     v = graph.add_vertex(cs, cls, conn, tile=tile)
     graph.set_initial_value(v["k"], k)
     graph.set_perf_estimate(v, cycles)

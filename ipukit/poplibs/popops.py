@@ -35,6 +35,7 @@ s: [ 6.000000 24.000000]
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -77,7 +78,7 @@ class RowsMultiVertex(MultiVertex):
 
 def map_vertex(expr: Expr, in_types, out_type, inplace: bool) -> type:
     """The codelet evaluating ``expr`` element-wise (one class per expression and types)."""
-    key = ("map", str(expr), tuple(str(t) for t in in_types), str(out_type), inplace)
+    key = ("map", str(expr), tuple(in_types), out_type, inplace)  # (dtypes, not their names)
     if key in _VERTEX_CACHE:
         return _VERTEX_CACHE[key]
     if expr.op == "CONST":
@@ -144,7 +145,7 @@ def reduce_vertex(op: str, in_type, out_type, update: bool, multi: bool = True) 
     ``Vertex``; ipukit uses the MultiVertex where a compute set has one vertex per tile
     (one width k), which takes the cycles of one vertex per worker. Where a tile holds rows
     of several widths (several vertices), plain vertices share its workers round-robin."""
-    key = ("reduce", op, str(in_type), str(out_type), update, multi)
+    key = ("reduce", op, np.dtype(in_type), np.dtype(out_type), update, multi)
     if key in _VERTEX_CACHE:
         return _VERTEX_CACHE[key]
 
@@ -190,26 +191,27 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     cuts = np.flatnonzero(tiles[1:] != tiles[:-1]) + 1  # where the tile changes
     in_order = bool((tiles[cuts] > tiles[cuts - 1]).all())  # e.g. linear mapping: no sort
     order = None if in_order else np.argsort(tiles, kind="stable")
-    flat = []  # each field's rows in tile order, flat, once: (name, ..., row width)
-    for name, t in fields.items():
-        run = single_run(t)  # (one run of addresses: built faster than by t.idx)
-        idx = (np.arange(run[0], run[0] + run[1], dtype=np.int64) if run
-               else np.ascontiguousarray(t.idx)).reshape(len(tiles), -1)
-        flat.append((name, t.graph, t.dtype, t.name,
-                     (idx if in_order else idx[order]).reshape(-1), idx.shape[1]))
     sorted_tiles = tiles if in_order else tiles[order]
     if not in_order:
         cuts = np.flatnonzero(sorted_tiles[1:] != sorted_tiles[:-1]) + 1
-    starts = np.concatenate([[0], cuts]).astype(np.int64)
-    ends = np.concatenate([cuts, [sorted_tiles.size]]).astype(np.int64)
-    conns, on, multi = [], [], issubclass(cls, MultiVertex)
-    for s, e in zip(starts.tolist(), ends.tolist()):
-        tile = int(sorted_tiles[s])
-        for b, f in [(0, e - s)] if multi else poputil.split_regions(e - s, grain,
-                                                                     _workers(graph)):
-            conns.append({name: Tensor(g, dt, idx[(s + b) * w:(s + f) * w], what)
-                          for name, g, dt, what, idx, w in flat})
-            on.append(tile)
+    starts, multi = [0, *cuts.tolist()], issubclass(cls, MultiVertex)
+    on, ends = sorted_tiles[starts].tolist(), [*starts[1:], len(tiles)]
+    if multi:  # each vertex's rows [lo, hi): all of its tile's
+        lo, hi = starts, ends
+    else:  # the tile's rows split over its workers
+        nw = _workers(graph)
+        lo, hi, on = zip(*[(s + b, s + f, tile) for s, e, tile in zip(starts, ends, on)
+                           for b, f in poputil.split_regions(e - s, grain, nw)])
+    columns = []  # per field, each vertex's rows of it (in tile order, flattened): a view
+    for t in fields.values():
+        run = single_run(t)  # (one run of addresses: a slice of _iota, no index array made)
+        idx = (_iota(*run) if run else np.ascontiguousarray(t.idx)
+               ).reshape(len(tiles), -1)
+        w = idx.shape[1]
+        idx = (idx if in_order else idx[order]).reshape(-1)
+        g, dt, what = t.graph, t.dtype, t.name
+        columns.append([Tensor(g, dt, idx[a * w:b * w], what) for a, b in zip(lo, hi)])
+    conns = [dict(zip(fields, c)) for c in zip(*columns)]
     # The first vertex is added (and checked) as any; the rest take the same fields and
     # types (Vector fields take any length) on tiles up to on[-1]: added in one go.
     graph.add_vertex(cs, cls, conns[0], tile=on[0])
@@ -221,6 +223,22 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
         offset = graph._offset
         graph.root._add_vertices(cs, cls, conns[1:], [tile + offset for tile in on[1:]])
     return len(conns)
+
+
+_IOTA = [np.zeros(0, np.int64)]
+KEEP_IOTA = 1 << 22  #: the most addresses kept (32 MiB); a larger storage makes its own
+
+
+def _iota(start: int, n: int) -> np.ndarray:
+    """``np.arange(start, start + n)`` as a read-only view of one kept array (grown as
+    needed): the addresses of a run of storage, which vertices' fields hold, not made."""
+    end = start + n
+    if end > KEEP_IOTA:
+        return np.arange(start, end, dtype=np.int64)
+    if end > _IOTA[0].size:
+        _IOTA[0] = np.arange(1 << (end - 1).bit_length(), dtype=np.int64)  # a power of 2
+        _IOTA[0].flags.writeable = False
+    return _IOTA[0][start:end]
 
 
 def _name(debug_name, default):
@@ -238,7 +256,7 @@ def map(graph, expr, tensors, prog: Sequence, debug_name: str = "",  # noqa: A00
     """
     expr = lift(expr)
     tensors = list(tensors)
-    op = _name(debug_name, f"map {expr}")
+    op = debug_name or f"map {expr}"
     if not isinstance(prog, Sequence):
         raise IpuError(f"{op}: prog must be an ipu.Sequence to append to, got {prog!r}")
     if expr.num_args() > len(tensors):
@@ -282,7 +300,7 @@ def map(graph, expr, tensors, prog: Sequence, debug_name: str = "",  # noqa: A00
             out_tiles = poputil.linear_tiles(graph, out)
     if out.num_elements() == 0:
         return out  # nothing to compute: no compute set
-    cs = graph.add_compute_set(_name(debug_name, f"map {expr}"))
+    cs = graph.add_compute_set(op)
     cls = map_vertex(expr, in_types, out_type, inplace)
     fields = {f"in{i + 1}": _flat_as(t, shape) for i, t in enumerate(tensors)}
     if not inplace:
@@ -473,6 +491,16 @@ def _check_dims(t, dims, name):
     return sorted(int(d) for d in dims)
 
 
+def _tile_twice(tiles: np.ndarray) -> bool:
+    """Whether a row of ``tiles`` (outputs x inputs) holds one tile twice: each column
+    against those after it (few columns), else each row sorted."""
+    m, k = tiles.shape
+    if m * k * k > 1 << 22:
+        tiles = np.sort(tiles, axis=1)
+        return bool((tiles[:, 1:] == tiles[:, :-1]).any())
+    return any(bool((tiles[:, i:i + 1] == tiles[:, i + 1:]).any()) for i in range(k - 1))
+
+
 def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None):
     op = str(op).upper().removeprefix("OPERATION.")
     if op not in REDUCE_OPS:
@@ -486,8 +514,8 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None
     tiles_in = poputil.check_mapped(graph, t, name, "input")
     t = copy_if_aliased(graph, t, out, prog, name, tiles_in)
     keep = [d for d in range(t.rank) if d not in dims]
-    m = int(np.prod([t.shape[d] for d in keep], dtype=np.int64))
-    k = int(np.prod([t.shape[d] for d in dims], dtype=np.int64))
+    m = math.prod(t.shape[d] for d in keep)
+    k = math.prod(t.shape[d] for d in dims)
     src = t.dim_shuffle(keep + dims).reshape([m, k])
     src_tiles = tiles_in.reshape(t.shape).transpose(keep + dims).reshape(m, k)
     out_flat = out.flatten()
@@ -495,25 +523,26 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None
         return  # an empty output: nothing to compute, no compute set
     if k == 0:
         raise IpuError(f"{name}: tensor '{t.name}' {t.shape} has no elements to reduce")
-    if map_out and (src_tiles == src_tiles[:, :1]).all():
+    one_tile = bool((src_tiles == src_tiles[:, :1]).all())  # each output's inputs: one tile
+    if map_out and one_tile:
         out_tiles = src_tiles[:, 0]
         poputil._map_elements(graph, out_flat, out_tiles)  # each output where its row is
     elif map_out:
         poputil.map_tensor_linearly(graph, out_flat)
         out_tiles = poputil.linear_tiles(graph, out_flat)
     cls = reduce_vertex(op, t.dtype, out.dtype, update)
+    if one_tile or not _tile_twice(src_tiles):  # (or no tile has two inputs of an output)
+        # One stage: each output's vertex (on the output's tile) reads all its inputs.
+        cs = graph.add_compute_set(name)
+        add_per_tile_vertices(graph, cs, cls, {"partials": src, "out": out_flat}, out_tiles)
+        prog.add(Execute(cs))
+        return
     key = np.arange(m)[:, None] * graph.target.num_tiles + src_tiles
     order = np.argsort(key, axis=None, kind="stable")
     sorted_key = key.reshape(-1)[order]
     cuts = np.flatnonzero(np.diff(sorted_key)) + 1
     starts = np.concatenate([[0], cuts]).astype(np.int64)
     counts = np.diff(np.concatenate([starts, [sorted_key.size]]))
-    if counts.max(initial=0) == 1 or len(starts) == m:
-        # One stage: each output's vertex (on the output's tile) reads all its inputs.
-        cs = graph.add_compute_set(name)
-        add_per_tile_vertices(graph, cs, cls, {"partials": src, "out": out_flat}, out_tiles)
-        prog.add(Execute(cs))
-        return
     # Stage 1: every tile reduces the elements of each output row it holds to a partial.
     pair_tile = sorted_key[starts] % graph.target.num_tiles
     pair_row = sorted_key[starts] // graph.target.num_tiles

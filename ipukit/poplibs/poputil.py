@@ -16,6 +16,7 @@ uses, exactly as poplibs' ``calcLinearTileMapping`` / ``splitRegions`` do.
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import numpy as np
@@ -43,7 +44,7 @@ def vector_width(dtype) -> int:
 
 def calc_linear_tile_mapping(graph, shape, min_elements_per_tile: int, grain_size: int):
     """``poputil::calcLinearTileMapping``: per tile, a list of (begin, end) flat intervals."""
-    n = int(np.prod(shape, dtype=np.int64))
+    n = int(math.prod(shape))
     num_tiles = graph.target.num_tiles
     mapping: list[list[tuple[int, int]]] = [[] for _ in range(num_tiles)]
     if n == 0:
@@ -129,6 +130,25 @@ def _map_elements(graph, t: Tensor, tiles: np.ndarray) -> None:
         graph.set_tile_mapping(t, int(bad[0]) if bad.size else 0)
     graph.root.pools[t.dtype].map(run[0] + first if run else flat[first],
                                   np.diff(first, append=tiles.size), at + graph._offset)
+
+
+def _map_copies(graph, t: Tensor, like: Tensor, copies: int) -> None:
+    """Map variable ``t`` (``copies`` x ``like``'s elements) as ``copies`` copies of
+    ``like``'s mapping, one after another: ``_map_elements(graph, t, np.tile(
+    tile_of_elements(graph, like), copies))``, read from and written as runs of tiles
+    (no tile per element) when ``like`` is one run of addresses mapped on ``graph``."""
+    n, run, lo = like.num_elements(), single_run(like), graph._offset
+    cuts, tiles = graph.root.pools[like.dtype].steps(run[0], run[0] + n - 1) if (
+        run and n and like.graph is graph.root) else (None, np.full(1, -1))
+    if (tiles < lo).any() or (tiles >= lo + graph.target.num_tiles).any() or \
+            not single_run(t) or t.graph is not graph.root:  # (the errors are its)
+        _map_elements(graph, t, np.tile(tile_of_elements(graph, like), copies))
+        return
+    begins = np.concatenate(([0], cuts - run[0]))  # each piece of like, from its start
+    lengths = np.diff(begins, append=n)
+    starts = single_run(t)[0] + n * np.arange(copies)[:, None] + begins
+    graph.root.pools[t.dtype].map(starts.reshape(-1), np.tile(lengths, copies),
+                                  np.tile(tiles, copies))
 
 
 def tile_of_elements(graph, t: Tensor) -> np.ndarray:
