@@ -551,3 +551,68 @@ def test_a_changed_optimiser_setting_rebuilds_the_programs(change):
                 m.optimizer = optim.SGD(0.3, momentum=0.9)
         losses[emulate] = np.array([m.run(x, y).losses for _ in range(2)])
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-4)
+
+
+def _compute_sets(p):
+    emu = next(iter(p._emulations.values()))
+    return [cs.name for cs in emu.graph.compute_sets]
+
+
+@pytest.mark.parametrize("opt", [lambda: optim.SGD(0.1, momentum=0.9, weight_decay=0.01),
+                                 lambda: optim.AdamW(0.01)])
+@pytest.mark.parametrize("reduction", ["MEAN", "RUNNING_MEAN"])
+def test_each_stage_zeroes_accumulates_and_updates_all_its_weights_at_once(opt, reduction):
+    """PopART's mergeVarUpdate: one compute set per stage (and type) zeroes the
+    accumulators, one accumulates a micro-batch's gradients, one scales them (MEAN), one
+    runs each optimiser step, over all the stage's weights; float16 accumulators of the
+    biases are a second type; the results still equal the NumPy runner's."""
+    x, y = data(6 * 2, seed=12)
+
+    def make(emulate):
+        return pipeline(stages(), None, gradient_accumulation_count=6, optimizer=opt(),
+                        reduction_method=reduction, loss=nn.SoftmaxCrossEntropy(),
+                        gradient_accumulation_dtype=lambda name, value: (
+                            "float16" if name.endswith("bias") else None),
+                        target=TARGET, repeat_count=2, emulate=emulate)
+
+    (a, pa), (b, pb) = both(make, x, y)
+    assert_same([(a, pa), (b, pb)], rtol=1e-3, atol=1e-4)
+    a2, b2 = pa.run(x, y), pb.run(x, y)  # Adam's steps go on per weight
+    assert_same([(a2, pa), (b2, pb)], rtol=1e-3, atol=1e-4)
+    names = _compute_sets(pb)
+    for k in range(3):
+        mine = [n for n in names if n.startswith(f"stage{k}/") and "Dense" not in n
+                and "ReLU" not in n]
+        for n in mine:
+            assert ".weight" not in n and ".bias" not in n, n  # no op of one weight
+        assert mine.count(f"stage{k}/zero accumulators") == 1
+        assert mine.count(f"stage{k}/zero accumulators (half)") == 1
+        step = "running mean" if reduction == "RUNNING_MEAN" else "accumulate"
+        assert mine.count(f"stage{k}/{step}") == mine.count(f"stage{k}/{step} (half)") == 1
+        assert mine.count(f"stage{k}/mean") == (reduction == "MEAN")
+        sgd = "sgd" if "SGD" in type(pb.optimizer).__name__ else "adam"
+        assert mine.count(f"stage{k}/optimizer/{sgd}") == 1
+    # the state is read back per weight, as the NumPy runner keeps it
+    assert pb.optimizer.state.keys() == pa.optimizer.state.keys()
+
+
+def test_adam_bias_corrections_stay_per_weight():
+    """Adam's steps may differ between the weights of one stage (state carried over from
+    another model): each weight's elements read its own bias correction."""
+    x, y = data(6, seed=13)
+    rng = np.random.default_rng(0)
+
+    def make(emulate):
+        opt = optim.Adam(0.01)
+        opt.state["0.0.bias"] = {"step": 5, "m": rng.normal(size=8).astype("float32"),
+                                 "v": np.full(8, 0.5, "float32")}
+        return pipeline(stages(), None, gradient_accumulation_count=6, optimizer=opt,
+                        loss=nn.SoftmaxCrossEntropy(), target=TARGET, emulate=emulate)
+
+    rng = np.random.default_rng(0)
+    pa = make(False)
+    rng = np.random.default_rng(0)
+    pb = make(True)
+    assert_same([(pa.run(x, y), pa), (pb.run(x, y), pb)])
+    assert pb.optimizer.state["0.0.bias"]["step"] == 6
+    assert pb.optimizer.state["0.0.weight"]["step"] == 1

@@ -16,7 +16,14 @@ pipeline run (so the trace shows, for any F, B or R op, the supersteps that made
 Gradients are accumulated on the device (SUM, MEAN, RUNNING_MEAN, in the accumulator
 dtype) and the optimiser (SGD with momentum and weight decay, Adam, AdamW) updates the
 weights on the device once per run. Losses and weights equal the NumPy runner's to float32
-tolerance.
+tolerance. As PopART does with ``SessionOptions.mergeVarUpdate = MergeVarUpdateType::All``
+(``willow/src/transforms/mergevarupdates.cpp``: the weight updates of one virtual graph
+and optimiser become one update over the concatenated, flattened weights and gradients),
+each stage (each member of a concurrent stage) zeroes its accumulators, accumulates a
+micro-batch's gradients, scales them (MEAN) and runs each optimiser step as ONE compute
+set per type (``stage0/zero accumulators``, ``stage0/accumulate``, ``stage0/mean``,
+``stage0/optimizer/sgd``): the stage's weights, and its accumulators of each type, are one
+variable, each weight a view of it, so the concatenation is one region.
 
 Replicas are copies of the stages on their own IPUs; their gradients are all-reduced by
 inter-IPU copies and adds (with replicated tensor sharding, each replica updates its
@@ -55,13 +62,13 @@ import numpy as np
 
 from .. import backend
 from ..engine import Engine
-from ..errors import IpuError
+from ..errors import IpuError, type_name
 from ..graph import Graph
 from ..poplibs import poplin, popnn, popops, poputil
 from ..poplibs.expr import Expr, Sqrt, _1, _2, _3, _4
 from ..program import Copy, Execute, Program, Sequence
 from ..target import Device
-from ..tensor import FLOAT, INT, UNSIGNED_INT, Tensor
+from ..tensor import FLOAT, INT, UNSIGNED_INT, Tensor, concat, single_run
 from ..timeline import MemorySample, Span, Timeline
 from ..trace import Step, Trace
 from ..vertex import Input, Output, Vector, Vertex
@@ -86,6 +93,65 @@ def _layers(net) -> list:
 
 def _param_key(net, i: int, name: str) -> str:
     return f"{i}.{name}" if isinstance(net, nn.Sequential) else name
+
+
+def _flat(ts) -> Tensor:
+    """Tensors of one type as one flat view: ``poplar::concat`` of the flattened tensors
+    (PopART's mergeVarUpdate joins the weights and gradients it updates at once so).
+    Views of one variable that follow each other are joined as one region of it (an
+    explicit address array otherwise)."""
+    ts = [t.flatten() for t in ts]
+    if len(ts) == 1:
+        return ts[0]
+    runs, root = [single_run(t) for t in ts], _root(ts[0])
+    if all(r and _root(t) is root for r, t in zip(runs, ts)) and all(
+            a[0] + a[1] == b[0] for a, b in zip(runs, runs[1:])):
+        start = runs[0][0] - root.offset
+        return root.flatten().slice(start, start + sum(r[1] for r in runs))
+    return concat(ts)
+
+
+def _root(t: Tensor) -> Tensor:
+    """The variable ``t`` is a view of."""
+    while t._parent is not None:
+        t = t._parent
+    return t
+
+
+def _by_type(rows) -> dict:
+    """``rows`` (tuples of tensors) grouped by their tensors' types, in order."""
+    groups: dict[tuple, list] = {}
+    for row in rows:
+        groups.setdefault(tuple(t.dtype for t in row), []).append(row)
+    return groups
+
+
+def _of_type(dtype) -> str:
+    """How a compute set's name tells a type other than float: " (half)"."""
+    return "" if dtype == FLOAT else f" ({type_name(dtype)})"
+
+
+@dataclass
+class _Joined:
+    """Tensors of one type as views of ONE variable, in a row: ``all`` the variable,
+    ``views`` name -> view (shaped like its value), ``bounds`` name -> its slice."""
+
+    all: Tensor
+    views: dict
+    bounds: dict
+
+
+def _joined(vg: Graph, dtype, shapes: dict, name: str, mapped: bool = True) -> _Joined:
+    """One variable holding tensors of ``shapes`` (name -> shape) in a row (mapped
+    linearly unless not ``mapped``), and each one's view."""
+    sizes = [math.prod(v) for v in shapes.values()]
+    t = vg.add_variable(dtype, [sum(sizes)], name)
+    if mapped and sum(sizes):
+        poputil.map_tensor_linearly(vg, t)
+    ends = np.cumsum(sizes).tolist()
+    bounds = {n: slice(e - s, e) for n, s, e in zip(shapes, sizes, ends)}
+    return _Joined(t, {n: t.slice(b.start, b.stop).reshape(list(v))
+                       for (n, v), b in zip(shapes.items(), bounds.values())}, bounds)
 
 
 def _map_like(vg: Graph, dst: Tensor, src: Tensor) -> None:
@@ -233,21 +299,19 @@ class _Stage:
                     "float32 weights (Poplar's FLOAT); build the layers with dtype='float32' "
                     "or use emulate=False"
                 )
-            self.params[name] = _linear(vg, FLOAT, value.shape, f"{pre}stage{k}/{name}")
+        # The weights (and the accumulators of each type) are one variable of the stage,
+        # each weight a view of it: joined, they are one region, what the merged updates
+        # (PopART's mergeVarUpdate) work on, as Poplar's concatenated views are.
+        self.weights = _joined(vg, FLOAT, {n: tuple(v.shape) for n, v in values.items()},
+                               f"{pre}stage{k}/weights")
+        for name, view in self.weights.views.items():
+            self.params[name] = view
             handle = f"{self.pre if member is None else pre.rpartition('member')[0]}{k}.{name}"
-            g.create_host_write(handle, self.params[name])
-            g.create_host_read(handle, self.params[name])
-            if not emu.training:
-                continue  # inference: no gradients
-            acc_dtype = np.dtype(p.accumulation_dtypes[k][name])
-            if acc_dtype not in (np.float32, np.float16):
-                raise IpuError(
-                    f"gradient_accumulation_dtype {acc_dtype} for {k}.{name}: the emulator "
-                    "accumulates in float32 or float16; use emulate=False for others"
-                )
-            self.accs[name] = _linear(vg, acc_dtype, value.shape, f"{pre}stage{k}/{name}/accum")
-        if emu.training:  # RUNNING_MEAN's n
-            self.count = _linear(vg, FLOAT, [1], f"{pre}stage{k}/accumulated")
+            g.create_host_write(handle, view)
+            g.create_host_read(handle, view)
+        self.acc_groups: dict = {}  # type -> its accumulators joined (RUNNING_MEAN's n too)
+        if emu.training:
+            self._accumulators(values, p.accumulation_dtypes[k])
         self.input = _linear(vg, FLOAT, in_shape, f"{pre}stage{k}/input")
         self.forward = Sequence()
         self.saved: list[Tensor] = []  # what the backward reads: the stash of one op
@@ -261,6 +325,29 @@ class _Stage:
             self.dy = None if self.last else _linear(vg, FLOAT, self.output.shape,
                                                      f"{pre}stage{k}/output grad")
             self.dx = self._build_backward()
+
+    def _accumulators(self, values: dict, dtypes: dict) -> None:
+        """One variable per type holding its gradient accumulators, each mapped like its
+        weight; the float one ends with RUNNING_MEAN's n (``self.count``)."""
+        types = {n: np.dtype(dtypes[n]) for n in values}
+        for name, dt in types.items():
+            if dt not in (np.float32, np.float16):
+                raise IpuError(
+                    f"gradient_accumulation_dtype {dt} for {self.k}.{name}: the emulator "
+                    "accumulates in float32 or float16; use emulate=False for others")
+        w = self.weights
+        tiles = poputil.tile_of_elements(self.vg, w.all) if values else np.zeros(1, np.int64)
+        for dt in dict.fromkeys([*types.values(), FLOAT]):
+            mine = {n: tuple(v.shape) for n, v in values.items() if types[n] == dt}
+            if dt == FLOAT:
+                mine[None] = (1,)  # n, on the weights' last tile
+            acc = _joined(self.vg, dt, mine, f"{self.pre}stage{self.k}/accumulators"
+                          + _of_type(dt), mapped=False)
+            poputil._map_elements(self.vg, acc.all, np.concatenate(
+                [tiles[w.bounds[n]] if n is not None else tiles[-1:] for n in mine]))
+            self.acc_groups[dt] = acc
+            self.accs.update((n, acc.views[n]) for n in mine if n is not None)
+        self.count = self.acc_groups[FLOAT].views[None]
 
     # -- forward ------------------------------------------------------------------------
     def _build_forward(self, shape) -> list[Tensor]:
@@ -365,54 +452,61 @@ class _Stage:
                 dy = dy.reshape(x.shape)
             if dy is None:
                 break
-        for name, g in grads.items():
-            acc = self.accs[name]
-            if g.dtype != acc.dtype:
-                g = popops.cast(vg, g, acc.dtype, prog, f"{pre}/{name}/cast")
+        # one op per type over every accumulator and gradient (mergeVarUpdate)
+        for (dt, gt), rows in _by_type((self.accs[n], g) for n, g in grads.items()).items():
+            acc, g = _flat(a for a, _ in rows), _flat(g for _, g in rows)
+            name = f"{pre}/accumulate{_of_type(dt)}"
+            if gt != dt:
+                g = popops.cast(vg, g, dt, prog, f"{name}/cast")
             if p.reduction == "RUNNING_MEAN":
-                n = self.count.reshape([1] * acc.rank)
-                if acc.dtype != np.float32:
-                    n = popops.cast(vg, n, acc.dtype, prog, f"{pre}/{name}/n")
+                n = self.count if dt == FLOAT else popops.cast(vg, self.count, dt, prog,
+                                                               f"{name}/n")
                 popops.map(vg, _1 * (_3 / (_3 + 1.0)) + _2 * (1.0 / (_3 + 1.0)), [acc, g, n],
-                           prog, f"{pre}/{name}/running mean", inplace=True)
+                           prog, f"{pre}/running mean{_of_type(dt)}", inplace=True)
             else:
-                popops.add_in_place(vg, acc, g, prog, f"{pre}/{name}/accumulate")
+                popops.add_in_place(vg, acc, g, prog, name)
         if p.reduction == "RUNNING_MEAN":
             popops.add_in_place(vg, self.count, 1.0, prog, f"{pre}/count")
         return dy
 
     # -- once per run -------------------------------------------------------------------
     def zero_program(self) -> Sequence:
+        """The accumulators and RUNNING_MEAN's count zeroed: one op per type."""
         prog, pre = Sequence(), f"{self.pre}stage{self.k}"
-        for name, acc in self.accs.items():
-            popops.zero(self.vg, acc, prog, f"{pre}/{name}/zero")
-        popops.zero(self.vg, self.count, prog, f"{pre}/zero count")
+        for dt, acc in self.acc_groups.items():
+            popops.zero(self.vg, acc.all, prog, f"{pre}/zero accumulators{_of_type(dt)}")
         return prog
 
     def mean_program(self) -> Sequence:
-        """MEAN: the accumulators divided by the number of micro-batches."""
+        """MEAN: the accumulators divided by the number of micro-batches (one op per
+        type)."""
         p, prog = self.emu.pipeline, Sequence()
         if p.reduction == "MEAN":
-            for name, g in self.accs.items():
-                popops.map(self.vg, _1 * (1.0 / p.gradient_accumulation), [g], prog,
-                           f"{self.pre}stage{self.k}/{name}/mean", inplace=True)
+            for dt, acc in self.acc_groups.items():
+                grads = [v for n, v in acc.views.items() if n is not None]  # not n
+                if grads:
+                    popops.map(self.vg, _1 * (1.0 / p.gradient_accumulation), [_flat(grads)],
+                               prog, f"{self.pre}stage{self.k}/mean{_of_type(dt)}",
+                               inplace=True)
         return prog
 
     def update_program(self, opt, shards: int = 1) -> Sequence:
-        """The optimiser on this replica's weights (its shard of each with RTS)."""
-        vg, k, prog = self.vg, self.k, Sequence()
+        """The optimiser on this replica's weights (its shard of each with RTS): one
+        update of them all."""
+        k, parts = self.k, []
         for name, w in self.params.items():
             g = self.accs[name]
-            if g.dtype != w.dtype:
-                g = popops.cast(vg, g, w.dtype, prog,
-                                f"{self.pre}stage{k}/{name}/to weight type")
             if shards == 1:
-                opt.build(vg, f"{k}.{name}", w, g, prog, self.replica)
+                parts.append((f"{k}.{name}", w, g))
                 continue
             lo, hi = replication.shard_bounds(w.num_elements(), shards)[self.replica]
             if hi > lo:
-                opt.build(vg, f"{k}.{name}/rts{self.replica}", w.flatten()[lo:hi],
-                          g.flatten()[lo:hi], prog, 0)
+                parts.append((f"{k}.{name}/rts{self.replica}", w.flatten()[lo:hi],
+                              g.flatten()[lo:hi]))
+        prog = Sequence()
+        if parts:
+            opt.build(self.vg, parts, prog, self.replica if shards == 1 else 0,
+                      f"{self.pre}stage{k}/optimizer")
         return prog
 
 
@@ -533,16 +627,36 @@ class _Optimizer:
     def handle(key, replica, s) -> str:
         return f"optimizer/{key}/{s}" + (f"@replica{replica}" if replica else "")
 
-    def build(self, vg, key, w, g, prog, replica):
-        o, name = self.opt, (f"replica{replica}/" if replica else "") + f"optimizer/{key}"
-        graph = self.emu.graph
-        st = {}
+    def build(self, vg, parts, prog, replica, name):
+        """ONE update of ``parts`` (``(key, weight, gradient accumulator)`` on one virtual
+        graph): each step a compute set over their concatenation, PopART's
+        ``mergeVarUpdate``. Each state (momentum, m, v) is one variable mapped like the
+        weights, a view of it per key (its host handle); Adam's bias corrections stay one
+        pair per key (its step), each read by its key's elements."""
+        o, graph = self.opt, self.emu.graph
+        parts = sorted(parts, key=lambda q: q[2].dtype != FLOAT)  # float gradients first
+        w, grads = _flat(q[1] for q in parts), []
+        for (dt,), rows in _by_type((q[2],) for q in parts).items():
+            g = _flat(t for t, in rows)
+            grads.append(g if dt == FLOAT else popops.cast(vg, g, FLOAT, prog,
+                                                            f"{name}/to weight type"))
+        g = grads[0] if len(grads) == 1 else concat(grads)
+        pre = f"replica{replica}/" if replica else ""
+        states = {key: {} for key, _, _ in parts}
+
+        def state(s, what):  # one variable, mapped like the weights: a view per key
+            joined = _joined(vg, FLOAT, {key: wk.shape for key, wk, _ in parts},
+                             f"{name}/{what}", mapped=False)
+            _map_like(vg, joined.all, w)
+            for key, t in joined.views.items():
+                states[key][s] = t
+            return joined.all
+
         if issubclass(self.kind, optim.SGD):
             if o.weight_decay:
                 g = popops.map(vg, _1 + o.weight_decay * _2, [g, w], prog, name + "/decay")
             if o.momentum:
-                st["buf"] = buf = vg.add_variable(FLOAT, w.shape, f"{name}/momentum")
-                _map_like(vg, buf, w)
+                buf = state("buf", "momentum")
                 popops.map(vg, o.momentum * _1 + _2, [buf, g], prog, name + "/momentum",
                            inplace=True)
                 g = buf
@@ -554,23 +668,28 @@ class _Optimizer:
                            inplace=True)
             elif o.weight_decay:
                 g = popops.map(vg, _1 + o.weight_decay * _2, [g, w], prog, name + "/decay")
-            for s in ("m", "v"):
-                st[s] = vg.add_variable(FLOAT, w.shape, f"{name}/{s}")
-                _map_like(vg, st[s], w)
-            st["corr"] = vg.add_variable(FLOAT, [2], f"{name}/bias correction 1 - beta^t")
-            vg.set_tile_mapping(st["corr"], int(poputil.tile_of_elements(vg, w)[0]))
-            popops.map(vg, b1 * _1 + (1 - b1) * _2, [st["m"], g], prog, name + "/m",
+            m, v = state("m", "m"), state("v", "v")
+            corr = []  # per key: [1 - beta1^t, 1 - beta2^t], t the key's step
+            for key, wk, _ in parts:
+                states[key]["corr"] = c = vg.add_variable(
+                    FLOAT, [2], f"{pre}optimizer/{key}/bias correction 1 - beta^t")
+                vg.set_tile_mapping(c, int(poputil.tile_of_elements(vg, wk)[0]))
+                corr.append(c)
+            if len(corr) == 1:
+                c1, c2 = corr[0][0:1], corr[0][1:2]
+            else:  # each key's pair repeated over its elements
+                c1, c2 = (concat([c[i:i + 1].broadcast([wk.num_elements()])
+                                  for c, (_, wk, _) in zip(corr, parts)]) for i in (0, 1))
+            popops.map(vg, b1 * _1 + (1 - b1) * _2, [m, g], prog, name + "/m", inplace=True)
+            popops.map(vg, b2 * _1 + (1 - b2) * _2 * _2, [v, g], prog, name + "/v",
                        inplace=True)
-            popops.map(vg, b2 * _1 + (1 - b2) * _2 * _2, [st["v"], g], prog, name + "/v",
-                       inplace=True)
-            c1 = st["corr"][0].reshape([1] * w.rank)
-            c2 = st["corr"][1].reshape([1] * w.rank)
             popops.map(vg, _1 - o.lr * (_2 / _4) / (Sqrt(_3 / _5) + o.eps),
-                       [w, st["m"], st["v"], c1, c2], prog, name + "/adam", inplace=True)
-        self.state[(key, replica)] = st
-        for s, t in st.items():
-            graph.create_host_write(self.handle(key, replica, s), t)
-            graph.create_host_read(self.handle(key, replica, s), t)
+                       [w, m, v, c1, c2], prog, name + "/adam", inplace=True)
+        for key, st in states.items():
+            self.state[(key, replica)] = st
+            for s, t in st.items():
+                graph.create_host_write(self.handle(key, replica, s), t)
+                graph.create_host_read(self.handle(key, replica, s), t)
 
     # host <-> device state, so that the optimiser object stays the one truth between calls
     def write(self, eng) -> dict:
