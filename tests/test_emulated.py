@@ -11,6 +11,7 @@ from ipukit.parallel import nn, optim
 from ipukit.parallel.emulated import steps_of
 from ipukit.parallel.pipelining import Block, pipeline, training_model
 from ipukit.parallel.schedule import KINDS
+from ipukit.poplibs import poputil
 from ipukit.widgets import BSPView
 
 TARGET = ipu.IPUModel(num_ipus=3, tiles_per_ipu=4).create_device().target
@@ -616,3 +617,30 @@ def test_adam_bias_corrections_stay_per_weight():
     assert_same([(pa.run(x, y), pa), (pb.run(x, y), pb)])
     assert pb.optimizer.state["0.0.bias"]["step"] == 6
     assert pb.optimizer.state["0.0.weight"]["step"] == 1
+
+
+@pytest.mark.parametrize("reduction", ["SUM", "MEAN", "RUNNING_MEAN"])
+def test_the_backward_writes_gradients_where_the_accumulators_are(reduction):
+    """A stage's weight and bias gradients are slices of one variable mapped like its
+    weights (poplin.mat_mul_with_output, popops.reduce_with_output, as PopLibs' weight
+    update pass lays them out): accumulating a micro-batch is one compute set that moves
+    no gradient between tiles; the results still equal the NumPy runner's."""
+    x, y = data(6 * 2, seed=14)
+
+    def make(emulate):
+        return pipeline(stages(), None, gradient_accumulation_count=6,
+                        optimizer=optim.SGD(0.1, momentum=0.9), reduction_method=reduction,
+                        loss=nn.SoftmaxCrossEntropy(), target=TARGET, emulate=emulate)
+
+    (a, pa), (b, pb) = both(make, x, y)
+    assert_same([(a, pa), (b, pb)])
+    step = "running mean" if reduction == "RUNNING_MEAN" else "accumulate"
+    acc = [s for s in b.trace.executed_steps() if s.name.endswith(f"/{step}")]
+    assert len(acc) == 3 * 6  # each stage, each micro-batch
+    most = 4 if reduction == "RUNNING_MEAN" else 0  # (RUNNING_MEAN: each tile reads n)
+    assert all(s.tile_bytes_in.max() <= most for s in acc)
+    emu = next(iter(pb._emulations.values()))
+    for s in emu.stages:  # one variable of gradients per stage, mapped like its weights
+        assert s.grads.all.name == f"stage{s.k}/gradients"
+        np.testing.assert_array_equal(poputil.tile_of_elements(s.vg, s.grads.all),
+                                      poputil.tile_of_elements(s.vg, s.weights.all))

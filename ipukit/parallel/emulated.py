@@ -195,17 +195,19 @@ def _conv_forward(vg, layer, x, w, b, prog, name) -> Tensor:
     return y
 
 
-def _conv_backward(vg, layer, x, w, dy, prog, name, first):
-    """(weight gradient, bias gradient, input gradient or None) of nn.Conv2D."""
+def _conv_backward(vg, layer, x, w, dy, out, prog, name, first):
+    """nn.Conv2D's weight and bias gradients into ``out`` (two tensors), and its input
+    gradient (None when ``first``)."""
     bsz, c, h, wd = x.shape
     k, cout = layer.k, layer.cout
     ho, wo = h - k + 1, wd - k + 1
     dy2 = dy.dim_shuffle([1, 0, 2, 3]).reshape([cout, bsz * ho * wo])
-    gw = poplin.mat_mul(vg, dy2, _cols(x, k).transpose(), prog, name + "/weight")
-    gb = popops.reduce(vg, dy, [0, 2, 3], popops.Operation.ADD, prog, name + "/bias")
-    gw = gw.reshape(list(w.shape))
+    poplin.mat_mul_with_output(vg, dy2, _cols(x, k).transpose(), out[0].reshape([cout, -1]),
+                               prog, name + "/weight")
+    popops.reduce_with_output(vg, dy, out[1], [0, 2, 3], popops.Operation.ADD, prog,
+                              name + "/bias")
     if first:
-        return gw, gb, None
+        return None
     dcols = poplin.mat_mul(vg, w.reshape([cout, -1]).transpose(), dy2, prog, name + "/input")
     dcols = dcols.reshape([c, k * k, bsz, ho, wo])
     dx = _linear(vg, FLOAT, x.shape, name + "/input grad")
@@ -215,7 +217,7 @@ def _conv_backward(vg, layer, x, w, dy, prog, name, first):
             part = dcols[:, i * k + j].dim_shuffle([1, 0, 2, 3])
             popops.add_in_place(vg, dx.slice([0, 0, i, j], [bsz, c, i + ho, j + wo]), part,
                                 prog, f"{name}/col2im {i},{j}")
-    return gw, gb, dx
+    return dx
 
 
 def _windows(x: Tensor) -> Tensor:
@@ -312,6 +314,11 @@ class _Stage:
         self.acc_groups: dict = {}  # type -> its accumulators joined (RUNNING_MEAN's n too)
         if emu.training:
             self._accumulators(values, p.accumulation_dtypes[k])
+            # a micro-batch's gradients, written by the backward's ops (``...WithOutput``)
+            # where their weights are, as PopLibs' weight-update pass lays them out: one
+            # region, accumulated by one compute set without exchange or index arrays
+            self.grads = _joined(vg, FLOAT, {n: tuple(v.shape) for n, v in values.items()},
+                                 f"{pre}stage{k}/gradients")
         self.input = _linear(vg, FLOAT, in_shape, f"{pre}stage{k}/input")
         self.forward = Sequence()
         self.saved: list[Tensor] = []  # what the backward reads: the stash of one op
@@ -430,22 +437,21 @@ class _Stage:
             layer, x, y = layers[i], self.acts[i], self.acts[i + 1]
             name = f"{pre}/{i}.{type(layer).__name__}/grad"
             first = i == 0 and k == 0  # nothing to send back: skip the input gradient
+            keys = [self.prefix + _param_key(self.net, i, s) for s in ("weight", "bias")]
+            if isinstance(layer, (nn.Dense, nn.Conv2D)):
+                w, (gw, gb) = self.params[keys[0]], (self.grads.views[n] for n in keys)
+                grads.update(zip(keys, (gw, gb)))
             if isinstance(layer, nn.Dense):
-                w = self.params[self.prefix + _param_key(self.net, i, "weight")]
-                grads[self.prefix + _param_key(self.net, i, "weight")] = poplin.mat_mul(
-                    vg, x.transpose(), dy, prog, name + "/weight")
-                grads[self.prefix + _param_key(self.net, i, "bias")] = popops.reduce(
-                    vg, dy, [0], popops.Operation.ADD, prog, name + "/bias")
+                poplin.mat_mul_with_output(vg, x.transpose(), dy, gw, prog, name + "/weight")
+                popops.reduce_with_output(vg, dy, gb, [0], popops.Operation.ADD, prog,
+                                          name + "/bias")
                 dy = None if first else poplin.mat_mul(vg, dy, w.transpose(), prog,
                                                        name + "/input")
             elif isinstance(layer, nn.ReLU):
                 dy = popnn.non_linearity_input_gradient(vg, popnn.NonLinearityType.RELU, y,
                                                         dy, prog, name)
             elif isinstance(layer, nn.Conv2D):
-                w = self.params[self.prefix + _param_key(self.net, i, "weight")]
-                gw, gb, dy = _conv_backward(vg, layer, x, w, dy, prog, name, first)
-                grads[self.prefix + _param_key(self.net, i, "weight")] = gw
-                grads[self.prefix + _param_key(self.net, i, "bias")] = gb
+                dy = _conv_backward(vg, layer, x, w, dy, (gw, gb), prog, name, first)
             elif isinstance(layer, nn.MaxPool2D):
                 dy = None if first else _maxpool_backward(vg, x, dy, prog, name)
             else:  # Flatten
@@ -453,7 +459,8 @@ class _Stage:
             if dy is None:
                 break
         # one op per type over every accumulator and gradient (mergeVarUpdate)
-        for (dt, gt), rows in _by_type((self.accs[n], g) for n, g in grads.items()).items():
+        for (dt, gt), rows in _by_type((self.accs[n], grads[n]) for n in self.params
+                                       if n in grads).items():
             acc, g = _flat(a for a, _ in rows), _flat(g for _, g in rows)
             name = f"{pre}/accumulate{_of_type(dt)}"
             if gt != dt:
