@@ -20,10 +20,14 @@ tolerance. As PopART does with ``SessionOptions.mergeVarUpdate = MergeVarUpdateT
 (``willow/src/transforms/mergevarupdates.cpp``: the weight updates of one virtual graph
 and optimiser become one update over the concatenated, flattened weights and gradients),
 each stage (each member of a concurrent stage) zeroes its accumulators, accumulates a
-micro-batch's gradients, scales them (MEAN) and runs each optimiser step as ONE compute
-set per type (``stage0/zero accumulators``, ``stage0/accumulate``, ``stage0/mean``,
-``stage0/optimizer/sgd``): the stage's weights, and its accumulators of each type, are one
-variable, each weight a view of it, so the concatenation is one region.
+micro-batch's gradients and runs each optimiser step as ONE compute set per type
+(``stage0/zero accumulators``, ``stage0/accumulate``, ``stage0/optimizer/sgd``): the
+stage's weights, its gradients and its accumulators of each type are one variable each,
+each weight's a view of it, so the concatenation is one region. The backward writes the
+gradients where their weights are (``poplin.mat_mul_with_output``,
+``popops.reduce_with_output``, the layout of PopLibs' weight-update pass), so a
+micro-batch is accumulated without exchange; MEAN's 1/G is folded into the optimiser's
+step, as PopART folds it into its optimiser scalars.
 
 Replicas are copies of the stages on their own IPUs; their gradients are all-reduced by
 inter-IPU copies and adds (with replicated tensor sharding, each replica updates its
@@ -484,19 +488,6 @@ class _Stage:
             popops.zero(self.vg, acc.all, prog, f"{pre}/zero accumulators{_of_type(dt)}")
         return prog
 
-    def mean_program(self) -> Sequence:
-        """MEAN: the accumulators divided by the number of micro-batches (one op per
-        type)."""
-        p, prog = self.emu.pipeline, Sequence()
-        if p.reduction == "MEAN":
-            for dt, acc in self.acc_groups.items():
-                grads = [v for n, v in acc.views.items() if n is not None]  # not n
-                if grads:
-                    popops.map(self.vg, _1 * (1.0 / p.gradient_accumulation), [_flat(grads)],
-                               prog, f"{self.pre}stage{self.k}/mean{_of_type(dt)}",
-                               inplace=True)
-        return prog
-
     def update_program(self, opt, shards: int = 1) -> Sequence:
         """The optimiser on this replica's weights (its shard of each with RTS): one
         update of them all."""
@@ -510,10 +501,11 @@ class _Stage:
             if hi > lo:
                 parts.append((f"{k}.{name}/rts{self.replica}", w.flatten()[lo:hi],
                               g.flatten()[lo:hi]))
-        prog = Sequence()
-        if parts:
+        prog, p = Sequence(), self.emu.pipeline
+        if parts:  # MEAN's 1/G folded into the update, as PopART folds it into its scalars
             opt.build(self.vg, parts, prog, self.replica if shards == 1 else 0,
-                      f"{self.pre}stage{k}/optimizer")
+                      f"{self.pre}stage{k}/optimizer",
+                      1.0 / p.gradient_accumulation if p.reduction == "MEAN" else 1.0)
         return prog
 
 
@@ -609,9 +601,6 @@ class _ConcurrentStage:
     def zero_program(self) -> Sequence:
         return Sequence(*(m.zero_program() for m in self.members))
 
-    def mean_program(self) -> Sequence:
-        return Sequence(*(m.mean_program() for m in self.members))
-
     def update_program(self, opt, shards: int = 1) -> Sequence:
         return Sequence(*(m.update_program(opt, shards) for m in self.members))
 
@@ -634,12 +623,13 @@ class _Optimizer:
     def handle(key, replica, s) -> str:
         return f"optimizer/{key}/{s}" + (f"@replica{replica}" if replica else "")
 
-    def build(self, vg, parts, prog, replica, name):
+    def build(self, vg, parts, prog, replica, name, scale=1.0):
         """ONE update of ``parts`` (``(key, weight, gradient accumulator)`` on one virtual
         graph): each step a compute set over their concatenation, PopART's
         ``mergeVarUpdate``. Each state (momentum, m, v) is one variable mapped like the
         weights, a view of it per key (its host handle); Adam's bias corrections stay one
-        pair per key (its step), each read by its key's elements."""
+        pair per key (its step), each read by its key's elements. The gradients are read
+        times ``scale`` (MEAN's 1 / gradient_accumulation)."""
         o, graph = self.opt, self.emu.graph
         parts = sorted(parts, key=lambda q: q[2].dtype != FLOAT)  # float gradients first
         w, grads = _flat(q[1] for q in parts), []
@@ -659,22 +649,29 @@ class _Optimizer:
                 states[key][s] = t
             return joined.all
 
+        def scaled(e):  # the gradient as read (times scale until a step has scaled it)
+            return e if scale == 1.0 else e * scale
+
         if issubclass(self.kind, optim.SGD):
             if o.weight_decay:
-                g = popops.map(vg, _1 + o.weight_decay * _2, [g, w], prog, name + "/decay")
+                g = popops.map(vg, scaled(_1) + o.weight_decay * _2, [g, w], prog,
+                               name + "/decay")
+                scale = 1.0
             if o.momentum:
                 buf = state("buf", "momentum")
-                popops.map(vg, o.momentum * _1 + _2, [buf, g], prog, name + "/momentum",
-                           inplace=True)
-                g = buf
-            popops.map(vg, _1 - o.lr * _2, [w, g], prog, name + "/sgd", inplace=True)
+                popops.map(vg, o.momentum * _1 + scaled(_2), [buf, g], prog,
+                           name + "/momentum", inplace=True)
+                g, scale = buf, 1.0
+            popops.map(vg, _1 - o.lr * scaled(_2), [w, g], prog, name + "/sgd", inplace=True)
         else:
             b1, b2 = o.betas
             if o.weight_decay and o.decoupled:
                 popops.map(vg, _1 * (1 - o.lr * o.weight_decay), [w], prog, name + "/decay",
                            inplace=True)
             elif o.weight_decay:
-                g = popops.map(vg, _1 + o.weight_decay * _2, [g, w], prog, name + "/decay")
+                g = popops.map(vg, scaled(_1) + o.weight_decay * _2, [g, w], prog,
+                               name + "/decay")
+                scale = 1.0
             m, v = state("m", "m"), state("v", "v")
             corr = []  # per key: [1 - beta1^t, 1 - beta2^t], t the key's step
             for key, wk, _ in parts:
@@ -687,9 +684,10 @@ class _Optimizer:
             else:  # each key's pair repeated over its elements
                 c1, c2 = (concat([c[i:i + 1].broadcast([wk.num_elements()])
                                   for c, (_, wk, _) in zip(corr, parts)]) for i in (0, 1))
-            popops.map(vg, b1 * _1 + (1 - b1) * _2, [m, g], prog, name + "/m", inplace=True)
-            popops.map(vg, b2 * _1 + (1 - b2) * _2 * _2, [v, g], prog, name + "/v",
+            popops.map(vg, b1 * _1 + (1 - b1) * scaled(_2), [m, g], prog, name + "/m",
                        inplace=True)
+            popops.map(vg, b2 * _1 + (1 - b2) * scaled(_2) * scaled(_2), [v, g], prog,
+                       name + "/v", inplace=True)
             popops.map(vg, _1 - o.lr * (_2 / _4) / (Sqrt(_3 / _5) + o.eps),
                        [w, m, v, c1, c2], prog, name + "/adam", inplace=True)
         for key, st in states.items():
@@ -801,8 +799,7 @@ class Emulation:
             self.engine.load(self.device)
             return
         zero = Sequence(*(s.zero_program() for st in self.replicas for s in st))
-        update = Sequence(*(s.mean_program() for st in self.replicas for s in st))
-        update.add(self._all_reduce())
+        update = self._all_reduce()
         rts = p.replication_factor if (p.replicated_optimizer_state_sharding
                                        and p.replication_factor > 1) else 1
         update.add(Sequence(*(s.update_program(self.opt, rts)
