@@ -24,10 +24,10 @@ micro-batch's gradients and runs each optimiser step as ONE compute set per type
 (``stage0/zero accumulators``, ``stage0/accumulate``, ``stage0/optimizer/sgd``): the
 stage's weights, its gradients and its accumulators of each type are one variable each,
 each weight's a view of it, so the concatenation is one region. The backward writes the
-gradients where their weights are (``poplin.mat_mul_with_output``,
-``popops.reduce_with_output``, the layout of PopLibs' weight-update pass), so a
-micro-batch is accumulated without exchange; MEAN's 1/G is folded into the optimiser's
-step, as PopART folds it into its optimiser scalars.
+gradients where their weights are (``poplin.mat_mul_with_output``, the layout of
+PopLibs' weight-update pass; a bias's reduction copied there), so a micro-batch is
+accumulated without exchange; MEAN's 1/G is folded into the optimiser's step, as PopART
+folds it into its optimiser scalars.
 
 Replicas are copies of the stages on their own IPUs; their gradients are all-reduced by
 inter-IPU copies and adds (with replicated tensor sharding, each replica updates its
@@ -208,8 +208,7 @@ def _conv_backward(vg, layer, x, w, dy, out, prog, name, first):
     dy2 = dy.dim_shuffle([1, 0, 2, 3]).reshape([cout, bsz * ho * wo])
     poplin.mat_mul_with_output(vg, dy2, _cols(x, k).transpose(), out[0].reshape([cout, -1]),
                                prog, name + "/weight")
-    popops.reduce_with_output(vg, dy, out[1], [0, 2, 3], popops.Operation.ADD, prog,
-                              name + "/bias")
+    _bias_grad(vg, dy, [0, 2, 3], out[1], prog, name + "/bias")
     if first:
         return None
     dcols = poplin.mat_mul(vg, w.reshape([cout, -1]).transpose(), dy2, prog, name + "/input")
@@ -222,6 +221,13 @@ def _conv_backward(vg, layer, x, w, dy, out, prog, name, first):
             popops.add_in_place(vg, dx.slice([0, 0, i, j], [bsz, c, i + ho, j + wo]), part,
                                 prog, f"{name}/col2im {i},{j}")
     return dx
+
+
+def _bias_grad(vg, dy, dims, out, prog, name) -> None:
+    """``dy`` summed over ``dims`` into ``out`` (a bias's slice of the stage's gradients,
+    on a tile or two): reduced where the partials lie (``popops.reduce``), then copied,
+    so that no single tile combines every partial."""
+    prog.add(Copy(popops.reduce(vg, dy, dims, popops.Operation.ADD, prog, name), out))
 
 
 def _windows(x: Tensor) -> Tensor:
@@ -318,7 +324,7 @@ class _Stage:
         self.acc_groups: dict = {}  # type -> its accumulators joined (RUNNING_MEAN's n too)
         if emu.training:
             self._accumulators(values, p.accumulation_dtypes[k])
-            # a micro-batch's gradients, written by the backward's ops (``...WithOutput``)
+            # a micro-batch's gradients, written by the backward (mat_mul_with_output)
             # where their weights are, as PopLibs' weight-update pass lays them out: one
             # region, accumulated by one compute set without exchange or index arrays
             self.grads = _joined(vg, FLOAT, {n: tuple(v.shape) for n, v in values.items()},
@@ -447,8 +453,7 @@ class _Stage:
                 grads.update(zip(keys, (gw, gb)))
             if isinstance(layer, nn.Dense):
                 poplin.mat_mul_with_output(vg, x.transpose(), dy, gw, prog, name + "/weight")
-                popops.reduce_with_output(vg, dy, gb, [0], popops.Operation.ADD, prog,
-                                          name + "/bias")
+                _bias_grad(vg, dy, [0], gb, prog, name + "/bias")
                 dy = None if first else poplin.mat_mul(vg, dy, w.transpose(), prog,
                                                        name + "/input")
             elif isinstance(layer, nn.ReLU):
