@@ -26,8 +26,9 @@ stage's weights, its gradients and its accumulators of each type are one variabl
 each weight's a view of it, so the concatenation is one region. The backward writes the
 gradients where their weights are (``poplin.mat_mul_with_output``, the layout of
 PopLibs' weight-update pass; a bias's reduction copied there), so a micro-batch is
-accumulated without exchange; MEAN's 1/G is folded into the optimiser's step, as PopART
-folds it into its optimiser scalars.
+accumulated without exchange, and (SUM, MEAN) a stage's first B of a step copies them
+there, so its float accumulators need no zeroing; MEAN's 1/G is folded into the
+optimiser's step, as PopART folds it into its optimiser scalars.
 
 Replicas are copies of the stages on their own IPUs; their gradients are all-reduced by
 inter-IPU copies and adds (with replicated tensor sharding, each replica updates its
@@ -336,7 +337,8 @@ class _Stage:
         self.output = self.result = self.acts[-1]  # result: what goes to the host
         if self.last and emu.scored:
             self._build_loss()
-        self.backward = Sequence()
+        self.backward = self.first_backward = Sequence()  # (first: a step's first B)
+        self.written: set = set()  # accumulator types the first B writes (not zeroed)
         self.dy = self.dx = None
         if emu.training:
             self.dy = None if self.last else _linear(vg, FLOAT, self.output.shape,
@@ -438,7 +440,7 @@ class _Stage:
 
     # -- backward -----------------------------------------------------------------------
     def _build_backward(self) -> Tensor | None:
-        vg, prog, k, p = self.vg, self.backward, self.k, self.emu.pipeline
+        vg, prog, k, p = self.vg, Sequence(), self.k, self.emu.pipeline
         pre = f"{self.pre}stage{k}"
         dy = self.dlogits if self.last else self.dy
         grads: dict[str, Tensor] = {}
@@ -467,29 +469,42 @@ class _Stage:
                 dy = dy.reshape(x.shape)
             if dy is None:
                 break
-        # one op per type over every accumulator and gradient (mergeVarUpdate)
+        # one op per type over every accumulator and gradient (mergeVarUpdate); a step's
+        # first B of a lone stage copies float gradients there instead (nothing to zero)
+        self.backward, self.first_backward = Sequence(prog), Sequence(prog)
         for (dt, gt), rows in _by_type((self.accs[n], grads[n]) for n in self.params
                                        if n in grads).items():
             acc, g = _flat(a for a, _ in rows), _flat(g for _, g in rows)
-            name = f"{pre}/accumulate{_of_type(dt)}"
+            name, step = f"{pre}/accumulate{_of_type(dt)}", Sequence()
             if gt != dt:
-                g = popops.cast(vg, g, dt, prog, f"{name}/cast")
+                g = popops.cast(vg, g, dt, step, f"{name}/cast")
             if p.reduction == "RUNNING_MEAN":
-                n = self.count if dt == FLOAT else popops.cast(vg, self.count, dt, prog,
+                n = self.count if dt == FLOAT else popops.cast(vg, self.count, dt, step,
                                                                f"{name}/n")
                 popops.map(vg, _1 * (_3 / (_3 + 1.0)) + _2 * (1.0 / (_3 + 1.0)), [acc, g, n],
-                           prog, f"{pre}/running mean{_of_type(dt)}", inplace=True)
+                           step, f"{pre}/running mean{_of_type(dt)}", inplace=True)
             else:
-                popops.add_in_place(vg, acc, g, prog, name)
-        if p.reduction == "RUNNING_MEAN":
-            popops.add_in_place(vg, self.count, 1.0, prog, f"{pre}/count")
+                popops.add_in_place(vg, acc, g, step, name)
+            self.backward.add(step)
+            if p.reduction != "RUNNING_MEAN" and gt == dt and not self.prefix:
+                self.first_backward.add(Copy(g, acc))
+                self.written.add(dt)
+            else:
+                self.first_backward.add(step)
+        if p.reduction == "RUNNING_MEAN":  # (after the running means, which read n)
+            popops.add_in_place(vg, self.count, 1.0, step := Sequence(), f"{pre}/count")
+            self.backward.add(step)
+            self.first_backward.add(step)
         return dy
 
     # -- once per run -------------------------------------------------------------------
     def zero_program(self) -> Sequence:
-        """The accumulators and RUNNING_MEAN's count zeroed: one op per type."""
+        """The accumulators and RUNNING_MEAN's count zeroed: one op per type (not those
+        the first B writes)."""
         prog, pre = Sequence(), f"{self.pre}stage{self.k}"
         for dt, acc in self.acc_groups.items():
+            if dt in self.written:
+                continue
             popops.zero(self.vg, acc.all, prog, f"{pre}/zero accumulators{_of_type(dt)}")
         return prog
 
@@ -537,6 +552,7 @@ class _ConcurrentStage:
         self.input = first.input
         pre = f"{self.pre}stage{self.k}"
         self.forward, self.backward = Sequence(), Sequence()
+        self.first_backward = self.backward  # (its members zero their accumulators)
         for m in self.members[1:]:
             self.forward.add(Copy(self.input, m.input))  # to_all
         for m in self.members:
@@ -855,9 +871,13 @@ class Emulation:
         fifo_slots = [_Slots() for _ in st]
         inbox = [_Slots() for _ in st]  # activations waiting for stage k
         gradbox = [_Slots() for _ in st]  # gradients waiting for stage k
-        plan = []
+        plan, backward = [], set()  # backward: the stages whose first B is planned
         for op in p.schedule.ops:
-            plan.append((op, self._plan_op(op, fifo_slots[op.stage], inbox, gradbox)))
+            plan.append((op, slots := self._plan_op(op, fifo_slots[op.stage], inbox,
+                                                    gradbox)))
+            if op.phase == "B" and op.stage not in backward:
+                backward.add(op.stage)
+                slots["first"] = True  # the stage's first B of a step
         for s in (s for stages in self.replicas for s in stages):  # buffers, sizes known
             s.stash = [] if not self.training else (
                 [s.input] + ([s.labels] if s.last else []) if p.recomputation else s.saved)
@@ -923,7 +943,7 @@ class Emulation:
         if op.phase == "B":
             if "dy" in slots:
                 prog.add(Copy(s.gradbox[slots["dy"]], s.dy))
-            prog.add(s.backward)
+            prog.add(s.first_backward if slots.get("first") else s.backward)
             if "send" in slots:
                 prog.add(Copy(s.dx, stages[s.k - 1].gradbox[slots["send"]]))
         return prog
