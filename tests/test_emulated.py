@@ -11,6 +11,7 @@ from ipukit.parallel import nn, optim
 from ipukit.parallel.emulated import steps_of
 from ipukit.parallel.pipelining import Block, pipeline, training_model
 from ipukit.parallel.schedule import KINDS
+from ipukit.poplibs import poputil
 from ipukit.widgets import BSPView
 
 TARGET = ipu.IPUModel(num_ipus=3, tiles_per_ipu=4).create_device().target
@@ -551,3 +552,103 @@ def test_a_changed_optimiser_setting_rebuilds_the_programs(change):
                 m.optimizer = optim.SGD(0.3, momentum=0.9)
         losses[emulate] = np.array([m.run(x, y).losses for _ in range(2)])
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-4)
+
+
+def _compute_sets(p):
+    emu = next(iter(p._emulations.values()))
+    return [cs.name for cs in emu.graph.compute_sets]
+
+
+@pytest.mark.parametrize("opt", [lambda: optim.SGD(0.1, momentum=0.9, weight_decay=0.01),
+                                 lambda: optim.AdamW(0.01)])
+@pytest.mark.parametrize("reduction", ["MEAN", "RUNNING_MEAN"])
+def test_each_stage_zeroes_accumulates_and_updates_all_its_weights_at_once(opt, reduction):
+    """PopART's mergeVarUpdate: one compute set per stage (and type) zeroes the
+    accumulators (float ones only for RUNNING_MEAN), one accumulates a micro-batch's
+    gradients, one runs each optimiser step (MEAN's 1/G folded in), over all the stage's
+    weights; float16 accumulators of the
+    biases are a second type; the results still equal the NumPy runner's."""
+    x, y = data(6 * 2, seed=12)
+
+    def make(emulate):
+        return pipeline(stages(), None, gradient_accumulation_count=6, optimizer=opt(),
+                        reduction_method=reduction, loss=nn.SoftmaxCrossEntropy(),
+                        gradient_accumulation_dtype=lambda name, value: (
+                            "float16" if name.endswith("bias") else None),
+                        target=TARGET, repeat_count=2, emulate=emulate)
+
+    (a, pa), (b, pb) = both(make, x, y)
+    assert_same([(a, pa), (b, pb)], rtol=1e-3, atol=1e-4)
+    a2, b2 = pa.run(x, y), pb.run(x, y)  # Adam's steps go on per weight
+    assert_same([(a2, pa), (b2, pb)], rtol=1e-3, atol=1e-4)
+    names = _compute_sets(pb)
+    for k in range(3):
+        mine = [n for n in names if n.startswith(f"stage{k}/") and "Dense" not in n
+                and "ReLU" not in n]
+        for n in mine:
+            assert ".weight" not in n and ".bias" not in n, n  # no op of one weight
+        # the float accumulators are written by the stage's first B (RUNNING_MEAN: zeroed)
+        assert mine.count(f"stage{k}/zero accumulators") == (reduction == "RUNNING_MEAN")
+        assert mine.count(f"stage{k}/zero accumulators (half)") == 1
+        step = "running mean" if reduction == "RUNNING_MEAN" else "accumulate"
+        assert mine.count(f"stage{k}/{step}") == mine.count(f"stage{k}/{step} (half)") == 1
+        assert not {f"stage{k}/mean", f"stage{k}/mean (half)"} & set(mine)  # in the update
+        sgd = "sgd" if "SGD" in type(pb.optimizer).__name__ else "adam"
+        assert mine.count(f"stage{k}/optimizer/{sgd}") == 1
+    # the state is read back per weight, as the NumPy runner keeps it
+    assert pb.optimizer.state.keys() == pa.optimizer.state.keys()
+
+
+def test_adam_bias_corrections_stay_per_weight():
+    """Adam's steps may differ between the weights of one stage (state carried over from
+    another model): each weight's elements read its own bias correction."""
+    x, y = data(6, seed=13)
+    rng = np.random.default_rng(0)
+
+    def make(emulate):
+        opt = optim.Adam(0.01)
+        opt.state["0.0.bias"] = {"step": 5, "m": rng.normal(size=8).astype("float32"),
+                                 "v": np.full(8, 0.5, "float32")}
+        return pipeline(stages(), None, gradient_accumulation_count=6, optimizer=opt,
+                        loss=nn.SoftmaxCrossEntropy(), target=TARGET, emulate=emulate)
+
+    rng = np.random.default_rng(0)
+    pa = make(False)
+    rng = np.random.default_rng(0)
+    pb = make(True)
+    assert_same([(pa.run(x, y), pa), (pb.run(x, y), pb)])
+    assert pb.optimizer.state["0.0.bias"]["step"] == 6
+    assert pb.optimizer.state["0.0.weight"]["step"] == 1
+
+
+@pytest.mark.parametrize("reduction", ["SUM", "MEAN", "RUNNING_MEAN"])
+def test_the_backward_writes_gradients_where_the_accumulators_are(reduction):
+    """A stage's weight and bias gradients are slices of one variable mapped like its
+    weights (poplin.mat_mul_with_output, popops.reduce_with_output, as PopLibs' weight
+    update pass lays them out): accumulating a micro-batch is one compute set that moves
+    no gradient between tiles, and (SUM, MEAN) each stage's first B copies its gradients
+    there, so nothing is zeroed; the results still equal the NumPy runner's."""
+    x, y = data(6 * 2, seed=14)
+
+    def make(emulate):
+        return pipeline(stages(), None, gradient_accumulation_count=6,
+                        optimizer=optim.SGD(0.1, momentum=0.9), reduction_method=reduction,
+                        loss=nn.SoftmaxCrossEntropy(), target=TARGET, emulate=emulate)
+
+    (a, pa), (b, pb) = both(make, x, y)
+    assert_same([(a, pa), (b, pb)])
+    step = "running mean" if reduction == "RUNNING_MEAN" else "accumulate"
+    acc = [s for s in b.trace.executed_steps() if s.name.endswith(f"/{step}")]
+    # each stage, each micro-batch (SUM, MEAN: but the first, whose gradients are copied)
+    assert len(acc) == 3 * (6 if reduction == "RUNNING_MEAN" else 5)
+    firsts = [s.name for s in b.trace.executed_steps()
+              if "/gradients" in s.name and "/accumulators" in s.name]  # copies
+    zeroed = [s.name for s in b.trace.executed_steps() if "zero accumulators" in s.name]
+    assert (len(firsts), len(zeroed)) == ((0, 3) if reduction == "RUNNING_MEAN" else (3, 0))
+    most = 4 if reduction == "RUNNING_MEAN" else 0  # (RUNNING_MEAN: each tile reads n)
+    assert all(s.tile_bytes_in.max() <= most for s in acc)
+    emu = next(iter(pb._emulations.values()))
+    for s in emu.stages:  # one variable of gradients per stage, mapped like its weights
+        assert s.grads.all.name == f"stage{s.k}/gradients"
+        np.testing.assert_array_equal(poputil.tile_of_elements(s.vg, s.grads.all),
+                                      poputil.tile_of_elements(s.vg, s.weights.all))

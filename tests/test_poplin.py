@@ -141,3 +141,58 @@ def test_matmul_blocks_are_the_views_slice_gives(view, data):
     assert (got.offset, got.shape, got.strides, got.name) == \
         (want.offset, want.shape, want.strides, want.name)
     assert np.array_equal(got.idx, want.idx)
+
+
+# poplibs include/poplin/MatMul.hpp: matMulWithOutput writes "the output tensor" given to it;
+# here a slice of a bigger variable, mapped linearly or on one tile, keeps its mapping and
+# the rest of the variable
+@settings(max_examples=15, deadline=None)
+@given(m=st.integers(1, 9), k=st.sampled_from([1, 3, 17, 256]), n=st.integers(1, 9),
+       tiles=st.sampled_from([1, 3, 16]), linear=st.booleans(), seed=st.integers(0, 50))
+def test_mat_mul_with_output_matches_numpy(m, k, n, tiles, linear, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(m, k)).astype(np.float32)
+    y = rng.normal(size=(k, n)).astype(np.float32)
+    dev = ipu.IPUModel(tiles_per_ipu=tiles).create_device()
+    g = ipu.Graph(dev.target)
+    a, b = g.add_variable(ipu.FLOAT, [m, k], "a"), g.add_variable(ipu.FLOAT, [k, n], "b")
+    big = g.add_variable(ipu.FLOAT, [m * n + 3], "big")
+    for t, v in ((a, x), (b, y), (big, np.full(m * n + 3, 7.0))):
+        poputil.map_tensor_linearly(g, t)
+        g.set_initial_value(t, v)
+    if not linear:
+        g.set_tile_mapping(big, tiles - 1)
+    out = big[1:1 + m * n].reshape([m, n])
+    tiles_before = poputil.tile_of_elements(g, big)
+    prog = ipu.Sequence()
+    poplin.mat_mul_with_output(g, a, b.transpose().transpose(), out, prog, "c")
+    np.testing.assert_array_equal(poputil.tile_of_elements(g, big), tiles_before)
+    g.create_host_read("big", big)
+    eng = ipu.Engine(g, prog)
+    eng.load(dev)
+    eng.run()
+    got = eng.read_tensor("big")
+    np.testing.assert_allclose(got[1:1 + m * n].reshape(m, n), x @ y, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[[0, -2, -1]], 7.0)
+    split = poplin.plan(dev.target, m, k, n).tiles_k > 1
+    assert [s.name for s in eng.trace.steps if s.kind == "compute"] == (
+        ["c/MatMul", "c/Reduce"] if split else ["c/MatMul"])
+
+
+def test_mat_mul_with_output_checks_its_output():
+    g = ipu.Graph(ipu.IPUModel(tiles_per_ipu=2).create_device().target)
+    a, b = g.add_variable(ipu.FLOAT, [2, 3], "lhs"), g.add_variable(ipu.FLOAT, [3, 4], "rhs")
+    wide, half = g.add_variable(ipu.FLOAT, [2, 5], "wide"), g.add_variable(ipu.HALF, [2, 4], "h")
+    for t in (a, b, wide, half):
+        poputil.map_tensor_linearly(g, t)
+    with pytest.raises(ipu.IpuError, match=r"output 'wide' \(2, 5\) does not match the shape "
+                                            r"\(2, 4\) of 'lhs' \(2, 3\) times 'rhs' \(3, 4\)"):
+        poplin.mat_mul_with_output(g, a, b, wide, ipu.Sequence())
+    with pytest.raises(ipu.GraphConnectionError, match="output 'h' is half but 'lhs' and 'rhs' "
+                                                       "are float"):
+        poplin.mat_mul_with_output(g, a, b, half, ipu.Sequence())
+    loose = g.add_variable(ipu.FLOAT, [2, 4], "loose")
+    with pytest.raises(ipu.TileMappingError, match="output 'loose'"):
+        poplin.mat_mul_with_output(g, a, b, loose, ipu.Sequence())
+    with pytest.raises(ipu.IpuError, match=r"'lhs' \(2, 3\) by 'lhs' \(2, 3\)"):
+        poplin.mat_mul_with_output(g, a, a, loose, ipu.Sequence())  # matMul's checks first

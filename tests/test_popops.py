@@ -450,3 +450,42 @@ def test_vertex_addresses_of_a_run_are_read_only_views(monkeypatch):
     popops.zero(g, v, ipu.Sequence())
     fields = [conn["in1"] for conn in g.v_conn]
     assert np.array_equal(np.concatenate([t.idx for t in fields]), v.idx)
+
+
+# poplibs include/popops/Reduce.hpp: reduceWithOutput reduces into a given tensor (with
+# update, adds to it); here a slice of a bigger variable, whose other elements stay
+@settings(max_examples=20, deadline=None)
+@given(shape=st.lists(st.integers(1, 6), min_size=1, max_size=3),
+       tiles=st.sampled_from([1, 2, 3, 7]), update=st.booleans(), linear=st.booleans(),
+       data=st.data())
+def test_reduce_with_output_writes_its_slice_only(shape, tiles, update, linear, data):
+    dims = data.draw(st.lists(st.integers(0, len(shape) - 1), unique=True, min_size=1))
+    x = np.random.default_rng(len(shape)).uniform(0.5, 1.5, shape).astype(np.float32)
+    want = x.sum(axis=tuple(dims))
+    dev, g, prog = setup(tiles)
+    t = variable(g, x, "t", linear=linear)
+    big = variable(g, np.full(want.size + 2, 7.0), "big", linear=not linear)
+    out = big[1:1 + want.size].reshape(list(want.shape))
+    popops.reduce_with_output(g, t, out, dims, "ADD", prog, "sum", update=update)
+    got, _ = run(dev, g, prog, big=big)
+    np.testing.assert_allclose(got["big"][1:-1], want.ravel() + 7.0 * update, rtol=1e-5)
+    np.testing.assert_array_equal(got["big"][[0, -1]], 7.0)
+
+
+def test_reduce_with_output_checks_its_output():
+    dev, g, prog = setup(2)
+    t = variable(g, np.ones((2, 3)), "t")
+    with pytest.raises(ipu.IpuError, match=r"output 'short' \(3,\) does not match the "
+                                           r"reduced shape \(2,\) of 't' \(2, 3\)"):
+        popops.reduce_with_output(g, t, variable(g, np.zeros(3), "short"), [1], "ADD", prog)
+    with pytest.raises(ipu.GraphConnectionError, match="output 'ints' is int; reducing float"):
+        popops.reduce_with_output(g, t, variable(g, np.zeros(2), "ints", dtype=ipu.INT), [1],
+                                  "ADD", prog)
+    loose = g.add_variable(ipu.FLOAT, [2], "loose")
+    with pytest.raises(ipu.TileMappingError, match="output 'loose'"):
+        popops.reduce_with_output(g, t, loose, [1], "ADD", prog)
+    g.set_tile_mapping(loose, 0)
+    half = variable(g, np.zeros(2), "half", dtype=ipu.HALF)  # float into half: allowed
+    popops.reduce_with_output(g, t, half, [1], "ADD", prog)
+    got, _ = run(dev, g, prog, half=half)
+    np.testing.assert_array_equal(got["half"], [3, 3])

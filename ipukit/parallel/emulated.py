@@ -16,7 +16,19 @@ pipeline run (so the trace shows, for any F, B or R op, the supersteps that made
 Gradients are accumulated on the device (SUM, MEAN, RUNNING_MEAN, in the accumulator
 dtype) and the optimiser (SGD with momentum and weight decay, Adam, AdamW) updates the
 weights on the device once per run. Losses and weights equal the NumPy runner's to float32
-tolerance.
+tolerance. As PopART does with ``SessionOptions.mergeVarUpdate = MergeVarUpdateType::All``
+(``willow/src/transforms/mergevarupdates.cpp``: the weight updates of one virtual graph
+and optimiser become one update over the concatenated, flattened weights and gradients),
+each stage (each member of a concurrent stage) zeroes its accumulators, accumulates a
+micro-batch's gradients and runs each optimiser step as ONE compute set per type
+(``stage0/zero accumulators``, ``stage0/accumulate``, ``stage0/optimizer/sgd``): the
+stage's weights, its gradients and its accumulators of each type are one variable each,
+each weight's a view of it, so the concatenation is one region. The backward writes the
+gradients where their weights are (``poplin.mat_mul_with_output``, the layout of
+PopLibs' weight-update pass; a bias's reduction copied there), so a micro-batch is
+accumulated without exchange, and (SUM, MEAN) a stage's first B of a step copies them
+there, so its float accumulators need no zeroing; MEAN's 1/G is folded into the
+optimiser's step, as PopART folds it into its optimiser scalars.
 
 Replicas are copies of the stages on their own IPUs; their gradients are all-reduced by
 inter-IPU copies and adds (with replicated tensor sharding, each replica updates its
@@ -55,13 +67,13 @@ import numpy as np
 
 from .. import backend
 from ..engine import Engine
-from ..errors import IpuError
+from ..errors import IpuError, type_name
 from ..graph import Graph
 from ..poplibs import poplin, popnn, popops, poputil
 from ..poplibs.expr import Expr, Sqrt, _1, _2, _3, _4
 from ..program import Copy, Execute, Program, Sequence
 from ..target import Device
-from ..tensor import FLOAT, INT, UNSIGNED_INT, Tensor
+from ..tensor import FLOAT, INT, UNSIGNED_INT, Tensor, concat, single_run
 from ..timeline import MemorySample, Span, Timeline
 from ..trace import Step, Trace
 from ..vertex import Input, Output, Vector, Vertex
@@ -86,6 +98,65 @@ def _layers(net) -> list:
 
 def _param_key(net, i: int, name: str) -> str:
     return f"{i}.{name}" if isinstance(net, nn.Sequential) else name
+
+
+def _flat(ts) -> Tensor:
+    """Tensors of one type as one flat view: ``poplar::concat`` of the flattened tensors
+    (PopART's mergeVarUpdate joins the weights and gradients it updates at once so).
+    Views of one variable that follow each other are joined as one region of it (an
+    explicit address array otherwise)."""
+    ts = [t.flatten() for t in ts]
+    if len(ts) == 1:
+        return ts[0]
+    runs, root = [single_run(t) for t in ts], _root(ts[0])
+    if all(r and _root(t) is root for r, t in zip(runs, ts)) and all(
+            a[0] + a[1] == b[0] for a, b in zip(runs, runs[1:])):
+        start = runs[0][0] - root.offset
+        return root.flatten().slice(start, start + sum(r[1] for r in runs))
+    return concat(ts)
+
+
+def _root(t: Tensor) -> Tensor:
+    """The variable ``t`` is a view of."""
+    while t._parent is not None:
+        t = t._parent
+    return t
+
+
+def _by_type(rows) -> dict:
+    """``rows`` (tuples of tensors) grouped by their tensors' types, in order."""
+    groups: dict[tuple, list] = {}
+    for row in rows:
+        groups.setdefault(tuple(t.dtype for t in row), []).append(row)
+    return groups
+
+
+def _of_type(dtype) -> str:
+    """How a compute set's name tells a type other than float: " (half)"."""
+    return "" if dtype == FLOAT else f" ({type_name(dtype)})"
+
+
+@dataclass
+class _Joined:
+    """Tensors of one type as views of ONE variable, in a row: ``all`` the variable,
+    ``views`` name -> view (shaped like its value), ``bounds`` name -> its slice."""
+
+    all: Tensor
+    views: dict
+    bounds: dict
+
+
+def _joined(vg: Graph, dtype, shapes: dict, name: str, mapped: bool = True) -> _Joined:
+    """One variable holding tensors of ``shapes`` (name -> shape) in a row (mapped
+    linearly unless not ``mapped``), and each one's view."""
+    sizes = [math.prod(v) for v in shapes.values()]
+    t = vg.add_variable(dtype, [sum(sizes)], name)
+    if mapped and sum(sizes):
+        poputil.map_tensor_linearly(vg, t)
+    ends = np.cumsum(sizes).tolist()
+    bounds = {n: slice(e - s, e) for n, s, e in zip(shapes, sizes, ends)}
+    return _Joined(t, {n: t.slice(b.start, b.stop).reshape(list(v))
+                       for (n, v), b in zip(shapes.items(), bounds.values())}, bounds)
 
 
 def _map_like(vg: Graph, dst: Tensor, src: Tensor) -> None:
@@ -128,17 +199,18 @@ def _conv_forward(vg, layer, x, w, b, prog, name) -> Tensor:
     return y
 
 
-def _conv_backward(vg, layer, x, w, dy, prog, name, first):
-    """(weight gradient, bias gradient, input gradient or None) of nn.Conv2D."""
+def _conv_backward(vg, layer, x, w, dy, out, prog, name, first):
+    """nn.Conv2D's weight and bias gradients into ``out`` (two tensors), and its input
+    gradient (None when ``first``)."""
     bsz, c, h, wd = x.shape
     k, cout = layer.k, layer.cout
     ho, wo = h - k + 1, wd - k + 1
     dy2 = dy.dim_shuffle([1, 0, 2, 3]).reshape([cout, bsz * ho * wo])
-    gw = poplin.mat_mul(vg, dy2, _cols(x, k).transpose(), prog, name + "/weight")
-    gb = popops.reduce(vg, dy, [0, 2, 3], popops.Operation.ADD, prog, name + "/bias")
-    gw = gw.reshape(list(w.shape))
+    poplin.mat_mul_with_output(vg, dy2, _cols(x, k).transpose(), out[0].reshape([cout, -1]),
+                               prog, name + "/weight")
+    _bias_grad(vg, dy, [0, 2, 3], out[1], prog, name + "/bias")
     if first:
-        return gw, gb, None
+        return None
     dcols = poplin.mat_mul(vg, w.reshape([cout, -1]).transpose(), dy2, prog, name + "/input")
     dcols = dcols.reshape([c, k * k, bsz, ho, wo])
     dx = _linear(vg, FLOAT, x.shape, name + "/input grad")
@@ -148,7 +220,14 @@ def _conv_backward(vg, layer, x, w, dy, prog, name, first):
             part = dcols[:, i * k + j].dim_shuffle([1, 0, 2, 3])
             popops.add_in_place(vg, dx.slice([0, 0, i, j], [bsz, c, i + ho, j + wo]), part,
                                 prog, f"{name}/col2im {i},{j}")
-    return gw, gb, dx
+    return dx
+
+
+def _bias_grad(vg, dy, dims, out, prog, name) -> None:
+    """``dy`` summed over ``dims`` into ``out`` (a bias's slice of the stage's gradients,
+    on a tile or two): reduced where the partials lie (``popops.reduce``), then copied,
+    so that no single tile combines every partial."""
+    prog.add(Copy(popops.reduce(vg, dy, dims, popops.Operation.ADD, prog, name), out))
 
 
 def _windows(x: Tensor) -> Tensor:
@@ -232,21 +311,24 @@ class _Stage:
                     "float32 weights (Poplar's FLOAT); build the layers with dtype='float32' "
                     "or use emulate=False"
                 )
-            self.params[name] = _linear(vg, FLOAT, value.shape, f"{pre}stage{k}/{name}")
+        # The weights (and the accumulators of each type) are one variable of the stage,
+        # each weight a view of it: joined, they are one region, what the merged updates
+        # (PopART's mergeVarUpdate) work on, as Poplar's concatenated views are.
+        self.weights = _joined(vg, FLOAT, {n: tuple(v.shape) for n, v in values.items()},
+                               f"{pre}stage{k}/weights")
+        for name, view in self.weights.views.items():
+            self.params[name] = view
             handle = f"{self.pre if member is None else pre.rpartition('member')[0]}{k}.{name}"
-            g.create_host_write(handle, self.params[name])
-            g.create_host_read(handle, self.params[name])
-            if not emu.training:
-                continue  # inference: no gradients
-            acc_dtype = np.dtype(p.accumulation_dtypes[k][name])
-            if acc_dtype not in (np.float32, np.float16):
-                raise IpuError(
-                    f"gradient_accumulation_dtype {acc_dtype} for {k}.{name}: the emulator "
-                    "accumulates in float32 or float16; use emulate=False for others"
-                )
-            self.accs[name] = _linear(vg, acc_dtype, value.shape, f"{pre}stage{k}/{name}/accum")
-        if emu.training:  # RUNNING_MEAN's n
-            self.count = _linear(vg, FLOAT, [1], f"{pre}stage{k}/accumulated")
+            g.create_host_write(handle, view)
+            g.create_host_read(handle, view)
+        self.acc_groups: dict = {}  # type -> its accumulators joined (RUNNING_MEAN's n too)
+        if emu.training:
+            self._accumulators(values, p.accumulation_dtypes[k])
+            # a micro-batch's gradients, written by the backward (mat_mul_with_output)
+            # where their weights are, as PopLibs' weight-update pass lays them out: one
+            # region, accumulated by one compute set without exchange or index arrays
+            self.grads = _joined(vg, FLOAT, {n: tuple(v.shape) for n, v in values.items()},
+                                 f"{pre}stage{k}/gradients")
         self.input = _linear(vg, FLOAT, in_shape, f"{pre}stage{k}/input")
         self.forward = Sequence()
         self.saved: list[Tensor] = []  # what the backward reads: the stash of one op
@@ -254,12 +336,36 @@ class _Stage:
         self.output = self.result = self.acts[-1]  # result: what goes to the host
         if self.last and emu.scored:
             self._build_loss()
-        self.backward = Sequence()
+        self.backward = self.first_backward = Sequence()  # (first: a step's first B)
+        self.written: set = set()  # accumulator types the first B writes (not zeroed)
         self.dy = self.dx = None
         if emu.training:
             self.dy = None if self.last else _linear(vg, FLOAT, self.output.shape,
                                                      f"{pre}stage{k}/output grad")
             self.dx = self._build_backward()
+
+    def _accumulators(self, values: dict, dtypes: dict) -> None:
+        """One variable per type holding its gradient accumulators, each mapped like its
+        weight; the float one ends with RUNNING_MEAN's n (``self.count``)."""
+        types = {n: np.dtype(dtypes[n]) for n in values}
+        for name, dt in types.items():
+            if dt not in (np.float32, np.float16):
+                raise IpuError(
+                    f"gradient_accumulation_dtype {dt} for {self.k}.{name}: the emulator "
+                    "accumulates in float32 or float16; use emulate=False for others")
+        w = self.weights
+        tiles = poputil.tile_of_elements(self.vg, w.all) if values else np.zeros(1, np.int64)
+        for dt in dict.fromkeys([*types.values(), FLOAT]):
+            mine = {n: tuple(v.shape) for n, v in values.items() if types[n] == dt}
+            if dt == FLOAT:
+                mine[None] = (1,)  # n, on the weights' last tile
+            acc = _joined(self.vg, dt, mine, f"{self.pre}stage{self.k}/accumulators"
+                          + _of_type(dt), mapped=False)
+            poputil._map_elements(self.vg, acc.all, np.concatenate(
+                [tiles[w.bounds[n]] if n is not None else tiles[-1:] for n in mine]))
+            self.acc_groups[dt] = acc
+            self.accs.update((n, acc.views[n]) for n in mine if n is not None)
+        self.count = self.acc_groups[FLOAT].views[None]
 
     # -- forward ------------------------------------------------------------------------
     def _build_forward(self, shape) -> list[Tensor]:
@@ -333,7 +439,7 @@ class _Stage:
 
     # -- backward -----------------------------------------------------------------------
     def _build_backward(self) -> Tensor | None:
-        vg, prog, k, p = self.vg, self.backward, self.k, self.emu.pipeline
+        vg, prog, k, p = self.vg, Sequence(), self.k, self.emu.pipeline
         pre = f"{self.pre}stage{k}"
         dy = self.dlogits if self.last else self.dy
         grads: dict[str, Tensor] = {}
@@ -342,76 +448,83 @@ class _Stage:
             layer, x, y = layers[i], self.acts[i], self.acts[i + 1]
             name = f"{pre}/{i}.{type(layer).__name__}/grad"
             first = i == 0 and k == 0  # nothing to send back: skip the input gradient
+            keys = [self.prefix + _param_key(self.net, i, s) for s in ("weight", "bias")]
+            if isinstance(layer, (nn.Dense, nn.Conv2D)):
+                w, (gw, gb) = self.params[keys[0]], (self.grads.views[n] for n in keys)
+                grads.update(zip(keys, (gw, gb)))
             if isinstance(layer, nn.Dense):
-                w = self.params[self.prefix + _param_key(self.net, i, "weight")]
-                grads[self.prefix + _param_key(self.net, i, "weight")] = poplin.mat_mul(
-                    vg, x.transpose(), dy, prog, name + "/weight")
-                grads[self.prefix + _param_key(self.net, i, "bias")] = popops.reduce(
-                    vg, dy, [0], popops.Operation.ADD, prog, name + "/bias")
+                poplin.mat_mul_with_output(vg, x.transpose(), dy, gw, prog, name + "/weight")
+                _bias_grad(vg, dy, [0], gb, prog, name + "/bias")
                 dy = None if first else poplin.mat_mul(vg, dy, w.transpose(), prog,
                                                        name + "/input")
             elif isinstance(layer, nn.ReLU):
                 dy = popnn.non_linearity_input_gradient(vg, popnn.NonLinearityType.RELU, y,
                                                         dy, prog, name)
             elif isinstance(layer, nn.Conv2D):
-                w = self.params[self.prefix + _param_key(self.net, i, "weight")]
-                gw, gb, dy = _conv_backward(vg, layer, x, w, dy, prog, name, first)
-                grads[self.prefix + _param_key(self.net, i, "weight")] = gw
-                grads[self.prefix + _param_key(self.net, i, "bias")] = gb
+                dy = _conv_backward(vg, layer, x, w, dy, (gw, gb), prog, name, first)
             elif isinstance(layer, nn.MaxPool2D):
                 dy = None if first else _maxpool_backward(vg, x, dy, prog, name)
             else:  # Flatten
                 dy = dy.reshape(x.shape)
             if dy is None:
                 break
-        for name, g in grads.items():
-            acc = self.accs[name]
-            if g.dtype != acc.dtype:
-                g = popops.cast(vg, g, acc.dtype, prog, f"{pre}/{name}/cast")
+        # one op per type over every accumulator and gradient (mergeVarUpdate); a step's
+        # first B of a lone stage copies float gradients there instead (nothing to zero)
+        self.backward, self.first_backward = Sequence(prog), Sequence(prog)
+        for (dt, gt), rows in _by_type((self.accs[n], grads[n]) for n in self.params
+                                       if n in grads).items():
+            acc, g = _flat(a for a, _ in rows), _flat(g for _, g in rows)
+            name, step = f"{pre}/accumulate{_of_type(dt)}", Sequence()
+            if gt != dt:
+                g = popops.cast(vg, g, dt, step, f"{name}/cast")
             if p.reduction == "RUNNING_MEAN":
-                n = self.count.reshape([1] * acc.rank)
-                if acc.dtype != np.float32:
-                    n = popops.cast(vg, n, acc.dtype, prog, f"{pre}/{name}/n")
+                n = self.count if dt == FLOAT else popops.cast(vg, self.count, dt, step,
+                                                               f"{name}/n")
                 popops.map(vg, _1 * (_3 / (_3 + 1.0)) + _2 * (1.0 / (_3 + 1.0)), [acc, g, n],
-                           prog, f"{pre}/{name}/running mean", inplace=True)
+                           step, f"{pre}/running mean{_of_type(dt)}", inplace=True)
             else:
-                popops.add_in_place(vg, acc, g, prog, f"{pre}/{name}/accumulate")
-        if p.reduction == "RUNNING_MEAN":
-            popops.add_in_place(vg, self.count, 1.0, prog, f"{pre}/count")
+                popops.add_in_place(vg, acc, g, step, name)
+            self.backward.add(step)
+            if p.reduction != "RUNNING_MEAN" and gt == dt and not self.prefix:
+                self.first_backward.add(Copy(g, acc))
+                self.written.add(dt)
+            else:
+                self.first_backward.add(step)
+        if p.reduction == "RUNNING_MEAN":  # (after the running means, which read n)
+            popops.add_in_place(vg, self.count, 1.0, step := Sequence(), f"{pre}/count")
+            self.backward.add(step)
+            self.first_backward.add(step)
         return dy
 
     # -- once per run -------------------------------------------------------------------
     def zero_program(self) -> Sequence:
+        """The accumulators and RUNNING_MEAN's count zeroed: one op per type (not those
+        the first B writes)."""
         prog, pre = Sequence(), f"{self.pre}stage{self.k}"
-        for name, acc in self.accs.items():
-            popops.zero(self.vg, acc, prog, f"{pre}/{name}/zero")
-        popops.zero(self.vg, self.count, prog, f"{pre}/zero count")
-        return prog
-
-    def mean_program(self) -> Sequence:
-        """MEAN: the accumulators divided by the number of micro-batches."""
-        p, prog = self.emu.pipeline, Sequence()
-        if p.reduction == "MEAN":
-            for name, g in self.accs.items():
-                popops.map(self.vg, _1 * (1.0 / p.gradient_accumulation), [g], prog,
-                           f"{self.pre}stage{self.k}/{name}/mean", inplace=True)
+        for dt, acc in self.acc_groups.items():
+            if dt in self.written:
+                continue
+            popops.zero(self.vg, acc.all, prog, f"{pre}/zero accumulators{_of_type(dt)}")
         return prog
 
     def update_program(self, opt, shards: int = 1) -> Sequence:
-        """The optimiser on this replica's weights (its shard of each with RTS)."""
-        vg, k, prog = self.vg, self.k, Sequence()
+        """The optimiser on this replica's weights (its shard of each with RTS): one
+        update of them all."""
+        k, parts = self.k, []
         for name, w in self.params.items():
             g = self.accs[name]
-            if g.dtype != w.dtype:
-                g = popops.cast(vg, g, w.dtype, prog,
-                                f"{self.pre}stage{k}/{name}/to weight type")
             if shards == 1:
-                opt.build(vg, f"{k}.{name}", w, g, prog, self.replica)
+                parts.append((f"{k}.{name}", w, g))
                 continue
             lo, hi = replication.shard_bounds(w.num_elements(), shards)[self.replica]
             if hi > lo:
-                opt.build(vg, f"{k}.{name}/rts{self.replica}", w.flatten()[lo:hi],
-                          g.flatten()[lo:hi], prog, 0)
+                parts.append((f"{k}.{name}/rts{self.replica}", w.flatten()[lo:hi],
+                              g.flatten()[lo:hi]))
+        prog, p = Sequence(), self.emu.pipeline
+        if parts:  # MEAN's 1/G folded into the update, as PopART folds it into its scalars
+            opt.build(self.vg, parts, prog, self.replica if shards == 1 else 0,
+                      f"{self.pre}stage{k}/optimizer",
+                      1.0 / p.gradient_accumulation if p.reduction == "MEAN" else 1.0)
         return prog
 
 
@@ -438,6 +551,7 @@ class _ConcurrentStage:
         self.input = first.input
         pre = f"{self.pre}stage{self.k}"
         self.forward, self.backward = Sequence(), Sequence()
+        self.first_backward = self.backward  # (its members zero their accumulators)
         for m in self.members[1:]:
             self.forward.add(Copy(self.input, m.input))  # to_all
         for m in self.members:
@@ -507,9 +621,6 @@ class _ConcurrentStage:
     def zero_program(self) -> Sequence:
         return Sequence(*(m.zero_program() for m in self.members))
 
-    def mean_program(self) -> Sequence:
-        return Sequence(*(m.mean_program() for m in self.members))
-
     def update_program(self, opt, shards: int = 1) -> Sequence:
         return Sequence(*(m.update_program(opt, shards) for m in self.members))
 
@@ -532,44 +643,78 @@ class _Optimizer:
     def handle(key, replica, s) -> str:
         return f"optimizer/{key}/{s}" + (f"@replica{replica}" if replica else "")
 
-    def build(self, vg, key, w, g, prog, replica):
-        o, name = self.opt, (f"replica{replica}/" if replica else "") + f"optimizer/{key}"
-        graph = self.emu.graph
-        st = {}
+    def build(self, vg, parts, prog, replica, name, scale=1.0):
+        """ONE update of ``parts`` (``(key, weight, gradient accumulator)`` on one virtual
+        graph): each step a compute set over their concatenation, PopART's
+        ``mergeVarUpdate``. Each state (momentum, m, v) is one variable mapped like the
+        weights, a view of it per key (its host handle); Adam's bias corrections stay one
+        pair per key (its step), each read by its key's elements. The gradients are read
+        times ``scale`` (MEAN's 1 / gradient_accumulation)."""
+        o, graph = self.opt, self.emu.graph
+        parts = sorted(parts, key=lambda q: q[2].dtype != FLOAT)  # float gradients first
+        w, grads = _flat(q[1] for q in parts), []
+        for (dt,), rows in _by_type((q[2],) for q in parts).items():
+            g = _flat(t for t, in rows)
+            grads.append(g if dt == FLOAT else popops.cast(vg, g, FLOAT, prog,
+                                                            f"{name}/to weight type"))
+        g = grads[0] if len(grads) == 1 else concat(grads)
+        pre = f"replica{replica}/" if replica else ""
+        states = {key: {} for key, _, _ in parts}
+
+        def state(s, what):  # one variable, mapped like the weights: a view per key
+            joined = _joined(vg, FLOAT, {key: wk.shape for key, wk, _ in parts},
+                             f"{name}/{what}", mapped=False)
+            _map_like(vg, joined.all, w)
+            for key, t in joined.views.items():
+                states[key][s] = t
+            return joined.all
+
+        def scaled(e):  # the gradient as read (times scale until a step has scaled it)
+            return e if scale == 1.0 else e * scale
+
         if issubclass(self.kind, optim.SGD):
             if o.weight_decay:
-                g = popops.map(vg, _1 + o.weight_decay * _2, [g, w], prog, name + "/decay")
+                g = popops.map(vg, scaled(_1) + o.weight_decay * _2, [g, w], prog,
+                               name + "/decay")
+                scale = 1.0
             if o.momentum:
-                st["buf"] = buf = vg.add_variable(FLOAT, w.shape, f"{name}/momentum")
-                _map_like(vg, buf, w)
-                popops.map(vg, o.momentum * _1 + _2, [buf, g], prog, name + "/momentum",
-                           inplace=True)
-                g = buf
-            popops.map(vg, _1 - o.lr * _2, [w, g], prog, name + "/sgd", inplace=True)
+                buf = state("buf", "momentum")
+                popops.map(vg, o.momentum * _1 + scaled(_2), [buf, g], prog,
+                           name + "/momentum", inplace=True)
+                g, scale = buf, 1.0
+            popops.map(vg, _1 - o.lr * scaled(_2), [w, g], prog, name + "/sgd", inplace=True)
         else:
             b1, b2 = o.betas
             if o.weight_decay and o.decoupled:
                 popops.map(vg, _1 * (1 - o.lr * o.weight_decay), [w], prog, name + "/decay",
                            inplace=True)
             elif o.weight_decay:
-                g = popops.map(vg, _1 + o.weight_decay * _2, [g, w], prog, name + "/decay")
-            for s in ("m", "v"):
-                st[s] = vg.add_variable(FLOAT, w.shape, f"{name}/{s}")
-                _map_like(vg, st[s], w)
-            st["corr"] = vg.add_variable(FLOAT, [2], f"{name}/bias correction 1 - beta^t")
-            vg.set_tile_mapping(st["corr"], int(poputil.tile_of_elements(vg, w)[0]))
-            popops.map(vg, b1 * _1 + (1 - b1) * _2, [st["m"], g], prog, name + "/m",
+                g = popops.map(vg, scaled(_1) + o.weight_decay * _2, [g, w], prog,
+                               name + "/decay")
+                scale = 1.0
+            m, v = state("m", "m"), state("v", "v")
+            corr = []  # per key: [1 - beta1^t, 1 - beta2^t], t the key's step
+            for key, wk, _ in parts:
+                states[key]["corr"] = c = vg.add_variable(
+                    FLOAT, [2], f"{pre}optimizer/{key}/bias correction 1 - beta^t")
+                vg.set_tile_mapping(c, int(poputil.tile_of_elements(vg, wk)[0]))
+                corr.append(c)
+            if len(corr) == 1:
+                c1, c2 = corr[0][0:1], corr[0][1:2]
+            else:  # each key's pair repeated over its elements
+                c1, c2 = (concat([c[i:i + 1].broadcast([wk.num_elements()])
+                                  for c, (_, wk, _) in zip(corr, parts)]) for i in (0, 1))
+            popops.map(vg, b1 * _1 + (1 - b1) * scaled(_2), [m, g], prog, name + "/m",
                        inplace=True)
-            popops.map(vg, b2 * _1 + (1 - b2) * _2 * _2, [st["v"], g], prog, name + "/v",
-                       inplace=True)
-            c1 = st["corr"][0].reshape([1] * w.rank)
-            c2 = st["corr"][1].reshape([1] * w.rank)
+            popops.map(vg, b2 * _1 + (1 - b2) * scaled(_2) * scaled(_2), [v, g], prog,
+                       name + "/v", inplace=True)
             popops.map(vg, _1 - o.lr * (_2 / _4) / (Sqrt(_3 / _5) + o.eps),
-                       [w, st["m"], st["v"], c1, c2], prog, name + "/adam", inplace=True)
-        self.state[(key, replica)] = st
-        for s, t in st.items():
-            graph.create_host_write(self.handle(key, replica, s), t)
-            graph.create_host_read(self.handle(key, replica, s), t)
+                       [w, m, v, c1, c2], prog, name + "/adam", inplace=True)
+        for key, st in states.items():
+            self.state[(key, replica)] = st
+            for s, t in st.items():
+                graph.create_host_write(self.handle(key, replica, s), t)
+                graph.create_host_read(self.handle(key, replica, s), t)
 
     # host <-> device state, so that the optimiser object stays the one truth between calls
     def write(self, eng) -> dict:
@@ -674,8 +819,7 @@ class Emulation:
             self.engine.load(self.device)
             return
         zero = Sequence(*(s.zero_program() for st in self.replicas for s in st))
-        update = Sequence(*(s.mean_program() for st in self.replicas for s in st))
-        update.add(self._all_reduce())
+        update = self._all_reduce()
         rts = p.replication_factor if (p.replicated_optimizer_state_sharding
                                        and p.replication_factor > 1) else 1
         update.add(Sequence(*(s.update_program(self.opt, rts)
@@ -726,9 +870,13 @@ class Emulation:
         fifo_slots = [_Slots() for _ in st]
         inbox = [_Slots() for _ in st]  # activations waiting for stage k
         gradbox = [_Slots() for _ in st]  # gradients waiting for stage k
-        plan = []
+        plan, backward = [], set()  # backward: the stages whose first B is planned
         for op in p.schedule.ops:
-            plan.append((op, self._plan_op(op, fifo_slots[op.stage], inbox, gradbox)))
+            plan.append((op, slots := self._plan_op(op, fifo_slots[op.stage], inbox,
+                                                    gradbox)))
+            if op.phase == "B" and op.stage not in backward:
+                backward.add(op.stage)
+                slots["first"] = True  # the stage's first B of a step
         for s in (s for stages in self.replicas for s in stages):  # buffers, sizes known
             s.stash = [] if not self.training else (
                 [s.input] + ([s.labels] if s.last else []) if p.recomputation else s.saved)
@@ -794,7 +942,7 @@ class Emulation:
         if op.phase == "B":
             if "dy" in slots:
                 prog.add(Copy(s.gradbox[slots["dy"]], s.dy))
-            prog.add(s.backward)
+            prog.add(s.first_backward if slots.get("first") else s.backward)
             if "send" in slots:
                 prog.add(Copy(s.dx, stages[s.k - 1].gradbox[slots["send"]]))
         return prog

@@ -6,7 +6,9 @@ into ``tiles_k`` pieces, one (block, piece) per tile. Each tile multiplies its p
 ``a`` and ``b`` (fetched by exchange) into a block of partial sums; when ``tiles_k > 1``
 a second compute set adds the partials up on the tiles of the (linearly mapped) output.
 So a learner sees the compute sets, the exchange of the operands and of the partials,
-and the memory of the partials in the profile. ``mat_mul_grouped``
+and the memory of the partials in the profile. ``mat_mul_with_output``
+(``poplin::matMulWithOutput``) writes the product into a tensor mapped already (the tiles
+that computed a block send it there). ``mat_mul_grouped``
 (``poplin::matMulGrouped``) does G such products, ``C[g] = A[g] @ B[g]``, in one compute set.
 
 >>> import sys, numpy as np, ipukit as ipu
@@ -124,6 +126,37 @@ def _plan(tiles: int, workers: int, macs: int, xbytes: int, m: int, k: int, n: i
 def mat_mul(graph, a: Tensor, b: Tensor, prog: Sequence, debug_name: str = "") -> Tensor:
     """``poplin::matMul(graph, a, b, prog)``: a new (M, N) tensor ``a @ b``."""
     name = debug_name or "matMul"
+    _check_operands(graph, a, b, prog, name)
+    out = graph.add_variable(a.dtype, [a.shape[0], b.shape[1]], name)
+    _mat_mul(graph, a, b, out, prog, name, mapped=False)
+    return out
+
+
+def mat_mul_with_output(graph, a: Tensor, b: Tensor, out: Tensor, prog: Sequence,
+                        debug_name: str = "") -> None:
+    """``poplin::matMulWithOutput(graph, A, B, out, prog)``: ``a @ b`` written into ``out``
+    (M, N), mapped already (a gradient written where its weight is, for one update of a
+    region: each block's vertex writes its block to ``out``'s tiles)."""
+    name = debug_name or "matMulWithOutput"
+    _check_operands(graph, a, b, prog, name)
+    want = (a.shape[0], b.shape[1])
+    if not isinstance(out, Tensor) or out.shape != want:
+        raise IpuError(f"{name}: output {_about(out)} does not match the shape {want} of "
+                       f"'{a.name}' {a.shape} times '{b.name}' {b.shape}")
+    if out.dtype != a.dtype:
+        raise GraphConnectionError(
+            f"{name}: output '{out.name}' is {TYPE_NAMES[out.dtype]} but '{a.name}' and "
+            f"'{b.name}' are {TYPE_NAMES[a.dtype]}; the output must be of their type")
+    poputil.check_mapped(graph, out, name, "output", tiles=False)
+    _mat_mul(graph, a, b, out, prog, name, mapped=True)
+
+
+def _about(t) -> str:
+    return f"'{t.name}' {t.shape}" if isinstance(t, Tensor) else repr(t)
+
+
+def _check_operands(graph, a, b, prog, name) -> None:
+    """matMul's checks: two mapped 2-D float (or half) operands that can be multiplied."""
     for role, t in (("A", a), ("B", b)):
         if not isinstance(t, Tensor) or t.rank != 2:
             raise IpuError(f"{name}: operand {role} must be a 2-D tensor, got "
@@ -142,35 +175,39 @@ def mat_mul(graph, a: Tensor, b: Tensor, prog: Sequence, debug_name: str = "") -
         raise IpuError(f"{name}: prog must be an ipu.Sequence to append to, got {prog!r}")
     poputil.check_mapped(graph, a, name, f"operand A '{a.name}'", tiles=False)
     poputil.check_mapped(graph, b, name, f"operand B '{b.name}'", tiles=False)
-    m, k = a.shape
-    n = b.shape[1]
-    out = graph.add_variable(a.dtype, [m, n], name)
+
+
+def _mat_mul(graph, a, b, out, prog, name, mapped: bool) -> None:
+    """``a @ b`` into ``out``: mapped by the plan's blocks, unless already ``mapped``."""
+    (m, k), n = a.shape, b.shape[1]
     if m * n == 0:
-        return out  # an empty product: nothing to compute
+        return  # an empty product: nothing to compute
     if k == 0:  # a sum of no products: zeros, as in NumPy
-        poputil.map_tensor_linearly(graph, out)
+        if not mapped:
+            poputil.map_tensor_linearly(graph, out)
         popops.zero(graph, out, prog, name + "/Zero")
-        return out
+        return
     p = plan(graph.target, m, k, n)
     partials = out.reshape([1, m, n]) if p.tiles_k == 1 else \
         graph.add_variable(a.dtype, [p.tiles_k, m, n], name + "/partials")
-    if p.tiles_k > 1:  # (mapped first: the mappings then come in address order)
+    if p.tiles_k > 1 and not mapped:  # (mapped first: the mappings come in address order)
         poputil.map_tensor_linearly(graph, out)
     cs = graph.add_compute_set(name + "/MatMul")
-    _add_blocks(graph, cs, a, b, partials, p, 0)
+    _add_blocks(graph, cs, a, b, partials, p, 0, mapped and p.tiles_k == 1)
     prog.add(Execute(cs))
     if p.tiles_k > 1:
         popops.reduce_with_output(graph, partials, out, [0], popops.Operation.ADD, prog,
                                   name + "/Reduce")
-    return out
 
 
-def _add_blocks(graph, cs, a, b, partials, p: Plan, first_tile: int) -> None:
+def _add_blocks(graph, cs, a, b, partials, p: Plan, first_tile: int,
+                mapped: bool = False) -> None:
     """The MatMulPartial vertices of one product ``a @ b`` into ``partials`` (tiles_k, M,
     N), on tiles ``first_tile``, ``first_tile + 1``, ... (one per block and piece).
 
-    Each block of partials is mapped to its vertex's tile; the first vertex is added (and
-    checked) as any, the rest (the same fields and types) in one go."""
+    Each block of partials is mapped to its vertex's tile (unless ``mapped`` already); the
+    first vertex is added (and checked) as any, the rest (the same fields and types) in
+    one go."""
     (m, k), n = a.shape, b.shape[1]
     cls = MatMulPartial if a.dtype == np.float32 else MatMulPartialHalf
     workers, macs = graph.target.num_worker_contexts, macs_per_cycle(graph.target)
@@ -191,9 +228,10 @@ def _add_blocks(graph, cs, a, b, partials, p: Plan, first_tile: int) -> None:
                 perf.append(_ceil(cycles, workers))
     if tiles[-1] >= graph.target.num_tiles or not single_run(partials):
         for conn, tile, kk, cycles in zip(conns, tiles, ks, perf):  # each one checked
-            _add_block(graph, cs, cls, conn, tile, kk, cycles)
+            _add_block(graph, cs, cls, conn, tile, kk, cycles, mapped)
         return
-    _map_blocks(graph, partials, p, first_tile)
+    if not mapped:
+        _map_blocks(graph, partials, p, first_tile)
     _add_block(graph, cs, cls, conns[0], tiles[0], ks[0], perf[0], mapped=True)
     dtype = cls.fields["k"].dtype
     graph.root._add_vertices(cs, cls, conns[1:], [t + graph._offset for t in tiles[1:]],

@@ -42,7 +42,7 @@ import numpy as np
 
 from ..errors import GraphConnectionError, IpuError, type_name
 from ..program import Copy, Execute, Sequence
-from ..tensor import TYPE_NAMES, Tensor, address_span, as_type, single_run
+from ..tensor import FLOAT, HALF, TYPE_NAMES, Tensor, address_span, as_type, single_run
 from ..vertex import InOut, Input, MultiVertex, Output, Vector, Vertex
 from . import poputil
 from .expr import BINARY, UNARY, Expr, _1, _2, _3, lift
@@ -468,9 +468,15 @@ def reduce_with_output(graph, t: Tensor, out: Tensor, dims, op, prog: Sequence,
     name = _name(debug_name, f"reduce {op}")
     dims = _check_dims(t, dims, name)
     want = tuple(s for d, s in enumerate(t.shape) if d not in dims)
-    if out.num_elements() != int(np.prod(want, dtype=np.int64)):
-        raise IpuError(f"{name}: output '{out.name}' {out.shape} does not match the reduced "
-                       f"shape {want} of '{t.name}' {t.shape}")
+    if not isinstance(out, Tensor) or out.num_elements() != int(np.prod(want, dtype=np.int64)):
+        got = f"'{out.name}' {out.shape}" if isinstance(out, Tensor) else repr(out)
+        raise IpuError(f"{name}: output {got} does not match the reduced shape {want} of "
+                       f"'{t.name}' {t.shape}")
+    if out.dtype != t.dtype and {out.dtype, t.dtype} != {FLOAT, HALF}:
+        raise GraphConnectionError(
+            f"{name}: output '{out.name}' is {TYPE_NAMES[out.dtype]}; reducing "
+            f"{TYPE_NAMES[t.dtype]} '{t.name}' writes {TYPE_NAMES[t.dtype]} (or float and "
+            "half, either way)")
     out_tiles = poputil.check_mapped(graph, out, name, "output")
     _reduce(graph, t, out, dims, op, prog, name, update=update, map_out=False,
             out_tiles=out_tiles)
