@@ -237,30 +237,35 @@ class _Compiler:
         ``tiles`` and the transfers' ends are the tiles taking part: the step involves
         (and syncs) their IPUs only; every IPU when there are none (IPU-level task
         parallelism)."""
-        t, n = self.t, self.t.num_tiles
+        t, n, per = self.t, self.t.num_tiles, self.t.tiles_per_ipu
         compute = np.zeros(n, np.int64) if compute is None else compute
-        src, dst, nbytes = np.zeros((3, 0), np.int64) if transfers is None else transfers
-        pair = np.asarray(src, np.int64) * n + dst  # (np.unique: µs even when empty, and its
-        key = np.unique(pair) if src.size else pair  # inverse tens of µs: searchsorted)
-        transfers = np.stack([key // n, key % n, np.bincount(np.searchsorted(key, pair),
-                              weights=nbytes, minlength=key.size).astype(np.int64)], axis=1)
-        b_in = (np.bincount(dst, weights=nbytes, minlength=n) + tile_in).astype(np.int64)
-        b_out = (np.zeros(n) + tile_out).astype(np.int64)
+        b_in, b_out = ((np.zeros(n) + x).astype(np.int64) for x in (tile_in, tile_out))
+        tiles, pairs = np.asarray(tiles, np.int64).reshape(-1), np.zeros((0, 3), np.int64)
+        inter, link = 0, None
+        if transfers is not None and transfers[0].size:  # (np.unique, and its inverse: slow)
+            src, dst, nbytes = transfers
+            pair = np.sort(key := np.asarray(src, np.int64) * n + dst)
+            pair = pair[np.concatenate(([True], pair[1:] != pair[:-1]))]  # each pair once
+            pairs = np.stack([pair // n, pair % n, np.bincount(np.searchsorted(pair, key),
+                              weights=nbytes, minlength=pair.size).astype(np.int64)], axis=1)
+            b_in += np.bincount(dst, weights=nbytes, minlength=n).astype(np.int64)
+            tiles = np.concatenate([tiles, src, dst])
+            if (cross := src // per != dst // per).any():  # an external sync of the IPUs the
+                # step joins, and IPU-Links
+                inter = int(nbytes[cross].sum())
+                pair = src[cross] // per * t.num_ipus + dst[cross] // per
+                link = cost.link_cycles(int(np.bincount(pair, weights=nbytes[cross]).max()), t)
+        ipus = tuple(np.flatnonzero(np.bincount(tiles // per, minlength=t.num_ipus)).tolist()
+                     if tiles.size else range(t.num_ipus))
         exch = int(cost.exchange_cycles(int(np.maximum(b_in, b_out).max(initial=0)), t))
-        tiles = np.concatenate([np.asarray(tiles, np.int64).reshape(-1), src, dst])
-        ipus = tuple(np.flatnonzero(np.bincount(tiles // t.tiles_per_ipu, minlength=t.num_ipus))
-                     .tolist() if tiles.size else range(t.num_ipus))
-        cross = src // t.tiles_per_ipu != dst // t.tiles_per_ipu
-        inter = int(nbytes[cross].sum())
-        if cross.any():  # an external sync of the IPUs the step joins, and IPU-Links
-            pair = src[cross] // t.tiles_per_ipu * t.num_ipus + dst[cross] // t.tiles_per_ipu
-            exch += cost.link_cycles(int(np.bincount(pair, weights=nbytes[cross]).max()), t)
+        if link is not None:
+            exch += link
             sync = max(sync, cost.global_sync_cycles(t, len(ipus)))
         exch = max(exch, cost.host_cycles(int(host_bytes), self.t)) if host_bytes else exch
         step = Step(index=len(self.steps), name=name, kind=kind, sync_cycles=int(sync),
                     exchange_cycles=exch, compute_cycles=int(compute.max(initial=0)),
                     tile_compute_cycles=compute, tile_bytes_in=b_in, tile_bytes_out=b_out,
-                    transfers=transfers, inter_ipu_bytes=inter, host_bytes=int(host_bytes),
+                    transfers=pairs, inter_ipu_bytes=inter, host_bytes=int(host_bytes),
                     ipus=ipus, **extra)
         self.steps.append(step)
         return step.index
@@ -273,14 +278,15 @@ class _Compiler:
         if src.num_elements() != dst.num_elements() or src.dtype != dst.dtype:
             raise ProgramError.copy_mismatch(src, dst)
         n_tiles, size, n = self.t.num_tiles, src.dtype.itemsize, (src.num_elements(),)
-        # each side's shape, and its tile mapping from its first address (an index array:
-        # the array itself, its addresses are its own)
-        key = (src.dtype, *((t.shape, t.strides, id(t._idx),
-                             t._idx is None and self.g.pools[t.dtype].window(*address_span(t)))
-                            for t in (src, dst)))
-        if key in self.copies:  # sides alike and mapped alike, at shifted addresses (an
-            # unrolled loop, a FIFO's slots, the same elements again): the earlier plan,
-            # renamed (dataclasses.replace without its checks: µs)
+        # the same elements again (an unrolled loop), else each side's shape and its tile
+        # mapping from its first address (an index array: the array itself, its own addresses)
+        same = (src.dtype, *((t.offset, t.shape, t.strides, id(t._idx)) for t in (src, dst)))
+        key = same if same in self.copies else (src.dtype, *((
+            t.shape, t.strides, id(t._idx), t._idx is None
+            and self.g.pools[t.dtype].window(*address_span(t))) for t in (src, dst)))
+        if key in self.copies:  # sides alike and mapped alike, at shifted addresses (a FIFO's
+            # slots): the earlier plan, renamed (dataclasses.replace without its checks: µs)
+            self.copies.setdefault(same, self.copies[key])
             self.steps.append(step := object.__new__(Step))
             step.__dict__.update(self.steps[self.copies[key]].__dict__, index=len(self.steps) - 1,
                                  name=f"Copy {src.name} -> {dst.name}")
@@ -308,7 +314,8 @@ class _Compiler:
         compute = cost.copy_cycles(local.astype(np.int64)).astype(np.int64)
         step = self._step(f"Copy {src.name} -> {dst.name}", "copy", cost.sync_cycles(self.t),
                           compute, transfers, tile_out=sent, tiles=np.append(s_tile, d_tile))
-        return CopyNode(self.copies.setdefault(key, step), Access.of(src, n), Access.of(dst, n))
+        self.copies[same] = self.copies[key] = step
+        return CopyNode(step, Access.of(src, n), Access.of(dst, n))
 
     def _stream_copy(self, src, dst):
         stream, tensor = (src, dst) if isinstance(src, DataStream) else (dst, src)
