@@ -418,12 +418,13 @@ class _Compiler:
         # race), and whether it writes and reads
         dtypes, span = list(self.g.pools), max(p.size for p in self.g.pools.values()) + 1
         f, vid, _, b, n = cat
-        who = vid * len(fields) + f
         per = np.array([(dtypes.index(fp.access.dtype) * span, fp.kind != "input",
-                         fp.kind != "output") for _, fp, _ in fields], np.int64)[f]
-        b, e, w, r = b + per[:, 0], b + n + per[:, 0], per[:, 1] > 0, per[:, 2] > 0
-        if (b[o := np.argsort(b)][1:] >= np.maximum.accumulate(e[o])[:-1]).all():
+                         fp.kind != "output") for _, fp, _ in fields], np.int64)
+        if per[:, 0].any():  # (types apart)
+            b = b + per[f, 0]
+        if (b[o := np.argsort(b)][1:] >= np.maximum.accumulate((e := b + n)[o])[:-1]).all():
             return  # no two runs meet
+        who, w, r = vid * len(fields) + f, per[f, 1] > 0, per[f, 2] > 0
         order = np.flatnonzero(w)[np.argsort(b[w], kind="stable")]
         wb, we, wo = b[order], e[order], who[order]
         reach = np.maximum.accumulate(we)
@@ -466,14 +467,17 @@ class _Compiler:
         # Vertices on a tile go round-robin to its 6 workers, a MultiVertex to all W of them
         # (r = W copies, each 1/W of its estimate); each worker issues every 6th cycle, so
         # the tile is busy W x the heaviest worker's load (loads here in 1/W cycles: exact).
-        parts = [(gr.tiles, gr.estimates, gr.vertex_ids, np.full(
-            gr.tiles.size, W if issubclass(gr.cls, MultiVertex) else 1)) for gr in groups]
-        tiles, est, vids, r = (np.concatenate([np.zeros(0, np.int64)] + [p[i] for p in parts])
-                               for i in range(4))
-        st = np.repeat(tiles[order := np.lexsort((vids, tiles))], r := r[order])
-        worker = (np.arange(st.size) - np.searchsorted(st, st)) % W
-        load = np.bincount(st * W + worker, np.repeat(est[order] * W // r, r), n_tiles * W)
-        compute = load.reshape(n_tiles, W).max(axis=1).astype(np.int64)
+        tiles, est, vids = (np.concatenate([np.zeros(0, np.int64)] + [getattr(gr, a) for gr
+                            in groups]) for a in ("tiles", "estimates", "vertex_ids"))
+        if all(issubclass(gr.cls, MultiVertex) for gr in groups):  # every worker: the sum
+            compute = np.bincount(tiles, est, n_tiles).astype(np.int64)
+        else:
+            r = np.concatenate([np.zeros(0, np.int64)] + [np.full(gr.tiles.size, W if issubclass(
+                gr.cls, MultiVertex) else 1) for gr in groups])
+            st = np.repeat(tiles[order := np.lexsort((vids, tiles))], r := r[order])
+            worker = (np.arange(st.size) - np.searchsorted(st, st)) % W
+            load = np.bincount(st * W + worker, np.repeat(est[order] * W // r, r), n_tiles * W)
+            compute = load.reshape(n_tiles, W).max(axis=1).astype(np.int64)
         # Exchange: a vertex's data on another tile is fetched before compute (once per
         # tile); what it writes to another tile is sent after. The exchange broadcasts: a
         # tile sends an element once, however many tiles receive it.
@@ -494,17 +498,22 @@ class _Compiler:
         mem = self.memory
         mem["exchange buffers"] = np.maximum(mem["exchange buffers"], received.astype(np.int64))
         # Memory: vertex state and code on every tile that has vertices.
-        kinds = {}
+        kinds, per_vertex, classes = {}, [], {}
         for gr in groups:
-            on = np.bincount(gr.tiles, minlength=n_tiles)
-            per_vertex = 4 + sum(VECTOR_FIELD_BYTES if gr.cls.fields[fp.name].vector
-                                 else SCALAR_FIELD_BYTES for fp in gr.fields)
-            mem["vertex state"] += on * (per_vertex + sum(v[0].nbytes for v in gr.state.values()))
-            code_on = self.code_on.setdefault(gr.cls, np.zeros(n_tiles, bool))
-            mem["vertex code"] += ((on > 0) & ~code_on) * CODELET_CODE_BYTES  # once per tile
-            code_on |= on > 0
+            per_vertex.append(4 + sum(v[0].nbytes for v in gr.state.values()) + sum(
+                VECTOR_FIELD_BYTES if gr.cls.fields[fp.name].vector else SCALAR_FIELD_BYTES
+                for fp in gr.fields))
+            classes.setdefault(gr.cls, []).append(gr.tiles)
             inst, cyc = kinds.get(gr.cls.__name__, (0, 0))
             kinds[gr.cls.__name__] = (inst + len(gr.vertex_ids), cyc + int(gr.estimates.sum()))
+        mem["vertex state"] += np.bincount(tiles, np.repeat(per_vertex, [
+            gr.tiles.size for gr in groups]), n_tiles).astype(np.int64)
+        for cls, on in classes.items():
+            code_on = self.code_on.setdefault(cls, np.zeros(n_tiles, bool))
+            new = np.zeros(n_tiles, bool)
+            new[np.concatenate(on)] = True
+            mem["vertex code"] += (new & ~code_on) * CODELET_CODE_BYTES  # once per tile
+            code_on |= new
         return self._step(cs.name, "compute", sync=cost.sync_cycles(t), compute=compute,
                           transfers=transfers, tile_out=sent.astype(np.int64),
                           vertex_cycles=int(est.sum()), vertex_types=kinds, tiles=tiles,
@@ -516,12 +525,15 @@ class _Compiler:
         index, item size, kind) and per piece (field, vertex tile, start, end, the tile
         holding it)."""
         f, _, vt, b, n = cat
-        code, size, kind = (np.array(x) for x in zip(*(
-            (list(self.g.pools).index(fp.access.dtype), fp.access.dtype.itemsize, fp.kind)
-            for _, fp, _ in fields)))
+        codes = [list(self.g.pools).index(fp.access.dtype) for _, fp, _ in fields]
+        code, size, kind = np.array(codes), *(np.array(x) for x in zip(*(
+            (fp.access.dtype.itemsize, fp.kind) for _, fp, _ in fields)))
         pieces = []  # each type's runs are cut by that type's tile mapping
         for c, pool in enumerate(self.g.pools.values()):
-            if (sel := np.flatnonzero(code[f] == c)).size:
+            if codes.count(c) == len(codes):  # (one type: every run)
+                run, start, end, tile = pool.pieces(b, n)
+                pieces.append((f[run], vt[run], start, end, tile))
+            elif c in codes and (sel := np.flatnonzero(code[f] == c)).size:
                 run, start, end, tile = pool.pieces(b[sel], n[sel])
                 pieces.append((f[sel[run]], vt[sel[run]], start, end, tile))
         f, vt, start, end, tile = (np.concatenate(x) for x in zip(*pieces))
@@ -583,5 +595,7 @@ def _union_lengths(key: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.
     order = np.argsort(key * span + begins, kind="stable")  # by key, then begin
     b, e = ((key * span + x)[order] for x in (begins, ends))
     covered = np.maximum.accumulate(np.concatenate(([-2**63], e[:-1])))  # the furthest end before
-    return np.maximum(e - np.maximum(b, covered), 0)[np.argsort(order)]  # in given order
+    out = np.empty_like(b)
+    out[order] = np.maximum(e - np.maximum(b, covered), 0)  # in given order
+    return out
 
