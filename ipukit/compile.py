@@ -356,13 +356,23 @@ class _Compiler:
             buckets.setdefault(tuple(shape), []).append(v)
         groups = tuple(self._group(key[0], run) for key, vs in buckets.items()
                        for run in self._regular_runs(key[0], vs))
-        fields = [(gr, fp, self._merged_runs(fp.access)) for gr in groups for fp in gr.fields]
+        fields = [(gr, fp, self._merged_runs(fp.access, fp.kind == "input")) for gr in groups
+                  for fp in gr.fields]
         self._check_races(cs, fields, cat := _runs(fields))
         return ExecNode(self._compute_step(cs, groups, fields, cat), groups)
 
-    def _merged_runs(self, a: Access) -> tuple:
+    def _merged_runs(self, a: Access, read: bool = False) -> tuple:
         """``a.runs(merged=True)``; a region's are its layout's at offset 0, moved (kept:
-        the same layout recurs in many compute sets)."""
+        the same layout recurs in many compute sets). A gather only read (``read``) reads
+        each address once (a broadcast operand: far fewer runs; the same bytes exchanged)."""
+        if a.idx is not None and read and a.gather_runs is None:
+            x = a.idx.reshape(len(a.idx), -1)
+            x = np.sort(x, -1) if (x[:, 1:] < x[:, :-1]).any() else x
+            new = np.ones(x.shape, bool)  # a run begins: not the address before + 1 (nor it)
+            new[:, 1:] = (x[:, 1:] != x[:, :-1] + 1) & (x[:, 1:] != x[:, :-1])
+            first, k, x = np.flatnonzero(new), x.shape[1], x.reshape(-1)
+            begins = x[first].astype(np.int64)
+            return begins, x[np.append(first[1:], x.size) - 1] - begins + 1, first // max(k, 1)
         if a.idx is not None:
             return a.runs(merged=True)
         begins, lengths, rows = self.layout_runs.get(key := (a.shape, a.rshape, a.rstrides)) \
