@@ -432,9 +432,13 @@ class _Compiler:
                          fp.kind != "output") for _, fp, _ in fields], np.int64)
         if per[:, 0].any():  # (types apart)
             b = b + per[f, 0]
-        if (b[o := np.argsort(b)][1:] >= np.maximum.accumulate((e := b + n)[o])[:-1]).all():
-            return  # no two runs meet
-        who, w, r = vid * len(fields) + f, per[f, 1] > 0, per[f, 2] > 0
+        e, w, r = b + n, per[f, 1] > 0, per[f, 2] > 0
+        bs, es, ws = b[o := np.argsort(b)], e[o], w[o]  # by begin: a run meets an earlier one
+        meets = bs[1:] < np.maximum.accumulate(es)[:-1]  # ...that reaches past its begin
+        if not (ws[1:] & meets | (bs[1:] < np.maximum.accumulate(np.where(ws, es, 0))[:-1])
+                ).any():
+            return  # no run written meets another run
+        who = vid * len(fields) + f
         order = np.flatnonzero(w)[np.argsort(b[w], kind="stable")]
         wb, we, wo = b[order], e[order], who[order]
         reach = np.maximum.accumulate(we)
