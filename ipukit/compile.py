@@ -274,13 +274,16 @@ class _Compiler:
     def _copy(self, src, dst):
         if isinstance(src, DataStream) or isinstance(dst, DataStream):
             return self._stream_copy(src, dst)
-        self._access(src, "Copy"), self._access(dst, "Copy")
+        for t in (src, dst):
+            if t.graph is not self.g:
+                raise ProgramError.tensor_of_other_graph("Copy", t)
         if src.num_elements() != dst.num_elements() or src.dtype != dst.dtype:
             raise ProgramError.copy_mismatch(src, dst)
         n_tiles, size, n = self.t.num_tiles, src.dtype.itemsize, (src.num_elements(),)
         # the same elements again (an unrolled loop), else each side's shape and its tile
         # mapping from its first address (an index array: the array itself, its own addresses)
-        same = (src.dtype, *((t.offset, t.shape, t.strides, id(t._idx)) for t in (src, dst)))
+        same = (src.dtype, src.offset, src.shape, src.strides, id(src._idx), dst.offset,
+                dst.shape, dst.strides, id(dst._idx))
         key = same if same in self.copies else (src.dtype, *((
             t.shape, t.strides, id(t._idx), t._idx is None
             and self.g.pools[t.dtype].window(*address_span(t))) for t in (src, dst)))
@@ -367,9 +370,10 @@ class _Compiler:
         each address once (a broadcast operand: far fewer runs; the same bytes exchanged)."""
         if a.idx is not None and read and a.gather_runs is None:
             x = a.idx.reshape(len(a.idx), -1)
-            x = np.sort(x, -1) if (x[:, 1:] < x[:, :-1]).any() else x
+            if ((step := np.diff(x)) < 0).any():  # each vertex's addresses in order
+                step = np.diff(x := np.sort(x, -1))
             new = np.ones(x.shape, bool)  # a run begins: not the address before + 1 (nor it)
-            new[:, 1:] = (x[:, 1:] != x[:, :-1] + 1) & (x[:, 1:] != x[:, :-1])
+            new[:, 1:] = step > 1
             first, k, x = np.flatnonzero(new), x.shape[1], x.reshape(-1)
             begins = x[first].astype(np.int64)
             return begins, x[np.append(first[1:], x.size) - 1] - begins + 1, first // max(k, 1)
