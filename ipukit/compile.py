@@ -239,33 +239,28 @@ class _Compiler:
         parallelism)."""
         t, n, per = self.t, self.t.num_tiles, self.t.tiles_per_ipu
         compute = np.zeros(n, np.int64) if compute is None else compute
-        b_in, b_out = ((np.zeros(n) + x).astype(np.int64) for x in (tile_in, tile_out))
-        tiles, pairs = np.asarray(tiles, np.int64).reshape(-1), np.zeros((0, 3), np.int64)
-        inter, link = 0, None
-        if transfers is not None and transfers[0].size:  # (np.unique, and its inverse: slow)
-            src, dst, nbytes = transfers
-            pair = np.sort(key := np.asarray(src, np.int64) * n + dst)
-            pair = pair[np.concatenate(([True], pair[1:] != pair[:-1]))]  # each pair once
-            pairs = np.stack([pair // n, pair % n, np.bincount(np.searchsorted(pair, key),
-                              weights=nbytes, minlength=pair.size).astype(np.int64)], axis=1)
-            b_in += np.bincount(dst, weights=nbytes, minlength=n).astype(np.int64)
-            tiles = np.concatenate([tiles, src, dst])
-            if (cross := src // per != dst // per).any():  # an external sync of the IPUs the
-                # step joins, and IPU-Links
-                inter = int(nbytes[cross].sum())
-                pair = src[cross] // per * t.num_ipus + dst[cross] // per
-                link = cost.link_cycles(int(np.bincount(pair, weights=nbytes[cross]).max()), t)
+        src, dst, nbytes = np.zeros((3, 0), np.int64) if transfers is None else transfers
+        b_in = (np.bincount(dst, weights=nbytes, minlength=n) + tile_in).astype(np.int64)
+        b_out = (np.zeros(n) + tile_out).astype(np.int64)
+        exch = int(cost.exchange_cycles(int(np.maximum(b_in, b_out).max(initial=0)), t))
+        tiles = np.concatenate([np.asarray(tiles, np.int64).reshape(-1), src, dst])
         ipus = tuple(np.flatnonzero(np.bincount(tiles // per, minlength=t.num_ipus)).tolist()
                      if tiles.size else range(t.num_ipus))
-        exch = int(cost.exchange_cycles(int(np.maximum(b_in, b_out).max(initial=0)), t))
-        if link is not None:
-            exch += link
-            sync = max(sync, cost.global_sync_cycles(t, len(ipus)))
+        transfers, inter = np.zeros((0, 3), np.int64), 0
+        if src.size:  # each pair of tiles once, its bytes summed (np.unique's inverse: slow)
+            key = np.unique(pair := np.asarray(src, np.int64) * n + dst)
+            transfers = np.stack([key // n, key % n, np.bincount(np.searchsorted(key, pair),
+                                  weights=nbytes, minlength=key.size).astype(np.int64)], axis=1)
+            if (cross := src // per != dst // per).any():  # an external sync of the IPUs the
+                pair = src[cross] // per * t.num_ipus + dst[cross] // per  # step joins, and
+                inter = int(nbytes[cross].sum())  # IPU-Links
+                exch += cost.link_cycles(int(np.bincount(pair, weights=nbytes[cross]).max()), t)
+                sync = max(sync, cost.global_sync_cycles(t, len(ipus)))
         exch = max(exch, cost.host_cycles(int(host_bytes), self.t)) if host_bytes else exch
         step = Step(index=len(self.steps), name=name, kind=kind, sync_cycles=int(sync),
                     exchange_cycles=exch, compute_cycles=int(compute.max(initial=0)),
                     tile_compute_cycles=compute, tile_bytes_in=b_in, tile_bytes_out=b_out,
-                    transfers=pairs, inter_ipu_bytes=inter, host_bytes=int(host_bytes),
+                    transfers=transfers, inter_ipu_bytes=inter, host_bytes=int(host_bytes),
                     ipus=ipus, **extra)
         self.steps.append(step)
         return step.index
@@ -274,16 +269,13 @@ class _Compiler:
     def _copy(self, src, dst):
         if isinstance(src, DataStream) or isinstance(dst, DataStream):
             return self._stream_copy(src, dst)
-        for t in (src, dst):
-            if t.graph is not self.g:
-                raise ProgramError.tensor_of_other_graph("Copy", t)
+        self._access(src, "Copy"), self._access(dst, "Copy")
         if src.num_elements() != dst.num_elements() or src.dtype != dst.dtype:
             raise ProgramError.copy_mismatch(src, dst)
         n_tiles, size, n = self.t.num_tiles, src.dtype.itemsize, (src.num_elements(),)
         # the same elements again (an unrolled loop), else each side's shape and its tile
         # mapping from its first address (an index array: the array itself, its own addresses)
-        same = (src.dtype, src.offset, src.shape, src.strides, id(src._idx), dst.offset,
-                dst.shape, dst.strides, id(dst._idx))
+        same = (src.dtype, *((t.offset, t.shape, t.strides, id(t._idx)) for t in (src, dst)))
         key = same if same in self.copies else (src.dtype, *((
             t.shape, t.strides, id(t._idx), t._idx is None
             and self.g.pools[t.dtype].window(*address_span(t))) for t in (src, dst)))
@@ -359,24 +351,22 @@ class _Compiler:
             buckets.setdefault(tuple(shape), []).append(v)
         groups = tuple(self._group(key[0], run) for key, vs in buckets.items()
                        for run in self._regular_runs(key[0], vs))
-        fields = [(gr, fp, self._merged_runs(fp.access, fp.kind == "input")) for gr in groups
-                  for fp in gr.fields]
+        fields = [(gr, fp, self._merged_runs(fp)) for gr in groups for fp in gr.fields]
         self._check_races(cs, fields, cat := _runs(fields))
         return ExecNode(self._compute_step(cs, groups, fields, cat), groups)
 
-    def _merged_runs(self, a: Access, read: bool = False) -> tuple:
-        """``a.runs(merged=True)``; a region's are its layout's at offset 0, moved (kept:
-        the same layout recurs in many compute sets). A gather only read (``read``) reads
-        each address once (a broadcast operand: far fewer runs; the same bytes exchanged)."""
-        if a.idx is not None and read and a.gather_runs is None:
+    def _merged_runs(self, fp) -> tuple:
+        """``fp.access.runs(merged=True)``; a region's are its layout's at offset 0, moved
+        (kept: the same layout recurs in many compute sets). A gather only read (an input)
+        reads each address once (a broadcast operand: far fewer runs, the same bytes)."""
+        if (a := fp.access).idx is not None and fp.kind == "input" and a.gather_runs is None:
             x = a.idx.reshape(len(a.idx), -1)
-            if ((step := np.diff(x)) < 0).any():  # each vertex's addresses in order
-                step = np.diff(x := np.sort(x, -1))
-            new = np.ones(x.shape, bool)  # a run begins: not the address before + 1 (nor it)
-            new[:, 1:] = step > 1
-            first, k, x = np.flatnonzero(new), x.shape[1], x.reshape(-1)
-            begins = x[first].astype(np.int64)
-            return begins, x[np.append(first[1:], x.size) - 1] - begins + 1, first // max(k, 1)
+            if ((d := np.diff(x)) < 0).any():  # each vertex's addresses in order
+                d = np.diff(x := np.sort(x, -1))  # a run begins a vertex's, or not at the
+            first = np.flatnonzero(np.hstack([np.ones((len(x), min(x.shape[1], 1)), bool), d > 1]))
+            k, x = max(x.shape[1], 1), x.reshape(-1)  # address before + 1 (nor at it)
+            b = x[first].astype(np.int64)
+            return b, x[np.append(first, x.size)[1:] - 1] - b + 1, first // k
         if a.idx is not None:
             return a.runs(merged=True)
         begins, lengths, rows = self.layout_runs.get(key := (a.shape, a.rshape, a.rstrides)) \
@@ -433,14 +423,11 @@ class _Compiler:
         dtypes, span = list(self.g.pools), max(p.size for p in self.g.pools.values()) + 1
         f, vid, _, b, n = cat
         per = np.array([(dtypes.index(fp.access.dtype) * span, fp.kind != "input",
-                         fp.kind != "output") for _, fp, _ in fields], np.int64)
-        if per[:, 0].any():  # (types apart)
-            b = b + per[f, 0]
-        e, w, r = b + n, per[f, 1] > 0, per[f, 2] > 0
-        bs, es, ws = b[o := np.argsort(b)], e[o], w[o]  # by begin: a run meets an earlier one
-        meets = bs[1:] < np.maximum.accumulate(es)[:-1]  # ...that reaches past its begin
-        if not (ws[1:] & meets | (bs[1:] < np.maximum.accumulate(np.where(ws, es, 0))[:-1])
-                ).any():
+                         fp.kind != "output") for _, fp, _ in fields], np.int64)[f]
+        b, e, w, r = b + per[:, 0], b + n + per[:, 0], per[:, 1] > 0, per[:, 2] > 0
+        bs, es, ws = b[o := np.argsort(b)], e[o], w[o]  # by begin: does a run begin before
+        if not (ws[1:] & (bs[1:] < np.maximum.accumulate(es)[:-1])  # an earlier one ends?
+                | (bs[1:] < np.maximum.accumulate(np.where(ws, es, 0))[:-1])).any():
             return  # no run written meets another run
         who = vid * len(fields) + f
         order = np.flatnonzero(w)[np.argsort(b[w], kind="stable")]
@@ -485,17 +472,14 @@ class _Compiler:
         # Vertices on a tile go round-robin to its 6 workers, a MultiVertex to all W of them
         # (r = W copies, each 1/W of its estimate); each worker issues every 6th cycle, so
         # the tile is busy W x the heaviest worker's load (loads here in 1/W cycles: exact).
-        tiles, est, vids = (np.concatenate([np.zeros(0, np.int64)] + [getattr(gr, a) for gr
-                            in groups]) for a in ("tiles", "estimates", "vertex_ids"))
-        if all(issubclass(gr.cls, MultiVertex) for gr in groups):  # every worker: the sum
-            compute = np.bincount(tiles, est, n_tiles).astype(np.int64)
-        else:
-            r = np.concatenate([np.zeros(0, np.int64)] + [np.full(gr.tiles.size, W if issubclass(
-                gr.cls, MultiVertex) else 1) for gr in groups])
-            st = np.repeat(tiles[order := np.lexsort((vids, tiles))], r := r[order])
-            worker = (np.arange(st.size) - np.searchsorted(st, st)) % W
-            load = np.bincount(st * W + worker, np.repeat(est[order] * W // r, r), n_tiles * W)
-            compute = load.reshape(n_tiles, W).max(axis=1).astype(np.int64)
+        parts = [(gr.tiles, gr.estimates, gr.vertex_ids, np.full(
+            gr.tiles.size, W if issubclass(gr.cls, MultiVertex) else 1)) for gr in groups]
+        tiles, est, vids, r = (np.concatenate([np.zeros(0, np.int64)] + [p[i] for p in parts])
+                               for i in range(4))
+        st = np.repeat(tiles[order := np.lexsort((vids, tiles))], r := r[order])
+        worker = (np.arange(st.size) - np.searchsorted(st, st)) % W
+        load = np.bincount(st * W + worker, np.repeat(est[order] * W // r, r), n_tiles * W)
+        compute = load.reshape(n_tiles, W).max(axis=1).astype(np.int64)
         # Exchange: a vertex's data on another tile is fetched before compute (once per
         # tile); what it writes to another tile is sent after. The exchange broadcasts: a
         # tile sends an element once, however many tiles receive it.
@@ -516,22 +500,17 @@ class _Compiler:
         mem = self.memory
         mem["exchange buffers"] = np.maximum(mem["exchange buffers"], received.astype(np.int64))
         # Memory: vertex state and code on every tile that has vertices.
-        kinds, per_vertex, classes = {}, [], {}
+        kinds = {}
         for gr in groups:
-            per_vertex.append(4 + sum(v[0].nbytes for v in gr.state.values()) + sum(
-                VECTOR_FIELD_BYTES if gr.cls.fields[fp.name].vector else SCALAR_FIELD_BYTES
-                for fp in gr.fields))
-            classes.setdefault(gr.cls, []).append(gr.tiles)
+            on = np.bincount(gr.tiles, minlength=n_tiles)
+            per_vertex = 4 + sum(VECTOR_FIELD_BYTES if gr.cls.fields[fp.name].vector
+                                 else SCALAR_FIELD_BYTES for fp in gr.fields)
+            mem["vertex state"] += on * (per_vertex + sum(v[0].nbytes for v in gr.state.values()))
+            code_on = self.code_on.setdefault(gr.cls, np.zeros(n_tiles, bool))
+            mem["vertex code"] += ((on > 0) & ~code_on) * CODELET_CODE_BYTES  # once per tile
+            code_on |= on > 0
             inst, cyc = kinds.get(gr.cls.__name__, (0, 0))
             kinds[gr.cls.__name__] = (inst + len(gr.vertex_ids), cyc + int(gr.estimates.sum()))
-        mem["vertex state"] += np.bincount(tiles, np.repeat(per_vertex, [
-            gr.tiles.size for gr in groups]), n_tiles).astype(np.int64)
-        for cls, on in classes.items():
-            code_on = self.code_on.setdefault(cls, np.zeros(n_tiles, bool))
-            new = np.zeros(n_tiles, bool)
-            new[np.concatenate(on)] = True
-            mem["vertex code"] += (new & ~code_on) * CODELET_CODE_BYTES  # once per tile
-            code_on |= new
         return self._step(cs.name, "compute", sync=cost.sync_cycles(t), compute=compute,
                           transfers=transfers, tile_out=sent.astype(np.int64),
                           vertex_cycles=int(est.sum()), vertex_types=kinds, tiles=tiles,
@@ -543,15 +522,12 @@ class _Compiler:
         index, item size, kind) and per piece (field, vertex tile, start, end, the tile
         holding it)."""
         f, _, vt, b, n = cat
-        codes = [list(self.g.pools).index(fp.access.dtype) for _, fp, _ in fields]
-        code, size, kind = np.array(codes), *(np.array(x) for x in zip(*(
-            (fp.access.dtype.itemsize, fp.kind) for _, fp, _ in fields)))
+        code, size, kind = (np.array(x) for x in zip(*(
+            (list(self.g.pools).index(fp.access.dtype), fp.access.dtype.itemsize, fp.kind)
+            for _, fp, _ in fields)))
         pieces = []  # each type's runs are cut by that type's tile mapping
         for c, pool in enumerate(self.g.pools.values()):
-            if codes.count(c) == len(codes):  # (one type: every run)
-                run, start, end, tile = pool.pieces(b, n)
-                pieces.append((f[run], vt[run], start, end, tile))
-            elif c in codes and (sel := np.flatnonzero(code[f] == c)).size:
+            if (sel := np.flatnonzero(code[f] == c)).size:
                 run, start, end, tile = pool.pieces(b[sel], n[sel])
                 pieces.append((f[sel[run]], vt[sel[run]], start, end, tile))
         f, vt, start, end, tile = (np.concatenate(x) for x in zip(*pieces))
@@ -613,7 +589,5 @@ def _union_lengths(key: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> np.
     order = np.argsort(key * span + begins, kind="stable")  # by key, then begin
     b, e = ((key * span + x)[order] for x in (begins, ends))
     covered = np.maximum.accumulate(np.concatenate(([-2**63], e[:-1])))  # the furthest end before
-    out = np.empty_like(b)
-    out[order] = np.maximum(e - np.maximum(b, covered), 0)  # in given order
-    return out
+    return np.maximum(e - np.maximum(b, covered), 0)[np.argsort(order)]  # in given order
 
