@@ -237,30 +237,35 @@ class _Compiler:
         ``tiles`` and the transfers' ends are the tiles taking part: the step involves
         (and syncs) their IPUs only; every IPU when there are none (IPU-level task
         parallelism)."""
-        t, n = self.t, self.t.num_tiles
+        t, n, per = self.t, self.t.num_tiles, self.t.tiles_per_ipu
         compute = np.zeros(n, np.int64) if compute is None else compute
-        src, dst, nbytes = np.zeros((3, 0), np.int64) if transfers is None else transfers
-        pair = np.asarray(src, np.int64) * n + dst  # (np.unique: µs even when empty, and its
-        key = np.unique(pair) if src.size else pair  # inverse tens of µs: searchsorted)
-        transfers = np.stack([key // n, key % n, np.bincount(np.searchsorted(key, pair),
-                              weights=nbytes, minlength=key.size).astype(np.int64)], axis=1)
-        b_in = (np.bincount(dst, weights=nbytes, minlength=n) + tile_in).astype(np.int64)
-        b_out = (np.zeros(n) + tile_out).astype(np.int64)
+        b_in, b_out = ((np.zeros(n) + x).astype(np.int64) for x in (tile_in, tile_out))
+        tiles, pairs = np.asarray(tiles, np.int64).reshape(-1), np.zeros((0, 3), np.int64)
+        inter, link = 0, None
+        if transfers is not None and transfers[0].size:  # (np.unique, and its inverse: slow)
+            src, dst, nbytes = transfers
+            pair = np.sort(key := np.asarray(src, np.int64) * n + dst)
+            pair = pair[np.concatenate(([True], pair[1:] != pair[:-1]))]  # each pair once
+            pairs = np.stack([pair // n, pair % n, np.bincount(np.searchsorted(pair, key),
+                              weights=nbytes, minlength=pair.size).astype(np.int64)], axis=1)
+            b_in += np.bincount(dst, weights=nbytes, minlength=n).astype(np.int64)
+            tiles = np.concatenate([tiles, src, dst])
+            if (cross := src // per != dst // per).any():  # an external sync of the IPUs the
+                # step joins, and IPU-Links
+                inter = int(nbytes[cross].sum())
+                pair = src[cross] // per * t.num_ipus + dst[cross] // per
+                link = cost.link_cycles(int(np.bincount(pair, weights=nbytes[cross]).max()), t)
+        ipus = tuple(np.flatnonzero(np.bincount(tiles // per, minlength=t.num_ipus)).tolist()
+                     if tiles.size else range(t.num_ipus))
         exch = int(cost.exchange_cycles(int(np.maximum(b_in, b_out).max(initial=0)), t))
-        tiles = np.concatenate([np.asarray(tiles, np.int64).reshape(-1), src, dst])
-        ipus = tuple(np.flatnonzero(np.bincount(tiles // t.tiles_per_ipu, minlength=t.num_ipus))
-                     .tolist() if tiles.size else range(t.num_ipus))
-        cross = src // t.tiles_per_ipu != dst // t.tiles_per_ipu
-        inter = int(nbytes[cross].sum())
-        if cross.any():  # an external sync of the IPUs the step joins, and IPU-Links
-            pair = src[cross] // t.tiles_per_ipu * t.num_ipus + dst[cross] // t.tiles_per_ipu
-            exch += cost.link_cycles(int(np.bincount(pair, weights=nbytes[cross]).max()), t)
+        if link is not None:
+            exch += link
             sync = max(sync, cost.global_sync_cycles(t, len(ipus)))
         exch = max(exch, cost.host_cycles(int(host_bytes), self.t)) if host_bytes else exch
         step = Step(index=len(self.steps), name=name, kind=kind, sync_cycles=int(sync),
                     exchange_cycles=exch, compute_cycles=int(compute.max(initial=0)),
                     tile_compute_cycles=compute, tile_bytes_in=b_in, tile_bytes_out=b_out,
-                    transfers=transfers, inter_ipu_bytes=inter, host_bytes=int(host_bytes),
+                    transfers=pairs, inter_ipu_bytes=inter, host_bytes=int(host_bytes),
                     ipus=ipus, **extra)
         self.steps.append(step)
         return step.index
@@ -269,22 +274,23 @@ class _Compiler:
     def _copy(self, src, dst):
         if isinstance(src, DataStream) or isinstance(dst, DataStream):
             return self._stream_copy(src, dst)
-        self._access(src, "Copy"), self._access(dst, "Copy")
+        for t in (src, dst):
+            if t.graph is not self.g:
+                raise ProgramError.tensor_of_other_graph("Copy", t)
         if src.num_elements() != dst.num_elements() or src.dtype != dst.dtype:
             raise ProgramError.copy_mismatch(src, dst)
         n_tiles, size, n = self.t.num_tiles, src.dtype.itemsize, (src.num_elements(),)
-        # each side's shape, and its tile mapping from its first address (an index array:
-        # the array itself, its addresses are its own)
-        key = (src.dtype, *((t.shape, t.strides, id(t._idx),
-                             t._idx is None and self.g.pools[t.dtype].window(*address_span(t)))
-                            for t in (src, dst)))
-        if key in self.copies:  # sides alike and mapped alike, at shifted addresses (an
-            # unrolled loop, a FIFO's slots, the same elements again): the earlier plan,
-            # renamed (dataclasses.replace without its checks: µs)
-            self.steps.append(step := object.__new__(Step))
-            step.__dict__.update(self.steps[self.copies[key]].__dict__, index=len(self.steps) - 1,
-                                 name=f"Copy {src.name} -> {dst.name}")
-            return CopyNode(step.index, Access.of(src, n), Access.of(dst, n))
+        # the same elements again (an unrolled loop), else each side's shape and its tile
+        # mapping from its first address (an index array: the array itself, its own addresses)
+        same = (src.dtype, *((t.offset, t.shape, t.strides, id(t._idx)) for t in (src, dst)))
+        key = same if same in self.copies else (src.dtype, *((
+            t.shape, t.strides, id(t._idx), t._idx is None
+            and self.g.pools[t.dtype].window(*address_span(t))) for t in (src, dst)))
+        if key in self.copies:  # sides alike and mapped alike, at shifted addresses (a FIFO's
+            # slots): the earlier plan, renamed
+            step = self._again(self.copies.setdefault(same, self.copies[key]),
+                               f"Copy {src.name} -> {dst.name}")
+            return CopyNode(step, Access.of(src, n), Access.of(dst, n))
         (sb, sn), (db, dn) = runs(src), runs(dst)
         if int(_union_lengths(np.zeros(db.size, np.int64), db, db + dn).sum()) != dn.sum():
             raise ProgramError.copy_aliased(dst)
@@ -308,7 +314,8 @@ class _Compiler:
         compute = cost.copy_cycles(local.astype(np.int64)).astype(np.int64)
         step = self._step(f"Copy {src.name} -> {dst.name}", "copy", cost.sync_cycles(self.t),
                           compute, transfers, tile_out=sent, tiles=np.append(s_tile, d_tile))
-        return CopyNode(self.copies.setdefault(key, step), Access.of(src, n), Access.of(dst, n))
+        self.copies[same] = self.copies[key] = step
+        return CopyNode(step, Access.of(src, n), Access.of(dst, n))
 
     def _stream_copy(self, src, dst):
         stream, tensor = (src, dst) if isinstance(src, DataStream) else (dst, src)
@@ -317,15 +324,25 @@ class _Compiler:
         self._access(tensor, "Copy")
         if tensor.num_elements() != stream.n or tensor.dtype != stream.dtype:
             raise StreamError.stream_copy_size(stream, tensor)
+        name = f"StreamCopy {stream.name} {'->' if stream.to_device else '<-'} {tensor.name}"
+        key = (id(stream), tensor.offset, tensor.shape, tensor.strides, id(tensor._idx))
+        if key in self.copies:  # the same elements again (an unrolled loop): renamed
+            return StreamNode(self._again(self.copies[key], name), stream,
+                              Access.of(tensor, (tensor.num_elements(),)))
         run, start, end, tile = self.g.pools[tensor.dtype].pieces(*runs(tensor))
         nbytes = tensor.num_elements() * tensor.dtype.itemsize
         per_tile = (np.bincount(tile, weights=end - start, minlength=self.t.num_tiles)
                     * tensor.dtype.itemsize).astype(np.int64)
-        arrow = "->" if stream.to_device else "<-"
-        step = self._step(f"StreamCopy {stream.name} {arrow} {tensor.name}", "stream",
-                          sync=cost.sync_cycles(self.t), host_bytes=nbytes, tiles=tile,
-                          **{"tile_in" if stream.to_device else "tile_out": per_tile})
+        step = self.copies[key] = self._step(
+            name, "stream", sync=cost.sync_cycles(self.t), host_bytes=nbytes, tiles=tile,
+            **{"tile_in" if stream.to_device else "tile_out": per_tile})
         return StreamNode(step, stream, Access.of(tensor, (tensor.num_elements(),)))
+
+    def _again(self, index: int, name: str) -> int:
+        """Step ``index`` again, renamed (``dataclasses.replace`` without its checks: µs)."""
+        self.steps.append(step := object.__new__(Step))
+        step.__dict__.update(self.steps[index].__dict__, index=len(self.steps) - 1, name=name)
+        return step.index
 
     # -- compute sets ---------------------------------------------------------------------
     def _compute_set(self, cs):
@@ -349,13 +366,22 @@ class _Compiler:
             buckets.setdefault(tuple(shape), []).append(v)
         groups = tuple(self._group(key[0], run) for key, vs in buckets.items()
                        for run in self._regular_runs(key[0], vs))
-        fields = [(gr, fp, self._merged_runs(fp.access)) for gr in groups for fp in gr.fields]
+        fields = [(gr, fp, self._merged_runs(fp)) for gr in groups for fp in gr.fields]
         self._check_races(cs, fields, cat := _runs(fields))
         return ExecNode(self._compute_step(cs, groups, fields, cat), groups)
 
-    def _merged_runs(self, a: Access) -> tuple:
-        """``a.runs(merged=True)``; a region's are its layout's at offset 0, moved (kept:
-        the same layout recurs in many compute sets)."""
+    def _merged_runs(self, fp) -> tuple:
+        """``fp.access.runs(merged=True)``; a region's are its layout's at offset 0, moved
+        (kept: the same layout recurs in many compute sets). A gather only read (an input)
+        reads each address once (a broadcast operand: far fewer runs, the same bytes)."""
+        if (a := fp.access).idx is not None and fp.kind == "input" and a.gather_runs is None:
+            x = a.idx.reshape(len(a.idx), -1)
+            if ((d := np.diff(x)) < 0).any():  # each vertex's addresses in order
+                d = np.diff(x := np.sort(x, -1))  # a run begins a vertex's, or not at the
+            first = np.flatnonzero(np.hstack([np.ones((len(x), min(x.shape[1], 1)), bool), d > 1]))
+            k, x = max(x.shape[1], 1), x.reshape(-1)  # address before + 1 (nor at it)
+            b = x[first].astype(np.int64)
+            return b, x[np.append(first, x.size)[1:] - 1] - b + 1, first // k
         if a.idx is not None:
             return a.runs(merged=True)
         begins, lengths, rows = self.layout_runs.get(key := (a.shape, a.rshape, a.rstrides)) \
@@ -411,12 +437,14 @@ class _Compiler:
         # race), and whether it writes and reads
         dtypes, span = list(self.g.pools), max(p.size for p in self.g.pools.values()) + 1
         f, vid, _, b, n = cat
-        who = vid * len(fields) + f
         per = np.array([(dtypes.index(fp.access.dtype) * span, fp.kind != "input",
                          fp.kind != "output") for _, fp, _ in fields], np.int64)[f]
         b, e, w, r = b + per[:, 0], b + n + per[:, 0], per[:, 1] > 0, per[:, 2] > 0
-        if (b[o := np.argsort(b)][1:] >= np.maximum.accumulate(e[o])[:-1]).all():
-            return  # no two runs meet
+        bs, es, ws = b[o := np.argsort(b)], e[o], w[o]  # by begin: does a run begin before
+        if not (ws[1:] & (bs[1:] < np.maximum.accumulate(es)[:-1])  # an earlier one ends?
+                | (bs[1:] < np.maximum.accumulate(np.where(ws, es, 0))[:-1])).any():
+            return  # no run written meets another run
+        who = vid * len(fields) + f
         order = np.flatnonzero(w)[np.argsort(b[w], kind="stable")]
         wb, we, wo = b[order], e[order], who[order]
         reach = np.maximum.accumulate(we)
@@ -459,14 +487,17 @@ class _Compiler:
         # Vertices on a tile go round-robin to its 6 workers, a MultiVertex to all W of them
         # (r = W copies, each 1/W of its estimate); each worker issues every 6th cycle, so
         # the tile is busy W x the heaviest worker's load (loads here in 1/W cycles: exact).
-        parts = [(gr.tiles, gr.estimates, gr.vertex_ids, np.full(
-            gr.tiles.size, W if issubclass(gr.cls, MultiVertex) else 1)) for gr in groups]
-        tiles, est, vids, r = (np.concatenate([np.zeros(0, np.int64)] + [p[i] for p in parts])
-                               for i in range(4))
-        st = np.repeat(tiles[order := np.lexsort((vids, tiles))], r := r[order])
-        worker = (np.arange(st.size) - np.searchsorted(st, st)) % W
-        load = np.bincount(st * W + worker, np.repeat(est[order] * W // r, r), n_tiles * W)
-        compute = load.reshape(n_tiles, W).max(axis=1).astype(np.int64)
+        tiles, est, vids = (np.concatenate([np.zeros(0, np.int64)] + [getattr(gr, a) for gr
+                            in groups]) for a in ("tiles", "estimates", "vertex_ids"))
+        if all(issubclass(gr.cls, MultiVertex) for gr in groups):  # every worker: the sum
+            compute = np.bincount(tiles, est, n_tiles).astype(np.int64)
+        else:
+            r = np.concatenate([np.zeros(0, np.int64)] + [np.full(gr.tiles.size, W if issubclass(
+                gr.cls, MultiVertex) else 1) for gr in groups])
+            st = np.repeat(tiles[order := np.lexsort((vids, tiles))], r := r[order])
+            worker = (np.arange(st.size) - np.searchsorted(st, st)) % W
+            load = np.bincount(st * W + worker, np.repeat(est[order] * W // r, r), n_tiles * W)
+            compute = load.reshape(n_tiles, W).max(axis=1).astype(np.int64)
         # Exchange: a vertex's data on another tile is fetched before compute (once per
         # tile); what it writes to another tile is sent after. The exchange broadcasts: a
         # tile sends an element once, however many tiles receive it.
@@ -487,17 +518,21 @@ class _Compiler:
         mem = self.memory
         mem["exchange buffers"] = np.maximum(mem["exchange buffers"], received.astype(np.int64))
         # Memory: vertex state and code on every tile that has vertices.
-        kinds = {}
+        kinds, per_vertex, classes = {}, [], {}
         for gr in groups:
-            on = np.bincount(gr.tiles, minlength=n_tiles)
-            per_vertex = 4 + sum(VECTOR_FIELD_BYTES if gr.cls.fields[fp.name].vector
-                                 else SCALAR_FIELD_BYTES for fp in gr.fields)
-            mem["vertex state"] += on * (per_vertex + sum(v[0].nbytes for v in gr.state.values()))
-            code_on = self.code_on.setdefault(gr.cls, np.zeros(n_tiles, bool))
-            mem["vertex code"] += ((on > 0) & ~code_on) * CODELET_CODE_BYTES  # once per tile
-            code_on |= on > 0
+            per_vertex.append(4 + sum(v[0].nbytes for v in gr.state.values()) + sum(
+                VECTOR_FIELD_BYTES if gr.cls.fields[fp.name].vector else SCALAR_FIELD_BYTES
+                for fp in gr.fields))
+            classes.setdefault(gr.cls, []).append(gr.tiles)
             inst, cyc = kinds.get(gr.cls.__name__, (0, 0))
             kinds[gr.cls.__name__] = (inst + len(gr.vertex_ids), cyc + int(gr.estimates.sum()))
+        mem["vertex state"] += np.bincount(tiles, np.repeat(per_vertex, [
+            gr.tiles.size for gr in groups]), n_tiles).astype(np.int64)
+        for cls, on in classes.items():
+            code_on = self.code_on.setdefault(cls, np.zeros(n_tiles, bool))
+            new = np.bincount(np.concatenate(on), minlength=n_tiles) > 0
+            mem["vertex code"] += (new & ~code_on) * CODELET_CODE_BYTES  # once per tile
+            code_on |= new
         return self._step(cs.name, "compute", sync=cost.sync_cycles(t), compute=compute,
                           transfers=transfers, tile_out=sent.astype(np.int64),
                           vertex_cycles=int(est.sum()), vertex_types=kinds, tiles=tiles,
@@ -509,15 +544,19 @@ class _Compiler:
         index, item size, kind) and per piece (field, vertex tile, start, end, the tile
         holding it)."""
         f, _, vt, b, n = cat
-        code, size, kind = (np.array(x) for x in zip(*(
-            (list(self.g.pools).index(fp.access.dtype), fp.access.dtype.itemsize, fp.kind)
-            for _, fp, _ in fields)))
+        codes = [list(self.g.pools).index(fp.access.dtype) for _, fp, _ in fields]
+        code, size, kind = np.array(codes), *(np.array(x) for x in zip(*(
+            (fp.access.dtype.itemsize, fp.kind) for _, fp, _ in fields)))
         pieces = []  # each type's runs are cut by that type's tile mapping
         for c, pool in enumerate(self.g.pools.values()):
-            if (sel := np.flatnonzero(code[f] == c)).size:
+            if codes.count(c) == len(codes):  # (one type: every run)
+                run, start, end, tile = pool.pieces(b, n)
+                pieces.append((f[run], vt[run], start, end, tile))
+            elif c in codes and (sel := np.flatnonzero(code[f] == c)).size:
                 run, start, end, tile = pool.pieces(b[sel], n[sel])
                 pieces.append((f[sel[run]], vt[sel[run]], start, end, tile))
-        f, vt, start, end, tile = (np.concatenate(x) for x in zip(*pieces))
+        f, vt, start, end, tile = pieces[0] if len(pieces) == 1 else (
+            np.concatenate(x) for x in zip(*pieces))
         if (remote := tile != vt).any():  # (None when every piece is on its vertex's tile)
             return (code, size, kind), tuple(x[remote] for x in (f, vt, start, end, tile))
 

@@ -35,6 +35,7 @@ s: [ 6.000000 24.000000]
 
 from __future__ import annotations
 
+import builtins
 import math
 import numbers
 
@@ -71,8 +72,8 @@ class RowsMultiVertex(MultiVertex):
     @classmethod
     def cycle_estimate(cls, sizes: dict[str, int], workers: int = 6) -> int:
         names = [f for f, fld in cls.fields.items() if fld.kind != "state"]
-        rows = int(np.min([sizes[f] for f in names])) or 1  # a Reduce's outputs; elements
-        share = int(np.max([e - b for b, e in poputil.split_regions(rows, cls.grain, workers)]))
+        rows = builtins.min(sizes[f] for f in names) or 1  # a Reduce's outputs; elements
+        share = builtins.max(e - b for b, e in poputil.split_regions(rows, cls.grain, workers))
         return workers * (10 + sum(sizes[f] // rows * share for f in names))
 
 
