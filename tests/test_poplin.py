@@ -1,5 +1,7 @@
 """poplin.mat_mul against NumPy, its plan, compute sets and errors."""
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -196,3 +198,36 @@ def test_mat_mul_with_output_checks_its_output():
         poplin.mat_mul_with_output(g, a, b, loose, ipu.Sequence())
     with pytest.raises(ipu.IpuError, match=r"'lhs' \(2, 3\) by 'lhs' \(2, 3\)"):
         poplin.mat_mul_with_output(g, a, a, loose, ipu.Sequence())  # matMul's checks first
+    with pytest.raises(ipu.IpuError, match=r"output must be a Tensor, got a ndarray of "
+                                           r"shape \(2, 4\)"):
+        poplin.mat_mul_with_output(g, a, b, np.zeros((2, 4)), ipu.Sequence())
+    row = g.add_variable(ipu.FLOAT, [1, 4], "row")
+    poputil.map_tensor_linearly(g, row)
+    with pytest.raises(ipu.IpuError, match=r"output 'row.*' \(2, 4\) is not parallel "
+                                           "writeable"):
+        poplin.mat_mul_with_output(g, a, b, row.broadcast([2, 4]), ipu.Sequence())
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=3), data=st.data())
+def test_parallel_writeable_means_distinct_addresses(shape, data):
+    """poputil.check_parallel_writeable against np.unique of the addresses, on strided,
+    transposed, broadcast and index views."""
+    g = ipu.Graph(ipu.IPUModel(tiles_per_ipu=1).create_device().target)
+    t = g.add_variable(ipu.FLOAT, [math.prod(shape) * 2], "t")
+    view = t.reshape([2, -1])[:, :math.prod(shape)][data.draw(st.integers(0, 1))]
+    view = view.reshape(shape)
+    if data.draw(st.booleans()):
+        view = view.dim_shuffle(data.draw(st.permutations(range(len(shape)))))
+    if data.draw(st.booleans()):
+        view = view.expand(0).broadcast([data.draw(st.integers(1, 3)), *view.shape])
+    if data.draw(st.booleans()):  # an index view (poplar::concat of rows)
+        picks = data.draw(st.lists(st.integers(0, view.shape[0] - 1), min_size=1, max_size=4))
+        view = ipu.concat([view[i:i + 1] for i in picks])
+    flat = view.idx.reshape(-1)
+    if np.unique(flat).size == flat.size:
+        poputil.check_parallel_writeable(view, "op", "output")
+    else:
+        with pytest.raises(ipu.IpuError,
+                           match=r"op: output '.*' \(.*\) is not parallel writeable"):
+            poputil.check_parallel_writeable(view, "op", "output")

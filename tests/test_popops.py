@@ -478,13 +478,17 @@ def test_reduce_with_output_checks_its_output():
     with pytest.raises(ipu.IpuError, match=r"output 'short' \(3,\) does not match the "
                                            r"reduced shape \(2,\) of 't' \(2, 3\)"):
         popops.reduce_with_output(g, t, variable(g, np.zeros(3), "short"), [1], "ADD", prog)
-    with pytest.raises(ipu.GraphConnectionError, match="output 'ints' is int; reducing float"):
+    with pytest.raises(ipu.GraphConnectionError,
+                       match="output 'ints' is int but 't' is float; the output must be of "
+                             "the input's type"):
         popops.reduce_with_output(g, t, variable(g, np.zeros(2), "ints", dtype=ipu.INT), [1],
                                   "ADD", prog)
     loose = g.add_variable(ipu.FLOAT, [2], "loose")
     with pytest.raises(ipu.TileMappingError, match="output 'loose'"):
         popops.reduce_with_output(g, t, loose, [1], "ADD", prog)
     g.set_tile_mapping(loose, 0)
+    with pytest.raises(ipu.IpuError, match=r"output 'loose.*' \(2,\) is not parallel"):
+        popops.reduce_with_output(g, t, loose[:1].broadcast([2]), [1], "ADD", prog)
     half = variable(g, np.zeros(2), "half", dtype=ipu.HALF)  # float into half: allowed
     popops.reduce_with_output(g, t, half, [1], "ADD", prog)
     got, _ = run(dev, g, prog, half=half)

@@ -16,19 +16,22 @@ pipeline run (so the trace shows, for any F, B or R op, the supersteps that made
 Gradients are accumulated on the device (SUM, MEAN, RUNNING_MEAN, in the accumulator
 dtype) and the optimiser (SGD with momentum and weight decay, Adam, AdamW) updates the
 weights on the device once per run. Losses and weights equal the NumPy runner's to float32
-tolerance. As PopART does with ``SessionOptions.mergeVarUpdate = MergeVarUpdateType::All``
-(``willow/src/transforms/mergevarupdates.cpp``: the weight updates of one virtual graph
-and optimiser become one update over the concatenated, flattened weights and gradients),
-each stage (each member of a concurrent stage) zeroes its accumulators, accumulates a
-micro-batch's gradients and runs each optimiser step as ONE compute set per type
-(``stage0/zero accumulators``, ``stage0/accumulate``, ``stage0/optimizer/sgd``): the
-stage's weights, its gradients and its accumulators of each type are one variable each,
-each weight's a view of it, so the concatenation is one region. The backward writes the
-gradients where their weights are (``poplin.mat_mul_with_output``, the layout of
+tolerance. PopART's ``SessionOptions.mergeVarUpdate = MergeVarUpdateType::All``
+(``willow/src/transforms/mergevarupdates.cpp``) turns the SGD (and copy) weight updates of
+one virtual graph and optimiser into one update over the concatenated, flattened weights
+and gradients; ipukit does the same for every optimiser (Adam and AdamW too, with a bias
+correction per weight): each stage (each member of a concurrent stage) zeroes its
+accumulators, accumulates a micro-batch's gradients and runs each optimiser step as ONE
+compute set per type (``stage0/zero accumulators``, ``stage0/accumulate``,
+``stage0/optimizer/sgd``). Kit convention: the stage's weights, its gradients and its
+accumulators of each type are one variable each, each weight's a view of it, so the
+concatenation is one region (PopART concatenates separate tensors). The backward writes
+the gradients where their weights are (``poplin.mat_mul_with_output``, the layout of
 PopLibs' weight-update pass; a bias's reduction copied there), so a micro-batch is
-accumulated without exchange, and (SUM, MEAN) a stage's first B of a step copies them
-there, so its float accumulators need no zeroing; MEAN's 1/G is folded into the
-optimiser's step, as PopART folds it into its optimiser scalars.
+accumulated without exchange. Kit convention, not PopART's (which zeroes its accumulators
+after each update): with SUM and MEAN a stage's first B of a step copies its gradients into
+its float accumulators, so they need no zeroing. MEAN's 1/G is folded into the optimiser's
+step, as PopART folds the accumulation factor into its optimiser scalars.
 
 Replicas are copies of the stages on their own IPUs; their gradients are all-reduced by
 inter-IPU copies and adds (with replicated tensor sharding, each replica updates its
@@ -645,11 +648,11 @@ class _Optimizer:
 
     def build(self, vg, parts, prog, replica, name, scale=1.0):
         """ONE update of ``parts`` (``(key, weight, gradient accumulator)`` on one virtual
-        graph): each step a compute set over their concatenation, PopART's
-        ``mergeVarUpdate``. Each state (momentum, m, v) is one variable mapped like the
-        weights, a view of it per key (its host handle); Adam's bias corrections stay one
-        pair per key (its step), each read by its key's elements. The gradients are read
-        times ``scale`` (MEAN's 1 / gradient_accumulation)."""
+        graph): each step a compute set over their concatenation, as PopART's
+        ``mergeVarUpdate`` does for SGD. Each state (momentum, m, v) is one variable mapped
+        like the weights, a view of it per key (its host handle); Adam's bias corrections
+        stay one pair per key (its step), each read by its key's elements. The gradients are
+        read times ``scale`` (MEAN's 1 / gradient_accumulation)."""
         o, graph = self.opt, self.emu.graph
         parts = sorted(parts, key=lambda q: q[2].dtype != FLOAT)  # float gradients first
         w, grads = _flat(q[1] for q in parts), []

@@ -140,19 +140,17 @@ def mat_mul_with_output(graph, a: Tensor, b: Tensor, out: Tensor, prog: Sequence
     name = debug_name or "matMulWithOutput"
     _check_operands(graph, a, b, prog, name)
     want = (a.shape[0], b.shape[1])
-    if not isinstance(out, Tensor) or out.shape != want:
-        raise IpuError(f"{name}: output {_about(out)} does not match the shape {want} of "
+    poputil.check_tensor(out, name, "output")
+    if out.shape != want:
+        raise IpuError(f"{name}: output {poputil.about(out)} does not match the shape {want} of "
                        f"'{a.name}' {a.shape} times '{b.name}' {b.shape}")
     if out.dtype != a.dtype:
         raise GraphConnectionError(
             f"{name}: output '{out.name}' is {TYPE_NAMES[out.dtype]} but '{a.name}' and "
             f"'{b.name}' are {TYPE_NAMES[a.dtype]}; the output must be of their type")
     poputil.check_mapped(graph, out, name, "output", tiles=False)
+    poputil.check_parallel_writeable(out, name, "output")
     _mat_mul(graph, a, b, out, prog, name, mapped=True)
-
-
-def _about(t) -> str:
-    return f"'{t.name}' {t.shape}" if isinstance(t, Tensor) else repr(t)
 
 
 def _check_operands(graph, a, b, prog, name) -> None:

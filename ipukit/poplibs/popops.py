@@ -469,16 +469,17 @@ def reduce_with_output(graph, t: Tensor, out: Tensor, dims, op, prog: Sequence,
     name = _name(debug_name, f"reduce {op}")
     dims = _check_dims(t, dims, name)
     want = tuple(s for d, s in enumerate(t.shape) if d not in dims)
-    if not isinstance(out, Tensor) or out.num_elements() != int(np.prod(want, dtype=np.int64)):
-        got = f"'{out.name}' {out.shape}" if isinstance(out, Tensor) else repr(out)
-        raise IpuError(f"{name}: output {got} does not match the reduced shape {want} of "
-                       f"'{t.name}' {t.shape}")
+    poputil.check_tensor(out, name, "output")
+    if out.num_elements() != math.prod(want):
+        raise IpuError(f"{name}: output {poputil.about(out)} does not match the reduced "
+                       f"shape {want} of '{t.name}' {t.shape}")
     if out.dtype != t.dtype and {out.dtype, t.dtype} != {FLOAT, HALF}:
         raise GraphConnectionError(
-            f"{name}: output '{out.name}' is {TYPE_NAMES[out.dtype]}; reducing "
-            f"{TYPE_NAMES[t.dtype]} '{t.name}' writes {TYPE_NAMES[t.dtype]} (or float and "
-            "half, either way)")
+            f"{name}: output '{out.name}' is {TYPE_NAMES[out.dtype]} but '{t.name}' is "
+            f"{TYPE_NAMES[t.dtype]}; the output must be of the input's type (float and half "
+            "may be mixed)")
     out_tiles = poputil.check_mapped(graph, out, name, "output")
+    poputil.check_parallel_writeable(out, name, "output")
     _reduce(graph, t, out, dims, op, prog, name, update=update, map_out=False,
             out_tiles=out_tiles)
 

@@ -244,8 +244,7 @@ def check_mapped(graph, t: Tensor, op: str, role: str, tiles: bool = True):
 
     Returns the tile of every element (flat); with ``tiles=False`` only checks (None).
     """
-    if not isinstance(t, Tensor):
-        raise IpuError(f"{op}: {role} must be a Tensor, got {t!r}")
+    check_tensor(t, op, role)
     if t.graph is not graph.root:
         raise IpuError(f"{op}: {role} '{t.name}' belongs to another graph")
     if _span_mapped(graph, t):  # then no element needs looking at
@@ -260,6 +259,44 @@ def check_mapped(graph, t: Tensor, op: str, role: str, tiles: bool = True):
             "poputil.map_tensor_linearly"
         )
     return answer
+
+
+def about(t) -> str:
+    """A tensor as errors name it, ``'w' (3, 4)``; anything else by its type (and shape)."""
+    if isinstance(t, Tensor):
+        return f"'{t.name}' {t.shape}"
+    shape = getattr(t, "shape", None)
+    return f"a {type(t).__name__}" + (f" of shape {shape}" if shape is not None else "")
+
+
+def check_tensor(t, op: str, role: str) -> None:
+    """Raise an IpuError naming the operand unless it is an ipu.Tensor."""
+    if not isinstance(t, Tensor):
+        raise IpuError(f"{op}: {role} must be a Tensor, got {about(t)}")
+
+
+def check_parallel_writeable(t: Tensor, op: str, role: str) -> None:
+    """Raise unless no two elements of ``t`` share an address: Poplar's
+    ``Tensor::isParallelWriteable``, which an op's output must be (a broadcast view, or an
+    index view naming an element twice, is not)."""
+    if t._idx is None and _steps_past(t):
+        return
+    flat = t.idx.reshape(-1)
+    if np.unique(flat).size != flat.size:
+        raise IpuError(f"{op}: {role} '{t.name}' {t.shape} is not parallel writeable: "
+                       "some of its elements are one element (a broadcast or repeated "
+                       "view); write into a tensor whose elements are distinct")
+
+
+def _steps_past(t: Tensor) -> bool:
+    """Whether each dimension of region ``t`` steps past all those of smaller steps (then
+    its elements are distinct, without looking at each address)."""
+    reach = 0
+    for step, n in sorted((abs(s), n) for n, s in zip(t.shape, t.strides) if n > 1):
+        if step <= reach:
+            return False
+        reach += (n - 1) * step
+    return True
 
 
 def _span_mapped(graph, t: Tensor) -> bool:
