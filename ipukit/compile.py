@@ -97,19 +97,21 @@ class Access:
         return Access(self.dtype, shape, self.offset + i * self.rstrides[0],
                       (1,) + self.rshape[1:], self.rstrides)
 
-    def runs(self, merged: bool = False):
+    def runs(self, merged: bool = False, once: bool = False):
         """Runs of consecutive addresses, in order, and the vertex (row) of each; ``merged``:
-        each vertex's addresses as a set, in fewer runs (dimensions by stride, or sorted)."""
+        each vertex's addresses as a set, in fewer runs (dimensions by stride, or sorted);
+        ``once`` (merged): a gather's repeated addresses once (read: the same bytes)."""
         if self.gather_runs is not None:
             return self.gather_runs
         dims = sorted(range(len(self.rshape)), key=lambda d: (d > 0, -self.rstrides[d] * merged))
         layout = (self.offset, *([x[d] for d in dims] for x in (self.rshape, self.rstrides)))
+        k = max(prod(self.shape[1:]), 1)  # elements per vertex
         if (x := self.idx) is not None:  # each vertex's addresses sorted (unless they are)
             x = np.sort(x, -1) if merged and x.ndim > 1 and (x[..., 1:] < x[..., :-1]).any() else x
-            begins, lengths, first = index_runs(x.reshape(-1), k := max(prod(self.shape[1:]), 1))
+            begins, lengths, first = index_runs(x.reshape(-1), k, once)
             return begins, lengths, first // k
         begins, lengths = runs(Tensor(None, self.dtype, layout, ""), keep=1)
-        return begins, lengths, (np.cumsum(lengths) - lengths) // max(prod(self.shape[1:]), 1)
+        return begins, lengths, (np.cumsum(lengths) - lengths) // k
 
 
 FieldPlan = _record("FieldPlan", "name kind access")  # a connected field of a group
@@ -210,10 +212,10 @@ class _Compiler:
             return PrintNode(p.title, self._access(p.tensor, "PrintTensor"), p.fmt)
         raise ProgramError.cannot_compile(p)
 
-    def _access(self, t: Tensor, what: str) -> Access:
+    def _access(self, t: Tensor, what: str, flat: bool = False) -> Access:
         if t.graph is not self.g:
             raise ProgramError.tensor_of_other_graph(what, t)
-        return Access.of(t)
+        return Access.of(t, (t.num_elements(),) if flat else None)
 
     # -- checks ---------------------------------------------------------------------------
     def _check_mapped(self):
@@ -250,17 +252,15 @@ class _Compiler:
                               weights=nbytes, minlength=pair.size).astype(np.int64)], axis=1)
             b_in += np.bincount(dst, weights=nbytes, minlength=n).astype(np.int64)
             tiles = np.concatenate([tiles, src, dst])
-            if (cross := src // per != dst // per).any():  # an external sync of the IPUs the
-                # step joins, and IPU-Links
+            if (cross := src // per != dst // per).any():  # bytes between IPUs
                 inter = int(nbytes[cross].sum())
                 pair = src[cross] // per * t.num_ipus + dst[cross] // per
                 link = cost.link_cycles(int(np.bincount(pair, weights=nbytes[cross]).max()), t)
         ipus = tuple(np.flatnonzero(np.bincount(tiles // per, minlength=t.num_ipus)).tolist()
                      if tiles.size else range(t.num_ipus))
         exch = int(cost.exchange_cycles(int(np.maximum(b_in, b_out).max(initial=0)), t))
-        if link is not None:
-            exch += link
-            sync = max(sync, cost.global_sync_cycles(t, len(ipus)))
+        if link is not None:  # IPU-Links, and an external sync of the IPUs the step joins
+            exch, sync = exch + link, max(sync, cost.global_sync_cycles(t, len(ipus)))
         exch = max(exch, cost.host_cycles(int(host_bytes), self.t)) if host_bytes else exch
         step = Step(index=len(self.steps), name=name, kind=kind, sync_cycles=int(sync),
                     exchange_cycles=exch, compute_cycles=int(compute.max(initial=0)),
@@ -274,12 +274,10 @@ class _Compiler:
     def _copy(self, src, dst):
         if isinstance(src, DataStream) or isinstance(dst, DataStream):
             return self._stream_copy(src, dst)
-        for t in (src, dst):
-            if t.graph is not self.g:
-                raise ProgramError.tensor_of_other_graph("Copy", t)
+        a_src, a_dst = self._access(src, "Copy", flat=True), self._access(dst, "Copy", flat=True)
         if src.num_elements() != dst.num_elements() or src.dtype != dst.dtype:
             raise ProgramError.copy_mismatch(src, dst)
-        n_tiles, size, n = self.t.num_tiles, src.dtype.itemsize, (src.num_elements(),)
+        n_tiles, size = self.t.num_tiles, src.dtype.itemsize
         # the same elements again (an unrolled loop), else each side's shape and its tile
         # mapping from its first address (an index array: the array itself, its own addresses)
         same = (src.dtype, *((t.offset, t.shape, t.strides, id(t._idx)) for t in (src, dst)))
@@ -288,9 +286,8 @@ class _Compiler:
             and self.g.pools[t.dtype].window(*address_span(t))) for t in (src, dst)))
         if key in self.copies:  # sides alike and mapped alike, at shifted addresses (a FIFO's
             # slots): the earlier plan, renamed
-            step = self._again(self.copies.setdefault(same, self.copies[key]),
-                               f"Copy {src.name} -> {dst.name}")
-            return CopyNode(step, Access.of(src, n), Access.of(dst, n))
+            return CopyNode(self._again(self.copies.setdefault(same, self.copies[key]),
+                                        f"Copy {src.name} -> {dst.name}"), a_src, a_dst)
         (sb, sn), (db, dn) = runs(src), runs(dst)
         if int(_union_lengths(np.zeros(db.size, np.int64), db, db + dn).sum()) != dn.sum():
             raise ProgramError.copy_aliased(dst)
@@ -315,20 +312,19 @@ class _Compiler:
         step = self._step(f"Copy {src.name} -> {dst.name}", "copy", cost.sync_cycles(self.t),
                           compute, transfers, tile_out=sent, tiles=np.append(s_tile, d_tile))
         self.copies[same] = self.copies[key] = step
-        return CopyNode(step, Access.of(src, n), Access.of(dst, n))
+        return CopyNode(step, a_src, a_dst)
 
     def _stream_copy(self, src, dst):
         stream, tensor = (src, dst) if isinstance(src, DataStream) else (dst, src)
         if self.g.streams.get(stream.name) is not stream:
             raise StreamError.stream_of_other_graph(stream)
-        self._access(tensor, "Copy")
+        access = self._access(tensor, "Copy", flat=True)
         if tensor.num_elements() != stream.n or tensor.dtype != stream.dtype:
             raise StreamError.stream_copy_size(stream, tensor)
         name = f"StreamCopy {stream.name} {'->' if stream.to_device else '<-'} {tensor.name}"
         key = (id(stream), tensor.offset, tensor.shape, tensor.strides, id(tensor._idx))
         if key in self.copies:  # the same elements again (an unrolled loop): renamed
-            return StreamNode(self._again(self.copies[key], name), stream,
-                              Access.of(tensor, (tensor.num_elements(),)))
+            return StreamNode(self._again(self.copies[key], name), stream, access)
         run, start, end, tile = self.g.pools[tensor.dtype].pieces(*runs(tensor))
         nbytes = tensor.num_elements() * tensor.dtype.itemsize
         per_tile = (np.bincount(tile, weights=end - start, minlength=self.t.num_tiles)
@@ -336,7 +332,7 @@ class _Compiler:
         step = self.copies[key] = self._step(
             name, "stream", sync=cost.sync_cycles(self.t), host_bytes=nbytes, tiles=tile,
             **{"tile_in" if stream.to_device else "tile_out": per_tile})
-        return StreamNode(step, stream, Access.of(tensor, (tensor.num_elements(),)))
+        return StreamNode(step, stream, access)
 
     def _again(self, index: int, name: str) -> int:
         """Step ``index`` again, renamed (``dataclasses.replace`` without its checks: µs)."""
@@ -374,16 +370,8 @@ class _Compiler:
         """``fp.access.runs(merged=True)``; a region's are its layout's at offset 0, moved
         (kept: the same layout recurs in many compute sets). A gather only read (an input)
         reads each address once (a broadcast operand: far fewer runs, the same bytes)."""
-        if (a := fp.access).idx is not None and fp.kind == "input" and a.gather_runs is None:
-            x = a.idx.reshape(len(a.idx), -1)
-            if ((d := np.diff(x)) < 0).any():  # each vertex's addresses in order
-                d = np.diff(x := np.sort(x, -1))  # a run begins a vertex's, or not at the
-            first = np.flatnonzero(np.hstack([np.ones((len(x), min(x.shape[1], 1)), bool), d > 1]))
-            k, x = max(x.shape[1], 1), x.reshape(-1)  # address before + 1 (nor at it)
-            b = x[first].astype(np.int64)
-            return b, x[np.append(first, x.size)[1:] - 1] - b + 1, first // k
-        if a.idx is not None:
-            return a.runs(merged=True)
+        if (a := fp.access).idx is not None:
+            return a.runs(merged=True, once=fp.kind == "input")
         begins, lengths, rows = self.layout_runs.get(key := (a.shape, a.rshape, a.rstrides)) \
             or self.layout_runs.setdefault(key, Access(a.dtype, *key[:1], 0, *key[1:]).runs(True))
         return begins + a.offset, lengths, rows
@@ -518,21 +506,17 @@ class _Compiler:
         mem = self.memory
         mem["exchange buffers"] = np.maximum(mem["exchange buffers"], received.astype(np.int64))
         # Memory: vertex state and code on every tile that has vertices.
-        kinds, per_vertex, classes = {}, [], {}
+        kinds = {}
         for gr in groups:
-            per_vertex.append(4 + sum(v[0].nbytes for v in gr.state.values()) + sum(
-                VECTOR_FIELD_BYTES if gr.cls.fields[fp.name].vector else SCALAR_FIELD_BYTES
-                for fp in gr.fields))
-            classes.setdefault(gr.cls, []).append(gr.tiles)
+            on = np.bincount(gr.tiles, minlength=n_tiles)
+            per_vertex = 4 + sum(VECTOR_FIELD_BYTES if gr.cls.fields[fp.name].vector
+                                 else SCALAR_FIELD_BYTES for fp in gr.fields)
+            mem["vertex state"] += on * (per_vertex + sum(v[0].nbytes for v in gr.state.values()))
+            code_on = self.code_on.setdefault(gr.cls, np.zeros(n_tiles, bool))
+            mem["vertex code"] += ((on > 0) & ~code_on) * CODELET_CODE_BYTES  # once per tile
+            code_on |= on > 0
             inst, cyc = kinds.get(gr.cls.__name__, (0, 0))
             kinds[gr.cls.__name__] = (inst + len(gr.vertex_ids), cyc + int(gr.estimates.sum()))
-        mem["vertex state"] += np.bincount(tiles, np.repeat(per_vertex, [
-            gr.tiles.size for gr in groups]), n_tiles).astype(np.int64)
-        for cls, on in classes.items():
-            code_on = self.code_on.setdefault(cls, np.zeros(n_tiles, bool))
-            new = np.bincount(np.concatenate(on), minlength=n_tiles) > 0
-            mem["vertex code"] += (new & ~code_on) * CODELET_CODE_BYTES  # once per tile
-            code_on |= new
         return self._step(cs.name, "compute", sync=cost.sync_cycles(t), compute=compute,
                           transfers=transfers, tile_out=sent.astype(np.int64),
                           vertex_cycles=int(est.sum()), vertex_types=kinds, tiles=tiles,
@@ -549,12 +533,10 @@ class _Compiler:
             (fp.access.dtype.itemsize, fp.kind) for _, fp, _ in fields)))
         pieces = []  # each type's runs are cut by that type's tile mapping
         for c, pool in enumerate(self.g.pools.values()):
-            if codes.count(c) == len(codes):  # (one type: every run)
-                run, start, end, tile = pool.pieces(b, n)
-                pieces.append((f[run], vt[run], start, end, tile))
-            elif c in codes and (sel := np.flatnonzero(code[f] == c)).size:
+            if c in codes:  # (one type: every run, no selection)
+                sel = slice(None) if codes.count(c) == len(codes) else np.flatnonzero(code[f] == c)
                 run, start, end, tile = pool.pieces(b[sel], n[sel])
-                pieces.append((f[sel[run]], vt[sel[run]], start, end, tile))
+                pieces.append((f[sel][run], vt[sel][run], start, end, tile))
         f, vt, start, end, tile = pieces[0] if len(pieces) == 1 else (
             np.concatenate(x) for x in zip(*pieces))
         if (remote := tile != vt).any():  # (None when every piece is on its vertex's tile)

@@ -112,7 +112,7 @@ class Engine:
             raise IpuError.wrong_device(self.target, device)
         g = self.executable.graph
         self.xp = xp = backend.get_xp()
-        self._plans: dict = {}  # Access -> how to reach it in storage
+        self._plans: dict = {}  # a gather's Access, or a region -> how to reach it
         self._mem = {dt: xp.zeros(p.size, dt) for dt, p in g.pools.items()}
         for dt, pool in g.pools.items():  # constants' values
             for var in (v for v in pool.variables if v.values is not None):
@@ -363,10 +363,10 @@ class Engine:
                     arr = arr.copy()
                     inputs.append((name, arr, arr.copy()))
             else:
-                if dry or arr is None:
-                    arr = self._read(a).copy() if dry else self._read(a)
-                    if not dry:
-                        scatter.append((a, arr))
+                if dry:
+                    arr = self._read(a).copy()
+                elif arr is None:  # a copy: scattered back after compute
+                    scatter.append((a, arr := self._read(a)))
                 outputs.append((name, arr))
             fields[name] = arr
         for name, values in state.items():
@@ -385,8 +385,7 @@ class Engine:
         for name, arr in outputs:
             if fields[name] is not arr:
                 raise IpuError.rebound_field(gr.cls, name)
-        written = [name for name, arr, orig in inputs if not xp.array_equal(arr, orig)]
-        if written:
+        if written := [name for name, arr, orig in inputs if not xp.array_equal(arr, orig)]:
             raise IpuError.wrote_input(gr.cls, written, vertex())
         for a, arr in scatter:
             self._write(a, arr)
@@ -404,14 +403,11 @@ class Engine:
         return self._accesses[key]
 
     def _plan(self, a: Access) -> tuple:
-        """How ``a`` reaches storage, worked out once per access: (view, index,
+        """How ``a`` reaches storage, worked out once per gather or region: (view, index,
         in_place). ``view`` is a slice or strided view of a region, or of a gather whose
         addresses are evenly spaced (in_place: distinct addresses in ``a``'s shape, so
         reading gives storage itself), else None; ``index`` (on the backend) gathers and
         scatters where no view does (a view with repeated addresses only reads)."""
-        plan = self._plans.get(a)
-        if plan is not None:
-            return plan
         key = a if a.idx is not None else (a.dtype, a.offset, a.rshape, a.rstrides, a.shape)
         plan = self._plans.get(key)  # accesses of one region in one shape share a plan
         if plan is None:
@@ -425,8 +421,7 @@ class Engine:
                     shape, strides = a.shape, merged
                 view = backend.strided(self._mem[a.dtype], offset, shape, strides)
                 idx = None if distinct else idx
-            plan = (view, idx, merged is not None and idx is None)
-        self._plans[a] = self._plans[key] = plan
+            plan = self._plans[key] = (view, idx, merged is not None and idx is None)
         return plan
 
     def _read(self, a: Access):

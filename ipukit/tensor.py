@@ -307,13 +307,15 @@ def runs(t: Tensor, keep: int = 0):
     return begins, np.full(begins.size, length, np.int64)
 
 
-def index_runs(flat: np.ndarray, row: int):
+def index_runs(flat: np.ndarray, row: int, once: bool = False):
     """Runs of consecutive addresses in an address array, never across a multiple of
-    ``row`` positions: (begins, lengths, positions)."""
-    new = np.ones(flat.size + 1, bool)  # the address does not go up by 1, or a row starts
-    new[1:-1], new[::max(row, 1)] = flat[1:] != flat[:-1] + 1, True
-    first = np.flatnonzero(new)  # and the end
-    return flat[first[:-1]].astype(np.int64), first[1:] - first[:-1], first[:-1]
+    ``row`` positions: (begins, lengths, positions). ``once`` (each row's addresses in
+    order): an address repeated stays in its run, so a run holds each address once."""
+    new, step = np.ones(flat.size + 1, bool), flat[1:] - flat[:-1]  # a run starts where
+    new[1:-1], new[::max(row, 1)] = step > 1 if once else step != 1, True  # the step is not
+    first = np.flatnonzero(new)  # 1 (once: 0 or 1), or a row starts; and the end
+    begins = flat[first[:-1]].astype(np.int64)
+    return begins, flat[first[1:] - 1] - begins + 1, first[:-1]
 
 
 def firsts(*keys: np.ndarray) -> np.ndarray:
