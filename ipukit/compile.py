@@ -279,7 +279,9 @@ class _Compiler:
             raise ProgramError.copy_mismatch(src, dst)
         n_tiles, size = self.t.num_tiles, src.dtype.itemsize
         # the same elements again (an unrolled loop), else each side's shape and its tile
-        # mapping from its first address (an index array: the array itself, its own addresses)
+        # mapping from its first address (an index array: the array itself, its own addresses;
+        # id() is safe as the program tree holds every Tensor, and so its array, while
+        # compiling)
         same = (src.dtype, *((t.offset, t.shape, t.strides, id(t._idx)) for t in (src, dst)))
         key = same if same in self.copies else (src.dtype, *((
             t.shape, t.strides, id(t._idx), t._idx is None
