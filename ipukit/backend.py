@@ -123,6 +123,14 @@ def strided(pool, offset: int, shape: tuple, strides: tuple):
     return xp.lib.stride_tricks.as_strided(pool[offset:], shape, strides)
 
 
+def rows(view, n: int):
+    """``view`` (an array or None) as (n, ...), its first axis split, where that axis is a
+    multiple of ``n`` other than ``n`` itself (always a view, nothing copied); else ``view``."""
+    if view is None or not n or view.shape[0] == n or view.shape[0] % n:
+        return view
+    return view.reshape(n, -1, *view.shape[1:])
+
+
 def synchronize() -> None:
     """Wait for queued GPU work (a no-op on NumPy); benchmarks call this."""
     if xp is not np:

@@ -11,10 +11,11 @@ kit's own PopLibs codelets skip that check (their ``compute`` is marked
 against one vertex at a time); every other codelet, a learner's, is checked. A group's
 fields are worked out once: storage itself where a view of it has the field's shape (read
 only for an Input), else a copy each run. Kit convention: a codelet class marked
-``strided_fields = True`` (poplin's matmul) also gets a region that no (vertices,
-elements) view reaches as a strided view of storage, (vertices, ...), not a copy. Every
-executed step is appended to ``engine.trace``. Kit convention: one ``run`` emulates at most
-``"debug.maxEmulatedSteps"`` steps (default 1,000,000), checked up front for ``Repeat``.
+``strided_fields = True`` (poplin's matmul, popops' Reduce) also gets a region that no
+(vertices, elements) view reaches as a strided view of storage, (vertices, ...), not a
+copy. Every executed step is appended to ``engine.trace``. Kit convention: one ``run``
+emulates at most ``"debug.maxEmulatedSteps"`` steps (default 1,000,000), checked up front
+for ``Repeat``.
 
 >>> import sys, numpy as np, ipukit as ipu
 >>> dev = ipu.IPUModel(tiles_per_ipu=1).create_device()
@@ -331,14 +332,14 @@ class Engine:
         where it is storage itself (read only for an Input), else None (a copy per run,
         and an output's scattered back); and the State fields' arrays. A class marked
         ``strided_fields`` gets a region it cannot view as (vertices, elements) as
-        (vertices, ...) instead of a copy."""
+        (vertices, ...) instead of a copy, the region's first axis split if need be."""
         spec = self._specs.get((gr, row))
         if spec is None:
             fields, strided = [], getattr(gr.cls, "strided_fields", False)
             for fp in gr.fields:
                 a = fp.access if row is None else self._access(fp.access, row)
                 view, idx, in_place = self._plan(a)
-                inp = fp.kind == "input"
+                inp, view = fp.kind == "input", backend.rows(view, a.shape[0]) if strided else view
                 bound = view if in_place or view is not None and (
                     inp and view.shape == a.shape or strided and idx is None
                     and view.shape[:1] == a.shape[:1]) else None

@@ -115,18 +115,38 @@ def map_vertex(expr: Expr, in_types, out_type, inplace: bool) -> type:
 
 
 REDUCE_OPS = {
-    "ADD": lambda xp, a: a.sum(axis=-1),
+    "ADD": lambda xp, a: _sum(a),
     "MUL": lambda xp, a: a.prod(axis=-1),
     "MAX": lambda xp, a: a.max(axis=-1),
     "MIN": lambda xp, a: a.min(axis=-1),
     "LOGICAL_AND": lambda xp, a: a.all(axis=-1),
     "LOGICAL_OR": lambda xp, a: a.any(axis=-1),
-    "SQUARE_ADD": lambda xp, a: (a * a).sum(axis=-1),
+    "SQUARE_ADD": lambda xp, a: _sum(a * a),
     "LOG_ADD": lambda xp, a: _log_add(xp, a),
 }
 #: Operations whose combine step differs from the first one: partials of SQUARE_ADD are
 #: already squared, so stage 2 (and ``update``) adds them.
 COMBINE_OP = {"SQUARE_ADD": "ADD"}
+
+
+def _sum(a):
+    """``a.sum(axis=-1)``; float32 rows of 2 to 7 as the adds that sum does (a left fold from
+    +0.0), the same bits ~20x faster than NumPy's reduction of a short axis."""
+    if a.dtype != np.float32 or not 1 < a.shape[-1] < 8:
+        return a.sum(axis=-1)
+    r = a[..., 0] + a[..., 1]
+    for i in range(2, a.shape[-1]):
+        r += a[..., i]
+    return r + np.float32(0)  # -0.0 + -0.0 sums to +0.0
+
+
+def _rows(xp, p, op, n, c):
+    """Partials ``p`` as (n, c, k). A strided view (``strided_fields``) whose k axis is not
+    contiguous is copied as the Engine would have, except for float32 ADD rows of 2 to 7
+    (:func:`_sum` adds them alike whatever the strides)."""
+    p = p.reshape(n, c, -1)
+    fast = op == "ADD" and p.dtype == np.float32 and 1 < p.shape[-1] < 8
+    return p if fast or p.strides[-1] == p.itemsize else xp.ascontiguousarray(p)
 
 
 def _log_add(xp, a):
@@ -152,15 +172,16 @@ def reduce_vertex(op: str, in_type, out_type, update: bool, multi: bool = True) 
 
     @poputil.vertex_separable
     def compute(self):
-        n, c = self.out.shape
-        r = REDUCE_OPS[op](self.xp, self.partials.reshape(n, c, -1))
+        n, c = len(self.out), self.out[0].size  # out may be a strided (n, ...) view
+        r = REDUCE_OPS[op](self.xp, _rows(self.xp, self.partials, op, n, c))
         if update:
             r = REDUCE_OPS[COMBINE_OP.get(op, op)](
-                self.xp, self.xp.stack([self.out, r.astype(self.out.dtype)], -1))
-        self.out[...] = r
+                self.xp, self.xp.stack([self.out.reshape(n, c), r.astype(self.out.dtype)], -1))
+        self.out[...] = r.reshape(self.out.shape)
 
     name = f"popops::Reduce{'Update' if update else ''}<{op},{type_name(in_type)}>"
     cls = type(name, (RowsMultiVertex if multi else Vertex,), {
+        "strided_fields": True,  # partials may come as a strided (n, ...) view: see _rows
         "partials": Input(Vector(in_type)),
         "out": (InOut if update else Output)(Vector(out_type)),
         "compute": compute,
