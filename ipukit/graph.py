@@ -70,7 +70,7 @@ class Pool:
         a later mapping of an address wins."""
         if isinstance(begins, np.ndarray):  # arrays as given (joined once, when resolved)
             if begins.size:
-                self._new.append((begins, begins + lengths, np.broadcast_to(tile, begins.shape)))
+                self._new.append((begins, begins + lengths, np.full(begins.shape, tile, np.int64)))
         else:  # one run (set_tile_mapping, often in a loop): ints, to lists
             if not self._new or type(self._new[-1]) is not list:
                 self._new.append([[], [], []])
