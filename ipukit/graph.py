@@ -70,7 +70,7 @@ class Pool:
         a later mapping of an address wins."""
         if isinstance(begins, np.ndarray):  # arrays as given (joined once, when resolved)
             if begins.size:
-                self._new.append((begins, begins + lengths, np.broadcast_to(tile, begins.shape)))
+                self._new.append((begins, begins + lengths, np.full(begins.shape, tile, np.int64)))
         else:  # one run (set_tile_mapping, often in a loop): ints, to lists
             if not self._new or type(self._new[-1]) is not list:
                 self._new.append([[], [], []])
@@ -90,12 +90,12 @@ class Pool:
             (b, e, t), self._new = [np.concatenate([r[i] for r in self._new], dtype=np.int64)
                                     for i in range(3)], []
             cuts, tiles, lo, hi = self._cuts, self._cut_tiles, b.min(), max(e.max(), b.min() + 1)
-            (i, j2), (i0, j) = (np.searchsorted(cuts, [lo, hi], s) for s in ("right", "left"))
+            (i, j2), (i0, j) = (cuts.searchsorted((lo, hi), s) for s in ("right", "left"))
             cat = np.concatenate  # (np.r_ costs tens of µs a call)
             if not ((e > b).all() and (b[1:] == e[:-1]).all()):  # not runs that cover [lo, hi)
                 b, t = _paint(cat(([lo], cuts[i:j], b)), cat((cuts[i:j], [hi], e)),
                               cat((tiles[i:j + 1], t)))
-                k, k_hi = np.searchsorted(b, [lo, hi - 1], "right")  # the cuts in (lo, hi)
+                k, k_hi = b.searchsorted((lo, hi - 1), "right")  # the cuts in (lo, hi)
                 b, t = cat(([lo], b[k:k_hi])), t[k:k_hi + 1]
             change = firsts(mid := cat((tiles[i0:i0 + 1], t, tiles[j2:j2 + 1])))[1:] - 1
             self._cuts = cat((cuts[:i0], cat((b, [hi]))[change], cuts[j2:]))
@@ -108,7 +108,7 @@ class Pool:
         cuts, keep = self._cuts, np.flatnonzero(lengths > 0)
         b = begins[keep].astype(np.int64)
         e = b + lengths[keep]
-        lo, hi = np.searchsorted(cuts, b, "right"), np.searchsorted(cuts, e, "left")
+        lo, hi = cuts.searchsorted(b, "right"), cuts.searchsorted(e, "left")
         if (hi == lo).all():  # no run crosses a change of tile
             return keep, b, e, self._cut_tiles[lo]
         run = np.repeat(np.arange(b.size), hi - lo + 1)
@@ -121,7 +121,7 @@ class Pool:
         """The mapping of addresses ``lo`` to ``hi`` (both included): the cuts in between
         and the tile from each cut on (one more tile than cuts)."""
         self._resolve()
-        i, j = np.searchsorted(self._cuts, [lo, hi], "right")  # the cuts in (lo, hi]
+        i, j = self._cuts.searchsorted((lo, hi), "right")  # the cuts in (lo, hi]
         return self._cuts[i:j], self._cut_tiles[i:j + 1]
 
     def window(self, lo: int, hi: int) -> tuple:
@@ -147,7 +147,7 @@ def _paint(b, e, t):
     where the tile changes and the tile before the first cut and after each (-1: none)."""
     cuts = np.sort(np.concatenate((b, e)), kind="stable")  # merges runs already in order
     cuts = cuts[firsts(cuts)]  # (np.unique hashes first: slower on these sorted runs)
-    lo, hi = np.searchsorted(cuts, b), np.searchsorted(cuts, e)
+    lo, hi = cuts.searchsorted(b), cuts.searchsorted(e)
     tiles = np.full(cuts.size + 1, -1, np.int64)  # tiles[k + 1]: from cuts[k] to cuts[k + 1]
     tiles[1 + _ranges(lo, hi)] = t.repeat(np.maximum(hi - lo, 0))
     change = np.flatnonzero(tiles[1:] != tiles[:-1])
