@@ -11,19 +11,26 @@ import ipukit as ipu
 from ipukit.poplibs import poplin, popops, poputil
 
 
+def _operands(m, k, n, tiles, seed):
+    """A device, a graph and random (M, K), (K, N) float operands, mapped linearly, each
+    (tensor, values)."""
+    rng = np.random.default_rng(seed)
+    dev = ipu.IPUModel(tiles_per_ipu=tiles).create_device()
+    g = ipu.Graph(dev.target)
+    pairs = []
+    for name, shape in (("a", [m, k]), ("b", [k, n])):
+        t, v = g.add_variable(ipu.FLOAT, shape, name), rng.normal(size=shape).astype(np.float32)
+        poputil.map_tensor_linearly(g, t)
+        g.set_initial_value(t, v)
+        pairs.append((t, v))
+    return dev, g, *pairs
+
+
 @settings(max_examples=15, deadline=None)
 @given(m=st.integers(1, 13), k=st.integers(1, 17), n=st.integers(1, 11),
        tiles=st.sampled_from([1, 2, 3, 5, 7, 16]), seed=st.integers(0, 50))
 def test_mat_mul_matches_numpy(m, k, n, tiles, seed):
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(m, k)).astype(np.float32)
-    y = rng.normal(size=(k, n)).astype(np.float32)
-    dev = ipu.IPUModel(tiles_per_ipu=tiles).create_device()
-    g = ipu.Graph(dev.target)
-    a, b = g.add_variable(ipu.FLOAT, [m, k], "a"), g.add_variable(ipu.FLOAT, [k, n], "b")
-    for t, v in ((a, x), (b, y)):
-        poputil.map_tensor_linearly(g, t)
-        g.set_initial_value(t, v)
+    dev, g, (a, x), (b, y) = _operands(m, k, n, tiles, seed)
     prog = ipu.Sequence()
     c = poplin.mat_mul(g, a, b.transpose().transpose(), prog, "c")
     g.create_host_read("c", c)
@@ -152,16 +159,10 @@ def test_matmul_blocks_are_the_views_slice_gives(view, data):
 @given(m=st.integers(1, 9), k=st.sampled_from([1, 3, 17, 256]), n=st.integers(1, 9),
        tiles=st.sampled_from([1, 3, 16]), linear=st.booleans(), seed=st.integers(0, 50))
 def test_mat_mul_with_output_matches_numpy(m, k, n, tiles, linear, seed):
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(m, k)).astype(np.float32)
-    y = rng.normal(size=(k, n)).astype(np.float32)
-    dev = ipu.IPUModel(tiles_per_ipu=tiles).create_device()
-    g = ipu.Graph(dev.target)
-    a, b = g.add_variable(ipu.FLOAT, [m, k], "a"), g.add_variable(ipu.FLOAT, [k, n], "b")
+    dev, g, (a, x), (b, y) = _operands(m, k, n, tiles, seed)
     big = g.add_variable(ipu.FLOAT, [m * n + 3], "big")
-    for t, v in ((a, x), (b, y), (big, np.full(m * n + 3, 7.0))):
-        poputil.map_tensor_linearly(g, t)
-        g.set_initial_value(t, v)
+    poputil.map_tensor_linearly(g, big)
+    g.set_initial_value(big, np.full(m * n + 3, 7.0))
     if not linear:
         g.set_tile_mapping(big, tiles - 1)
     out = big[1:1 + m * n].reshape([m, n])
