@@ -57,7 +57,7 @@ from .compile import (
 from .errors import CodeletError, IpuError, ProgramError, StreamError
 from .graph import Graph, out_of_range
 from .print_tensor import format_tensor
-from .tensor import reshape_strides
+from .tensor import reshape_strides, steps_past
 from .trace import Trace
 
 #: Engine options accepted for Poplar compatibility; profiling is always on here.
@@ -335,7 +335,7 @@ class Engine:
         (vertices, ...) instead of a copy, the region's first axis split if need be."""
         spec = self._specs.get((gr, row))
         if spec is None:
-            fields, strided = [], getattr(gr.cls, "strided_fields", False)
+            fields, strided = [], gr.cls.strided_fields
             for fp in gr.fields:
                 a = fp.access if row is None else self._access(fp.access, row)
                 view, idx, in_place = self._plan(a)
@@ -456,10 +456,7 @@ def _spacing(idx: np.ndarray):
         shape, strides, starts = [n, *shape], [step, *strides], starts[::n]
     if idx.size < 2 or starts.size > 1:
         return None
-    reach, distinct = 0, True  # each dimension steps past all the inner ones: no repeats
-    for step, n in sorted(zip(strides, shape)):
-        distinct, reach = distinct and (n == 1 or step > reach), reach + (n - 1) * step
-    return int(starts[0]), tuple(shape), tuple(strides), distinct
+    return int(starts[0]), tuple(shape), tuple(strides), steps_past(shape, strides)
 
 
 def _read_only(arr):

@@ -275,6 +275,17 @@ def contiguous(shape, strides) -> bool:
     return inner_dims(shape, strides) == len(shape)
 
 
+def steps_past(shape, strides) -> bool:
+    """Whether each dimension of a region steps past all those of smaller steps: then no
+    two of its elements share an address (the test needs no address of its own)."""
+    reach = 0
+    for step, n in sorted((abs(s), n) for n, s in zip(shape, strides) if n > 1):
+        if step <= reach:
+            return False
+        reach += (n - 1) * step
+    return True
+
+
 def single_run(t: Tensor):
     """(offset, length) when ``t``'s elements are one run of consecutive addresses."""
     if t._idx is not None:

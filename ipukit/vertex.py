@@ -75,6 +75,9 @@ class Vertex:
     """Base class of codelets (``poplar::Vertex``); subclass it and write ``compute``."""
 
     fields: dict[str, Field] = {}
+    #: Kit convention (see ``engine``): True lets the Engine hand a field it cannot view as
+    #: (vertices, elements) as a strided (vertices, ...) view of storage, not a copy.
+    strided_fields = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -164,7 +164,7 @@ def _joined(vg: Graph, dtype, shapes: dict, name: str, mapped: bool = True) -> _
 
 def _map_like(vg: Graph, dst: Tensor, src: Tensor) -> None:
     """Map ``dst``'s elements to the tiles of ``src``'s (same number of elements)."""
-    poputil._map_elements(vg, dst, poputil.tile_of_elements(vg, src))
+    poputil._map_copies(vg, dst, src, 1)
 
 
 def _buffer(vg: Graph, like: Tensor, slots: int, name: str) -> Tensor:
@@ -445,7 +445,6 @@ class _Stage:
         vg, prog, k, p = self.vg, Sequence(), self.k, self.emu.pipeline
         pre = f"{self.pre}stage{k}"
         dy = self.dlogits if self.last else self.dy
-        grads: dict[str, Tensor] = {}
         layers = _layers(self.net)
         for i in reversed(range(len(layers))):
             layer, x, y = layers[i], self.acts[i], self.acts[i + 1]
@@ -454,7 +453,6 @@ class _Stage:
             keys = [self.prefix + _param_key(self.net, i, s) for s in ("weight", "bias")]
             if isinstance(layer, (nn.Dense, nn.Conv2D)):
                 w, (gw, gb) = self.params[keys[0]], (self.grads.views[n] for n in keys)
-                grads.update(zip(keys, (gw, gb)))
             if isinstance(layer, nn.Dense):
                 poplin.mat_mul_with_output(vg, x.transpose(), dy, gw, prog, name + "/weight")
                 _bias_grad(vg, dy, [0], gb, prog, name + "/bias")
@@ -471,14 +469,14 @@ class _Stage:
                 dy = dy.reshape(x.shape)
             if dy is None:
                 break
-        # one op per type over every accumulator and gradient (mergeVarUpdate); a step's
-        # first B of a lone stage copies float gradients there instead (nothing to zero)
+        # one op per type over every accumulator and (float) gradient (mergeVarUpdate); a
+        # step's first B of a lone stage copies them to float accumulators (nothing to zero)
         self.backward, self.first_backward = Sequence(prog), Sequence(prog)
-        for (dt, gt), rows in _by_type((self.accs[n], grads[n]) for n in self.params
-                                       if n in grads).items():
+        for (dt, _), rows in _by_type((self.accs[n], self.grads.views[n])
+                                      for n in self.params).items():
             acc, g = _flat(a for a, _ in rows), _flat(g for _, g in rows)
             name, step = f"{pre}/accumulate{_of_type(dt)}", Sequence()
-            if gt != dt:
+            if dt != FLOAT:
                 g = popops.cast(vg, g, dt, step, f"{name}/cast")
             if p.reduction == "RUNNING_MEAN":
                 n = self.count if dt == FLOAT else popops.cast(vg, self.count, dt, step,
@@ -488,7 +486,7 @@ class _Stage:
             else:
                 popops.add_in_place(vg, acc, g, step, name)
             self.backward.add(step)
-            if p.reduction != "RUNNING_MEAN" and gt == dt and not self.prefix:
+            if p.reduction != "RUNNING_MEAN" and dt == FLOAT and not self.prefix:
                 self.first_backward.add(Copy(g, acc))
                 self.written.add(dt)
             else:

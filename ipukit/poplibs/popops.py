@@ -565,11 +565,11 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None
     elif map_out:
         poputil.map_tensor_linearly(graph, out_flat)
         out_tiles = poputil.linear_tiles(graph, out_flat)
-    cls = reduce_vertex(op, t.dtype, out.dtype, update)
     if one_tile or not _tile_twice(src_tiles):  # (or no tile has two inputs of an output)
         # One stage: each output's vertex (on the output's tile) reads all its inputs.
         cs = graph.add_compute_set(name)
-        add_per_tile_vertices(graph, cs, cls, {"partials": src, "out": out_flat}, out_tiles)
+        add_per_tile_vertices(graph, cs, reduce_vertex(op, t.dtype, out.dtype, update),
+                              {"partials": src, "out": out_flat}, out_tiles)
         prog.add(Execute(cs))
         return
     key = np.arange(m)[:, None] * graph.target.num_tiles + src_tiles

@@ -22,7 +22,7 @@ import weakref
 import numpy as np
 
 from ..errors import IpuError, TileMappingError
-from ..tensor import Tensor, address_span, firsts, runs, single_run
+from ..tensor import Tensor, address_span, firsts, runs, single_run, steps_past
 
 #: Bits the IPU's load/store path moves per cycle (sets the vector width).
 DATA_PATH_BITS = 64
@@ -137,18 +137,17 @@ def _map_copies(graph, t: Tensor, like: Tensor, copies: int) -> None:
     ``like``'s mapping, one after another: ``_map_elements(graph, t, np.tile(
     tile_of_elements(graph, like), copies))``, read from and written as runs of tiles
     (no tile per element) when ``like`` is one run of addresses mapped on ``graph``."""
-    n, run, lo = like.num_elements(), single_run(like), graph._offset
-    cuts, tiles = graph.root.pools[like.dtype].steps(run[0], run[0] + n - 1) if (
-        run and n and like.graph is graph.root) else (None, np.full(1, -1))
-    if (tiles < lo).any() or (tiles >= lo + graph.target.num_tiles).any() or \
-            not single_run(t) or t.graph is not graph.root:  # (the errors are its)
-        _map_elements(graph, t, np.tile(tile_of_elements(graph, like), copies))
-        return
-    begins = np.concatenate(([0], cuts - run[0]))  # each piece of like, from its start
-    lengths = np.diff(begins, append=n)
-    starts = single_run(t)[0] + n * np.arange(copies)[:, None] + begins
-    graph.root.pools[t.dtype].map(starts.reshape(-1), np.tile(lengths, copies),
-                                  np.tile(tiles, copies))
+    n, src, dst, lo = like.num_elements(), single_run(like), single_run(t), graph._offset
+    if n and src and dst and like.graph is graph.root and t.graph is graph.root:
+        cuts, tiles = graph.root.pools[like.dtype].steps(src[0], src[0] + n - 1)
+        if tiles.min() >= lo and tiles.max() < lo + graph.target.num_tiles:
+            begins = np.concatenate(([0], cuts - src[0]))  # each piece of like, from its start
+            lengths = np.diff(begins, append=n)
+            starts = dst[0] + n * np.arange(copies)[:, None] + begins
+            graph.root.pools[t.dtype].map(starts.reshape(-1), np.tile(lengths, copies),
+                                          np.tile(tiles, copies))
+            return
+    _map_elements(graph, t, np.tile(tile_of_elements(graph, like), copies))  # (its errors)
 
 
 def tile_of_elements(graph, t: Tensor) -> np.ndarray:
@@ -279,24 +278,13 @@ def check_parallel_writeable(t: Tensor, op: str, role: str) -> None:
     """Raise unless no two elements of ``t`` share an address: Poplar's
     ``Tensor::isParallelWriteable``, which an op's output must be (a broadcast view, or an
     index view naming an element twice, is not)."""
-    if t._idx is None and _steps_past(t):
+    if t._idx is None and steps_past(t.shape, t.strides):
         return
     flat = t.idx.reshape(-1)
     if np.unique(flat).size != flat.size:
         raise IpuError(f"{op}: {role} '{t.name}' {t.shape} is not parallel writeable: "
                        "some of its elements are one element (a broadcast or repeated "
                        "view); write into a tensor whose elements are distinct")
-
-
-def _steps_past(t: Tensor) -> bool:
-    """Whether each dimension of region ``t`` steps past all those of smaller steps (then
-    its elements are distinct, without looking at each address)."""
-    reach = 0
-    for step, n in sorted((abs(s), n) for n, s in zip(t.shape, t.strides) if n > 1):
-        if step <= reach:
-            return False
-        reach += (n - 1) * step
-    return True
 
 
 def _span_mapped(graph, t: Tensor) -> bool:
