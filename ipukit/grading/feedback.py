@@ -47,9 +47,12 @@ from __future__ import annotations
 import functools
 import html
 import os
+import zlib
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
+from . import plain
 
 RESULT_MIME = "application/vnd.ipukit.result+json"
 PASSED, FAILED, NOT_SOLVED = "passed", "failed", "not solved"
@@ -141,6 +144,10 @@ class Exercise:
     hints: tuple = ()
     check: str = ""
     budget: str = ""
+    answers: tuple = ()
+    cases: object = field(default=None, compare=False, repr=False)
+    trial: object = field(default=None, compare=False, repr=False)
+    verdict: object = field(default=None, compare=False, repr=False)
 
     @property
     def lesson(self) -> str:
@@ -219,7 +226,8 @@ _failures: dict[str, int] = {}
 _mode = os.environ.get("IPUKIT_GRADING", "feedback")
 
 
-def exercise(id: str, title: str, points: int, hints=(), hint: str = "", budget: str = ""):
+def exercise(id: str, title: str, points: int, hints=(), hint: str = "", budget: str = "",
+             answers=(), cases=None, trial=None):
     """Register a check as exercise ``id`` and make calling it run the check.
 
     The decorated function receives the learner's answers; it raises :class:`Wrong` when
@@ -227,15 +235,39 @@ def exercise(id: str, title: str, points: int, hints=(), hint: str = "", budget:
     Calling it returns the :class:`Result` (shown unless ``show=False``). ``hints``: up to
     three, escalating (a nudge, the concept, a near-answer); ``hint``: one hint shown from
     the second failure on. ``budget``: the unit of a budget-graded exercise ("cycles").
+
+    **Judged checks** (the shape every exercise uses, so that the grader can judge it in
+    its own process): give ``answers`` (the names of the learner's functions or classes in
+    the notebook, in the order the check cell passes them), ``cases`` and ``trial``; the
+    decorated function is then the *verdict*:
+
+    * ``cases(rng)`` (judge) draws the test cases from ``rng`` (a NumPy Generator: a fixed
+      seed in the notebook, a fresh one per grading run) and returns a list of dicts of
+      plain data (:mod:`ipukit.grading.plain`). Keys that start with ``_`` stay with the
+      judge (expected values worked out while drawing): the trial never sees them.
+    * ``trial(case, *answers)`` (the learner's kernel) runs the learner's code on one case
+      and returns plain data (numbers, lists, arrays). It may raise :class:`Wrong` for an
+      answer of the wrong kind: that can only fail the exercise.
+    * ``verdict(cases, outputs)`` (judge) works out the expected results with the kit's own
+      code, compares, and raises :class:`Wrong` or returns None / a :class:`Cost`. Points
+      never depend on a figure that only the kernel measured (such a figure may only earn
+      the star).
+
+    In the notebook all three run at once in the kernel (instant feedback, no guarantee);
+    ``python -m ipukit.grade`` runs ``cases`` and ``verdict`` in its own process and only
+    ``trial`` in the learner's kernel.
     """
     hints = tuple(hints) or ((hint,) if hint else ())
 
     def register(fn):
-        ex = Exercise(id, title, points, hints, fn.__name__, budget)
+        ex = Exercise(id, title, points, hints, fn.__name__, budget, tuple(answers),
+                      cases, trial, fn if trial is not None else None)
         EXERCISES[id] = ex
 
         @functools.wraps(fn)
         def check(*answers, show: bool = True, **kw):
+            if ex.trial is not None:
+                return _run(ex, lambda: _in_notebook(ex, answers), show)
             return _run(ex, lambda: fn(*answers, **kw), show)
 
         check.exercise = ex
@@ -325,6 +357,80 @@ def _run(ex: Exercise, body, show: bool) -> Result:
     if _mode == "raise" and status != PASSED:
         raise AssertionError(result.text())
     return result
+
+
+def _in_notebook(ex: Exercise, answers: tuple):
+    """A judged check run all in the kernel: cases, trials and verdict."""
+    cases = notebook_cases(ex)
+    return judge(ex, run_trials(ex, cases, answers), cases)
+
+
+def notebook_seed(ex: Exercise) -> int:
+    """The fixed seed of ``ex``'s cases in the notebook (the same on every run)."""
+    return zlib.crc32(ex.id.encode())
+
+
+def notebook_cases(ex: Exercise) -> list[dict]:
+    """``ex``'s cases as the notebook draws them (a fixed seed: reproducible feedback)."""
+    return draw_cases(ex, np.random.default_rng(notebook_seed(ex)))
+
+
+def draw_cases(ex: Exercise, rng) -> list[dict]:
+    """``ex.cases(rng)`` as a list of dicts of plain data (the judge's side)."""
+    found = [dict(c) for c in ex.cases(rng)]
+    for case in found:
+        plain.encode(case)  # an authoring mistake is caught here, in the kit's tests
+    return found
+
+
+def public(case: dict) -> dict:
+    """What the trial sees of a case: every key but those that start with ``_``."""
+    return {k: v for k, v in case.items() if not k.startswith("_")}
+
+
+def run_trials(ex: Exercise, cases: list[dict], answers: tuple) -> list:
+    """Run ``ex``'s trial on each case (the kernel's side), as encoded plain data: one
+    ``{"ok": output}``, ``{"wrong": message}``, ``{"raised": "Type: message"}`` or
+    ``{"not_solved": message}`` per case, stopping after the first that is not ok."""
+    outputs = []
+    for case in cases:
+        try:
+            outputs.append({"ok": plain.encode(ex.trial(public(case), *answers))})
+        except Wrong as exc:
+            outputs.append({"wrong": str(exc)})
+        except plain.NotPlainData as exc:
+            outputs.append({"wrong": f"your answer gave something the check cannot read: {exc}"})
+        except Exception as exc:  # the learner's code raised
+            todo = _not_implemented(exc)
+            if todo is not None:
+                outputs.append({"not_solved": str(todo)})
+            else:
+                outputs.append({"raised": f"{type(exc).__name__}: {exc}"})
+        if "ok" not in outputs[-1]:
+            break
+    return outputs
+
+
+def judge(ex: Exercise, outputs: list, cases: list[dict]):
+    """The verdict on encoded ``outputs`` of ``cases`` (the judge's side): raises
+    :class:`Wrong` (or NotImplementedError: not solved yet), or returns what the verdict
+    returns (None or a :class:`Cost`)."""
+    decoded = []
+    for k, out in enumerate(outputs):
+        if not isinstance(out, dict) or len(out) != 1:
+            raise Wrong(f"case {k + 1}: the trial gave no readable result")
+        kind, value = next(iter(out.items()))
+        if kind == "ok":
+            decoded.append(plain.decode(value))
+        elif kind == "not_solved":
+            raise NotImplementedError(str(value))
+        elif kind == "raised":
+            raise Wrong(f"your code raised {value}")
+        else:
+            raise Wrong(str(value))
+    if len(decoded) != len(cases):
+        raise Wrong(f"the trial gave {len(decoded)} results for {plural(len(cases), 'case')}")
+    return ex.verdict(cases, decoded)
 
 
 def run(id: str, body, show: bool = True) -> Result:

@@ -231,6 +231,27 @@ def check_placement(place_vertices):
     return Cost(used, budget, "cycle")
 
 
+def _superstep_cases(rng) -> list[dict]:
+    """Every compiled step of two random graphs and of a scatter from tile 0 (the judge's
+    side: each case keeps the cycles the compiler gives it, private to the judge)."""
+    found = []
+    for target, steps in [_random_steps(int(rng.integers(2**31))),
+                          _random_steps(int(rng.integers(2**31))), _scatter_steps()]:
+        for s in steps:
+            found.append({"sync": int(s.sync_cycles), "bytes_in": s.tile_bytes_in.copy(),
+                          "bytes_out": s.tile_bytes_out.copy(),
+                          "compute": s.tile_compute_cycles.copy(),
+                          "bpc": int(target.exchange_bytes_per_cycle),
+                          "_name": s.name, "_cycles": int(s.cycles)})
+    return found
+
+
+def _superstep_trial(case, superstep_cycles):
+    """The learner's ``superstep_cycles`` on one step (runs in the learner's kernel)."""
+    return _as_int(superstep_cycles(case["sync"], case["bytes_in"], case["bytes_out"],
+                                    case["compute"], case["bpc"]), "superstep_cycles")
+
+
 @exercise("01.3", "the cost of one BSP superstep", points=2, hints=(
     "A superstep has three phases, one after the other, and every tile waits for the "
     "slowest tile in each phase.",
@@ -238,21 +259,16 @@ def check_placement(place_vertices):
     "its exchange lasts as long as its larger direction, rounded up to whole cycles; the "
     "phase lasts as long as the busiest tile. Compute: the slowest tile.",
     "sync + ceil(max over tiles of max(bytes in, bytes out) / bytes_per_cycle) + max over "
-    "tiles of compute."))
-def check_superstep_cycles(superstep_cycles):
+    "tiles of compute."),
+    answers=("superstep_cycles",), cases=_superstep_cases, trial=_superstep_trial)
+def check_superstep_cycles(cases, outputs):
     """Exercise 01.3: ``superstep_cycles(sync, bytes_in, bytes_out, compute, bpc=4)``."""
-
-    for target, steps in [_random_steps(1), _random_steps(2), _scatter_steps()]:
-        for s in steps:
-            got = _as_int(superstep_cycles(
-                s.sync_cycles, s.tile_bytes_in.copy(), s.tile_bytes_out.copy(),
-                s.tile_compute_cycles.copy(), target.exchange_bytes_per_cycle),
-                f"step '{s.name}'")
-            if got != s.cycles:
-                raise Wrong(f"step '{s.name}' (bytes in per tile {s.tile_bytes_in.tolist()},"
-                            f" out {s.tile_bytes_out.tolist()}, compute "
-                            f"{s.tile_compute_cycles.tolist()}): expected {s.cycles} "
-                            f"cycles, got {got}")
+    for case, got in zip(cases, outputs):
+        if got != case["_cycles"]:
+            raise Wrong(f"step '{case['_name']}' (bytes in per tile "
+                        f"{case['bytes_in'].tolist()}, out {case['bytes_out'].tolist()}, "
+                        f"compute {case['compute'].tolist()}): expected {case['_cycles']} "
+                        f"cycles, got {got}")
 
 
 # -- 01.4: a stencil over a ring of tiles ---------------------------------------------------
