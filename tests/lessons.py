@@ -42,3 +42,34 @@ def grade_exercises(module, lesson: str, notebook: str, checks: dict, folder: st
     rows = feedback.lesson_rows(lesson, feedback.results())
     assert [r.id for r in rows] == list(checks)
     return rows
+
+
+def assert_judged(lesson: str, notebook: str, seeds=(0, 1, 2)) -> None:
+    """Every exercise of ``lesson`` is a judged check (issue 26): the names in its
+    ``answers`` are those its check cell passes; with fresh seeds its cases are plain
+    data, and the solution's trials give plain data (JSON over the channel) that the
+    verdict accepts."""
+    import json
+    import re
+
+    import numpy as np
+
+    from ipukit.grading import plain
+
+    nb = nbformat.read(ROOT / "solutions" / notebook, as_version=4)
+    calls = {m.group(1): tuple(a.strip() for a in m.group(2).split(","))
+             for cell in nb.cells if cell.cell_type == "code"
+             for m in re.finditer(rf"lesson{lesson}\.(check_\w+)\(([^)]*)\)", cell.source)}
+    ns = notebook_namespace("solutions", notebook)
+    exercises = feedback.lesson_exercises(lesson)
+    assert exercises and len(calls) == len(exercises)
+    for ex in exercises:
+        assert ex.trial is not None and ex.cases is not None, ex.id
+        assert calls[ex.check] == ex.answers, ex.id
+        for seed in seeds:
+            cases = feedback.draw_cases(ex, np.random.default_rng(seed))
+            assert cases and all(isinstance(plain.encode(c), dict) for c in cases)
+            outputs = feedback.run_trials(ex, cases, tuple(ns[a] for a in ex.answers))
+            assert [next(iter(o)) for o in outputs] == ["ok"] * len(cases), (ex.id, outputs)
+            outputs = json.loads(json.dumps(outputs))
+            feedback.judge(ex, outputs, cases)  # raises Wrong if the solution failed

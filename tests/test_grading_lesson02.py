@@ -1,11 +1,12 @@
-"""Lesson 02's checks (issue 16): the solution scores full marks, the untouched exercise
-zero, and plausible mistakes in the learner's mappings, views and streams lose points."""
+"""Lesson 02's checks (issues 16, 26, 31): judged checks; the solution scores full marks,
+the untouched exercise zero, and plausible mistakes in the learner's mappings, views and
+streams lose points, with a message naming the case."""
 
 import pytest
 
 import ipukit as ipu
 from ipukit.grading import lesson02
-from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises
+from tests.lessons import SOLVED_AND_UNTOUCHED, assert_judged, grade_exercises
 
 NOTEBOOK = "02_graphs_tensors_streams.ipynb"
 CALLS = {"02.1": ("check_map_evenly", "map_evenly"),
@@ -18,6 +19,10 @@ CALLS = {"02.1": ("check_map_evenly", "map_evenly"),
 def test_solutions_pass_and_untouched_exercises_score_zero(folder, status):
     rows = grade_exercises(lesson02, "02", NOTEBOOK, CALLS, folder, status)
     assert sum(r.max_points for r in rows) == 9
+
+
+def test_every_check_is_judged_on_plain_data():
+    assert_judged("02", NOTEBOOK)
 
 
 def test_floor_instead_of_ceil_leaves_elements_unmapped():
@@ -80,3 +85,66 @@ def test_block_order_and_shape_mistakes_fail_with_a_picture(mistake):
     assert r.status == "failed" and "expected tile" in r.message
     assert r.picture["text"].startswith("yours:") and "expected:" in r.picture["text"]
     assert len(r.picture["text"].splitlines()) >= 2 * 4 + 2
+
+
+def chunks(order=lambda tiles: range(tiles), step=None):
+    def map_evenly(graph, tensor):
+        flat = tensor.flatten()
+        n, tiles = flat.num_elements(), graph.target.num_tiles
+        c = -(-n // tiles)
+        for k, tile in enumerate(order(tiles)):
+            if step:  # round robin: element i on tile i % tiles
+                for i in range(k, n, tiles):
+                    graph.set_tile_mapping(flat[i:i + 1], tile)
+            elif k * c < n:
+                graph.set_tile_mapping(flat[k * c:(k + 1) * c], tile)
+
+    return map_evenly
+
+
+def test_balanced_mappings_that_are_not_contiguous_runs_in_order_fail():
+    assert lesson02.check_map_evenly(chunks(), show=False).passed
+    r = lesson02.check_map_evenly(chunks(step=True), show=False)
+    assert r.status == "failed" and "tile 0 holds 2 separate pieces [(0, 1), (4, 5)]" in \
+        r.message and "shape [8]" in r.message
+    r = lesson02.check_map_evenly(chunks(order=lambda t: reversed(range(t))), show=False)
+    assert r.status == "failed" and "expected the run to start at element 0" in r.message
+
+
+def test_a_copy_is_not_a_view():
+    def copied(a, b):
+        n = a.shape[0]
+        return a.graph.add_variable(ipu.FLOAT, [2 * n], "copy")
+
+    r = lesson02.check_interleave(copied, show=False)
+    assert r.status == "failed" and \
+        "n=1: element 0 of your view is not an element of a or b, expected a[0]" in r.message
+
+
+def reverse(copies_in=1, name="in"):
+    def build(graph, n):
+        s_in = graph.add_host_to_device_fifo(name, ipu.FLOAT, n)
+        s_out = graph.add_device_to_host_fifo("out", ipu.FLOAT, n)
+        v = graph.add_variable(ipu.FLOAT, [n], "v")
+        graph.set_tile_mapping(v, 0)
+        back = ipu.concat([v[i:i + 1] for i in reversed(range(n))])
+        return ipu.Sequence(*[ipu.Copy(s_in, v)] * copies_in, ipu.Copy(back, s_out))
+
+    return build
+
+
+def test_extra_stream_copies_and_misnamed_streams_fail():
+    assert lesson02.check_reverse_stream(reverse(), show=False).passed
+    r = lesson02.check_reverse_stream(reverse(copies_in=2), show=False)
+    assert r.status == "failed" and r.message.startswith(
+        "n=1: your program moved 12 bytes over the host link (3 stream copies); one copy in "
+        "and one out move 8")
+    r = lesson02.check_reverse_stream(reverse(name="input"), show=False)
+    assert r.status == "failed" and \
+        r.message.startswith("n=1: expected a host-to-device FIFO named 'in' of 1 floats")
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    assert doctest.testmod(lesson02).failed == 0

@@ -1,18 +1,25 @@
-"""Lesson 03's checks (issue 16): the solution scores full marks, the untouched exercise
-zero, and plausible mistakes in the learner's codelets and graphs lose the points."""
+"""Lesson 03's checks (issues 16, 26, 31): judged checks; the solution scores full marks,
+the untouched exercise zero, and plausible mistakes in the learner's codelets and graphs
+lose the points, with a message naming the case."""
 
 import numpy as np
 import pytest
 
 import ipukit as ipu
 from ipukit.grading import lesson03
-from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises, notebook_namespace
+from tests.lessons import (
+    SOLVED_AND_UNTOUCHED,
+    assert_judged,
+    grade_exercises,
+    notebook_namespace,
+)
 
 NOTEBOOK = "03_vertices_codelets.ipynb"
 CALLS = {"03.1": ("check_dot_product", ("PartialDot", "ReduceSum", "build_dot")),
          "03.2": ("check_running_mean", ("running_mean_codelet",)),
          "03.3": ("check_vector_add", ("Add", "vector_add")),
-         "03.4": ("check_softmax", ("Softmax",))}
+         "03.4": ("check_softmax", ("Softmax",)),
+         "03.5": ("check_rms_half", ("RmsHalf",))}
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +30,11 @@ def solved():
 @SOLVED_AND_UNTOUCHED
 def test_solutions_pass_and_untouched_exercises_score_zero(folder, status):
     rows = grade_exercises(lesson03, "03", NOTEBOOK, CALLS, folder, status)
-    assert sum(r.max_points for r in rows) == 10
+    assert sum(r.max_points for r in rows) == 12
+
+
+def test_every_check_is_judged_on_plain_data():
+    assert_judged("03", NOTEBOOK)
 
 
 def test_the_budget_star_goes_to_popops_placement(solved):
@@ -47,7 +58,7 @@ def test_a_partial_dot_without_axis_fails_in_array_mode(solved):
         r.message
 
 
-def _dot_with(partial_cls, solved, drop_tail=False):
+def _dot_with(partial_cls, solved, drop_tail=False, piece=lambda lo, hi, n: slice(lo, hi)):
     def build(graph, a, b, out, pieces):
         n, tiles = a.shape[0], graph.target.num_tiles
         partial = graph.add_variable(ipu.FLOAT, [pieces], "partial")
@@ -56,7 +67,7 @@ def _dot_with(partial_cls, solved, drop_tail=False):
         split, reduce = graph.add_compute_set("split"), graph.add_compute_set("reduce")
         for p in range(pieces):
             graph.set_tile_mapping(partial[p], p % tiles)
-            s = slice(bounds[p], bounds[p + 1])
+            s = piece(bounds[p], bounds[p + 1], n)
             graph.add_vertex(split, partial_cls, {"a": a[s], "b": b[s], "out": partial[p]},
                              tile=p % tiles)
         graph.add_vertex(reduce, solved["ReduceSum"], {"partials": partial, "out": out[0]},
@@ -71,7 +82,29 @@ def test_pieces_that_miss_the_tail_fail(solved):
         solved["PartialDot"], solved), show=False).passed
     r = lesson03.check_dot_product(solved["PartialDot"], solved["ReduceSum"], _dot_with(
         solved["PartialDot"], solved, drop_tail=True), show=False)
-    assert r.status == "failed" and "n=10" in r.message and "expected out =" in r.message
+    assert r.status == "failed" and r.message.startswith(
+        "a · b with n=101 on 8 tiles, pieces=6: a[96] is read by 0 PartialDot vertices; the "
+        "pieces must cover a exactly once")
+
+
+def test_pieces_that_are_empty_or_overlap_fail_naming_the_vertex(solved):
+    # hi = bounds[p - 1]: vertex 0 reads all of a (the value is right), the others nothing
+    def whole_then_empty(lo, hi, n):
+        return slice(0, n) if lo == 0 else slice(lo, lo)
+
+    r = lesson03.check_dot_product(solved["PartialDot"], solved["ReduceSum"], _dot_with(
+        solved["PartialDot"], solved, piece=whole_then_empty), show=False)
+    assert r.status == "failed" and r.message.startswith(
+        "a · b with n=12 on 4 tiles, pieces=4: PartialDot vertex 1 reads no element of a")
+
+    def one_more(lo, hi, n):  # each piece also reads the next piece's first element
+        return slice(lo, min(hi + 1, n))
+
+    r = lesson03.check_dot_product(solved["PartialDot"], solved["ReduceSum"], _dot_with(
+        solved["PartialDot"], solved, piece=one_more), show=False)
+    assert r.status == "failed" and \
+        "a[3] is read by 2 PartialDot vertices; the pieces must cover a exactly once" in \
+        r.message
 
 
 def test_one_compute_set_is_not_a_split_and_reduce(solved):
@@ -162,7 +195,80 @@ def test_a_softmax_over_the_wrong_axis_fails():
             self.out[...] = e / e.sum()
 
     r = lesson03.check_softmax(WrongAxis, show=False)
-    assert r.status == "failed" and "all vertices at once" in r.message
+    assert r.status == "failed" and "all vertices of a class in one array operation" in \
+        r.message
+
+
+def softmax(shift):
+    class Softmax(ipu.Vertex):
+        x = ipu.Input(ipu.Vector(ipu.FLOAT))
+        out = ipu.Output(ipu.Vector(ipu.FLOAT))
+
+        def compute(self):
+            e = np.exp(self.x - shift(self.x))
+            self.out[...] = e / e.sum(axis=-1, keepdims=True)
+
+    return Softmax
+
+
+def test_a_shift_by_the_maximum_of_all_rows_fails_on_mixed_scales():
+    # right one vertex at a time, and on every case whose rows share one scale
+    r = lesson03.check_softmax(softmax(lambda x: x.max()), show=False)
+    assert r.status == "failed" and "all vertices of a class in one array operation" in \
+        r.message and "[nan nan nan nan nan nan]" in r.message
+    cases = lesson03.check_softmax.exercise.cases(np.random.default_rng(0))
+    mixed = cases[3]["x"]
+    assert np.ptp(mixed.max(axis=1)) > 500  # rows of very different scales, one compute set
+
+
+def test_a_shift_by_the_mean_fails_on_a_row_like_0_200():
+    r = lesson03.check_softmax(softmax(lambda x: x.mean(axis=-1, keepdims=True)),
+                               show=False)
+    assert r.status == "failed" and "for the row [  0. 200.]: not finite" in r.message
+    assert lesson03.check_softmax(softmax(lambda x: x.max(axis=-1, keepdims=True)),
+                                  show=False).passed
+
+
+def rms(formula):
+    class RmsHalf(ipu.Vertex):
+        x = ipu.Input(ipu.Vector(ipu.HALF))
+        out = ipu.Output(ipu.HALF)
+
+        def compute(self):
+            self.out[...] = formula(self.x)
+
+    return RmsHalf
+
+
+def test_the_half_rms_reference_is_exact_then_rounded_to_half():
+    x = np.array([[300, 400], [1e-4, 1e-4], [3, 4]], np.float16)
+    want = lesson03.check_rms_half.exercise.verdict  # the verdict on this one case
+    good = [np.array([353.5, x[1, 0], 3.535], np.float16)] * 2
+    assert want([{"x": x}], [good]) is None
+    # sqrt(125000) = 353.55 lies between the halves 353.5 and 353.75
+    with pytest.raises(lesson03.Wrong, match="vertex 0 wrote 353.75 for the row"):
+        want([{"x": x}], [[np.array([353.75, x[1, 0], 3.535], np.float16)] * 2])
+    # in half, 300 * 300 overflows and 0.0001 * 0.0001 rounds to zero
+    with np.errstate(over="ignore"):
+        assert ((x * x).mean(axis=1)).tolist()[:2] == [np.inf, 0.0]
+
+
+@pytest.mark.parametrize("formula, shown", [
+    # squares in half: 300 * 300 is past the largest half (65504)
+    (lambda x: np.sqrt((x * x).mean(axis=-1)), "wrote inf for the row"),
+    # a sum of squares in half
+    (lambda x: np.sqrt((x.astype(np.float32) ** 2).sum(axis=-1).astype(np.float16)
+                       / x.shape[-1]), "wrote inf for the row"),
+    # squares of 0.0001 in half round to 0
+    (lambda x: np.sqrt((np.abs(x) * np.abs(x)).astype(np.float32).mean(axis=-1)),
+     "wrote inf for the row"),
+    # a mean over every vertex's row
+    (lambda x: np.sqrt((x.astype(np.float32) ** 2).mean()), "all vertices of a class"),
+    (lambda x: np.sqrt((x.astype(np.float32) ** 2).mean(axis=-1)) / 2, "expected"),
+])
+def test_half_rms_mistakes_fail(formula, shown):
+    r = lesson03.check_rms_half(rms(formula), show=False)
+    assert r.status == "failed" and shown in r.message, r.message
 
 
 def test_docstring_examples_run():

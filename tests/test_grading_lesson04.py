@@ -1,5 +1,6 @@
-"""Lesson 04's checks (issue 16): the solution scores full marks, the untouched exercise
-zero, and plausible mistakes in the learner's programs and mappings lose the points."""
+"""Lesson 04's checks (issues 16, 26, 31): judged checks; the solution scores full marks,
+the untouched exercise zero, and plausible mistakes in the learner's programs and mappings
+lose the points, with a message naming the case."""
 
 import numpy as np
 import pytest
@@ -7,7 +8,7 @@ import pytest
 import ipukit as ipu
 from ipukit.grading import feedback, lesson04
 from ipukit.poplibs import poputil
-from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises
+from tests.lessons import SOLVED_AND_UNTOUCHED, assert_judged, grade_exercises
 
 NOTEBOOK = "04_compute_sets_races_exchange.ipynb"
 CALLS = {"04.1": ("check_reduction_cycles", "reduction_cycles"),
@@ -22,6 +23,59 @@ def test_solutions_pass_and_untouched_exercises_score_zero(folder, status):
     assert sum(r.max_points for r in rows) == 10
     for r in rows:
         assert r.star == (status == feedback.PASSED and bool(r.cost))
+
+
+def test_every_check_is_judged_on_plain_data():
+    assert_judged("04", NOTEBOOK)
+
+
+def test_a_cost_without_the_combine_sync_names_the_case_then_the_supersteps():
+    def no_second_sync(tiles, n, strategy):
+        sync = ipu.IPUModel().create_device().target.sync_cycles
+        if strategy == "gather":
+            return sync + (tiles - 1) * n + 6 * (10 + tiles * n + 1)
+        return sync + 6 * (10 + n + 1) + (tiles - 1) + 6 * (10 + tiles + 1)
+
+    sync = ipu.IPUModel().create_device().target.sync_cycles
+    want = 2 * sync + 6 * (10 + 256 + 1) + 3 + 6 * (10 + 4 + 1)  # local sums, then combine
+    feedback.reset()
+    r = lesson04.check_reduction_cycles(no_second_sync, show=False)
+    assert r.status == "failed" and r.message.startswith(
+        f"strategy 'local', 4 tiles x 256 floats: expected {want} cycles, got {want - sync}"
+        "\nhint 1")
+    r = lesson04.check_reduction_cycles(no_second_sync, show=False)
+    assert "the supersteps: 'local sums' (" in r.message
+
+
+def test_smoothing_once_whatever_the_count_fails():
+    def once(graph, v, iterations):
+        n = v.shape[0]
+        new = graph.add_variable(ipu.FLOAT, [n - 2], "new")
+        cs = graph.add_compute_set("smooth")
+        for i in range(1, n - 1):
+            graph.set_tile_mapping(new[i - 1], i)
+            graph.add_vertex(cs, Mean3, {"x": v[i - 1:i + 2], "out": new[i - 1]}, tile=i)
+        return ipu.Sequence(ipu.Execute(cs), ipu.Copy(new, v[1:-1]))
+
+    r = lesson04.check_smoothing(once, show=False)
+    assert r.status == "failed" and "v after 3 iterations (n=8, start [0, 9, 0, 3, 6, 0, " \
+        "12, 3])" in r.message
+
+
+class Mean3(ipu.Vertex):
+    x = ipu.Input(ipu.Vector(ipu.FLOAT))
+    out = ipu.Output(ipu.FLOAT)
+
+    def compute(self):
+        self.out[...] = self.x.mean(axis=-1)
+
+
+def test_the_automaton_cases_show_an_extra_or_missing_generation():
+    for case in lesson04.check_automaton.exercise.cases(np.random.default_rng(7)):
+        k, start = case["generations"], case["start"]
+        here = lesson04.automaton(start, k)
+        assert not np.array_equal(here, lesson04.automaton(start, k - 1))
+        assert not np.array_equal(here, lesson04.automaton(start, k + 1))
 
 
 def test_the_automaton_reference_is_rule_90():
@@ -82,6 +136,20 @@ def test_ping_pong_that_forgets_an_odd_count_is_named():
 
     r = lesson04.check_automaton(even_only, show=False)
     assert r.status == "failed" and "cells holds generation 0, not 1" in r.message
+
+
+def test_an_odd_count_test_that_is_not_odd_is_named():
+    def mod3(g, cells, k):  # `generations % 3` for `% 2`: wrong for 3 and 4
+        other = second_buffer(g, cells)
+        a, b = one_step(g, cells, other, "a"), one_step(g, other, cells, "b")
+        prog = ipu.Sequence(ipu.Repeat(k // 2, ipu.Sequence(a, b)))
+        if k % 3:
+            prog.add(one_step(g, cells, other, "c"))
+            prog.add(ipu.Copy(other, cells))
+        return prog
+
+    r = lesson04.check_automaton(mod3, show=False)
+    assert r.status == "failed" and "cells holds generation 5, not 4" in r.message
 
 
 def test_a_wrong_neighbour_fails():

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 import ipukit as ipu
 
 from .feedback import Wrong, as_int, library_error
@@ -79,3 +81,33 @@ def optimisers() -> dict:
 
     return {"SGD": (lambda: optim.SGD(0.1), 0), "Momentum": (lambda: optim.Momentum(0.1), 1),
             "AdamW": (lambda: optim.AdamW(), 2)}
+
+
+def program(value, what: str):
+    """``value`` if it is a program, else a wrong answer saying what ``what`` returned."""
+    if not isinstance(value, ipu.Program):
+        raise Wrong(f"{what} must return a program (e.g. ipu.Sequence), got {value!r}")
+    return value
+
+
+def element_tiles(g, t) -> np.ndarray:
+    """The tile of each element of ``t`` in flattened order (-1: mapped to no tile):
+    ``Graph.get_tile_mapping`` as plain data, for a judged check's trial."""
+    owner = np.full(t.num_elements(), -1, np.int64)
+    for tile, runs in enumerate(g.get_tile_mapping(t, throw_on_incomplete=False)):
+        for begin, end in runs:
+            owner[begin:end] = tile
+    return owner
+
+
+def elements_of(view, tensor) -> np.ndarray:
+    """For each element of ``view`` (flattened), its flat index in ``tensor``, or -1 where
+    it is not an element of ``tensor``: which data a learner's vertex or view reads, as
+    plain data."""
+    view_idx = np.asarray(view.idx).reshape(-1)
+    base = np.asarray(tensor.idx).reshape(-1)
+    if view.dtype != tensor.dtype or base.size == 0:
+        return np.full(view_idx.size, -1, np.int64)
+    order = np.argsort(base, kind="stable")
+    found = order[np.searchsorted(base, view_idx, sorter=order).clip(0, base.size - 1)]
+    return np.where(base[found] == view_idx, found, -1).astype(np.int64)

@@ -1,9 +1,11 @@
 """The checks of lesson 03: vertices and codelets.
 
 Every exercise is a program: codelets (``ipu.Vertex`` subclasses) and the graph that
-uses them. The checks run them on seeded random cases, in both of the emulator's modes
-(all vertices of a class as one array operation, and one vertex at a time), against
-NumPy references, so a sum over the wrong axis, a missing piece or an overflow shows.
+uses them. Every check is judged: the trial runs the learner's codelets on the judge's
+random data in both of the emulator's modes (all vertices of a class as one array
+operation, and one vertex at a time) and hands back what the host reads, with the
+pieces of data each vertex was connected to; the verdict compares with NumPy, so a sum
+over the wrong axis, a missing piece, an overflow or a half that rounds wrong shows.
 
 >>> from ipukit.grading import lesson03
 >>> class Nothing(ipu.Vertex):
@@ -19,33 +21,37 @@ import numpy as np
 
 import ipukit as ipu
 from ipukit.poplibs import poputil
+from ipukit.tensor import TYPE_NAMES
 
 from .common import device as _device
+from .common import elements_of, program
 from .common import engine as _engine
 from .feedback import Cost, Wrong, exercise, first_mismatch, plural, side_by_side, tile_grid
 
+_MODES = {False: "all vertices of a class in one array operation",
+          True: "one vertex at a time"}
 
-def _check_codelet_class(cls, fields: dict):
-    """``fields``: name -> (kind, vector) of a FLOAT field, e.g. ("input", True)."""
+
+def _check_codelet_class(cls, fields: dict, dtype=ipu.FLOAT):
+    """``fields``: name -> (kind, vector) of a field of type ``dtype``, e.g.
+    ("input", True)."""
     if not (isinstance(cls, type) and issubclass(cls, ipu.Vertex)):
         raise Wrong(f"expected a subclass of ipu.Vertex, got {cls!r}")
     for name, (kind, vector) in fields.items():
         got = cls.fields.get(name)
-        if got is None or (got.kind, got.vector, got.dtype) != (kind, vector, ipu.FLOAT):
+        if got is None or (got.kind, got.vector, got.dtype) != (kind, vector, dtype):
+            of = f"ipu.{TYPE_NAMES[dtype].upper()}"
             want = f"ipu.{'InOut' if kind == 'inout' else kind.capitalize()}(" + (
-                "ipu.Vector(ipu.FLOAT))" if vector else "ipu.FLOAT)")
+                f"ipu.Vector({of}))" if vector else f"{of})")
             raise Wrong(f"{cls.__name__}.{name} should be {want}, got {got!r}")
-
-
-def _mode(per_vertex: bool, batched: str = "all vertices at once") -> str:
-    return "one vertex at a time" if per_vertex else batched
 
 
 def _run(eng, mode: str) -> None:
     """``eng.run()``; the emulator's vertex-axis check (a codelet whose vertices see each
     other's data) is a wrong answer, said with the mode it ran in."""
     try:
-        eng.run()
+        with np.errstate(all="ignore"):
+            eng.run()
     except ipu.CodeletError as exc:
         if exc.__cause__ is not None:  # compute itself raised: not solved, or a bug
             raise
@@ -57,14 +63,54 @@ def _vertices_of(g, cls) -> list[int]:
     return [v for v, c in enumerate(g.v_cls) if c is cls]
 
 
-# -- 03.1: tut5's dot product, a split vertex and a reduce vertex -------------------------
+# -- 03.1: tut6's split of a dot product: partial dot products, then a reduce -------------
 
-def _dot_cases():
-    rng = np.random.default_rng(301)
-    yield 12, 4, 4, rng
-    yield 10, 3, 5, rng
-    yield 7, 4, 7, rng
-    yield 101, 8, 6, rng
+def _dot_cases(rng) -> list[dict]:
+    """Pieces that divide n and that do not, one element per piece, more pieces than
+    tiles; then a random size."""
+    sizes = [(12, 4, 4), (10, 3, 5), (7, 4, 7), (101, 8, 6), (9, 2, 4),
+             (int(rng.integers(20, 60)), int(rng.integers(2, 6)), int(rng.integers(2, 9)))]
+    return [{"n": n, "tiles": t, "pieces": p,
+             "a": rng.normal(size=n).astype(np.float32),
+             "b": rng.normal(size=n).astype(np.float32)} for n, t, p in sizes]
+
+
+def _dot_trial(case, PartialDot, ReduceSum, build_dot):  # noqa: N803 - classes
+    """The learner's vertices (how many, and which elements of a and b each PartialDot
+    reads), the compute sets the program runs and ``out`` in both modes."""
+    _check_codelet_class(PartialDot, {"a": ("input", True), "b": ("input", True),
+                                      "out": ("output", False)})
+    _check_codelet_class(ReduceSum, {"partials": ("input", True), "out": ("output", False)})
+    n, pieces = case["n"], case["pieces"]
+    dev = _device(case["tiles"])
+    g = ipu.Graph(dev.target)
+    a = g.add_variable(ipu.FLOAT, [n], "a")
+    b = g.add_variable(ipu.FLOAT, [n], "b")
+    out = g.add_variable(ipu.FLOAT, [1], "out")
+    for t in (a, b):
+        poputil.map_tensor_linearly(g, t)
+    g.set_tile_mapping(out, 0)
+    prog = program(build_dot(g, a, b, out, pieces), "build_dot")
+    split = _vertices_of(g, PartialDot)
+    found = {"split": len(split), "reduce": len(_vertices_of(g, ReduceSum))}
+    if found["split"] != pieces or found["reduce"] != 1:
+        return found
+    for name, t in (("a", a), ("b", b)):
+        found[name] = [elements_of(g.v_conn[v][name], t) if name in g.v_conn[v]
+                       else np.zeros(0, np.int64) for v in split]
+        g.create_host_write(name, t)
+    g.create_host_read("out", out)
+    found["out"] = []
+    for per_vertex in (False, True):
+        what = f"a · b with n={n}, pieces={pieces}: your graph"
+        eng = _engine(g, prog, what, per_vertex)
+        eng.load(dev)
+        eng.write_tensor("a", case["a"])
+        eng.write_tensor("b", case["b"])
+        _run(eng, _MODES[per_vertex])
+        found["out"].append(float(eng.read_tensor("out")[0]))
+    found["compute_sets"] = sum(s.kind == "compute" for s in eng.executable.steps)
+    return found
 
 
 @exercise("03.1", "a dot product from a split and a reduce vertex", points=3, hints=(
@@ -74,75 +120,74 @@ def _dot_cases():
     "so reduce over the last axis. The partials need a tensor of their own (one element per "
     "piece, mapped where its vertex runs), and the pieces must cover a exactly once.",
     "Cut range(n) into `pieces` runs (e.g. np.linspace(0, n, pieces + 1)); vertex p gets "
-    "a[lo:hi], b[lo:hi] and out=partial[p]; then ReduceSum gets partial and out; return "
-    "ipu.Sequence(ipu.Execute(first), ipu.Execute(second))."))
-def check_dot_product(PartialDot, ReduceSum, build_dot):  # noqa: N803 - classes
+    "a[lo:hi], b[lo:hi] and out=partial[p], on tile p * tiles // pieces with partial[p] "
+    "(tut6's placement); then ReduceSum gets partial and out; return "
+    "ipu.Sequence(ipu.Execute(first), ipu.Execute(second))."),
+    answers=("PartialDot", "ReduceSum", "build_dot"), cases=_dot_cases, trial=_dot_trial)
+def check_dot_product(cases, outputs):
     """Exercise 03.1: codelets ``PartialDot`` (a, b → out) and ``ReduceSum`` (partials →
     out) and ``build_dot(graph, a, b, out, pieces)`` → a program with out = a · b."""
-    _check_codelet_class(PartialDot, {"a": ("input", True), "b": ("input", True),
-                                      "out": ("output", False)})
-    _check_codelet_class(ReduceSum, {"partials": ("input", True), "out": ("output", False)})
-    for n, tiles, pieces, rng in _dot_cases():
-        what = f"a · b with n={n} on {plural(tiles, 'tile')}, pieces={pieces}"
-        dev = _device(tiles)
-        g = ipu.Graph(dev.target)
-        a = g.add_variable(ipu.FLOAT, [n], "a")
-        b = g.add_variable(ipu.FLOAT, [n], "b")
-        out = g.add_variable(ipu.FLOAT, [1], "out")
-        for t in (a, b):
-            poputil.map_tensor_linearly(g, t)
-        g.set_tile_mapping(out, 0)
-        prog = build_dot(g, a, b, out, pieces)
-        if not isinstance(prog, ipu.Program):
-            raise Wrong(f"{what}: build_dot must return a program, got {prog!r}")
-        split, red = len(_vertices_of(g, PartialDot)), len(_vertices_of(g, ReduceSum))
-        if split != pieces or red != 1:
-            raise Wrong(f"{what}: expected {plural(pieces, 'PartialDot vertex')} and 1 "
-                        f"ReduceSum vertex, the graph has {split} and {red}")
+    for case, got in zip(cases, outputs):
+        n, pieces = case["n"], case["pieces"]
+        what = f"a · b with n={n} on {plural(case['tiles'], 'tile')}, pieces={pieces}"
+        if got["split"] != pieces or got["reduce"] != 1:
+            raise Wrong(f"{what}: expected {_partial_dots(pieces)} and 1 "
+                        f"ReduceSum vertex, the graph has {got['split']} and "
+                        f"{got['reduce']}")
         for name in ("a", "b"):
-            g.create_host_write(name, a if name == "a" else b)
-        g.create_host_read("out", out)
-        av, bv = rng.normal(size=(2, n)).astype(np.float32)
-        for per_vertex in (False, True):
-            eng = _engine(g, prog, f"{what}: your graph", per_vertex)
-            eng.load(dev)
-            eng.write_tensor("a", av)
-            eng.write_tensor("b", bv)
-            mode = _mode(per_vertex, "all vertices of a class in one array operation")
-            _run(eng, mode)
-            got = float(eng.read_tensor("out")[0])
-            want = float(np.dot(av.astype(np.float64), bv))
-            if not np.isclose(got, want, rtol=1e-4, atol=1e-4):
-                raise Wrong(f"{what}, run {mode}: expected out = {want:.6g}, got {got:.6g}")
-        supersteps = [s for s in eng.executable.steps if s.kind == "compute"]
-        if len(supersteps) != 2:
+            _check_pieces(got[name], name, n, what)
+        want = float(np.dot(case["a"].astype(np.float64), case["b"]))
+        for per_vertex, value in zip((False, True), got["out"]):
+            if not np.isclose(value, want, rtol=1e-4, atol=1e-4):
+                raise Wrong(f"{what}, run {_MODES[per_vertex]}: expected out = {want:.6g}, "
+                            f"got {value:.6g}")
+        if got["compute_sets"] != 2:
             raise Wrong(f"{what}: expected 2 compute sets (split, then reduce), your program "
-                        f"runs {plural(len(supersteps), 'compute set')}")
+                        f"runs {plural(got['compute_sets'], 'compute set')}")
+
+
+def _check_pieces(pieces, name: str, n: int, what: str) -> None:
+    """Every PartialDot vertex reads a non-empty piece of ``name``; together they read
+    each element exactly once."""
+    for p, piece in enumerate(pieces):
+        piece = np.asarray(piece).reshape(-1)
+        if piece.size == 0:
+            raise Wrong(f"{what}: PartialDot vertex {p} reads no element of {name}: give "
+                        "every vertex a piece")
+        if (piece < 0).any():
+            raise Wrong(f"{what}: PartialDot vertex {p}'s field {name} is connected to data "
+                        f"that is not part of the tensor {name}")
+    seen = np.bincount(np.concatenate([np.asarray(p).reshape(-1) for p in pieces]),
+                       minlength=n)[:n]
+    bad = np.flatnonzero(seen != 1)
+    if bad.size:
+        i = int(bad[0])
+        raise Wrong(f"{what}: {name}[{i}] is read by {_partial_dots(int(seen[i]))}; the "
+                    f"pieces must cover {name} exactly once")
+
+
+def _partial_dots(k: int) -> str:
+    return f"{k} PartialDot {'vertex' if k == 1 else 'vertices'}"
 
 
 # -- 03.2: a stateful codelet --------------------------------------------------------------
 
-@exercise("03.2", "a running mean with InOut and State", points=2, hints=(
-    "The vertex must remember two things between runs: the host must read one of them "
-    "(a tensor), the other is private to the vertex.",
-    "InOut fields are read and written in place in a tensor (the host can read them); State "
-    "fields live in the vertex itself and persist between runs. Update both before "
-    "computing the mean.",
-    "total is ipu.InOut(ipu.FLOAT), count is ipu.State(ipu.FLOAT): add x to total, 1 to "
-    "count, then mean = total / count."))
-def check_running_mean(running_mean_codelet):
-    """Exercise 03.2: ``running_mean_codelet()`` → a codelet ``RunningMean``: after each
-    run, ``total`` holds the sum and ``mean`` the mean of every ``x`` the vertex has seen;
-    ``count`` is its State. (The learner chooses the field kinds, so the class comes
-    from a function; a class is accepted too.)"""
+def _mean_cases(rng) -> list[dict]:
+    return [{"x": rng.normal(size=(runs, n)).astype(np.float32)} for n, runs in
+            [(5, 4), (int(rng.integers(2, 9)), 3)]]
+
+
+def _mean_trial(case, running_mean_codelet):
+    """``total`` and ``mean`` after every run, in both modes: shape (2, runs, vertices)."""
     RunningMean = running_mean_codelet if isinstance(running_mean_codelet, type) else \
         running_mean_codelet()  # noqa: N806 - a class
     _check_codelet_class(RunningMean, {"x": ("input", False), "total": ("inout", False),
                                        "mean": ("output", False), "count": ("state", False)})
-    rng = np.random.default_rng(302)
-    n, runs = 5, 4
-    xs = rng.normal(size=(runs, n)).astype(np.float32)
-    for per_vertex in (False, True):
+    xs = case["x"]
+    runs, n = xs.shape
+    found = {"total": np.zeros((2, runs, n), np.float32), "mean": np.zeros((2, runs, n),
+                                                                           np.float32)}
+    for m, per_vertex in enumerate((False, True)):
         dev = _device(4)
         g = ipu.Graph(dev.target)
         cs = g.add_compute_set("running mean")
@@ -161,87 +206,42 @@ def check_running_mean(running_mean_codelet):
         eng.write_tensor("total", np.zeros(n, np.float32))
         for r in range(runs):
             eng.write_tensor("x", xs[r])
-            _run(eng, _mode(per_vertex))
-            seen = xs[:r + 1]
-            first_mismatch(seen.sum(axis=0), eng.read_tensor("total"),
-                           f"total after run {r + 1}", rtol=1e-4, atol=1e-5)
-            first_mismatch(seen.mean(axis=0), eng.read_tensor("mean"),
-                           f"mean after run {r + 1}", rtol=1e-4, atol=1e-5)
+            _run(eng, _MODES[per_vertex])
+            for k in ("total", "mean"):
+                found[k][m, r] = eng.read_tensor(k)
+    return found
+
+
+@exercise("03.2", "a running mean with InOut and State", points=2, hints=(
+    "The vertex must remember two things between runs: the host must read one of them "
+    "(a tensor), the other is private to the vertex.",
+    "InOut fields are read and written in place in a tensor (the host can read them); State "
+    "fields live in the vertex itself and persist between runs. Update both before "
+    "computing the mean.",
+    "total is ipu.InOut(ipu.FLOAT), count is ipu.State(ipu.FLOAT): add x to total, 1 to "
+    "count, then mean = total / count."),
+    answers=("running_mean_codelet",), cases=_mean_cases, trial=_mean_trial)
+def check_running_mean(cases, outputs):
+    """Exercise 03.2: ``running_mean_codelet()`` → a codelet ``RunningMean``: after each
+    run, ``total`` holds the sum and ``mean`` the mean of every ``x`` the vertex has seen;
+    ``count`` is its State. (The learner chooses the field kinds, so the class comes
+    from a function; a class is accepted too.)"""
+    for case, got in zip(cases, outputs):
+        xs = case["x"]
+        for m, per_vertex in enumerate((False, True)):
+            for r in range(xs.shape[0]):
+                seen = xs[:r + 1].astype(np.float64)
+                for k, want in (("total", seen.sum(axis=0)), ("mean", seen.mean(axis=0))):
+                    first_mismatch(want, got[k][m, r], f"{k} after run {r + 1} of "
+                                   f"{plural(xs.shape[1], 'vertex')} (run "
+                                   f"{_MODES[per_vertex]})", rtol=1e-4, atol=1e-5)
 
 
 # -- 03.3: an op built from your codelet ---------------------------------------------------
 
-def _add_cases():
-    rng = np.random.default_rng(303)
-    yield [13, 0, 1, 2]
-    yield [30, 7, 12, 6]
-    yield [int(c) for c in rng.integers(0, 60, 5)]
-
-
 def _tile_runs(g, t):
     """(tile, begin, end) of every contiguous run of ``t``'s mapping."""
     return [(tile, b, e) for tile, m in enumerate(g.get_tile_mapping(t)) for b, e in m]
-
-
-@exercise("03.3", "a vector add built from your codelet", points=3, budget="cycles", hints=(
-    "Put the work where the data is: a vertex on tile t should read only elements that "
-    "live on tile t, so nothing is exchanged.",
-    "graph.get_tile_mapping(a) lists each tile's (begin, end) runs. A tile has 6 workers: "
-    "one vertex per worker (up to 6 per tile) makes the compute phase 6 times shorter "
-    "than one vertex for the whole tile.",
-    "For every tile and every (begin, end) run on it, cut the run into at most 6 pieces "
-    "(poputil.split_regions(end - begin, 2, 6) gives them) and add one Add vertex per piece "
-    "on that tile, in one compute set."))
-def check_vector_add(Add, vector_add):  # noqa: N803
-    """Exercise 03.3: codelet ``Add`` (x, y → out) and ``vector_add(graph, a, b, out)`` →
-    a program with out = a + b, where a, b and out are mapped alike. Budget: the cycles of
-    popops' placement (each tile's run in grains of 2 over its 6 workers)."""
-    _check_codelet_class(Add, {"x": ("input", True), "y": ("input", True),
-                               "out": ("output", True)})
-    rng = np.random.default_rng(3031)
-    used = budget = 0
-    for counts in _add_cases():
-        what = f"a + b with {counts} elements per tile"
-        ends = np.cumsum(counts).tolist()
-        mapping = [[(e - c, e)] if c else [] for c, e in zip(counts, ends)]
-        cycles = []
-        for mine in (True, False):
-            dev = _device(len(counts))
-            g = ipu.Graph(dev.target)
-            a, b, out = (g.add_variable(ipu.FLOAT, [ends[-1]], k) for k in ("a", "b", "out"))
-            for t in (a, b, out):
-                poputil.set_tile_mapping(g, t, mapping)
-            if mine:
-                prog = vector_add(g, a, b, out)
-                if not isinstance(prog, ipu.Program):
-                    raise Wrong(f"{what}: vector_add must return a program, got {prog!r}")
-            else:
-                prog = ipu.Execute(_reference_add(g, a, b, out))
-            g.create_host_write("a", a)
-            g.create_host_write("b", b)
-            g.create_host_read("out", out)
-            eng = _engine(g, prog, f"{what}: your graph")
-            if mine:
-                av, bv = rng.normal(size=(2, ends[-1])).astype(np.float32)
-                eng.load(dev)
-                eng.write_tensor("a", av)
-                eng.write_tensor("b", bv)
-                _run(eng, _mode(False))
-                got = eng.read_tensor("out")
-                if not np.allclose(got, av + bv, rtol=1e-5, atol=1e-6):
-                    bad = ~np.isclose(got, av + bv, rtol=1e-5, atol=1e-6)
-                    owner = np.repeat(np.arange(len(counts)), counts)
-                    raise Wrong(f"{what}: {int(bad.sum())} of {plural(bad.size, 'element')} "
-                                f"of out are wrong, the first at element "
-                                f"{int(np.argmax(bad))} (tile {owner[np.argmax(bad)]}); "
-                                "the picture shows the tile of each wrong element",
-                                picture=side_by_side(tile_grid(np.where(bad, owner, -1)),
-                                                     tile_grid(np.full(bad.size, -1)),
-                                                     ("wrong elements", "none expected")))
-            cycles.append(sum(s.cycles for s in eng.executable.steps if s.kind != "host"))
-        used += cycles[0]
-        budget += cycles[1]
-    return Cost(used, budget, "cycle")
 
 
 class _RefAdd(ipu.Vertex):
@@ -263,7 +263,144 @@ def _reference_add(g, a, b, out):
     return cs
 
 
+def _add_graph(counts):
+    """a, b and out mapped alike, ``counts[t]`` elements on tile t."""
+    ends = np.cumsum(counts).tolist()
+    dev = _device(len(counts))
+    g = ipu.Graph(dev.target)
+    a, b, out = (g.add_variable(ipu.FLOAT, [ends[-1]], k) for k in ("a", "b", "out"))
+    mapping = [[(e - c, e)] if c else [] for c, e in zip(counts, ends)]
+    for t in (a, b, out):
+        poputil.set_tile_mapping(g, t, mapping)
+    g.create_host_write("a", a)
+    g.create_host_write("b", b)
+    g.create_host_read("out", out)
+    return dev, g, a, b, out
+
+
+def _device_cycles(eng) -> int:
+    return sum(s.cycles for s in eng.executable.steps if s.kind != "host")
+
+
+def _add_cases(rng) -> list[dict]:
+    """Uneven tiles, empty tiles, odd counts; then random. The budget (popops' placement)
+    is worked out here, in the judge."""
+    found = []
+    for counts in ([13, 0, 1, 2], [30, 7, 12, 6], [5, 3, 0, 11, 1],
+                   [int(c) for c in rng.integers(0, 60, 5)]):
+        counts[0] = max(counts[0], 1)  # never an empty tensor
+        _, g, a, b, out = _add_graph(counts)
+        budget = _device_cycles(ipu.Engine(g, ipu.Execute(_reference_add(g, a, b, out))))
+        a_v, b_v = rng.normal(size=(2, sum(counts))).astype(np.float32)
+        found.append({"counts": counts, "a": a_v, "b": b_v, "_budget": budget})
+    return found
+
+
+def _add_trial(case, Add, vector_add):  # noqa: N803
+    """out, and the cycles of the learner's program (measured here: only for the star)."""
+    _check_codelet_class(Add, {"x": ("input", True), "y": ("input", True),
+                               "out": ("output", True)})
+    dev, g, a, b, out = _add_graph(case["counts"])
+    prog = program(vector_add(g, a, b, out), "vector_add")
+    eng = _engine(g, prog, f"a + b with {case['counts']} elements per tile: your graph")
+    eng.load(dev)
+    eng.write_tensor("a", case["a"])
+    eng.write_tensor("b", case["b"])
+    _run(eng, _MODES[False])
+    return {"out": eng.read_tensor("out"), "cycles": _device_cycles(eng)}
+
+
+@exercise("03.3", "a vector add built from your codelet", points=3, budget="cycles", hints=(
+    "Put the work where the data is: a vertex on tile t should read only elements that "
+    "live on tile t, so nothing is exchanged.",
+    "graph.get_tile_mapping(a) lists each tile's (begin, end) runs. A tile has 6 workers: "
+    "one vertex per worker (up to 6 per tile) makes the compute phase 6 times shorter "
+    "than one vertex for the whole tile.",
+    "For every tile and every (begin, end) run on it, cut the run into at most 6 pieces "
+    "(poputil.split_regions(end - begin, 2, 6) gives them) and add one Add vertex per piece "
+    "on that tile, in one compute set."),
+    answers=("Add", "vector_add"), cases=_add_cases, trial=_add_trial)
+def check_vector_add(cases, outputs):
+    """Exercise 03.3: codelet ``Add`` (x, y → out) and ``vector_add(graph, a, b, out)`` →
+    a program with out = a + b, where a, b and out are mapped alike. Budget: the cycles of
+    popops' placement (each tile's run in grains of 2 over its 6 workers); the cycles are
+    measured in the learner's kernel, so they earn only the star."""
+    used = budget = 0
+    for case, got in zip(cases, outputs):
+        counts, want = case["counts"], case["a"] + case["b"]
+        what = f"a + b with {counts} elements per tile"
+        out = np.asarray(got["out"]).reshape(-1)
+        if out.size != want.size:
+            raise Wrong(f"{what}: out has {out.size} elements, expected {want.size}")
+        bad = ~np.isclose(out, want, rtol=1e-5, atol=1e-6)
+        if bad.any():
+            owner = np.repeat(np.arange(len(counts)), counts)
+            raise Wrong(f"{what}: {int(bad.sum())} of {plural(bad.size, 'element')} "
+                        f"of out are wrong, the first at element "
+                        f"{int(np.argmax(bad))} (tile {owner[np.argmax(bad)]}); "
+                        "the picture shows the tile of each wrong element",
+                        picture=side_by_side(tile_grid(np.where(bad, owner, -1)),
+                                             tile_grid(np.full(bad.size, -1)),
+                                             ("wrong elements", "none expected")))
+        used += int(got["cycles"])
+        budget += case["_budget"]
+    return Cost(used, budget, "cycle")
+
+
+# -- 03.4 and 03.5: one vertex per row ------------------------------------------------------
+
+def _run_rows(cls, x: np.ndarray, dtype, per_row: bool, per_vertex: bool) -> np.ndarray:
+    """Run one ``cls`` vertex per row of ``x`` (row v on tile v % 4), x connected to its
+    row and out to its row (``per_row``) or to one element; returns out."""
+    rows = x.shape[0]
+    dev = _device(4)
+    g = ipu.Graph(dev.target)
+    cs = g.add_compute_set(cls.__name__)
+    xt = g.add_variable(dtype, list(x.shape), "x")
+    ot = g.add_variable(dtype, list(x.shape) if per_row else [rows], "out")
+    for v in range(rows):
+        g.set_tile_mapping(xt[v], v % 4)
+        g.set_tile_mapping(ot[v], v % 4)
+        g.add_vertex(cs, cls, {"x": xt[v], "out": ot[v]}, tile=v % 4)
+    g.create_host_write("x", xt)
+    g.create_host_read("out", ot)
+    eng = _engine(g, ipu.Execute(cs), "your codelet", per_vertex)
+    eng.load(dev)
+    eng.write_tensor("x", x)
+    _run(eng, _MODES[per_vertex])
+    return eng.read_tensor("out")
+
+
+def _not_finite(x, got, mode: str) -> None:
+    """Wrong naming the first vertex that wrote a value that is not finite, if any."""
+    bad = ~np.isfinite(np.asarray(got, np.float64))
+    if bad.any():
+        v = int(np.argwhere(bad)[0][0])
+        raise Wrong(f"run {mode}: vertex {v} wrote {got[v]} for the row "
+                    f"{np.array2string(x[v], precision=4)}: not finite")
+
+
 # -- 03.4: a numerically stable softmax codelet -------------------------------------------
+
+def _softmax_cases(rng) -> list[dict]:
+    """Rows of one scale; then, in one compute set, rows of very different scales (a
+    shift by the maximum of all rows underflows the small ones) and rows like [0, 200]
+    (a shift by the mean overflows)."""
+    mixed = np.stack([rng.normal(size=6), 1000 + rng.normal(size=6),
+                      -700 + 3 * rng.normal(size=6), 40 * rng.normal(size=6)])
+    rows = [rng.normal(size=(4, 6)), 1000 + 5 * rng.normal(size=(3, 5)),
+            np.array([[-80.0, 0.0, 80.0]] * 2), mixed,
+            np.array([[0.0, 200.0], [200.0, 0.0], [-1.0, 1.0], [0.0, 0.0]]),
+            rng.normal(scale=30, size=(5, 7))]
+    return [{"x": x.astype(np.float32)} for x in rows]
+
+
+def _softmax_trial(case, Softmax):  # noqa: N803
+    """out in both modes (one vertex at a time first)."""
+    _check_codelet_class(Softmax, {"x": ("input", True), "out": ("output", True)})
+    return [_run_rows(Softmax, case["x"], ipu.FLOAT, True, per_vertex)
+            for per_vertex in (True, False)]
+
 
 @exercise("03.4", "a softmax codelet that does not overflow", points=2, hints=(
     "Try your codelet on a row like [1000, 1001]: what is exp(1000) in float32?",
@@ -271,40 +408,78 @@ def _reference_add(g, a, b, out):
     "exponent is ≤ 0. compute() sees (vertices, row) at once: every reduction needs "
     "axis=-1 and keepdims=True.",
     "m = self.x.max(axis=-1, keepdims=True); e = np.exp(self.x - m); "
-    "self.out[...] = e / e.sum(axis=-1, keepdims=True)."))
-def check_softmax(Softmax):  # noqa: N803
+    "self.out[...] = e / e.sum(axis=-1, keepdims=True)."),
+    answers=("Softmax",), cases=_softmax_cases, trial=_softmax_trial)
+def check_softmax(cases, outputs):
     """Exercise 03.4: ``Softmax``: Vector input x, Vector output out = softmax(x) of each
-    vertex's row, correct for large inputs too."""
-    _check_codelet_class(Softmax, {"x": ("input", True), "out": ("output", True)})
-    rng = np.random.default_rng(304)
-    rows = [rng.normal(size=(4, 6)), 1000 + 5 * rng.normal(size=(3, 5)),
-            np.array([[-80.0, 0.0, 80.0]] * 2), rng.normal(scale=30, size=(5, 7))]
-    for x in rows:
-        x = x.astype(np.float32)
+    vertex's row, correct for large inputs too, and for rows of different scales side
+    by side."""
+    for case, got in zip(cases, outputs):
+        x = case["x"]
         z = x.astype(np.float64) - x.max(axis=1, keepdims=True)
         want = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
-        for per_vertex in (True, False):
-            dev = _device(4)
-            g = ipu.Graph(dev.target)
-            cs = g.add_compute_set("softmax")
-            xt = g.add_variable(ipu.FLOAT, list(x.shape), "x")
-            ot = g.add_variable(ipu.FLOAT, list(x.shape), "out")
-            for v in range(x.shape[0]):
-                g.set_tile_mapping(xt[v], v % 4)
-                g.set_tile_mapping(ot[v], v % 4)
-                g.add_vertex(cs, Softmax, {"x": xt[v], "out": ot[v]}, tile=v % 4)
-            g.create_host_write("x", xt)
-            g.create_host_read("out", ot)
-            eng = _engine(g, ipu.Execute(cs), "your codelet", per_vertex)
-            eng.load(dev)
-            eng.write_tensor("x", x)
-            with np.errstate(all="ignore"):
-                _run(eng, _mode(per_vertex))
-            got = eng.read_tensor("out")
-            mode = _mode(per_vertex)
-            if not np.isfinite(got).all():
-                v = int(np.argwhere(~np.isfinite(got))[0][0])
-                raise Wrong(f"run {mode}: vertex {v} wrote {got[v]} for the row "
-                            f"{np.array2string(x[v], precision=1)}: not finite")
-            first_mismatch(want, got, f"out (run {mode}, rows of scale "
-                                      f"{float(np.abs(x).max()):.0f})", rtol=1e-4, atol=1e-6)
+        scales = ", ".join(f"{s:.0f}" for s in np.abs(x).max(axis=1))
+        for per_vertex, out in zip((True, False), got):
+            mode = _MODES[per_vertex]
+            _not_finite(x, out, mode)
+            first_mismatch(want, out, f"out (run {mode}, rows of scale {scales})",
+                           rtol=1e-4, atol=1e-6)
+
+
+# -- 03.5: half precision ------------------------------------------------------------------
+
+def _rms_cases(rng) -> list[dict]:
+    """Rows whose squares overflow half (|x| > 256), whose sum of squares does (64 values
+    near 40), whose squares underflow it (|x| near 1e-4), all scales in one compute set;
+    then random scales. Values are halves."""
+    sign = rng.choice([-1.0, 1.0], size=(4, 64))
+    rows = [rng.normal(size=(3, 8)),
+            sign[:2, :6] * rng.uniform(300, 2000, size=(2, 6)),
+            sign[2:] * (40 + rng.uniform(-2, 2, size=(2, 64))),
+            sign[:3, :5] * rng.uniform([[1e-4], [1e-3], [1e-4]], [[4e-4], [3e-3], [3e-3]],
+                                       size=(3, 5)),
+            np.stack([1e-3 * rng.normal(size=7), 500 * rng.normal(size=7),
+                      rng.normal(size=7)]),
+            rng.normal(size=(4, 9)) * 10.0 ** rng.uniform(-3, 2.5, size=(4, 1))]
+    return [{"x": x.astype(np.float16)} for x in rows]
+
+
+def _rms_trial(case, RmsHalf):  # noqa: N803
+    """out (halves) in both modes (one vertex at a time first)."""
+    _check_codelet_class(RmsHalf, {"x": ("input", True), "out": ("output", False)},
+                         ipu.HALF)
+    return [_run_rows(RmsHalf, case["x"], ipu.HALF, False, per_vertex)
+            for per_vertex in (True, False)]
+
+
+@exercise("03.5", "a root mean square in half precision", points=2, hints=(
+    "Try a row of 300s: what is 300 * 300 in half precision? And 0.0001 * 0.0001?",
+    "A half holds at most 65504, and nothing below about 6e-8 but zero: squares of halves "
+    "overflow and underflow where the root mean square itself is a fine half. Do the "
+    "arithmetic in float32 and write only the result as a half (the output rounds it).",
+    "x = self.x.astype(np.float32); self.out[...] = np.sqrt((x * x).mean(axis=-1))."),
+    answers=("RmsHalf",), cases=_rms_cases, trial=_rms_trial)
+def check_rms_half(cases, outputs):
+    """Exercise 03.5: ``RmsHalf``: Vector(HALF) input x, HALF output out = sqrt(mean(x²))
+    of each vertex's row rounded to the nearest half, for rows of every scale a half can
+    hold. The exact value may be off by float32 rounding (2^-16 of it) before it is
+    rounded to half: float32 arithmetic passes, half arithmetic does not."""
+    for case, got in zip(cases, outputs):
+        x = case["x"]
+        exact = np.sqrt(np.mean(x.astype(np.float64) ** 2, axis=1))
+        lo = (exact * (1 - 2.0**-16)).astype(np.float16)
+        hi = (exact * (1 + 2.0**-16)).astype(np.float16)
+        for per_vertex, out in zip((True, False), got):
+            mode = _MODES[per_vertex]
+            out = np.asarray(out)
+            if out.shape != exact.shape:
+                raise Wrong(f"run {mode}: expected {plural(exact.size, 'half')}, got shape "
+                            f"{out.shape}")
+            _not_finite(x, out, mode)
+            bad = (out < lo) | (out > hi)
+            if bad.any():
+                v = int(np.argmax(bad))
+                raise Wrong(f"run {mode}: vertex {v} wrote {float(out[v]):.6g} for the row "
+                            f"{np.array2string(x[v].astype(np.float64), precision=4)}; "
+                            f"expected {float(exact[v].astype(np.float16)):.6g} (the exact "
+                            f"{exact[v]:.6g} rounded to half)")

@@ -1,8 +1,10 @@
 """The checks of lesson 04: compute sets, races and exchange.
 
 04.2-04.4 are programs: a race-free smoothing, double buffering with a cycle budget, and
-a tile mapping with an exchange budget. Values are checked against NumPy on seeded
-random cases; cycles and bytes are measured by the emulator's compiler.
+a tile mapping with an exchange budget. Every check is judged: the judge draws the cases
+and works out the expected values (NumPy) and cycles or bytes (the emulator's compiler,
+in the judge's process); the trial runs the learner's code and hands back plain data: a
+number, the values the host reads, a tile for every element.
 
 >>> from ipukit.grading import lesson04
 >>> r = lesson04.check_mapping(lambda graph, x, reads: graph.set_tile_mapping(x, 0),
@@ -17,7 +19,7 @@ import numpy as np
 
 import ipukit as ipu
 
-from .common import SumVertex, no_compile
+from .common import SumVertex, element_tiles, no_compile, program
 from .common import as_count as _as_int
 from .common import device as _device
 from .feedback import (
@@ -32,7 +34,29 @@ from .feedback import (
     without_fix,
 )
 
-# -- lesson 04: compute sets, races, exchange ---------------------------------------------
+# -- 04.1: the cost of a reduction -----------------------------------------------------------
+
+
+def _reduction_cases(rng) -> list[dict]:
+    """Both strategies on several sizes (one element per tile among them); the cycles
+    and the supersteps that give them are worked out here, in the judge."""
+    sizes = [(4, 256), (2, 10), (8, 100), (3, 1), (5, 7),
+             (int(rng.integers(2, 12)), int(rng.integers(1, 300)))]
+    found = []
+    for tiles, n in sizes:
+        for strategy in ("gather", "local"):
+            steps = _reduction_steps(tiles, n, strategy)
+            parts = " + ".join(f"'{s.name}' ({s.sync_cycles} sync, {s.exchange_cycles} "
+                               f"exchange, {s.compute_cycles} compute)" for s in steps)
+            found.append({"tiles": tiles, "n": n, "strategy": strategy,
+                          "_cycles": sum(int(s.cycles) for s in steps), "_parts": parts})
+    return found
+
+
+def _reduction_trial(case, reduction_cycles):
+    what = f"strategy '{case['strategy']}', {case['tiles']} tiles x {case['n']} floats"
+    return _as_int(reduction_cycles(case["tiles"], case["n"], case["strategy"]), what)
+
 
 @exercise("04.1", "predict the cost of a reduction", points=2, hints=(
     "Count the supersteps of each strategy first, then the three phases of each.",
@@ -41,21 +65,15 @@ from .feedback import (
     "it reads or writes, and a tile running one vertex is busy 6 x its cycles.",
     "gather: one superstep; tile 0 receives (tiles - 1) * n floats and one vertex reads "
     "tiles * n elements and writes 1. local: local sums of n elements with no exchange, "
-    "then a combine that receives tiles - 1 partials and sums tiles elements."))
-def check_reduction_cycles(reduction_cycles):
+    "then a combine that receives tiles - 1 partials and sums tiles elements."),
+    answers=("reduction_cycles",), cases=_reduction_cases, trial=_reduction_trial)
+def check_reduction_cycles(cases, outputs):
     """Exercise 04.1: ``reduction_cycles(tiles, n, strategy)`` for "gather" or "local"."""
-
-    for tiles, n in [(4, 256), (2, 10), (8, 100), (3, 1)]:
-        for strategy in ("gather", "local"):
-            steps = _reduction_steps(tiles, n, strategy)
-            expected = sum(s.cycles for s in steps)
-            what = f"strategy '{strategy}', {tiles} tiles x {n} floats"
-            got = _as_int(reduction_cycles(tiles, n, strategy), what)
-            if got != expected:
-                parts = " + ".join(f"'{s.name}' ({s.sync_cycles} sync, {s.exchange_cycles} "
-                                   f"exchange, {s.compute_cycles} compute)" for s in steps)
-                raise Wrong(f"{what}: expected {expected} cycles, got {got}" + (
-                    f"\nthe supersteps: {parts}" if previous_failures("04.1") else ""))
+    for case, got in zip(cases, outputs):
+        what = f"strategy '{case['strategy']}', {case['tiles']} tiles x {case['n']} floats"
+        if got != case["_cycles"]:
+            raise Wrong(f"{what}: expected {case['_cycles']} cycles, got {got}" + (
+                f"\nthe supersteps: {case['_parts']}" if previous_failures("04.1") else ""))
 
 
 def _reduction_steps(tiles: int, n: int, strategy: str):
@@ -81,28 +99,51 @@ def _reduction_steps(tiles: int, n: int, strategy: str):
     return [s for s in ipu.compile_graph(g, [prog]).steps if s.kind != "host"]
 
 
+def _smoothing_cases(rng) -> list[dict]:
+    """One interior element, one and several iterations, random lengths and data."""
+    fixed = [(6, 1, [0, 9, 0, 3, 6, 0]), (8, 3, [0, 9, 0, 3, 6, 0, 12, 3]), (3, 2, [3, 0, 6])]
+    found = [{"n": n, "iterations": k, "v": np.array(v, np.float32)} for n, k, v in fixed]
+    for _ in range(2):
+        n = int(rng.integers(4, 11))
+        found.append({"n": n, "iterations": int(rng.integers(2, 6)),
+                      "v": rng.integers(0, 20, n).astype(np.float32)})
+    return found
+
+
+def _smoothing_trial(case, build_smoothing):
+    dev, g, v = _automaton_graph(case["n"], "v")
+    prog = program(build_smoothing(g, v, case["iterations"]), "build_smoothing")
+    eng = _compile(g, prog, "your graph")
+    eng.load(dev)
+    eng.write_tensor("v", case["v"])
+    eng.run()
+    return eng.read_tensor("v")
+
+
+def smoothing(v, iterations: int) -> np.ndarray:
+    """NumPy reference: the interior of ``v`` replaced by 3-point means, ``iterations``
+    times (Jacobi: every new value from the old ones)."""
+    v = np.asarray(v, np.float64).copy()
+    for _ in range(iterations):
+        v[1:-1] = (v[:-2] + v[1:-1] + v[2:]) / 3
+    return v
+
+
 @exercise("04.2", "smoothing without a race", points=3, hints=(
     "Vertices of one compute set run in parallel: can a vertex write an element that its "
     "neighbour reads in the same compute set?",
     "Write the new values somewhere else first (a second tensor mapped like v), then bring "
     "them back in a later step; repeat the whole thing `iterations` times.",
     "One compute set writes mean(v[i-1:i+2]) into new[i]; then ipu.Copy(new[1:-1], "
-    "v[1:-1]); wrap both in ipu.Repeat(iterations, ipu.Sequence(...))."))
-def check_smoothing(build_smoothing):
+    "v[1:-1]); wrap both in ipu.Repeat(iterations, ipu.Sequence(...))."),
+    answers=("build_smoothing",), cases=_smoothing_cases, trial=_smoothing_trial)
+def check_smoothing(cases, outputs):
     """Exercise 04.2: ``build_smoothing(graph, v, iterations)`` → program (Jacobi smoothing)."""
-
-    for n, iterations in [(6, 1), (8, 3)]:
-        dev, g, v = _automaton_graph(n, "v")
-        eng = _compile(g, build_smoothing(g, v, iterations), "your graph")
-        data = np.array([0, 9, 0, 3, 6, 0, 12, 3][:n], np.float32)
-        eng.load(dev)
-        eng.write_tensor("v", data)
-        eng.run()
-        expected = data.copy()
-        for _ in range(iterations):
-            expected[1:-1] = (expected[:-2] + expected[1:-1] + expected[2:]) / 3
-        first_mismatch(expected, eng.read_tensor("v"),
-                        f"v after {iterations} iteration(s) (n={n})")
+    for case, got in zip(cases, outputs):
+        k, n = case["iterations"], case["n"]
+        first_mismatch(smoothing(case["v"], k), got,
+                       f"v after {plural(k, 'iteration')} (n={n}, start "
+                       f"{case['v'].astype(int).tolist()})")
 
 
 def _compile(g, prog, what):
@@ -168,6 +209,46 @@ def _automaton_graph(n, name="cells"):
     return dev, g, cells
 
 
+def _executed_cycles(eng) -> int:
+    return sum(s.cycles for s in eng.trace.executed_steps() if s.kind != "host")
+
+
+def _automaton_cases(rng) -> list[dict]:
+    """Odd and even generation counts (3: odd and a multiple of 3) on rings that do not
+    die out; each start is drawn until the generations just before and after the one
+    asked for differ from it, so being one generation off always shows. The budget (the
+    reference's cycles) is worked out here, in the judge."""
+    found = []
+    for n, generations in [(5, 1), (9, 4), (11, 7), (10, 3), (13, 2)]:
+        while True:
+            start = rng.integers(0, 2, n).astype(np.float32)
+            near = [automaton(start, k).tolist() for k in range(generations + 2)]
+            if all(near[generations] != near[k] for k in range(generations + 2)
+                   if k != generations):
+                break
+        dev, g, cells = _automaton_graph(n)
+        ref = ipu.Engine(g, _reference_automaton(g, cells, generations))
+        ref.load(dev)
+        ref.write_tensor("cells", start)
+        ref.run()
+        found.append({"n": n, "generations": generations, "start": start,
+                      "_budget": _executed_cycles(ref)})
+    return found
+
+
+def _automaton_trial(case, build_automaton):
+    """cells after the run, and the cycles it took (measured here: only for the star)."""
+    n, generations = case["n"], case["generations"]
+    what = f"{plural(n, 'cell')}, {plural(generations, 'generation')}"
+    dev, g, cells = _automaton_graph(n)
+    prog = program(build_automaton(g, cells, generations), f"{what}: build_automaton")
+    eng = _compile(g, prog, f"{what}: your program")
+    eng.load(dev)
+    eng.write_tensor("cells", case["start"])
+    eng.run()
+    return {"cells": eng.read_tensor("cells"), "cycles": _executed_cycles(eng)}
+
+
 @exercise("04.3", "double buffering: an automaton on a ring", points=3, budget="cycles",
           hints=(
               "Every cell's next value needs its neighbours' current values: where do you "
@@ -179,48 +260,35 @@ def _automaton_graph(n, name="cells"):
               "Add a second tensor mapped like cells; compute sets A->B and B->A of one "
               "vertex per cell (left = src[(i-1) % n], right = src[(i+1) % n]); "
               "ipu.Repeat(generations // 2, Sequence(A->B, B->A)), then for an odd count "
-              "one more A->B and an ipu.Copy back."))
-def check_automaton(build_automaton):
+              "one more A->B and an ipu.Copy back."),
+          answers=("build_automaton",), cases=_automaton_cases, trial=_automaton_trial)
+def check_automaton(cases, outputs):
     """Exercise 04.3: ``build_automaton(graph, cells, generations)`` → a program after
     which ``cells`` holds the given generation of new[i] = |x[i-1] - x[i+1]| (a ring,
-    cell i on tile i). Budget: double buffering without per-generation copies."""
-    rng = np.random.default_rng(403)
+    cell i on tile i). Budget: double buffering without per-generation copies (the
+    cycles are measured in the learner's kernel, so they earn only the star)."""
     used = budget = 0
-    for n, generations in [(5, 1), (8, 4), (6, 7)]:
+    for case, got in zip(cases, outputs):
+        n, generations, start = case["n"], case["generations"], case["start"]
         what = f"{plural(n, 'cell')}, {plural(generations, 'generation')}"
-        dev, g, cells = _automaton_graph(n)
-        prog = build_automaton(g, cells, generations)
-        if not isinstance(prog, ipu.Program):
-            raise Wrong(f"{what}: build_automaton must return a program, got {prog!r}")
-        eng = _compile(g, prog, f"{what}: your program")
-        start = rng.integers(0, 2, n).astype(np.float32)
-        start[0] = 1  # never all zero
-        eng.load(dev)
-        eng.write_tensor("cells", start)
-        eng.run()
-        got = eng.read_tensor("cells")
+        cells = np.asarray(got["cells"])
         want = automaton(start, generations)
-        if not np.array_equal(got, want):
-            for k in range(generations + 1):
-                if np.array_equal(got, automaton(start, k)) and k != generations:
+        if not np.array_equal(cells, want):
+            shown = f"(start {start.astype(int).tolist()})"
+            for k in range(generations + 2):
+                if cells.shape == want.shape and np.array_equal(cells, automaton(start, k)):
                     raise Wrong(f"{what}: cells holds generation {k}, not {generations} "
-                                f"(start {start.astype(int).tolist()})")
-            first_mismatch(want, got, f"{what}: cells (start {start.astype(int).tolist()})")
-        used += sum(s.cycles for s in eng.trace.executed_steps() if s.kind != "host")
-        dev2, g2, cells2 = _automaton_graph(n)
-        ref = ipu.Engine(g2, _reference_automaton(g2, cells2, generations))
-        ref.load(dev2)
-        ref.write_tensor("cells", start)
-        ref.run()
-        budget += sum(s.cycles for s in ref.trace.executed_steps() if s.kind != "host")
+                                + shown)
+            first_mismatch(want, cells, f"{what}: cells {shown}")
+        used += int(got["cycles"])
+        budget += case["_budget"]
     return Cost(used, budget, "cycle")
 
 
 # -- 04.4: a mapping near the readers ----------------------------------------------------
 
-def _reads_case(seed: int, tiles: int, n: int, per_vertex: int = 5):
+def _reads_case(rng, tiles: int, n: int, per_vertex: int = 5):
     """Vertices on every tile read mostly one scattered group of elements, a few others."""
-    rng = np.random.default_rng(seed)
     home = rng.permutation(np.arange(n) % tiles)  # element -> the tile that reads it most
     reads = []
     for t in range(tiles):
@@ -228,20 +296,25 @@ def _reads_case(seed: int, tiles: int, n: int, per_vertex: int = 5):
         for _ in range(2):
             pick = rng.choice(mine, min(per_vertex, mine.size), replace=False).tolist()
             pick.append(int(rng.integers(n)))  # one read from anywhere
-            reads.append((t, sorted(set(pick))))
+            reads.append([t, sorted(set(pick))])
     return reads
 
 
-def _exchange(g, x, reads, n, tiles):
-    """Compile vertices reading ``reads`` of ``x``; the exchange step and its bytes."""
+def _exchange(owner, reads, tiles):
+    """Compile vertices reading ``reads`` of an x mapped as ``owner``; the compute step
+    (its exchange cycles and bytes). Runs in the judge."""
+    g = ipu.Graph(_device(tiles).target)
+    x = g.add_variable(ipu.FLOAT, [len(owner)], "x")
+    for i, t in enumerate(owner):
+        g.set_tile_mapping(x[i], int(t))
     out = g.add_variable(ipu.FLOAT, [len(reads)], "out")
     cs = g.add_compute_set("read")
     for k, (tile, idx) in enumerate(reads):
         g.set_tile_mapping(out[k], tile)
         g.add_vertex(cs, SumVertex, {"x": ipu.concat([x[i:i + 1] for i in idx]),
                                      "out": out[k:k + 1]}, tile=tile)
-    step = next(s for s in ipu.compile_graph(g, [ipu.Execute(cs)]).steps if s.kind == "compute")
-    return step
+    return next(s for s in ipu.compile_graph(g, [ipu.Execute(cs)]).steps
+                if s.kind == "compute")
 
 
 def reference_mapping(n: int, tiles: int, reads) -> list[int]:
@@ -253,41 +326,46 @@ def reference_mapping(n: int, tiles: int, reads) -> list[int]:
     return np.argmax(count, axis=1).tolist()
 
 
+def _mapping_cases(rng) -> list[dict]:
+    sizes = [(4, 24), (6, 40), (3, 30), (int(rng.integers(2, 7)), int(rng.integers(20, 50)))]
+    return [{"tiles": tiles, "n": n, "reads": _reads_case(rng, tiles, n)}
+            for tiles, n in sizes]
+
+
+def _mapping_trial(case, map_near_readers):
+    g = ipu.Graph(_device(case["tiles"]).target)
+    x = g.add_variable(ipu.FLOAT, [case["n"]], "x")
+    map_near_readers(g, x, [(t, list(idx)) for t, idx in case["reads"]])
+    return element_tiles(g, x)
+
+
 @exercise("04.4", "a mapping near the readers", points=2, budget="bytes", hints=(
     "Data moves between tiles only when a vertex reads an element that lives on another "
     "tile. Look at who reads each element.",
     "The exchange phase lasts as long as the busiest tile's traffic; map every element "
     "where most of its readers are, and the fewest bytes cross.",
     "Count, for every element, how many vertices on each tile read it (reads is a list of "
-    "(tile, element indices)); graph.set_tile_mapping(x[i], the tile with the most)."))
-def check_mapping(map_near_readers):
+    "(tile, element indices)); graph.set_tile_mapping(x[i], the tile with the most)."),
+    answers=("map_near_readers",), cases=_mapping_cases, trial=_mapping_trial)
+def check_mapping(cases, outputs):
     """Exercise 04.4: ``map_near_readers(graph, x, reads)`` maps every element of ``x``
     so that vertices reading ``reads`` = [(tile, [element indices]), ...] exchange little.
     Passes within 25% of mapping each element to its most frequent reader's tile; ★
-    within that budget (bytes moved)."""
+    within that budget (bytes moved). The judge compiles both mappings itself, so the
+    cycles and bytes count for points."""
     used = budget = 0
-    for seed, tiles, n in [(1, 4, 24), (2, 6, 40), (3, 3, 30)]:
-        reads = _reads_case(seed, tiles, n)
+    for case, owner in zip(cases, outputs):
+        tiles, n, reads = case["tiles"], case["n"], case["reads"]
         what = f"{n} elements read by {plural(len(reads), 'vertex')} on " \
                f"{plural(tiles, 'tile')}"
-        g = ipu.Graph(_device(tiles).target)
-        x = g.add_variable(ipu.FLOAT, [n], "x")
-        map_near_readers(g, x, [(t, list(idx)) for t, idx in reads])
-        mapping = g.get_tile_mapping(x, throw_on_incomplete=False)
-        owner = np.full(n, -1)
-        for t, runs in enumerate(mapping):
-            for b, e in runs:
-                owner[b:e] = t
-        if (owner < 0).any():
-            raise Wrong(f"{what}: element {int(np.argmax(owner < 0))} of x is not mapped "
+        owner = np.asarray(owner).reshape(-1)
+        if owner.size != n or ((owner < 0) | (owner >= tiles)).any():
+            bad = int(np.argmax((owner < 0) | (owner >= tiles))) if owner.size == n else 0
+            raise Wrong(f"{what}: element {bad} of x is not mapped "
                         f"({int((owner < 0).sum())} of {n} unmapped)")
-        step = _exchange(g, x, reads, n, tiles)
-        g2 = ipu.Graph(_device(tiles).target)
-        x2 = g2.add_variable(ipu.FLOAT, [n], "x")
+        step = _exchange(owner, reads, tiles)
         best = reference_mapping(n, tiles, reads)
-        for i, t in enumerate(best):
-            g2.set_tile_mapping(x2[i], t)
-        ref = _exchange(g2, x2, reads, n, tiles)
+        ref = _exchange(best, reads, tiles)
         mine, theirs = int(step.tile_bytes_in.sum()), int(ref.tile_bytes_in.sum())
         used, budget = used + mine, budget + theirs
         if step.exchange_cycles > 1.25 * ref.exchange_cycles:
