@@ -23,8 +23,9 @@ import ipukit as ipu
 from ipukit.poplibs import poputil
 from ipukit.tensor import TYPE_NAMES
 
+from .common import AddVertex, elements_of, program
 from .common import device as _device
-from .common import elements_of, program
+from .common import device_cycles as _device_cycles
 from .common import engine as _engine
 from .feedback import Cost, Wrong, exercise, first_mismatch, plural, side_by_side, tile_grid
 
@@ -185,8 +186,7 @@ def _mean_trial(case, running_mean_codelet):
                                        "mean": ("output", False), "count": ("state", False)})
     xs = case["x"]
     runs, n = xs.shape
-    found = {"total": np.zeros((2, runs, n), np.float32), "mean": np.zeros((2, runs, n),
-                                                                           np.float32)}
+    found = {k: np.zeros((2, runs, n), np.float32) for k in ("total", "mean")}
     for m, per_vertex in enumerate((False, True)):
         dev = _device(4)
         g = ipu.Graph(dev.target)
@@ -244,22 +244,13 @@ def _tile_runs(g, t):
     return [(tile, b, e) for tile, m in enumerate(g.get_tile_mapping(t)) for b, e in m]
 
 
-class _RefAdd(ipu.Vertex):
-    x = ipu.Input(ipu.Vector(ipu.FLOAT))
-    y = ipu.Input(ipu.Vector(ipu.FLOAT))
-    out = ipu.Output(ipu.Vector(ipu.FLOAT))
-
-    def compute(self):
-        self.out[...] = self.x + self.y
-
-
 def _reference_add(g, a, b, out):
     """popops.add's placement: each tile's run cut in grains of 2 over its 6 workers."""
     cs = g.add_compute_set("reference add")
     for tile, begin, end in _tile_runs(g, a):
         for lo, hi in poputil.split_regions(end - begin, 2, 6):
             s = slice(begin + lo, begin + hi)
-            g.add_vertex(cs, _RefAdd, {"x": a[s], "y": b[s], "out": out[s]}, tile=tile)
+            g.add_vertex(cs, AddVertex, {"x": a[s], "y": b[s], "out": out[s]}, tile=tile)
     return cs
 
 
@@ -276,10 +267,6 @@ def _add_graph(counts):
     g.create_host_write("b", b)
     g.create_host_read("out", out)
     return dev, g, a, b, out
-
-
-def _device_cycles(eng) -> int:
-    return sum(s.cycles for s in eng.executable.steps if s.kind != "host")
 
 
 def _add_cases(rng) -> list[dict]:
@@ -473,8 +460,8 @@ def check_rms_half(cases, outputs):
             mode = _MODES[per_vertex]
             out = np.asarray(out)
             if out.shape != exact.shape:
-                raise Wrong(f"run {mode}: expected {plural(exact.size, 'half')}, got shape "
-                            f"{out.shape}")
+                raise Wrong(f"run {mode}: expected {exact.size} halves, one per vertex, got "
+                            f"shape {out.shape}")
             _not_finite(x, out, mode)
             bad = (out < lo) | (out > hi)
             if bad.any():
