@@ -5,8 +5,8 @@
     python -m ipukit.grading.make_exercises --check     # exit 1 if the generator changed
 
 Each ``solutions/NN_topic_solutions.ipynb`` becomes ``exercises/NN_topic_exercises.ipynb``
-(the lesson is ``notebooks/NN_topic.ipynb``; a solution still named ``NN_topic.ipynb``
-becomes ``exercises/NN_topic.ipynb``): solution regions become ``raise
+(the lesson is ``notebooks/NN_topic.ipynb``; until the rename, a solution notebook named
+``NN_topic.ipynb`` gives an exercise notebook of the same name): solution regions become ``raise
 NotImplementedError`` stubs (see :mod:`ipukit.grading.markers`), and the exercise notebook
 is then run in a fresh kernel so that it is stored with the outputs a learner sees on a
 first run (every check saying "not solved yet"), and with the kernel's metadata, so that
