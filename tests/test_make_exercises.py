@@ -288,6 +288,25 @@ def test_a_learners_extra_notebooks_in_exercises_break_nothing(kit):
     conftest._EDITED.remove(str(copy))
 
 
+def test_a_notebook_that_cannot_be_read_is_the_learners_too(kit):
+    """Half a file (a crashed editor) or any other non-notebook under a kit exercise's
+    name: kept, reported, not run by `make test`, backed up by --force."""
+    import conftest
+
+    sol, ex = kit
+    broken = (ex / NAME).read_bytes()[:2000]
+    (ex / NAME).write_bytes(broken)
+    problems, notes = sync_report(sol, ex)
+    assert notes == [] and problems[0].startswith(f"{ex / NAME} is not a notebook that can")
+    rc, out = main("--solutions", sol, "--exercises", ex, "--no-execute")
+    assert rc == 1 and (ex / NAME).read_bytes() == broken and "NOT overwritten" in out
+    assert edited_exercise(ex / NAME) and conftest.pytest_ignore_collect(ex / NAME, None)
+    conftest._EDITED.remove(str(ex / NAME))
+    rc, out = main("--solutions", sol, "--exercises", ex, "--no-execute", "--force")
+    [backup] = ex.glob(f"backup-*-{NAME}")
+    assert rc == 0 and backup.read_bytes() == broken and not edited_exercise(ex / NAME)
+
+
 def test_make_test_leaves_a_learners_edited_exercise_alone(kit):
     """`make test` (nbval over exercises/) skips an edited exercise notebook and says so."""
     import conftest

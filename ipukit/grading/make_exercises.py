@@ -34,7 +34,9 @@ import nbformat
 from .markers import strip_solutions
 from .notebook_file import (
     NotebookFileError,
+    NotebookUnreadable,
     back_up,
+    parse_notebook,
     read_notebook,
     save_notebook,
     stamp_kernel,
@@ -181,8 +183,12 @@ def solution_of(path: Path, solutions: Path | None = None) -> Path:
 def edited_exercise(path: str | Path, solutions: Path | None = None) -> bool:
     """Whether the notebook at ``path`` (in ``exercises/``) is a learner's work: anything
     but a kit's exercise notebook exactly as generated (:func:`edited`). ``make test``,
-    ``--check`` and the regeneration all use this one definition."""
-    nb = nbformat.read(path, as_version=4)
+    ``--check`` and the regeneration all use this one definition. A file that is not a
+    readable notebook is the learner's too."""
+    try:
+        nb = read_notebook(path)[0]
+    except NotebookUnreadable:
+        return True
     if LEGACY_HASH_KEY not in nb.metadata.get("ipukit", {}):
         return edited(nb)
     solution = solution_of(path, solutions)
@@ -229,7 +235,13 @@ def sync_report(solutions: Path, exercises: Path) -> tuple[list[str], list[str]]
         if not path.exists():
             problems.append(f"{path} is missing; create it with: {COMMAND} {sol_path.name}")
             continue
-        have_nb = nbformat.read(path, as_version=4)
+        try:
+            have_nb = read_notebook(path)[0]
+        except NotebookUnreadable as exc:
+            problems.append(f"{exc}: a learner's? It is kept; to get the kit's exercise "
+                            f"instead: {COMMAND} --force {sol_path.name} (it first saves "
+                            "this file next to it)")
+            continue
         have, want = learner_content(have_nb), learner_content(want_nb)
         if have == want:
             continue
@@ -295,8 +307,13 @@ def main(argv=None) -> int:
         checked = None
         try:
             if target.exists():
-                old, checked = read_notebook(target)
-                if edited(old, nb) and learner_content(old) != learner_content(nb):
+                checked = target.read_bytes()
+                try:
+                    old = parse_notebook(checked, target)
+                    mine = edited(old, nb) and learner_content(old) != learner_content(nb)
+                except NotebookUnreadable:
+                    mine = True
+                if mine:
                     if not args.force:
                         refused += 1
                         print(f"NOT overwritten: {target} was edited since it was generated "

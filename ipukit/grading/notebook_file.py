@@ -56,11 +56,25 @@ class NotebookChanged(NotebookFileError):
     """The file changed after it was read: it is kept, and a copy of it saved beside it."""
 
 
+class NotebookUnreadable(NotebookFileError, ValueError):
+    """The file is not a notebook that nbformat can read (not JSON, or not a notebook)."""
+
+
 def read_notebook(path: str | Path):
     """``(notebook, checked)``: the notebook at ``path`` and the file's bytes as read, to
-    hand to :func:`save_notebook`."""
+    hand to :func:`save_notebook`. A file that is not a notebook raises
+    :class:`NotebookUnreadable`."""
     checked = Path(path).read_bytes()
-    return nbformat.reads(checked.decode("utf-8"), as_version=4), checked
+    return parse_notebook(checked, path), checked
+
+
+def parse_notebook(data: bytes, path: str | Path = "the file"):
+    """The notebook in ``data`` (a file's bytes), or :class:`NotebookUnreadable`."""
+    try:
+        return nbformat.reads(data.decode("utf-8"), as_version=4)
+    except Exception as exc:  # nbformat raises ValueError, TypeError, KeyError, ...
+        raise NotebookUnreadable(f"{path} is not a notebook that can be read "
+                                 f"({type(exc).__name__}: {exc})"[:500]) from exc
 
 
 def backup_path(path: Path) -> Path:
