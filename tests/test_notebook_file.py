@@ -205,3 +205,13 @@ def test_stored_notebooks_record_what_the_kernel_fills_in():
         assert meta.kernelspec == want["kernelspec"], path.name
         assert {**meta.language_info, "version": ""} == \
             {**want["language_info"], "version": ""}, path.name
+
+
+def test_execute_refuses_a_file_that_is_not_a_notebook(tmp_path, capsys):
+    from ipukit.grading import execute
+
+    path = tmp_path / "01_half.ipynb"
+    path.write_bytes(b'{"cells": [{"cell_type": "code", "sou')
+    assert execute.main([str(path)]) == 1
+    assert path.read_bytes() == b'{"cells": [{"cell_type": "code", "sou'
+    assert capsys.readouterr().out.startswith(f"{path} is not a notebook that can be read")

@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+import nbformat
 from nbclient import NotebookClient
 
 from ipukit.grading.notebook_file import read_notebook, save_notebook
@@ -18,7 +19,7 @@ WIDGETS = ("BSPView(", "PipelineTimeline(", "MemoryMap(")
 
 def refresh(path: Path) -> int:
     nb, checked = read_notebook(path)
-    run = read_notebook(path)[0]
+    run = nbformat.from_dict(nb)  # a deep copy to run
     client = NotebookClient(run, timeout=300, kernel_name="python3", record_timing=False,
                             store_widget_state=False,
                             resources={"metadata": {"path": str(path.parent)}})

@@ -244,16 +244,16 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     failed = 0
     for path in args.notebooks:
-        nb, checked = read_notebook(path)
-        execute(nb, cwd=path.parent, timeout=args.timeout)
-        errors = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and any(
-            o.output_type == "error" for o in c.outputs)]
         try:
+            nb, checked = read_notebook(path)
+            execute(nb, cwd=path.parent, timeout=args.timeout)
             save_notebook(stamp_kernel(nb), path, checked, "python -m ipukit.grading.execute")
         except NotebookFileError as exc:
             print(exc)
             failed += 1
             continue
+        errors = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and any(
+            o.output_type == "error" for o in c.outputs)]
         print(f"{path}: {len(nb.cells)} cells" + (f", ERRORS in cells {errors}" if errors
                                                    else ", no errors"))
         failed += bool(errors)

@@ -164,8 +164,7 @@ def edited(nb, fresh=None) -> bool:
 
 
 def generated_as(nb, fresh) -> bool:
-    """Whether ``nb`` records that it was generated as ``fresh`` is (whatever was edited
-    since)."""
+    """Whether the hash ``nb`` records is that of ``fresh`` (whatever was edited since)."""
     meta = nb.metadata.get("ipukit", {})
     if HASH_KEY in meta:
         return meta[HASH_KEY] == content_hash(fresh)

@@ -45,7 +45,7 @@ from ..errors import IpuError
 
 
 class NotebookFileError(IpuError, OSError):
-    """A notebook could not be saved; the file on disk is as it was."""
+    """A notebook could not be read or saved; the file on disk is as it was."""
 
 
 class NotebookSaveError(NotebookFileError):
@@ -116,7 +116,7 @@ def _reason(exc: OSError) -> str:
     if exc.errno == errno.ENOSPC:
         return "the disk is full (no space left on device): free some space"
     if exc.errno in (errno.EFBIG, errno.EDQUOT):
-        return f"{exc.strerror.lower()}: free some space or raise the limit"
+        return f"{(exc.strerror or str(exc)).lower()}: free some space or raise the limit"
     return f"{exc.strerror or exc}: fix that"
 
 
