@@ -6,7 +6,7 @@ import nbformat
 import pytest
 
 from ipukit.grading import feedback
-from ipukit.grading.make_exercises import edited_exercise
+from ipukit.grading.make_exercises import edited_exercise, lesson_name
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -15,11 +15,20 @@ SOLVED_AND_UNTOUCHED = pytest.mark.parametrize(
     "folder,status", [("solutions", feedback.PASSED), ("exercises", feedback.NOT_SOLVED)])
 
 
+def kit_notebook(folder: str, name: str) -> Path:
+    """The notebook in ``folder`` ("solutions" or "exercises") of the lesson notebook
+    ``name``: ``NN_topic_solutions.ipynb`` or ``NN_topic_exercises.ipynb`` (named before
+    the rename: ``NN_topic.ipynb``)."""
+    renamed = ROOT / folder / lesson_name(name).replace(".ipynb", f"_{folder}.ipynb")
+    return renamed if renamed.exists() else ROOT / folder / name
+
+
 def notebook_namespace(folder: str, name: str) -> dict:
     """Run a notebook's code cells except its checks (``nbval-check-output``) in a dict."""
-    if folder == "exercises" and edited_exercise(ROOT / folder / name):
-        pytest.skip(f"exercises/{name} was edited since it was generated (a learner's work)")
-    nb = nbformat.read(ROOT / folder / name, as_version=4)
+    path = kit_notebook(folder, name)
+    if folder == "exercises" and edited_exercise(path):
+        pytest.skip(f"{path} was edited since it was generated (a learner's work)")
+    nb = nbformat.read(path, as_version=4)
     ns: dict = {}
     for cell in nb.cells:
         if cell.cell_type == "code" and "nbval-check-output" not in cell.metadata.get("tags", []):

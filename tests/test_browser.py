@@ -63,11 +63,16 @@ def api(base, token, path, method="GET"):
 
 
 @pytest.fixture
-def lab(tmp_path):
-    """JupyterLab serving a copy of the notebook; stopped (kernels too) whatever happens."""
-    root = tmp_path / "root"
-    root.mkdir()
-    shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
+def lab(tmp_path, request):
+    """JupyterLab serving a copy of the notebook (or the folder that the fixture named by
+    an indirect parameter makes); stopped (kernels too) whatever happens. The page exposes
+    the app as ``window.jupyterapp``."""
+    if hasattr(request, "param"):
+        root = request.getfixturevalue(request.param)
+    else:
+        root = tmp_path / "root"
+        root.mkdir()
+        shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
     config = tmp_path / "config"
     (config / "labconfig").mkdir(parents=True)
     (config / "labconfig" / "page_config.json").write_text(json.dumps(
@@ -82,7 +87,8 @@ def lab(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
          f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}"]
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+         "--LabApp.expose_app_in_browser=True"]
         + (["--allow-root"] if os.geteuid() == 0 else []),
         env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -388,5 +394,74 @@ def test_nbconvert_export_plays_offline(tmp_path):
             ours = [e for e in errors if "net::ERR_FAILED" not in e]
             assert ours == [], ours
             assert all(not u.startswith("file:") for u in ctx.refused)
+        finally:
+            ctx.close()
+
+
+
+#: True once the current notebook's kernel is idle and has answered kernel_info (whose
+#: language_info JupyterLab writes into the notebook's metadata).
+KERNEL_READY = """async () => {
+    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+    const kernel = w && w.sessionContext && w.sessionContext.session
+        && w.sessionContext.session.kernel;
+    if (!kernel || kernel.status !== 'idle') return false;
+    await kernel.info;
+    return true;
+}"""
+
+
+@pytest.fixture
+def learners_checkout(tmp_path):
+    """Lesson 01's solution, the exercise notebook make_exercises makes of it, and the
+    stored lesson notebook, in their folders."""
+    from ipukit.grading import make_exercises
+
+    root = tmp_path / "checkout"
+    (root / "solutions").mkdir(parents=True)
+    (root / "notebooks").mkdir()
+    solution = next((HERE.parent / "solutions").glob("01_*.ipynb"))
+    shutil.copy(solution, root / "solutions" / solution.name)
+    lesson = make_exercises.lesson_name(solution.name)
+    shutil.copy(HERE.parent / "notebooks" / lesson, root / "notebooks" / lesson)
+    assert make_exercises.main(["--solutions", str(root / "solutions"), "--exercises",
+                                str(root / "exercises"), "--no-execute"]) == 0
+    return root
+
+
+@pytest.mark.parametrize("lab", ["learners_checkout"], indirect=True)
+def test_opening_a_notebook_does_not_mark_it_unsaved(lab, learners_checkout, tmp_path):
+    """Issue 31: JupyterLab marked an exercise notebook unsaved on opening (the kernel
+    filled in language_info). A generated exercise and a lesson notebook open, their
+    kernel starts, and the document stays clean; saving it is not a learner's edit."""
+    from ipukit.grading.make_exercises import edited_exercise
+
+    base, token = lab
+    [exercise] = (learners_checkout / "exercises").glob("01_*.ipynb")
+    [lesson] = (learners_checkout / "notebooks").glob("01_*.ipynb")
+    with sync_api.sync_playwright() as p:
+        ctx = open_chromium(p, tmp_path)
+        try:
+            page = ctx.new_page()
+            for path in (exercise, lesson):
+                name = path.relative_to(learners_checkout).as_posix()
+                page.goto(f"{base}/lab/tree/{name}?token={token}")
+                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+                page.wait_for_function(KERNEL_READY, timeout=90_000, polling=200)
+                time.sleep(1.0)  # JupyterLab writes the kernel's metadata just after
+                model = "window.jupyterapp.shell.currentWidget.context.model"
+                assert page.evaluate(f"() => {model}.metadata.language_info.version")
+                assert page.evaluate(f"() => {model}.dirty") is False, name
+                tab = page.locator(".lm-TabBar-tab.jp-mod-current", has_text=path.name)
+                assert "jp-mod-dirty" not in tab.first.get_attribute("class"), name
+            page.locator(".lm-TabBar-tab", has_text=exercise.name).first.click()
+            before = exercise.stat().st_mtime_ns
+            page.keyboard.press("Control+s")
+            deadline = time.time() + 10
+            while exercise.stat().st_mtime_ns == before:
+                assert time.time() < deadline, "JupyterLab did not save the notebook"
+                time.sleep(0.1)
+            time.sleep(0.5)
+            assert not edited_exercise(exercise)
         finally:
             ctx.close()

@@ -12,12 +12,14 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from ipukit.grading.notebook_file import read_notebook, save_notebook
+
 WIDGETS = ("BSPView(", "PipelineTimeline(", "MemoryMap(")
 
 
 def refresh(path: Path) -> int:
-    nb = nbformat.read(path, as_version=4)
-    run = nbformat.read(path, as_version=4)
+    nb, checked = read_notebook(path)
+    run = nbformat.from_dict(nb)  # a deep copy to run
     client = NotebookClient(run, timeout=300, kernel_name="python3", record_timing=False,
                             store_widget_state=False,
                             resources={"metadata": {"path": str(path.parent)}})
@@ -27,7 +29,7 @@ def refresh(path: Path) -> int:
         if cell.cell_type == "code" and any(w in cell.source for w in WIDGETS):
             cell.outputs = fresh.outputs
             changed += 1
-    nbformat.write(nb, path)
+    save_notebook(nb, path, checked, "tools/update_widget_cells.py")
     return changed
 
 

@@ -5,6 +5,11 @@ written) and by authors to store a fresh run's outputs::
 
     python -m ipukit.grading.execute notebooks/01_ipu_and_bsp.ipynb   # runs and saves
 
+It saves through :func:`ipukit.grading.notebook_file.save_notebook` (a temporary file renamed
+over the notebook, never one changed while it ran, never half written), with the kernel's
+``kernelspec`` and ``language_info`` stored so that JupyterLab opens it without marking it
+unsaved.
+
 Every code cell gets ``timeout`` seconds and the whole run ``total_timeout`` seconds
 (kernel starts and restarts included); both must be positive numbers of seconds. An
 exception is recorded as the cell's error output and execution goes on (as
@@ -36,6 +41,7 @@ import nbformat
 from jupyter_core.utils import run_sync
 
 from ..errors import IpuError
+from .notebook_file import NotebookFileError, read_notebook, save_notebook, stamp_kernel
 
 #: Seconds to wait for an interrupted cell to stop before replacing the kernel.
 INTERRUPT_GRACE = 3.0
@@ -238,11 +244,16 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     failed = 0
     for path in args.notebooks:
-        nb = nbformat.read(path, as_version=4)
-        execute(nb, cwd=path.parent, timeout=args.timeout)
+        try:
+            nb, checked = read_notebook(path)
+            execute(nb, cwd=path.parent, timeout=args.timeout)
+            save_notebook(stamp_kernel(nb), path, checked, "python -m ipukit.grading.execute")
+        except NotebookFileError as exc:
+            print(exc)
+            failed += 1
+            continue
         errors = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and any(
             o.output_type == "error" for o in c.outputs)]
-        nbformat.write(nb, path)
         print(f"{path}: {len(nb.cells)} cells" + (f", ERRORS in cells {errors}" if errors
                                                    else ", no errors"))
         failed += bool(errors)
