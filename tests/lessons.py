@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 
 from ipukit.grading import feedback
@@ -42,3 +43,20 @@ def grade_exercises(module, lesson: str, notebook: str, checks: dict, folder: st
     rows = feedback.lesson_rows(lesson, feedback.results())
     assert [r.id for r in rows] == list(checks)
     return rows
+
+
+def judged_solution_passes(ex_id: str, answers: tuple, seeds=(0, 1, 2)) -> None:
+    """Exercise ``ex_id``'s judged check as the grader runs it, on fresh seeds: its cases
+    are plain data (no kit objects), the trial of the solution's ``answers`` returns plain
+    data on every case, and the verdict passes."""
+    from ipukit.grading import plain
+
+    ex = feedback.EXERCISES[ex_id]
+    assert ex.trial is not None and ex.answers, f"{ex_id} is not a judged check"
+    for seed in seeds:
+        cases = feedback.draw_cases(ex, np.random.default_rng(seed))
+        assert [plain.decode(plain.encode(c)).keys() for c in cases] == [c.keys() for c in cases]
+        outputs = feedback.run_trials(ex, cases, answers)
+        assert [next(iter(o)) for o in outputs] == ["ok"] * len(cases), outputs[-1]
+        result = feedback.judge(ex, outputs, cases)
+        assert result is None or isinstance(result, feedback.Cost)
