@@ -87,13 +87,14 @@ def optimisers() -> dict:
 # -- judged checks: reading what a trial returned (the judge's side) -------------------------
 
 def output_array(value, shape, what: str) -> np.ndarray:
-    """A trial's output as a float64 array of ``shape``, or Wrong saying what came back
-    (the judge never trusts what the kernel sent: a malformed value only fails)."""
+    """A trial's output as a float64 array of ``shape`` (None: any shape), or Wrong saying
+    what came back (the judge never trusts what the kernel sent: a malformed value only
+    fails)."""
     try:
         array = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
         raise Wrong(f"{what}: expected numbers, got {value!r}"[:300]) from None
-    if array.shape != tuple(shape):
+    if shape is not None and array.shape != tuple(shape):
         raise Wrong(f"{what}: expected shape {tuple(shape)}, got {array.shape}")
     return array
 
