@@ -60,3 +60,17 @@ def judged_solution_passes(ex_id: str, answers: tuple, seeds=(0, 1, 2)) -> None:
         assert [next(iter(o)) for o in outputs] == ["ok"] * len(cases), outputs[-1]
         result = feedback.judge(ex, outputs, cases)
         assert result is None or isinstance(result, feedback.Cost)
+
+
+def judged_solutions_test(notebook: str, checks: dict):
+    """A test, one per exercise of ``checks`` ``{id: (check, answer name)}``, that runs
+    :func:`judged_solution_passes` on the solutions notebook's answers."""
+    solved: dict = {}
+
+    @pytest.mark.parametrize("ex_id", list(checks))
+    def test_judged_on_fresh_seeds_the_solution_passes(ex_id):
+        if not solved:
+            solved.update(notebook_namespace("solutions", notebook))
+        judged_solution_passes(ex_id, (solved[checks[ex_id][1]],))
+
+    return test_judged_on_fresh_seeds_the_solution_passes

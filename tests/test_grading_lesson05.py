@@ -17,7 +17,7 @@ from ipukit.tutorials import tut6
 from tests.lessons import (
     SOLVED_AND_UNTOUCHED,
     grade_exercises,
-    judged_solution_passes,
+    judged_solutions_test,
     notebook_namespace,
 )
 
@@ -37,15 +37,7 @@ def test_solutions_pass_and_untouched_exercises_are_not_solved(folder, status):
     assert sum(r.max_points for r in rows) == 13
 
 
-@pytest.fixture(scope="module")
-def solved():
-    return notebook_namespace("solutions", NOTEBOOK)
-
-
-@pytest.mark.parametrize("ex_id", list(CHECKS))
-def test_judged_on_fresh_seeds_the_solution_passes(ex_id, solved):
-    # cases and outputs are plain data; the verdict (judge side) passes the solution
-    judged_solution_passes(ex_id, (solved[CHECKS[ex_id][1]],))
+test_judged_on_fresh_seeds_the_solution_passes = judged_solutions_test(NOTEBOOK, CHECKS)
 
 
 # -- references against Graphcore's numbers ------------------------------------------------
@@ -151,7 +143,6 @@ def one_vertex_per_row(graph, x, prog):  # correct, but every row gathered on on
 
 
 def test_reduce_rows_solution_gets_the_star_and_a_gather_does_not():
-    from tests.lessons import notebook_namespace
 
     ns = notebook_namespace("solutions", NOTEBOOK)
     r = lesson05.check_reduce_rows(ns["reduce_rows"])

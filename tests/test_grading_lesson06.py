@@ -20,7 +20,7 @@ from ipukit.host import loops
 from tests.lessons import (
     SOLVED_AND_UNTOUCHED,
     grade_exercises,
-    judged_solution_passes,
+    judged_solutions_test,
     notebook_namespace,
 )
 
@@ -57,10 +57,7 @@ def solved():
     return notebook_namespace("solutions", NAME)
 
 
-@pytest.mark.parametrize("ex_id", list(CHECKS))
-def test_judged_on_fresh_seeds_the_solution_passes(ex_id, solved):
-    # cases and outputs are plain data; the verdict (judge side) passes the solution
-    judged_solution_passes(ex_id, (solved[CHECKS[ex_id][1]],))
+test_judged_on_fresh_seeds_the_solution_passes = judged_solutions_test(NAME, CHECKS)
 
 
 def test_a_check_shows_its_result(capsys):
@@ -308,8 +305,7 @@ def test_collatz_reference(n, steps):  # OEIS A006577: 0, 1, 7, 2, 5, 8, 16, 3, 
     assert lesson06.collatz_steps(n) == steps
 
 
-def collatz(solved, do_while=False, swapped=False, no_reset=False, order=(0, 1, 2),
-            predicate_shape=()):
+def collatz(solved, do_while=False, swapped=False, no_reset=False, order=(0, 1, 2)):
     """The solution to 06.6, with one mistake."""
     IsOdd, Halve, TriplePlusOne, Count, NotOne = (  # noqa: N806 - the notebook's codelets
         solved[k] for k in ("IsOdd", "Halve", "TriplePlusOne", "Count", "NotOne"))
@@ -317,8 +313,8 @@ def collatz(solved, do_while=False, swapped=False, no_reset=False, order=(0, 1, 
     def build(graph, start, steps_out):
         n = graph.add_variable(ipu.UNSIGNED_INT, [], "n")
         steps = graph.add_variable(ipu.UNSIGNED_INT, [], "steps")
-        odd = graph.add_variable(ipu.BOOL, list(predicate_shape), "odd")
-        go = graph.add_variable(ipu.BOOL, list(predicate_shape), "go")
+        odd = graph.add_variable(ipu.BOOL, [], "odd")
+        go = graph.add_variable(ipu.BOOL, [], "go")
         zero = graph.add_constant(ipu.UNSIGNED_INT, [], 0, "zero")
         for t in (n, steps, odd, go, zero):
             graph.set_tile_mapping(t, 0)
@@ -328,14 +324,13 @@ def collatz(solved, do_while=False, swapped=False, no_reset=False, order=(0, 1, 
             graph.add_vertex(cs, codelet, fields, tile=0)
             return ipu.Execute(cs)
 
-        scalar = {"odd": odd.reshape([]), "go": go.reshape([])}
         init = ipu.Sequence(ipu.Copy(start, n)) if no_reset else ipu.Sequence(
             ipu.Copy(start, n), ipu.Copy(zero, steps))
         branches = [execute(TriplePlusOne, {"n": n}), execute(Halve, {"n": n})]
-        body = ipu.Sequence(execute(IsOdd, {"n": n, "odd": scalar["odd"]}),
+        body = ipu.Sequence(execute(IsOdd, {"n": n, "odd": odd}),
                             ipu.If(odd, *(branches[::-1] if swapped else branches)),
                             execute(Count, {"steps": steps}))
-        cond = execute(NotOne, {"n": n, "go": scalar["go"]})
+        cond = execute(NotOne, {"n": n, "go": go})
         run = ipu.RepeatWhileTrue(cond, go, body)
         if do_while:  # the body once before the first test
             run = ipu.Sequence(body, ipu.RepeatWhileTrue(cond, go, body))
@@ -373,8 +368,3 @@ def test_collatz_second_run_of_the_loop_must_not_count(solved):
                        "1, then program 2, gave 3 steps, expected still 0"):
         feedback.judge(ex, bad, cases)
 
-
-def test_collatz_predicates_of_one_element_pass_in_the_emulator(solved):
-    # Poplar's If and RepeatWhileTrue take a scalar; the emulator also accepts shape [1]
-    # (PopART reshapes such a condition to a scalar before poplar::program::If)
-    assert lesson06.check_collatz(collatz(solved, predicate_shape=(1,))).passed

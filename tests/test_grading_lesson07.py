@@ -10,8 +10,7 @@ from ipukit.grading import feedback, lesson07
 from tests.lessons import (
     SOLVED_AND_UNTOUCHED,
     grade_exercises,
-    judged_solution_passes,
-    notebook_namespace,
+    judged_solutions_test,
 )
 
 NOTEBOOK = "07_sharding.ipynb"
@@ -27,15 +26,7 @@ def test_solutions_pass_and_untouched_exercises_are_not_solved(folder, status):
     assert sum(r.max_points for r in rows) == 10
 
 
-@pytest.fixture(scope="module")
-def solved():
-    return notebook_namespace("solutions", NOTEBOOK)
-
-
-@pytest.mark.parametrize("ex_id", list(CHECKS))
-def test_judged_on_fresh_seeds_the_solution_passes(ex_id, solved):
-    # cases and outputs are plain data; the verdict (judge side) passes the solution
-    judged_solution_passes(ex_id, (solved[CHECKS[ex_id][1]],))
+test_judged_on_fresh_seeds_the_solution_passes = judged_solutions_test(NOTEBOOK, CHECKS)
 
 
 def test_balance_feedback():

@@ -250,6 +250,22 @@ def _queues(data, batch: int, mode: str):
         OutfeedMode[mode])
 
 
+def _calls(build, case, data, mode: str, calls: int, read, what: str):
+    """The learner's ``build(graph, infeed, outfeed, iterations)`` loop, fed ``data`` in
+    batches and run ``calls`` times: the engine, and ``read(infeed, outfeed)`` after each
+    call (the trial's side)."""
+    dev, g, infeed, outfeed = _queues(data, case["batch"], mode)
+    with naming(what):
+        prog = build(g, infeed, outfeed, case["iterations"])
+    eng = _device_loop(g, prog, case["iterations"], dev, infeed, outfeed, what)
+    found = []
+    for _ in range(calls):
+        with naming(what):
+            eng.run()
+            found.append(read(infeed, outfeed))
+    return eng, found
+
+
 def _loop_cases(rng) -> list[dict]:
     """ALL and LAST, one image per batch, then random sizes; images for two calls."""
     found = [(3, 4, "ALL"), (5, 2, "LAST"), (2, 1, "ALL"),
@@ -266,17 +282,9 @@ def _loop_what(case) -> str:
 
 
 def _loop_trial(case, build_loop):
-    what, iterations = _loop_what(case), case["iterations"]
-    dev, g, infeed, outfeed = _queues(case["images"], case["batch"], case["mode"])
-    with naming(what):
-        prog = build_loop(g, infeed, outfeed, iterations)
-    eng = _device_loop(g, prog, iterations, dev, infeed, outfeed, what)
-    runs = []
-    for _ in range(2):
-        with naming(what):
-            eng.run()
-            runs.append({"dequeued": infeed.num_dequeued, "enqueued": outfeed.num_enqueued,
-                         "out": np.asarray(outfeed.dequeue(), np.float32).reshape(-1)})
+    eng, runs = _calls(build_loop, case, case["images"], case["mode"], 2, lambda i, o: {
+        "dequeued": i.num_dequeued, "enqueued": o.num_enqueued,
+        "out": np.asarray(o.dequeue(), np.float32).reshape(-1)}, _loop_what(case))
     return {"runs": runs, "num_runs": eng.trace.num_runs}
 
 
@@ -335,17 +343,8 @@ def _max_what(case) -> str:
 
 
 def _max_trial(case, build_running_max):
-    what, iterations = _max_what(case), case["iterations"]
-    dev, g, infeed, outfeed = _queues(case["images"], case["batch"], "LAST")
-    with naming(what):
-        prog = build_running_max(g, infeed, outfeed, iterations)
-    eng = _device_loop(g, prog, iterations, dev, infeed, outfeed, what)
-    maxima = []
-    for _ in range(3):
-        with naming(what):
-            eng.run()
-            maxima.append(np.asarray(outfeed.dequeue(), np.float32).reshape(-1, 4, 4)[-1])
-    return maxima
+    return _calls(build_running_max, case, case["images"], "LAST", 3, lambda i, o: np.asarray(
+        o.dequeue(), np.float32).reshape(-1, 4, 4)[-1], _max_what(case))[1]
 
 
 @exercise("06.4", "a running maximum that outlives the call", points=3, hints=(
