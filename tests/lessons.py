@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 
 from ipukit.grading import feedback
@@ -65,7 +66,7 @@ def assert_judged(lesson: str, notebook: str, seeds=(0, 1, 2)) -> None:
 
     from ipukit.grading import plain
 
-    nb = nbformat.read(ROOT / "solutions" / notebook, as_version=4)
+    nb = nbformat.read(kit_notebook("solutions", notebook), as_version=4)
     calls = {m.group(1): tuple(a.strip() for a in m.group(2).split(","))
              for cell in nb.cells if cell.cell_type == "code"
              for m in re.finditer(rf"lesson{lesson}\.(check_\w+)\(([^)]*)\)", cell.source)}
@@ -82,3 +83,34 @@ def assert_judged(lesson: str, notebook: str, seeds=(0, 1, 2)) -> None:
             assert [next(iter(o)) for o in outputs] == ["ok"] * len(cases), (ex.id, outputs)
             outputs = json.loads(json.dumps(outputs))
             feedback.judge(ex, outputs, cases)  # raises Wrong if the solution failed
+
+
+def judged_solution_passes(ex_id: str, answers: tuple, seeds=(0, 1, 2)) -> None:
+    """Exercise ``ex_id``'s judged check as the grader runs it, on fresh seeds: its cases
+    are plain data (no kit objects), the trial of the solution's ``answers`` returns plain
+    data on every case, and the verdict passes."""
+    from ipukit.grading import plain
+
+    ex = feedback.EXERCISES[ex_id]
+    assert ex.trial is not None and ex.answers, f"{ex_id} is not a judged check"
+    for seed in seeds:
+        cases = feedback.draw_cases(ex, np.random.default_rng(seed))
+        assert [plain.decode(plain.encode(c)).keys() for c in cases] == [c.keys() for c in cases]
+        outputs = feedback.run_trials(ex, cases, answers)
+        assert [next(iter(o)) for o in outputs] == ["ok"] * len(cases), outputs[-1]
+        result = feedback.judge(ex, outputs, cases)
+        assert result is None or isinstance(result, feedback.Cost)
+
+
+def judged_solutions_test(notebook: str, checks: dict):
+    """A test, one per exercise of ``checks`` ``{id: (check, answer name)}``, that runs
+    :func:`judged_solution_passes` on the solutions notebook's answers."""
+    solved: dict = {}
+
+    @pytest.mark.parametrize("ex_id", list(checks))
+    def test_judged_on_fresh_seeds_the_solution_passes(ex_id):
+        if not solved:
+            solved.update(notebook_namespace("solutions", notebook))
+        judged_solution_passes(ex_id, (solved[checks[ex_id][1]],))
+
+    return test_judged_on_fresh_seeds_the_solution_passes

@@ -14,7 +14,12 @@ import ipukit as ipu
 from ipukit.grading import feedback, lesson05
 from ipukit.poplibs import poputil
 from ipukit.tutorials import tut6
-from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises
+from tests.lessons import (
+    SOLVED_AND_UNTOUCHED,
+    grade_exercises,
+    judged_solutions_test,
+    notebook_namespace,
+)
 
 NOTEBOOK = "05_poplibs_profiling.ipynb"
 CHECKS = {"05.1": ("check_add_cycles", "add_compute_cycles"),
@@ -30,6 +35,9 @@ MK1 = ipu.IPUModel("ipu1").create_device().target
 def test_solutions_pass_and_untouched_exercises_are_not_solved(folder, status):
     rows = grade_exercises(lesson05, "05", NOTEBOOK, CHECKS, folder, status)
     assert sum(r.max_points for r in rows) == 13
+
+
+test_judged_on_fresh_seeds_the_solution_passes = judged_solutions_test(NOTEBOOK, CHECKS)
 
 
 # -- references against Graphcore's numbers ------------------------------------------------
@@ -135,7 +143,6 @@ def one_vertex_per_row(graph, x, prog):  # correct, but every row gathered on on
 
 
 def test_reduce_rows_solution_gets_the_star_and_a_gather_does_not():
-    from tests.lessons import notebook_namespace
 
     ns = notebook_namespace("solutions", NOTEBOOK)
     r = lesson05.check_reduce_rows(ns["reduce_rows"])
@@ -169,7 +176,7 @@ def test_reduce_rows_mistakes_lose_the_points():
     r = lesson05.check_reduce_rows(drops_last_column)
     assert r.status == "failed" and "out[0]: expected" in r.message
     r = lesson05.check_reduce_rows(lambda graph, x, prog: None)
-    assert "return the tensor of the 6 row sums" in r.message
+    assert "x of shape [6, 100] on 4 tiles: return a tensor of shape [6], got None" in r.message
 
 
 @pytest.fixture(scope="module")
@@ -204,26 +211,52 @@ def test_bottleneck_feedback(profiles):
         step = max((s for s in trace.steps if s.kind == "compute"), key=lambda s: s.cycles)
         return _answer(trace, step.name)
 
-    r = lesson05.check_bottleneck(lambda trace: (
-        _answer(trace, "xW/MatMul") if "xW/MatMul" in [s.name for s in trace.steps]
-        else once_each(trace)))
+    r = lesson05.check_bottleneck(once_each)
     halve = next(s for s in profiles["a big map once and a small one 40 times"].steps
                  if s.name == "halve small")
-    assert f"the costliest compute set is 'halve small' (40 execution(s), {40 * halve.cycles:,} " \
-           "cycles in all), you named 'exp big'" in r.message
+    assert "profile of a big map once and a small one 40 times: the costliest compute set " \
+           f"is 'halve small' (40 execution(s), {40 * halve.cycles:,} cycles in all), you " \
+           "named 'exp big'" in r.message
     assert "count every execution" in r.message
-    r = lesson05.check_bottleneck(lambda trace: _answer(trace, "xW/MatMul", "compute"))
-    matmul = next(s for s in profiles["a matmul, ReLU and softmax"].steps
-                  if s.name == "xW/MatMul")
-    assert matmul.exchange_cycles > matmul.compute_cycles
-    assert f"spends {matmul.exchange_cycles:,} cycles in exchange and " \
-           f"{matmul.compute_cycles:,} in compute" in r.message
+
+    def other_phase(trace):  # the right compute set, the shorter of its phases
+        right = _solution(trace)
+        return _answer(trace, right["compute_set"],
+                       {"exchange": "compute", "compute": "exchange"}[right["phase"]])
+
+    first = profiles["a matmul, ReLU and softmax"]
+    step = next(s for s in first.steps if s.name == _solution(first)["compute_set"])
+    r = lesson05.check_bottleneck(other_phase)
+    assert f"profile of a matmul, ReLU and softmax: '{step.name}' spends " \
+           f"{step.exchange_cycles:,} cycles in exchange and {step.compute_cycles:,} in " \
+           "compute" in r.message
     r = lesson05.check_bottleneck(lambda trace: (
         _answer(trace, "a + b", tile=3) if "a + b" in [s.name for s in trace.steps]
         else _solution(trace)))
     assert "tile 0 has the longest exchange" in r.message and "tile 3 has" in r.message
     r = lesson05.check_bottleneck(lambda trace: ("xW/MatMul", "exchange", 0))
     assert "return a dict with the keys" in r.message
+
+
+def test_bottleneck_random_profiles_catch_fixed_answers():
+    # the loop's count decides which compute set is costliest; b sits on a random tile
+    cases = lesson05._profile_cases(np.random.default_rng(5))
+    assert [c["maker"] for c in cases] == ["mlp", "repeat", "gather", "streams", "repeat",
+                                           "gather"]
+    tile = cases[-1]["params"]["tile"]
+    assert tile != 0
+    gather = lesson05._profile(cases[-1])
+    assert lesson05.bottleneck_reference(gather)["tiles"]["a + b", "exchange"] == {tile}
+    ex = feedback.EXERCISES["05.4"]
+
+    def tile_zero(trace):  # a gather always from tile 0
+        return {**_solution(trace), "tile": 0} if "a + b" in [s.name for s in trace.steps] \
+            else _solution(trace)
+
+    outputs = feedback.run_trials(ex, cases, (tile_zero,))
+    with pytest.raises(feedback.Wrong, match=f"with b on tile {tile}, then a reduce: in 'a \\+ "
+                       f"b' tile {tile} has the longest exchange"):
+        feedback.judge(ex, outputs, cases)
 
 
 def _solution(trace):
@@ -271,3 +304,81 @@ def test_log_softmax_mistakes_lose_the_points():
 
     r = lesson05.check_log_softmax(wrong_axis)
     assert r.status == "failed" and "out[0, 0]: expected" in r.message
+
+
+def _shifted_log_softmax(shift):
+    """log_softmax with x shifted by ``shift(graph, x, prog)`` (a [rows, 1] or [1, 1] tensor)
+    instead of each row's maximum."""
+    from ipukit.poplibs import expr, popops
+
+    a, b, c = expr._1, expr._2, expr._3
+
+    def build(graph, x, prog):
+        m = shift(graph, x, prog)
+        e = popops.map(graph, expr.Exp(a - b), [x, m], prog)
+        s = popops.reduce(graph, e, [1], popops.Operation.ADD, prog).reshape([x.shape[0], 1])
+        return popops.map(graph, a - b - expr.Log(c), [x, m, s], prog)
+
+    return build
+
+
+def test_log_softmax_shifts_that_overflow_lose_the_points():
+    from ipukit.poplibs import expr, popops
+
+    def global_max(graph, x, prog):  # one maximum for the whole tensor (no axis)
+        return popops.reduce(graph, x, [0, 1], popops.Operation.MAX, prog).reshape([1, 1])
+
+    r = lesson05.check_log_softmax(_shifted_log_softmax(global_max))
+    assert r.status == "failed" and "holds inf or nan" in r.message
+    assert "x of shape [4, 12]" in r.message  # the tensor whose rows differ in scale
+
+    def row_mean(graph, x, prog):  # a shift by the mean: [0, 200] overflows exp
+        total = popops.reduce(graph, x, [1], popops.Operation.ADD, prog)
+        return popops.map(graph, expr._1 * (1.0 / x.shape[1]), [total], prog).reshape(
+            [x.shape[0], 1])
+
+    r = lesson05.check_log_softmax(_shifted_log_softmax(row_mean))
+    assert r.status == "failed" and "holds inf or nan" in r.message
+    ex = feedback.EXERCISES["05.5"]
+    pair = [c for c in feedback.notebook_cases(ex) if c["cols"] == 2]  # rows like [0, 200]
+    outputs = feedback.run_trials(ex, pair, (_shifted_log_softmax(row_mean),))
+    with pytest.raises(feedback.Wrong, match=r"x of shape \[3, 2\] .* first in row 0: "
+                       r"x\[0\] = \[  0. 200.\]"):
+        feedback.judge(ex, outputs, pair)
+
+    def row_max(graph, x, prog):  # the solution, written the same way: passes
+        return popops.reduce(graph, x, [1], popops.Operation.MAX, prog).reshape(
+            [x.shape[0], 1])
+
+    assert lesson05.check_log_softmax(_shifted_log_softmax(row_max)).passed
+
+
+def test_split_cost_without_the_floor_of_one_vertex_fails_on_one_row():
+    def no_floor(target, rows, cols, split):  # maxV = ceil(R*split/T), no max(…, 1)
+        parts = lesson05.split_costs(target, rows, cols, split)
+        max_v = -(-rows * split // target.num_tiles)
+        return {**parts, "exchange": -(-max_v // rows) * -(-cols // split) * 4
+                // target.exchange_bytes_per_cycle}
+
+    assert lesson05.check_split_cost(no_floor).passed  # max(…, 1) never bites: ceil >= 1
+
+    def floor_two(target, rows, cols, split):  # max(…, 2): wrong once R*split <= T
+        parts = lesson05.split_costs(target, rows, cols, split)
+        max_v = max(-(-rows * split // target.num_tiles), 2)
+        return {**parts, "exchange": -(-max_v // rows) * -(-cols // split) * 4
+                // target.exchange_bytes_per_cycle}
+
+    r = lesson05.check_split_cost(floor_two)
+    assert "split_cost(ipu2 (4 tiles), rows=1, cols=100, split=3): exchange cost should be 34" \
+        in r.message
+
+
+def test_an_error_in_the_learners_code_names_the_case():
+    def crashes(graph, x, prog):
+        if x.shape[0] == 10:
+            raise KeyError("row 10")
+        return lesson05._popops_row_sums(graph, x, prog)
+
+    r = lesson05.check_reduce_rows(crashes)
+    assert r.message.startswith("reduce_rows: x of shape [10, 7] on 5 tiles: your code raised "
+                                "KeyError: 'row 10'")

@@ -14,10 +14,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ipukit as ipu
-from ipukit.grading import feedback, lesson06
+from ipukit.grading import feedback, lesson06, plain
 from ipukit.grading.make_exercises import exercise_notebook
 from ipukit.host import loops
-from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises, notebook_namespace
+from tests.lessons import (
+    SOLVED_AND_UNTOUCHED,
+    grade_exercises,
+    judged_solutions_test,
+    notebook_namespace,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "06_host_and_ipu.ipynb"
@@ -25,7 +30,8 @@ CHECKS = {"06.1": ("check_stream_copy_cycles", "stream_copy_cycles"),
           "06.2": ("check_steps_per_call", "steps_per_call"),
           "06.3": ("check_infeed_loop", "build_loop"),
           "06.4": ("check_running_max", "build_running_max"),
-          "06.5": ("check_sgd", "build_sgd")}
+          "06.5": ("check_sgd", "build_sgd"),
+          "06.6": ("check_collatz", "build_collatz")}
 
 
 def failure(exercise: str, answer) -> str:
@@ -36,14 +42,22 @@ def failure(exercise: str, answer) -> str:
 
 def test_registered_with_points_and_doctest():
     assert {i: feedback.EXERCISES[i].points for i in CHECKS} == {
-        "06.1": 2, "06.2": 2, "06.3": 3, "06.4": 3, "06.5": 3}
+        "06.1": 2, "06.2": 2, "06.3": 3, "06.4": 3, "06.5": 3, "06.6": 3}
     assert doctest.testmod(lesson06).failed == 0
 
 
 @SOLVED_AND_UNTOUCHED
 def test_solutions_pass_and_untouched_exercises_score_zero(folder, status):
     rows = grade_exercises(lesson06, "06", NAME, CHECKS, folder, status)
-    assert sum(r.max_points for r in rows) == 13
+    assert sum(r.max_points for r in rows) == 16
+
+
+@pytest.fixture(scope="module")
+def solved():
+    return notebook_namespace("solutions", NAME)
+
+
+test_judged_on_fresh_seeds_the_solution_passes = judged_solutions_test(NAME, CHECKS)
 
 
 def test_a_check_shows_its_result(capsys):
@@ -69,9 +83,10 @@ def reference_stream_cycles(target, tile_bytes):
 
 def test_stream_copy_cases_exercise_both_limits():
     tile_limited = link_limited = 0
-    for version, tiles, floats, to_device in lesson06._stream_cases():
-        target, step = lesson06._stream_step(version, tiles, floats, to_device)
-        b = step.tile_bytes_in if to_device else step.tile_bytes_out
+    for case in lesson06._stream_cases(np.random.default_rng(0)):
+        target = lesson06._target(case["version"], case["tiles"])
+        b = case["tile_bytes"]
+        assert reference_stream_cycles(target, b) == case["_cycles"]
         link = math.ceil(int(b.sum()) / target.host_link_bytes_per_cycle)
         tile_limited += -(-int(b.max()) // 4) > link
         link_limited += link > -(-int(b.max()) // 4)
@@ -83,11 +98,14 @@ def test_stream_copy_wrong_answers_get_specific_feedback():
         return target.sync_cycles + -(-int(np.max(tile_bytes)) // 4)
 
     msg = failure("06.1", tiles_only)
-    assert "busiest tile's time alone" in msg and "PCIe link" in msg
+    assert "busiest tile's time alone" in msg and "host link" in msg
     assert msg.splitlines()[-1].startswith("hint 1 of 3: Two things carry the bytes")
     msg = failure("06.1", lambda t, b: reference_stream_cycles(t, b) - t.sync_cycles)
     assert "forget the sync (20 cycles)" in msg and "hint 2 of 3: A stream copy is one" in msg
     assert "expected a number" in failure("06.1", lambda t, b: "many")
+    msg = failure("06.1", lambda t, b: 1 / 0)
+    assert msg.startswith("a StreamCopy host -> IPU of 1,024 B on 4 tiles of 'ipu2' (at most "
+                          "1,024 B on one tile): your code raised ZeroDivisionError")
 
 
 @settings(max_examples=20, deadline=None)
@@ -135,6 +153,9 @@ def test_steps_per_call_wrong_answers_get_specific_feedback():
     assert "already keeps the device working" in msg and "the smallest such N" in msg
     msg = failure("06.2", lambda t, b, e: math.floor(e * t.host_sync_cycles / ((1 - e) * b)))
     assert "too small" in msg or "at least 1 step" in msg
+    # efficiency 0: any N will do, and the smallest is 1 (not max(0, ...) = 0)
+    msg = failure("06.2", lambda t, b, e: max(0, closed_form(t, b, e) if e else 0))
+    assert "efficiency 0.0: expected at least 1 step per Engine.run, got 0" in msg
     # a huge N is answered from the measured H and B, never run (10**8 steps: ~20 min)
     msg = failure("06.2", lambda t, b, e: 10**8)
     assert "N = 25 already keeps the device working 50.74%" in msg
@@ -272,7 +293,78 @@ def test_grader_cli_scores_the_solutions_in_a_fresh_process():
     out = subprocess.run([sys.executable, "-m", "ipukit.grade", str(ROOT / "solutions" / NAME),
                           "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     report = json.loads(out.stdout)
-    assert (report["lesson"], report["score"], report["max_score"]) == ("06", 13, 13)
+    assert (report["lesson"], report["score"], report["max_score"]) == ("06", 16, 16)
     assert [(e["id"], e["status"]) for e in report["exercises"]] == [
         (ex, "passed") for ex in CHECKS]
     assert report["errors"] == []
+
+
+# -- 06.6 -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("n, steps", [(1, 0), (2, 1), (6, 8), (7, 16), (27, 111), (97, 118)])
+def test_collatz_reference(n, steps):  # OEIS A006577: 0, 1, 7, 2, 5, 8, 16, 3, 19, ...
+    assert lesson06.collatz_steps(n) == steps
+
+
+def collatz(solved, do_while=False, swapped=False, no_reset=False, order=(0, 1, 2)):
+    """The solution to 06.6, with one mistake."""
+    IsOdd, Halve, TriplePlusOne, Count, NotOne = (  # noqa: N806 - the notebook's codelets
+        solved[k] for k in ("IsOdd", "Halve", "TriplePlusOne", "Count", "NotOne"))
+
+    def build(graph, start, steps_out):
+        n = graph.add_variable(ipu.UNSIGNED_INT, [], "n")
+        steps = graph.add_variable(ipu.UNSIGNED_INT, [], "steps")
+        odd = graph.add_variable(ipu.BOOL, [], "odd")
+        go = graph.add_variable(ipu.BOOL, [], "go")
+        zero = graph.add_constant(ipu.UNSIGNED_INT, [], 0, "zero")
+        for t in (n, steps, odd, go, zero):
+            graph.set_tile_mapping(t, 0)
+
+        def execute(codelet, fields):
+            cs = graph.add_compute_set(codelet.__name__)
+            graph.add_vertex(cs, codelet, fields, tile=0)
+            return ipu.Execute(cs)
+
+        init = ipu.Sequence(ipu.Copy(start, n)) if no_reset else ipu.Sequence(
+            ipu.Copy(start, n), ipu.Copy(zero, steps))
+        branches = [execute(TriplePlusOne, {"n": n}), execute(Halve, {"n": n})]
+        body = ipu.Sequence(execute(IsOdd, {"n": n, "odd": odd}),
+                            ipu.If(odd, *(branches[::-1] if swapped else branches)),
+                            execute(Count, {"steps": steps}))
+        cond = execute(NotOne, {"n": n, "go": go})
+        run = ipu.RepeatWhileTrue(cond, go, body)
+        if do_while:  # the body once before the first test
+            run = ipu.Sequence(body, ipu.RepeatWhileTrue(cond, go, body))
+        programs = [init, run, ipu.Copy(steps, steps_out)]
+        return [programs[i] for i in order]
+
+    return build
+
+
+def test_collatz_solution_and_mistakes(solved):
+    assert lesson06.check_collatz(collatz(solved)).passed
+    msg = failure("06.6", collatz(solved, do_while=True))
+    assert msg.startswith("start n = 1: engine.run(0), run(1), run(2) gave 3 steps, expected 0")
+    assert "runs cond first, and the body only while the predicate is true" in msg
+    msg = failure("06.6", collatz(solved, no_reset=True))  # 0 + 1 steps for n = 2, then:
+    assert "start n = 27 (loaded after [1, 2]): engine.run(0), run(1), run(2) gave 112 steps, "\
+        "expected 111 (27, 82, 41, 124, 62, 31, 94, 47, 142, ..., 1)" in msg
+    assert "adds the previous start's 1 steps: program 0 must set the counter to 0" in msg
+    msg = failure("06.6", collatz(solved, order=(0, 2, 1)))  # run(1) reads, run(2) loops
+    assert "start n = 2 (loaded after [1]): engine.run(0), run(1), run(2) gave 0 steps" in msg
+    msg = failure("06.6", collatz(solved, swapped=True))  # 3n + 1 for even n: no end
+    assert "your code raised ProgramError: RepeatWhileTrue ran" in msg
+    assert "predicate 'go' is still true" in msg
+    msg = failure("06.6", lambda graph, start, steps_out: [])
+    assert "return the list of three programs [init, run, read], got []" in msg
+
+
+def test_collatz_second_run_of_the_loop_must_not_count(solved):
+    ex = feedback.EXERCISES["06.6"]
+    cases = feedback.notebook_cases(ex)
+    outputs = feedback.run_trials(ex, cases, (collatz(solved),))
+    bad = [{"ok": [[first, first + 3] for first, _ in plain.decode(o["ok"])]}
+           for o in outputs]  # a forged trial: the second run(1) took 3 more steps
+    with pytest.raises(feedback.Wrong, match="start n = 1: running program 1 again once n is "
+                       "1, then program 2, gave 3 steps, expected still 0"):
+        feedback.judge(ex, bad, cases)
+

@@ -1,10 +1,17 @@
 """Lesson 07's checks: the solutions score full marks, the untouched exercises score zero
 ("not solved yet", no crash), and wrong answers get feedback that says what is wrong."""
 
+import itertools
+
+import numpy as np
 import pytest
 
 from ipukit.grading import feedback, lesson07
-from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises
+from tests.lessons import (
+    SOLVED_AND_UNTOUCHED,
+    grade_exercises,
+    judged_solutions_test,
+)
 
 NOTEBOOK = "07_sharding.ipynb"
 CHECKS = {"07.1": ("check_selection_order", "select_ipus"),
@@ -16,8 +23,10 @@ CHECKS = {"07.1": ("check_selection_order", "select_ipus"),
 @SOLVED_AND_UNTOUCHED
 def test_solutions_pass_and_untouched_exercises_are_not_solved(folder, status):
     rows = grade_exercises(lesson07, "07", NOTEBOOK, CHECKS, folder, status)
-    assert sum(r.max_points for r in rows) >= 7
+    assert sum(r.max_points for r in rows) == 10
 
+
+test_judged_on_fresh_seeds_the_solution_passes = judged_solutions_test(NOTEBOOK, CHECKS)
 
 
 def test_balance_feedback():
@@ -106,3 +115,77 @@ def test_time_split_reference_on_a_hand_case():
     assert lesson07.best_time_split(cycles, nbytes, 2, 100) == (50, [0, 1, 1, 1, 1, 1])
     assert lesson07.best_time_split(cycles, nbytes, 2, 7) == (80, [0, 0, 0, 0, 1, 1])
     assert lesson07.best_time_split(cycles, nbytes, 2, 5) == (None, None)
+
+
+def test_selection_on_16_ipus_is_tensorflows_documented_order():
+    # SelectionOrder's docstring (graphcore/tensorflow, tensorflow/python/ipu/config.py)
+    assert lesson07.TF_SELECTION_16["snake"][:8] == [0, 1, 3, 2, 4, 5, 7, 6]
+    assert lesson07.TF_SELECTION_16["hoof"][7:9] == [14, 15]
+    for order in ("snake", "hoof"):
+        got = lesson07.TF_SELECTION_16[order]
+        pairs = list(zip(got, got[1:])) + ([(got[-1], got[0])] if order == "hoof" else [])
+        assert all(p in lesson07.ladder_links(16) or p[::-1] in lesson07.ladder_links(16)
+                   for p in pairs)
+
+    def snake_from_ipu_1(order, n):  # a snake too, but not TensorFlow's: it starts at IPU 1
+        if order != "snake":
+            return _solution_selection(order, n)
+        return [a for j in range(0, n, 2) for a in ((j + 1, j) if j % 4 == 0 else (j, j + 1))]
+
+    r = lesson07.check_selection_order(snake_from_ipu_1)
+    assert "select_ipus('snake', 16): got [1, 0, 2, 3, 5, 4" in r.message
+    assert "which has the links, but TensorFlow documents SNAKE on 16 IPUs as [0, 1, 3, 2" \
+        in r.message
+
+
+def _solution_selection(order, n):
+    if order == "zigzag":
+        return list(range(n))
+    if order == "snake":
+        return [a for j in range(0, n, 2) for a in ((j, j + 1) if j % 4 == 0 else (j + 1, j))]
+    return list(range(0, n, 2)) + list(range(n - 1, 0, -2))
+
+
+def _with_empty_groups(layer_bytes, num_ipus):
+    """07.2 with cut positions from 0 (an empty first group allowed): the first best split
+    found may leave IPU 0 empty."""
+    n, best = len(layer_bytes), None
+    for cuts in itertools.combinations(range(0, n), num_ipus - 1):
+        edges = (0, *cuts, n)
+        fullest = max(sum(layer_bytes[a:b]) for a, b in zip(edges, edges[1:]))
+        if best is None or fullest < best[0]:
+            best = (fullest, edges)
+    return [q for q, (a, b) in enumerate(zip(best[1], best[1][1:])) for _ in range(a, b)]
+
+
+def test_an_empty_ipu_fails_on_a_dominant_layer():
+    r = lesson07.check_balance(_with_empty_groups)
+    assert r.status == "failed"
+    assert "layer_bytes=[50, 1, 1, 1], num_ipus=3: got [1, 2, 2, 2]; the layers form a chain" \
+        in r.message
+
+    def time_with_empty_groups(cycles, nbytes, q, cap):  # 07.4's solution, cuts from 0
+        n, best = len(cycles), None
+        for cuts in itertools.combinations(range(0, n), q - 1):
+            edges = list(zip((0, *cuts), (*cuts, n)))
+            if max(sum(nbytes[a:b]) for a, b in edges) > cap:
+                continue
+            slowest = max(sum(cycles[a:b]) for a, b in edges)
+            if best is None or slowest < best[0]:
+                best = (slowest, [k for k, (a, b) in enumerate(edges) for _ in range(a, b)])
+        return None if best is None else best[1]
+
+    r = lesson07.check_time_split(time_with_empty_groups)
+    assert r.status == "failed"
+    assert "split_stages(layer_cycles=[100, 1, 1, 1], layer_bytes=[1, 1, 1, 1], num_ipus=3, " \
+        "bytes_per_ipu=10): got [1, 2, 2, 2]; stages are consecutive layers" in r.message
+
+
+def test_sharded_cycles_cases_include_one_stage_and_random_models():
+    cases = lesson07._sharded_cases(np.random.default_rng(3))
+    assert [len(c["fwd"]) for c in cases][:4] == [4, 3, 5, 1]
+    one = cases[3]  # one stage: its F and B share the one step of each micro-batch
+    assert one["_expected"] == one["g"] * (one["fwd"][0] + one["bwd"][0] + one["sync"])
+    r = lesson07.check_sharded_cycles(lambda f, b, lf, lb, s, g: 1 / 0)
+    assert r.message.startswith("4 stage(s), gradient_accumulation=2: fwd=[50208.0, ")
+    assert "your code raised ZeroDivisionError" in r.message

@@ -3,13 +3,14 @@ private helpers)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import numpy as np
 
 import ipukit as ipu
 
-from .feedback import Wrong, as_int, library_error
+from .feedback import Wrong, _not_implemented, as_int, library_error
 
 
 def device(tiles: int, num_ipus: int = 1):
@@ -111,3 +112,39 @@ def elements_of(view, tensor) -> np.ndarray:
     order = np.argsort(base, kind="stable")
     found = order[np.searchsorted(base, view_idx, sorter=order).clip(0, base.size - 1)]
     return np.where(base[found] == view_idx, found, -1).astype(np.int64)
+
+
+# -- judged checks: reading what a trial returned (the judge's side) -------------------------
+
+def output_array(value, shape, what: str) -> np.ndarray:
+    """A trial's output as a float64 array of ``shape`` (None: any shape), or Wrong saying
+    what came back (the judge never trusts what the kernel sent: a malformed value only
+    fails)."""
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise Wrong(f"{what}: expected numbers, got {value!r}"[:300]) from None
+    if shape is not None and array.shape != tuple(shape):
+        raise Wrong(f"{what}: expected shape {tuple(shape)}, got {array.shape}")
+    return array
+
+
+def output_field(output, key: str, what: str):
+    """``output[key]`` of a trial's dict output, or Wrong."""
+    if not isinstance(output, dict) or key not in output:
+        raise Wrong(f"{what}: the trial gave no {key!r}")
+    return output[key]
+
+
+@contextlib.contextmanager
+def naming(what: str):
+    """Run learner code in a trial so that an error names the case: ``what: your code
+    raised ...`` (a ``raise NotImplementedError`` stub still counts as not solved)."""
+    try:
+        yield
+    except Wrong:
+        raise
+    except Exception as exc:  # the learner's code raised
+        if _not_implemented(exc) is not None:
+            raise
+        raise Wrong(f"{what}: your code raised {type(exc).__name__}: {exc}") from None

@@ -422,7 +422,10 @@ def judge(ex: Exercise, outputs: list, cases: list[dict]):
         kind, value = next(iter(out.items()))
         if kind == "ok":
             decoded.append(plain.decode(value))
-        elif kind == "not_solved":
+            continue
+        if decoded:  # a wrong answer to an earlier case is the first failing case
+            ex.verdict(cases[:len(decoded)], decoded)
+        if kind == "not_solved":
             raise NotImplementedError(str(value))
         elif kind == "raised":
             raise Wrong(f"your code raised {value}")

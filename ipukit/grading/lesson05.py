@@ -1,11 +1,13 @@
 """The ``check_*`` functions of lesson 05: PopLibs and profiling.
 
-The references are measured, not recomputed from the learner's formula: 05.1 compiles a
-real ``popops.add`` and reads each tile's compute cycles from the step; 05.2 uses
-Graphcore's integer cost function of tut6 (``estimateCycles`` in ``tut6.cpp``, whose
-10000×1000 numbers are in Graphcore's tests: split 7 on Mk2, total 3996); 05.3 measures
-the learner's reduction against ``popops.reduce``'s cycles; 05.4 reads
-the Trace of programs built from PopLibs ops.
+Every check is judged (:func:`ipukit.grading.feedback.exercise`): the judge draws the
+cases and works out the expected answers with the kit's own code; the learner's kernel
+only runs the learner's functions on them. 05.1 compiles a real ``popops.add`` and reads
+each tile's compute cycles from the step; 05.2 uses Graphcore's integer cost function of
+tut6 (``estimateCycles`` in ``tut6.cpp``, whose 10000×1000 numbers are in Graphcore's
+tests: split 7 on Mk2, total 3996); 05.3 and 05.5 compare the learner's graph's outputs
+with NumPy (their cycles, measured in the kernel, earn only the star); 05.4 reads the
+Trace of programs built from PopLibs ops.
 
 >>> from ipukit.grading import lesson05
 >>> r = lesson05.check_split_cost(lambda target, rows, cols, split: {}, show=False)
@@ -21,6 +23,7 @@ import ipukit as ipu
 from ipukit.poplibs import poplin, popnn, popops, poputil
 from ipukit.poplibs.expr import Exp, Log, _1, _2, _3
 
+from .common import naming, output_array, output_field
 from .feedback import Cost, Wrong, as_int, as_ints, exercise, first_mismatch, library_error
 
 
@@ -32,8 +35,8 @@ def _target(tiles: int | None = None, version: str = "ipu2"):
 
 
 def _compiled_add(elements_per_tile):
-    """``popops.add(a, b)`` with both operands holding ``elements_per_tile[t]`` on tile t:
-    the graph and its compiled compute step."""
+    """``popops.add(a, b)`` with both operands holding ``elements_per_tile[t]`` on tile t
+    (one contiguous run per tile): the graph and its compiled compute step."""
     target = _target(len(elements_per_tile))
     g = ipu.Graph(target)
     n = sum(elements_per_tile)
@@ -49,40 +52,58 @@ def _compiled_add(elements_per_tile):
 
 
 def _vertex_sizes(g, tile: int) -> list[int]:
-    """Elements written by each worker on ``tile``: popops.add's one vertex there is a
-    MultiVertex whose workers take ``split_regions(e, 2, 6)`` pieces."""
+    """Elements written by each worker on ``tile``: with one contiguous run per tile, the
+    kit's popops.add puts one MultiVertex there whose workers take ``split_regions(e, 2,
+    6)`` pieces (kit convention)."""
     return [e - b for fields in g.vertex_fields(tile)
             for b, e in poputil.split_regions(fields["out"], 2, 6)]
 
 
-def _add_cases():
-    yield [13, 0, 1, 2]
-    yield [100, 7, 12, 6]
-    yield [1, 2, 3, 4, 5]
-    yield [0, 0, 0, 64]
-    rng = np.random.default_rng(51)
-    yield [int(c) for c in rng.integers(0, 200, 6)]
+def _add_cases(rng) -> list[dict]:
+    """Elements per tile: an odd count, empty tiles, fewer grains than workers, uneven
+    pieces; then random ones (the judge compiles the real popops.add for each)."""
+    found = [[13, 0, 1, 2], [100, 7, 12, 6], [1, 2, 3, 4, 5], [0, 0, 0, 64], [25, 24, 11, 2]]
+    found.append([int(c) for c in rng.integers(0, 200, 6)])
+    found.append([int(c) for c in rng.integers(1, 40, int(rng.integers(2, 9)))])
+    cases = []
+    for counts in found:
+        g, step = _compiled_add(counts)
+        cases.append({"elements_per_tile": counts,
+                      "_cycles": [int(c) for c in step.tile_compute_cycles],
+                      "_sizes": [_vertex_sizes(g, t) for t in range(len(counts))]})
+    return cases
+
+
+def _add_what(case) -> str:
+    return f"add_compute_cycles({case['elements_per_tile']})"
+
+
+def _add_trial(case, add_compute_cycles):
+    counts, what = case["elements_per_tile"], _add_what(case)
+    with naming(what):
+        got = add_compute_cycles(list(counts))
+    return as_ints(got, len(counts), what)
 
 
 @exercise("05.1", "the compute cycles of popops.add", points=2, hints=(
-    "popops.add puts one vertex on a tile (a MultiVertex): how do the tile's workers "
-    "share its elements?",
-    "popops cuts a tile's elements into at most 6 pieces of whole grains (2 floats): "
-    "poputil.split_regions gives them. Each piece goes to its own worker, which reads two "
-    "elements and writes one per element of its piece.",
+    "Here every tile holds one contiguous run of a and b, and popops.add puts one vertex "
+    "there (a MultiVertex): how do the tile's workers share its elements?",
+    "The kit's popops cuts a tile's run into at most 6 pieces of whole grains (2 floats), "
+    "one per worker: poputil.split_regions gives them. A worker's piece costs the default "
+    "estimate (kit convention: 10 cycles plus one per element read or written), and the "
+    "add reads two elements and writes one per element of its piece.",
     "For e elements: pieces = poputil.split_regions(e, 2, 6); a piece of s elements "
-    "costs 10 + 3*s; the tile takes 6 x the largest piece's cost (0 for no pieces)."))
-def check_add_cycles(add_compute_cycles):
+    "costs 10 + 3*s; the tile takes 6 x the largest piece's cost (0 for no pieces)."),
+    answers=("add_compute_cycles",), cases=_add_cases, trial=_add_trial)
+def check_add_cycles(cases, outputs):
     """Exercise 05.1: ``add_compute_cycles(elements_per_tile)`` → the compute cycles of
     every tile in the compute set of ``popops.add(a, b)``."""
-
-    for counts in _add_cases():
-        g, step = _compiled_add(counts)
-        what = f"add_compute_cycles({counts})"
-        got = as_ints(add_compute_cycles(list(counts)), len(counts), what)
-        for tile, (want, mine) in enumerate(zip(step.tile_compute_cycles.tolist(), got)):
+    for case, got in zip(cases, outputs):
+        counts, what = case["elements_per_tile"], _add_what(case)
+        got = as_ints(got, len(counts), what)
+        for tile, (want, mine) in enumerate(zip(case["_cycles"], got)):
             if want != mine:
-                sizes = _vertex_sizes(g, tile)
+                sizes = case["_sizes"][tile]
                 raise Wrong(f"{what}: tile {tile} holds {counts[tile]} elements of a and b; "
                             f"popops.add's vertex there has {len(sizes)} workers writing "
                             f"{sizes} elements, so its compute phase takes {want} cycles; "
@@ -124,44 +145,57 @@ def split_costs(target, rows: int, cols: int, split: int) -> dict:
     }
 
 
-def _split_cases():
-    mk2, mk1, small = _target(), _target(version="ipu1"), _target(4)
-    yield mk2, 10000, 1000, 7  # Graphcore's tests: 3696 + 143 + 49 + 108 = 3996
-    yield mk1, 10000, 1000, 5  # the old README: 4410 + 200 + 45 + 96 = 4751
-    yield mk2, 10000, 1000, 999  # the worst split, 53807
-    yield mk2, 40, 50, 5
-    yield mk2, 1000, 100, 8
-    yield mk1, 1000, 100, 3
-    yield small, 30, 17, 4
-    yield small, 7, 100, 33
+def _split_cases(rng) -> list[dict]:
+    """Graphcore's published cases, the worst split, small targets (fewer vertices than
+    workers, one row: a dot product), then random ones."""
+    found = [("ipu2", None, 10000, 1000, 7),  # Graphcore's tests: 3696 + 143 + 49 + 108
+             ("ipu1", None, 10000, 1000, 5),  # the old README: 4410 + 200 + 45 + 96
+             ("ipu2", None, 10000, 1000, 999),  # the worst split, 53807
+             ("ipu2", None, 40, 50, 5), ("ipu2", None, 1000, 100, 8),
+             ("ipu1", None, 1000, 100, 3), ("ipu2", 4, 30, 17, 4), ("ipu2", 4, 7, 100, 33),
+             ("ipu2", 4, 1, 100, 3)]
+    for _ in range(2):
+        cols = int(rng.integers(2, 400))
+        found.append((str(rng.choice(["ipu1", "ipu2"])), int(rng.choice([4, 16, 64, 1216])),
+                      int(rng.integers(1, 5000)), cols, int(rng.integers(1, cols))))
+    return [{"version": v, "tiles": t, "rows": r, "cols": c, "split": s,
+             "_want": split_costs(_target(t, v), r, c, s)} for v, t, r, c, s in found]
 
 
-def _tname(target) -> str:
-    return f"{target.version} ({target.num_tiles} tiles)"
+def _split_what(case) -> str:
+    target = _target(case["tiles"], case["version"])
+    return (f"split_cost({target.version} ({target.num_tiles} tiles), rows={case['rows']}, "
+            f"cols={case['cols']}, split={case['split']})")
+
+
+def _split_trial(case, split_cost):
+    target, what = _target(case["tiles"], case["version"]), _split_what(case)
+    with naming(what):
+        got = split_cost(target, case["rows"], case["cols"], case["split"])
+    if not isinstance(got, dict) or set(COST_KEYS) - set(got):
+        raise Wrong(f"{what}: return a dict with the keys {list(COST_KEYS)}, "
+                    f"got {got!r}")
+    return {key: got[key] for key in COST_KEYS}
 
 
 @exercise("05.2", "tut6's integer cost of a split", points=2, hints=(
     "The C++ works in unsigned integers: which of your divisions round, and which way?",
     "ceil_div(a, b) = (a + b - 1) // b wherever the formula says ⌈a/b⌉, and // for every "
     "other division, exactly in the order the formula gives (integer division does not "
-    "commute with multiplication).",
+    "commute with multiplication). Both max(…, 1) matter when there are fewer rows than "
+    "tiles.",
     "maxV = max(ceil(R*split/T), 1); compute = ceil(maxV/W)*W*(5 + (ceil(C/split) + 1)//2); "
     "exchange = ceil(maxV/R)*ceil(C/split)*4//X; maxR = max(ceil(R/T), 1): reduce exchange "
-    "= maxR*split*4//X, reduce compute = ceil(maxR/W)*W*(5 + (split+1)//2)."))
-def check_split_cost(split_cost):
+    "= maxR*split*4//X, reduce compute = ceil(maxR/W)*W*(5 + (split+1)//2)."),
+    answers=("split_cost",), cases=_split_cases, trial=_split_trial)
+def check_split_cost(cases, outputs):
     """Exercise 05.2: ``split_cost(target, rows, cols, split)`` → dict with the four parts
     of Graphcore's estimate: compute, exchange, reduce_exchange, reduce_compute."""
-
-    for target, rows, cols, split in _split_cases():
-        what = f"split_cost({_tname(target)}, rows={rows}, cols={cols}, split={split})"
-        got = split_cost(target, rows, cols, split)
-        if not isinstance(got, dict) or set(COST_KEYS) - set(got):
-            raise Wrong(f"{what}: return a dict with the keys {list(COST_KEYS)}, got "
-                        f"{got!r}")
-        want = split_costs(target, rows, cols, split)
+    for case, got in zip(cases, outputs):
+        what, want = _split_what(case), case["_want"]
         for key in COST_KEYS:
-            value = got[key]
-            if isinstance(value, float | np.floating) and value != int(value):
+            value = output_field(got, key, what)
+            if isinstance(value, float) and not value.is_integer():
                 raise Wrong(f"{what}: {key} = {value!r} is not a whole number. Graphcore's "
                             "estimate uses unsigned integer arithmetic: round divisions "
                             "up with ceil_div or down with //, as the C++ does.")
@@ -198,52 +232,89 @@ def _device_cycles(eng) -> int:
     return sum(s.cycles for s in eng.trace.executed_steps() if s.kind != "host")
 
 
+def _run_ops(case, build, shape, what):
+    """``build(graph, x, prog)`` on the case's x ([rows, cols] mapped linearly over its
+    tiles), run: (the returned tensor's values, the device cycles). Wrong for a result that
+    is not a tensor of ``shape``, or a graph that does not compile (the trial's side)."""
+    dev, g, x = _reduce_graph(case["rows"], case["cols"], case["tiles"])
+    prog = ipu.Sequence()
+    with naming(what):
+        out = build(g, x, prog)
+    if not isinstance(out, ipu.Tensor) or tuple(out.shape) != tuple(shape):
+        raise Wrong(f"{what}: return a tensor of shape {list(shape)}, got {out!r}")
+    g.create_host_read("out", out)
+    try:
+        eng = ipu.Engine(g, prog)
+    except ipu.IpuError as exc:
+        raise Wrong(library_error(f"{what}: your graph does not compile", exc)) from None
+    eng.load(dev)
+    eng.write_tensor("x", np.asarray(case["x"], np.float32))
+    with naming(what), np.errstate(all="ignore"):
+        eng.run()
+    return eng.read_tensor("out"), _device_cycles(eng)
+
+
+def _reference_cycles(rows, cols, tiles, build) -> int:
+    """The device cycles of the reference ``build(graph, x, prog)`` (the budget)."""
+    dev, g, x = _reduce_graph(rows, cols, tiles)
+    prog = ipu.Sequence()
+    build(g, x, prog)
+    eng = ipu.Engine(g, prog)
+    eng.load(dev)
+    eng.run()
+    return _device_cycles(eng)
+
+
+def _popops_row_sums(g, x, prog):
+    return popops.reduce(g, x, [1], popops.Operation.ADD, prog, "reference")
+
+
+def _reduce_cases(rng) -> list[dict]:
+    """Rows spread over tiles, rows within a tile, one row, uneven sizes; then a random
+    shape. The budget: the cycles of popops.reduce on the same tensor."""
+    shapes = [(6, 100, 4), (3, 50, 8), (10, 7, 5), (1, 64, 4), (7, 13, 6),
+              (int(rng.integers(1, 12)), int(rng.integers(1, 80)), int(rng.integers(2, 9)))]
+    return [{"rows": r, "cols": c, "tiles": t,
+             "x": rng.normal(size=(r, c)).astype(np.float32),
+             "_budget": _reference_cycles(r, c, t, _popops_row_sums)} for r, c, t in shapes]
+
+
+def _reduce_what(case) -> str:
+    return f"reduce_rows: x of shape [{case['rows']}, {case['cols']}] on {case['tiles']} tiles"
+
+
+def _reduce_trial(case, reduce_rows):
+    out, cycles = _run_ops(case, reduce_rows, [case["rows"]], _reduce_what(case))
+    return {"out": out, "cycles": cycles}
+
+
 @exercise("05.3", "a row sum built like popops.reduce", points=3, budget="cycles", hints=(
     "A row of x may be spread over several tiles. Sum what each tile holds where it "
     "lives first; only then bring the few partial results together.",
-    "Two compute sets, as popops.reduce builds them: partial sums of each (row, tile) "
-    "piece on its tile, into a partials tensor mapped there; then one vertex per row "
-    "adds that row's partials. A row that lives on one tile needs no second stage.",
+    "Work in stages, as PopLibs' reduce does: partial sums of each (row, tile) piece on its "
+    "tile, into a partials tensor mapped there; then a vertex per row adds that row's "
+    "partials. A row that lives on one tile needs no second stage.",
     "Walk graph.get_tile_mapping(x) (flat runs per tile), cut each run at row boundaries "
     "(row = flat index // cols), add a vertex per piece; map out[row] to the tile of its "
-    "first piece; return out after adding Execute(first) and Execute(second) to prog."))
-def check_reduce_rows(reduce_rows):
+    "first piece; return out after adding Execute(first) and Execute(second) to prog."),
+    answers=("reduce_rows",), cases=_reduce_cases, trial=_reduce_trial)
+def check_reduce_rows(cases, outputs):
     """Exercise 05.3: ``reduce_rows(graph, x, prog)`` adds to ``prog`` what computes
     out = x.sum(axis=1) for a 2-D ``x`` mapped linearly over the tiles, and returns
     ``out``. Budget: the cycles of ``popops.reduce(graph, x, [1], ADD, prog)``."""
-    rng = np.random.default_rng(503)
     used = budget = 0
-    for rows, cols, tiles in [(6, 100, 4), (3, 50, 8), (10, 7, 5), (1, 64, 4), (7, 13, 6)]:
-        what = f"x of shape [{rows}, {cols}] on {tiles} tiles"
-        xv = rng.normal(size=(rows, cols)).astype(np.float32)
-        dev, g, x = _reduce_graph(rows, cols, tiles)
-        prog = ipu.Sequence()
-        out = reduce_rows(g, x, prog)
-        if not isinstance(out, ipu.Tensor) or tuple(out.shape) != (rows,):
-            raise Wrong(f"{what}: return the tensor of the {rows} row sums, got {out!r}")
-        g.create_host_read("out", out)
-        try:
-            eng = ipu.Engine(g, prog)
-        except ipu.IpuError as exc:
-            raise Wrong(library_error(f"{what}: your graph does not compile", exc)) from None
-        eng.load(dev)
-        eng.write_tensor("x", xv)
-        eng.run()
-        got, want = eng.read_tensor("out"), xv.sum(axis=1)
+    for case, got in zip(cases, outputs):
+        what, xv = _reduce_what(case), np.asarray(case["x"], np.float64)
+        rows, cols = xv.shape
+        out = output_array(output_field(got, "out", what), [rows], f"{what}: out")
         columns = xv.sum(axis=0)
-        if rows > 1 and cols >= rows and np.allclose(got, columns[:rows], rtol=1e-4,
+        if rows > 1 and cols >= rows and np.allclose(out, columns[:rows], rtol=1e-4,
                                                       atol=1e-4):
             raise Wrong(f"{what}: out holds column sums; sum each row (axis 1)")
-        first_mismatch(want, got, f"{what}: out", rtol=1e-4, atol=1e-4)
-        used += _device_cycles(eng)
-        dev2, g2, x2 = _reduce_graph(rows, cols, tiles)
-        prog2 = ipu.Sequence()
-        popops.reduce(g2, x2, [1], popops.Operation.ADD, prog2, "reference")
-        ref = ipu.Engine(g2, prog2)
-        ref.load(dev2)
-        ref.run()
-        budget += _device_cycles(ref)
-    return Cost(used, budget, "cycle")
+        first_mismatch(xv.sum(axis=1), out, f"{what}: out", rtol=1e-4, atol=1e-4)
+        used += as_int(output_field(got, "cycles", what), f"{what}: cycles")
+        budget += case["_budget"]
+    return Cost(used, budget, "cycle")  # cycles measured in the kernel: the star only
 
 
 # -- 05.4: read a profile ------------------------------------------------------------------
@@ -264,29 +335,29 @@ def _mlp_trace():
     return _run(g, prog, target)
 
 
-def _repeat_trace():
-    """A big compute set once, and a small one 40 times: executions count."""
+def _repeat_trace(big: int = 2048, repeats: int = 40):
+    """A big compute set once, and a small one ``repeats`` times: executions count."""
     target = _target(4)
     g = ipu.Graph(target)
-    big = g.add_variable(ipu.FLOAT, [2048], "big")
+    large = g.add_variable(ipu.FLOAT, [big], "big")
     small = g.add_variable(ipu.FLOAT, [48], "small")
-    poputil.map_tensor_linearly(g, big)
+    poputil.map_tensor_linearly(g, large)
     g.set_tile_mapping(small, 2)
     prog, loop = ipu.Sequence(), ipu.Sequence()
-    popops.exp(g, big, prog, "exp big")
+    popops.exp(g, large, prog, "exp big")
     popops.map(g, _1 * 0.5, [small], loop, "halve small", inplace=True)
-    prog.add(ipu.Repeat(40, loop))
+    prog.add(ipu.Repeat(repeats, loop))
     return _run(g, prog, target)
 
 
-def _gather_trace():
-    """a + b with b all on tile 0: the exchange dominates, tile 0 sends the most."""
+def _gather_trace(tile: int = 0):
+    """a + b with b all on one tile: the exchange dominates, that tile sends the most."""
     target = _target(8)
     g = ipu.Graph(target)
     a = g.add_variable(ipu.FLOAT, [1024], "a")
     b = g.add_variable(ipu.FLOAT, [1024], "b")
     poputil.map_tensor_linearly(g, a)
-    g.set_tile_mapping(b, 0)
+    g.set_tile_mapping(b, tile)
     prog = ipu.Sequence()
     popops.add(g, a, b, prog, "a + b")
     popops.reduce(g, a, [0], popops.Operation.MAX, prog, "max a")
@@ -326,6 +397,36 @@ PROFILES = {"a matmul, ReLU and softmax": _mlp_trace,
             "a big map once and a small one 40 times": _repeat_trace,
             "a + b with b on tile 0, then a reduce": _gather_trace,
             "streams around a matmul": _streamed_trace}
+#: The profile builders a case names (with its parameters).
+_MAKERS = {"mlp": _mlp_trace, "repeat": _repeat_trace, "gather": _gather_trace,
+           "streams": _streamed_trace}
+
+
+def _profile_cases(rng) -> list[dict]:
+    """The four profiles of the lesson, then a loop whose count decides the answer and a
+    gather from a random tile (the judge rebuilds each trace for its verdict)."""
+    found = [{"maker": m, "params": {}, "what": w} for m, w in zip(_MAKERS, PROFILES)]
+    big, repeats = int(rng.choice([1024, 2048, 4096])), int(rng.integers(2, 21))
+    found.append({"maker": "repeat", "params": {"big": big, "repeats": repeats},
+                  "what": f"a map of {big} elements once and a small one {repeats} times"})
+    tile = int(rng.integers(1, 8))
+    found.append({"maker": "gather", "params": {"tile": tile},
+                  "what": f"a + b with b on tile {tile}, then a reduce"})
+    return found
+
+
+def _profile(case):
+    return _MAKERS[case["maker"]](**case["params"])
+
+
+def _bottleneck_trial(case, bottleneck):
+    trace, what = _profile(case), f"profile of {case['what']}"
+    with naming(what):
+        got = bottleneck(trace)
+    if not isinstance(got, dict) or {"compute_set", "phase", "tile"} - set(got):
+        raise Wrong(f"{what}: return a dict with the keys 'compute_set', "
+                    f"'phase' and 'tile', got {got!r}")
+    return {key: got[key] for key in ("compute_set", "phase", "tile")}
 
 
 def bottleneck_reference(trace) -> dict:
@@ -359,25 +460,20 @@ def _step_named(trace, name):
     "and one tile sets that phase's length.",
     "Keep steps with kind == 'compute'; take the max of executions * cycles; compare "
     "exchange_cycles with compute_cycles; the tile is the argmax of "
-    "step.tile_exchange_cycles(trace.target) or of step.tile_compute_cycles."))
-def check_bottleneck(bottleneck):
+    "step.tile_exchange_cycles(trace.target) or of step.tile_compute_cycles."),
+    answers=("bottleneck",), cases=_profile_cases, trial=_bottleneck_trial)
+def check_bottleneck(cases, outputs):
     """Exercise 05.4: ``bottleneck(trace)`` → ``{"compute_set": name, "phase": "exchange"
     or "compute", "tile": the tile that sets that phase}``: the compute set that takes the
     most cycles over the whole run."""
-
-    for what, make in PROFILES.items():
-        trace = make()
-        ref = bottleneck_reference(trace)
-        got = bottleneck(trace)
-        if not isinstance(got, dict) or {"compute_set", "phase", "tile"} - set(got):
-            raise Wrong(f"return a dict with the keys 'compute_set', 'phase' and 'tile', "
-                        f"got {got!r}")
-        _check_bottleneck(trace, ref, got, f"profile of {what}")
+    for case, got in zip(cases, outputs):
+        trace = _profile(case)
+        _check_bottleneck(trace, bottleneck_reference(trace), got, f"profile of {case['what']}")
 
 
 def _check_bottleneck(trace, ref, got, what):
-    name = got["compute_set"]
-    if name not in ref["phases"]:
+    name = output_field(got, "compute_set", what)
+    if not isinstance(name, str) or name not in ref["phases"]:
         best = next(iter(ref["phases"]))
         i = _step_named(trace, best)
         n = int(trace.executions()[i])
@@ -393,14 +489,13 @@ def _check_bottleneck(trace, ref, got, what):
         raise Wrong(f"{what}: the costliest compute set is {best!r} ({n} execution(s), "
                     f"{ref['top']:,} cycles in all), you named {name!r}.{why}")
     step = trace.steps[_step_named(trace, name)]
-    if got["phase"] not in ref["phases"][name]:
+    phase = output_field(got, "phase", what)
+    if not isinstance(phase, str) or phase not in ref["phases"][name]:
         raise Wrong(f"{what}: {name!r} spends {step.exchange_cycles:,} cycles in exchange and "
                     f"{step.compute_cycles:,} in compute (sync {step.sync_cycles}), so its "
-                    f"phase is {' or '.join(sorted(ref['phases'][name]))}, not "
-                    f"{got['phase']!r}")
-    phase = got["phase"]
+                    f"phase is {' or '.join(sorted(ref['phases'][name]))}, not {phase!r}")
     tiles = ref["tiles"][name, phase]
-    tile = as_int(got["tile"], f"{what}: tile")
+    tile = as_int(output_field(got, "tile", what), f"{what}: tile")
     per_tile = (step.tile_exchange_cycles(trace.target) if phase == "exchange"
                 else step.tile_compute_cycles)
     if tile not in tiles:
@@ -420,53 +515,71 @@ def _log_softmax_reference_prog(g, x, prog):
     return popops.map(g, _1 - _2 - Log(_3), [x, m, s], prog, "log softmax")
 
 
+def _softmax_cases(rng) -> list[dict]:
+    """Small and large values, rows of very different scales in one tensor (one shift for
+    the whole tensor overflows), rows like [0, 200] (a shift by the mean overflows), then
+    a random tensor of mixed row scales. The budget: the reference's four popops ops."""
+    mixed = rng.normal(size=(4, 12)) * np.array([[1], [1], [5], [60]]) + np.array(
+        [[0], [1000], [-800], [0]])
+    scales = np.exp(rng.uniform(np.log(0.1), np.log(500), (5, 1)))
+    found = [(4, rng.normal(size=(4, 30))), (8, 1000 + 3 * rng.normal(size=(3, 17))),
+             (5, rng.normal(scale=40, size=(5, 8))), (4, mixed),
+             (3, np.array([[0.0, 200.0], [200.0, 0.0], [-5.0, 5.0]])),
+             (int(rng.integers(2, 9)), scales * rng.normal(size=(5, int(rng.integers(2, 40))))
+              + rng.uniform(-300, 300, (5, 1)))]
+    cases = []
+    for tiles, data in found:
+        rows, cols = data.shape
+        cases.append({"rows": rows, "cols": cols, "tiles": tiles,
+                      "x": data.astype(np.float32),
+                      "_budget": _reference_cycles(rows, cols, tiles,
+                                                   _log_softmax_reference_prog)})
+    return cases
+
+
+def _softmax_what(case) -> str:
+    x = np.asarray(case["x"])
+    return (f"log_softmax: x of shape [{case['rows']}, {case['cols']}] (row maxima "
+            f"{np.array2string(x.max(axis=1), precision=0)})")
+
+
+def _softmax_trial(case, log_softmax):
+    out, cycles = _run_ops(case, log_softmax, [case["rows"], case["cols"]],
+                           _softmax_what(case))
+    return {"out": out, "cycles": cycles}
+
+
 @exercise("05.5", "a log-softmax op from popops ops", points=3, budget="cycles", hints=(
-    "Try a row like [1000, 1001, 1002]: does your op still give finite numbers?",
+    "Try a row like [1000, 1001, 1002], and one like [0, 200]: does your op still give "
+    "finite numbers?",
     "log_softmax(x) = x - c - log(sum(exp(x - c))) for any constant c per row; the row "
-    "maximum keeps every exponent ≤ 0. Reductions run along dims [1]; their [rows] "
-    "results reshape to [rows, 1] to broadcast against x in popops.map.",
+    "maximum keeps every exponent ≤ 0 (one constant for the whole tensor does not, when "
+    "rows differ in scale). Reductions run along dims [1]; their [rows] results reshape "
+    "to [rows, 1] to broadcast against x in popops.map.",
     "m = popops.reduce(graph, x, [1], MAX, prog).reshape([rows, 1]); e = popops.map(exp(x "
     "- m)); s = popops.reduce(e, [1], ADD).reshape([rows, 1]); return popops.map(x - m - "
-    "log(s)) (or look at popops.Operation.LOG_ADD)."))
-def check_log_softmax(log_softmax):
+    "log(s)) (or look at popops.Operation.LOG_ADD)."),
+    answers=("log_softmax",), cases=_softmax_cases, trial=_softmax_trial)
+def check_log_softmax(cases, outputs):
     """Exercise 05.5: ``log_softmax(graph, x, prog)`` adds popops ops to ``prog`` and
     returns the tensor log_softmax(x) along each row of the 2-D ``x``. Budget: the cycles
     of four popops ops (max, exp, sum, subtract and log)."""
-    rng = np.random.default_rng(505)
     used = budget = 0
-    cases = [(4, 30, 4, rng.normal(size=(4, 30))),
-             (3, 17, 8, 1000 + 3 * rng.normal(size=(3, 17))),
-             (5, 8, 5, rng.normal(scale=40, size=(5, 8)))]
-    for rows, cols, tiles, data in cases:
-        xv = data.astype(np.float32)
-        what = f"x of shape [{rows}, {cols}] (values up to {float(np.abs(xv).max()):.0f})"
-        cycles = []
-        for mine in (True, False):
-            dev, g, x = _reduce_graph(rows, cols, tiles)
-            prog = ipu.Sequence()
-            out = log_softmax(g, x, prog) if mine else _log_softmax_reference_prog(g, x, prog)
-            if not isinstance(out, ipu.Tensor) or tuple(out.shape) != (rows, cols):
-                raise Wrong(f"{what}: return a tensor of shape [{rows}, {cols}], got {out!r}")
-            g.create_host_read("out", out)
-            try:
-                eng = ipu.Engine(g, prog)
-            except ipu.IpuError as exc:
-                raise Wrong(library_error(f"{what}: your program does not compile", exc)) \
-                    from None
-            eng.load(dev)
-            eng.write_tensor("x", xv)
-            with np.errstate(all="ignore"):
-                eng.run()
-            cycles.append(_device_cycles(eng))
-            if mine:
-                got = eng.read_tensor("out")
-                z = xv.astype(np.float64) - xv.max(axis=1, keepdims=True)
-                want = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-                if not np.isfinite(got).all():
-                    raise Wrong(f"{what}: your output holds inf or nan "
-                                f"({int((~np.isfinite(got)).sum())} elements)")
-                if np.allclose(got, np.exp(want), rtol=1e-3, atol=1e-5):
-                    raise Wrong(f"{what}: that is softmax; take its logarithm")
-                first_mismatch(want, got, f"{what}: out", rtol=1e-4, atol=1e-4)
-        used, budget = used + cycles[0], budget + cycles[1]
-    return Cost(used, budget, "cycle")
+    for case, got in zip(cases, outputs):
+        what, xv = _softmax_what(case), np.asarray(case["x"], np.float64)
+        out = output_array(output_field(got, "out", what), xv.shape, f"{what}: out")
+        z = xv - xv.max(axis=1, keepdims=True)
+        want = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        if not np.isfinite(out).all():
+            bad = ~np.isfinite(out)
+            row = int(np.argwhere(bad)[0][0])
+            raise Wrong(f"{what}: your output holds inf or nan ({int(bad.sum())} elements, "
+                        f"first in row {row}: x[{row}] = "
+                        f"{np.array2string(xv[row, :8], precision=1)[:-1]}"
+                        f"{' ...]' if xv.shape[1] > 8 else ']'})")
+        if np.allclose(out, np.exp(want), rtol=1e-3, atol=1e-5):
+            raise Wrong(f"{what}: that is softmax; take its logarithm")
+        first_mismatch(want, out, f"{what}: out", rtol=1e-4, atol=1e-4)
+        used += as_int(output_field(got, "cycles", what), f"{what}: cycles")
+        budget += case["_budget"]
+    return Cost(used, budget, "cycle")  # cycles measured in the kernel: the star only

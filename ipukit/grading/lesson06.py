@@ -1,8 +1,10 @@
 """The ``check_*`` functions of lesson 06: the host and the IPU.
 
-Each check measures its reference on the emulator: a stream copy's cycles from the
-compiled ``Step``, a loop's host-sync share from the ``Trace`` of real runs, an infeed's
-batches against NumPy, a running maximum's outfeed against NumPy across several calls.
+Every check is judged (:func:`ipukit.grading.feedback.exercise`): the judge draws the
+cases and works out the expected answers with the kit's own code (a stream copy's cycles
+from the compiled ``Step``, a loop's host-sync share from the ``Trace`` of real runs,
+batch means, running maxima, SGD and Collatz counts from NumPy and Python); the learner's
+kernel only runs the learner's functions and returns what came out.
 
 >>> from ipukit.grading import lesson06
 >>> r = lesson06.check_running_max(lambda *args: None, show=False)
@@ -20,16 +22,22 @@ import ipukit as ipu
 from ipukit.host import InfeedQueue, OutfeedMode, OutfeedQueue
 
 from .common import BusyVertex as _Busy
-from .common import device
+from .common import as_count, device, naming, output_array, output_field
 from .feedback import Wrong, as_int, exercise, first_mismatch, library_error
+
+
+def _target(version: str, tiles: int):
+    return ipu.IPUModel(version, tiles_per_ipu=tiles).create_device().target
+
 
 # -- 06.1 ---------------------------------------------------------------------------------
 
 
-def _stream_step(version: str, tiles: int, per_tile: np.ndarray, to_device: bool):
+def _stream_step(version: str, tiles: int, per_tile, to_device: bool):
     """Compile one stream copy of a float tensor mapped ``per_tile[t]`` floats on tile t."""
     dev = ipu.IPUModel(version, tiles_per_ipu=tiles).create_device()
     g = ipu.Graph(dev.target)
+    per_tile = np.asarray(per_tile)
     n = int(per_tile.sum())
     x = g.add_variable(ipu.FLOAT, [n], "x")
     begin = 0
@@ -45,54 +53,62 @@ def _stream_step(version: str, tiles: int, per_tile: np.ndarray, to_device: bool
     return dev.target, step
 
 
-def _stream_cases():
-    rng = np.random.default_rng(61)
-    yield "ipu2", 4, np.array([256, 0, 0, 0]), True  # one tile's 4 B/cycle limits
-    yield "ipu2", 64, np.full(64, 16), True  # 4 KiB over 64 tiles: the PCIe link limits
-    yield "bow", 16, rng.integers(0, 200, 16), False
-    yield "ipu1", 32, rng.integers(0, 40, 32), True
-    yield "ipu2", 8, rng.integers(1, 3000, 8), False
+def _stream_cases(rng) -> list[dict]:
+    """One tile's 4 B/cycle limits; the host link limits; one float; uneven tiles both
+    ways on every preset; then a random copy. The judge compiles each stream copy."""
+    found = [("ipu2", 4, [256, 0, 0, 0], True),  # one tile's 4 B/cycle limits
+             ("ipu2", 64, [16] * 64, True),  # 4 KiB over 64 tiles: the host link limits
+             ("ipu2", 1, [1], False),  # one float
+             ("bow", 16, rng.integers(0, 200, 16), False),
+             ("ipu1", 32, rng.integers(0, 40, 32), True),
+             ("ipu2", 8, rng.integers(1, 3000, 8), False)]
+    tiles = int(rng.integers(2, 65))
+    found.append((str(rng.choice(["ipu1", "ipu2", "bow"])), tiles,
+                  rng.integers(0, 400, tiles), bool(rng.integers(2))))
+    cases = []
+    for version, tiles, floats, to_device in found:
+        target, step = _stream_step(version, tiles, floats, to_device)
+        cases.append({"version": version, "tiles": tiles, "to_device": to_device,
+                      "tile_bytes": (step.tile_bytes_in if to_device
+                                     else step.tile_bytes_out).copy(),
+                      "_cycles": int(step.cycles), "_sync": int(step.sync_cycles),
+                      "_exchange": int(step.exchange_cycles)})
+    return cases
 
 
-def _device_loop(g, prog, iterations, dev, infeed, outfeed, what):
-    """The learner's loop must be ``loops.repeat``'s ``ipu.Repeat(iterations, ...)``: compile
-    it, load it and connect the queues."""
-    if not isinstance(prog, ipu.Repeat) or prog.count != iterations:
-        raise Wrong(f"{what}: expected the on-device loop ipu.Repeat({iterations}, ...) "
-                    f"that loops.repeat returns, got {prog!r}")
-    try:
-        eng = ipu.Engine(g, prog)
-    except ipu.IpuError as exc:
-        raise Wrong(library_error(f"{what}: your loop does not compile", exc)) from None
-    eng.load(dev)
-    infeed.connect(eng)
-    outfeed.connect(eng)
-    return eng
+def _stream_what(case) -> str:
+    tile_bytes = case["tile_bytes"]
+    return (f"a StreamCopy {'host -> IPU' if case['to_device'] else 'IPU -> host'} of "
+            f"{int(tile_bytes.sum()):,} B on {case['tiles']} tiles of '{case['version']}' (at "
+            f"most {int(tile_bytes.max()):,} B on one tile)")
+
+
+def _stream_trial(case, stream_copy_cycles):
+    target, what = _target(case["version"], case["tiles"]), _stream_what(case)
+    with naming(what):
+        got = stream_copy_cycles(target, case["tile_bytes"].copy())
+    return as_count(got, what)
 
 
 @exercise("06.1", "the cost of a stream copy", points=2, hints=(
-    "Two things carry the bytes one after the other: the PCIe link and the tiles. Which "
+    "Two things carry the bytes one after the other: the host link and the tiles. Which "
     "one limits the step?",
     "A stream copy is one superstep: a sync, then an exchange as long as the slower of "
     "the busiest tile (its own bytes, 4 per cycle) and the host link, which carries ALL "
     "the bytes at target.host_link_bytes_per_cycle.",
     "target.sync_cycles + max(ceil(max bytes of one tile / exchange_bytes_per_cycle), "
-    "ceil(total bytes / host_link_bytes_per_cycle))."))
-def check_stream_copy_cycles(stream_copy_cycles):
+    "ceil(total bytes / host_link_bytes_per_cycle))."),
+    answers=("stream_copy_cycles",), cases=_stream_cases, trial=_stream_trial)
+def check_stream_copy_cycles(cases, outputs):
     """Exercise 06.1: ``stream_copy_cycles(target, tile_bytes)`` → cycles of a StreamCopy."""
-
-    for version, tiles, floats, to_device in _stream_cases():
-        target, step = _stream_step(version, tiles, floats, to_device)
-        tile_bytes = step.tile_bytes_in if to_device else step.tile_bytes_out
-        what = (f"a StreamCopy {'host -> IPU' if to_device else 'IPU -> host'} of "
-                f"{int(tile_bytes.sum()):,} B on {tiles} tiles of '{version}' (at most "
-                f"{int(tile_bytes.max()):,} B on one tile)")
-        got = as_int(stream_copy_cycles(target, tile_bytes.copy()), what,
-                     "whole number of cycles or bytes")
-        if got != step.cycles:
-            raise Wrong(f"{what}: the Trace's step takes {step.cycles} cycles "
-                        f"(sync {step.sync_cycles} + exchange {step.exchange_cycles}), "
-                        f"you said {got}" + _stream_diagnosis(target, tile_bytes, got))
+    for case, got in zip(cases, outputs):
+        what = _stream_what(case)
+        got = as_count(got, what)
+        if got != case["_cycles"]:
+            target = _target(case["version"], case["tiles"])
+            raise Wrong(f"{what}: the Trace's step takes {case['_cycles']} cycles "
+                        f"(sync {case['_sync']} + exchange {case['_exchange']}), you said "
+                        f"{got}" + _stream_diagnosis(target, case["tile_bytes"], got))
 
 
 def _stream_diagnosis(target, tile_bytes, got: int) -> str:
@@ -101,9 +117,9 @@ def _stream_diagnosis(target, tile_bytes, got: int) -> str:
     link = math.ceil(int(tile_bytes.sum()) / target.host_link_bytes_per_cycle)
     if got == sync + tile:
         return (f". That is the busiest tile's time alone; every byte also crosses the one "
-                f"PCIe link ({target.host_link_bytes_per_cycle:.2f} B/cycle): {link} cycles")
+                f"host link ({target.host_link_bytes_per_cycle:.2f} B/cycle): {link} cycles")
     if got == sync + link:
-        return f". That is the PCIe link alone; the busiest tile needs {tile} cycles"
+        return f". That is the host link alone; the busiest tile needs {tile} cycles"
     if got in (tile, link, max(tile, link)):
         return f". Did you forget the sync ({sync} cycles) before the exchange?"
     return ""
@@ -152,49 +168,124 @@ def _smallest_steps(version: str, k: int, efficiency: float) -> tuple[int, int]:
     return B, n
 
 
+def _steps_cases(rng) -> list[dict]:
+    """Presets, small and large steps, efficiencies up to 0.99 and 0 (one step is always
+    enough); then a random one. The judge measures B and the smallest N in Traces."""
+    found = [("ipu2", 64, 0.5), ("ipu2", 256, 0.9), ("bow", 1000, 0.75), ("ipu1", 16, 0.99),
+             ("ipu2", 20_000, 0.2), ("ipu2", 64, 0.0),
+             (str(rng.choice(["ipu1", "ipu2", "bow"])), int(rng.integers(16, 5000)),
+              round(float(rng.uniform(0.05, 0.97)), 2))]
+    cases = []
+    for version, k, efficiency in found:
+        B, expected = _smallest_steps(version, k, efficiency)
+        cases.append({"version": version, "step_cycles": B, "efficiency": efficiency,
+                      "_k": k, "_expected": expected})
+    return cases
+
+
+def _steps_what(case) -> str:
+    target = _target(case["version"], 4)
+    return (f"'{case['version']}' (host sync {target.host_sync_cycles:,} cycles), a step of "
+            f"B = {case['step_cycles']:,} cycles, efficiency {case['efficiency']}")
+
+
+def _steps_trial(case, steps_per_call):
+    target, what = _target(case["version"], 4), _steps_what(case)
+    with naming(what):
+        got = steps_per_call(target, case["step_cycles"], case["efficiency"])
+    return as_int(got, what)
+
+
 @exercise("06.2", "how many steps per host call", points=2, hints=(
     "Write down how long one call of N steps takes, and how much of it the device works.",
     "One Engine.run of N steps takes H + N*B cycles (H = target.host_sync_cycles), of "
     "which N*B are on the device; the share grows with N, so look for the first N that "
-    "reaches the efficiency.",
-    "Solve N*B / (H + N*B) >= e for N: N >= e*H / ((1 - e)*B); round up, and at least 1."))
-def check_steps_per_call(steps_per_call):
+    "reaches the efficiency. N is at least 1.",
+    "Solve N*B / (H + N*B) >= e for N: N >= e*H / ((1 - e)*B); round up, and at least 1."),
+    answers=("steps_per_call",), cases=_steps_cases, trial=_steps_trial)
+def check_steps_per_call(cases, outputs):
     """Exercise 06.2: ``steps_per_call(target, step_cycles, efficiency)`` → smallest N."""
-
-    for version, k, efficiency in [("ipu2", 64, 0.5), ("ipu2", 256, 0.9),
-                                   ("bow", 1000, 0.75), ("ipu1", 16, 0.99),
-                                   ("ipu2", 20_000, 0.2)]:
-        target = ipu.IPUModel(version, tiles_per_ipu=4).create_device().target
-        B, expected = _smallest_steps(version, k, efficiency)
-        what = (f"'{version}' (host sync {target.host_sync_cycles:,} cycles), a step of "
-                f"B = {B:,} cycles, efficiency {efficiency}")
-        n = as_int(steps_per_call(target, B, efficiency), what)
+    for case, n in zip(cases, outputs):
+        what, expected = _steps_what(case), case["_expected"]
+        efficiency, k = case["efficiency"], case["_k"]
+        n = as_int(n, what)
         if n < 1:
             raise Wrong(f"{what}: expected at least 1 step per Engine.run, got {n}")
         if n < expected:
-            share = _device_share(version, k, n)[0]
+            share = _device_share(case["version"], k, n)[0]
             raise Wrong(f"{what}: with N = {n} steps per Engine.run the device works "
                         f"{share:.2%} of the time (measured in the Trace), below "
                         f"{efficiency:.0%}; N is too small")
         if n > expected:
-            share = _device_share(version, k, expected)[0]
+            share = _device_share(case["version"], k, expected)[0]
             raise Wrong(f"{what}: N = {expected} already keeps the device working "
                         f"{share:.2%} of the time (>= {efficiency:.0%}); you said "
                         f"{n:,}, expected the smallest such N")
 
 
-# -- 06.3 ---------------------------------------------------------------------------------
+# -- 06.3 to 06.5: loops on the device, fed and read by queues --------------------------------
 
 
-def _infeed_case(iterations: int, batch: int, mode, seed: int):
-    """Random 4 x 4 "images" for two runs, a 4-tile graph and the queues to build on."""
-    rng = np.random.default_rng(seed)
-    images = rng.random((2 * iterations * batch, 4, 4)).astype(np.float32)
+def _device_loop(g, prog, iterations, dev, infeed, outfeed, what):
+    """The learner's loop must be ``loops.repeat``'s ``ipu.Repeat(iterations, ...)``: compile
+    it, load it and connect the queues (the trial's side)."""
+    if not isinstance(prog, ipu.Repeat) or prog.count != iterations:
+        raise Wrong(f"{what}: expected the on-device loop ipu.Repeat({iterations}, ...) "
+                    f"that loops.repeat returns, got {prog!r}")
+    try:
+        eng = ipu.Engine(g, prog)
+    except ipu.IpuError as exc:
+        raise Wrong(library_error(f"{what}: your loop does not compile", exc)) from None
+    with naming(what):
+        eng.load(dev)
+        infeed.connect(eng)
+        outfeed.connect(eng)
+    return eng
+
+
+def _queues(data, batch: int, mode: str):
+    """A fresh 4-tile device and graph, an infeed of ``data`` and an outfeed in ``mode``."""
     dev = device(4)
-    g = ipu.Graph(dev.target)
-    infeed = InfeedQueue(images, batch_size=batch)
-    outfeed = OutfeedQueue(mode)
-    return images, dev, g, infeed, outfeed
+    return dev, ipu.Graph(dev.target), InfeedQueue(data, batch_size=batch), OutfeedQueue(
+        OutfeedMode[mode])
+
+
+def _calls(build, case, data, mode: str, calls: int, read, what: str):
+    """The learner's ``build(graph, infeed, outfeed, iterations)`` loop, fed ``data`` in
+    batches and run ``calls`` times: the engine, and ``read(infeed, outfeed)`` after each
+    call (the trial's side)."""
+    dev, g, infeed, outfeed = _queues(data, case["batch"], mode)
+    with naming(what):
+        prog = build(g, infeed, outfeed, case["iterations"])
+    eng = _device_loop(g, prog, case["iterations"], dev, infeed, outfeed, what)
+    found = []
+    for _ in range(calls):
+        with naming(what):
+            eng.run()
+            found.append(read(infeed, outfeed))
+    return eng, found
+
+
+def _loop_cases(rng) -> list[dict]:
+    """ALL and LAST, one image per batch, then random sizes; images for two calls."""
+    found = [(3, 4, "ALL"), (5, 2, "LAST"), (2, 1, "ALL"),
+             (int(rng.integers(1, 7)), int(rng.integers(1, 6)), str(rng.choice(["ALL",
+                                                                                "LAST"])))]
+    return [{"iterations": n, "batch": b, "mode": mode,
+             "images": rng.random((2 * n * b, 4, 4)).astype(np.float32)}
+            for n, b, mode in found]
+
+
+def _loop_what(case) -> str:
+    return (f"iterations={case['iterations']}, batches of {case['batch']} images, "
+            f"OutfeedMode.{case['mode']}")
+
+
+def _loop_trial(case, build_loop):
+    eng, runs = _calls(build_loop, case, case["images"], case["mode"], 2, lambda i, o: {
+        "dequeued": i.num_dequeued, "enqueued": o.num_enqueued,
+        "out": np.asarray(o.dequeue(), np.float32).reshape(-1)}, _loop_what(case))
+    return {"runs": runs, "num_runs": eng.trace.num_runs}
 
 
 @exercise("06.3", "an on-device loop with an infeed and an outfeed", points=3, hints=(
@@ -205,37 +296,56 @@ def _infeed_case(iterations: int, batch: int, mode, seed: int):
     "ends by enqueueing it.",
     "mean = a [1] variable on a tile; body(mean, images) adds a compute set with a "
     "BatchMean vertex (x = images.flatten(), out = mean[0]) and returns [Execute, "
-    "outfeed.enqueue(mean)]; return loops.repeat(iterations, body, [mean], infeed)."))
-def check_infeed_loop(build_loop):
+    "outfeed.enqueue(mean)]; return loops.repeat(iterations, body, [mean], infeed)."),
+    answers=("build_loop",), cases=_loop_cases, trial=_loop_trial)
+def check_infeed_loop(cases, outputs):
     """Exercise 06.3: ``build_loop(graph, infeed, outfeed, iterations)`` → on-device loop."""
-
-    for iterations, batch, mode, seed in [(3, 4, OutfeedMode.ALL, 1),
-                                          (5, 2, OutfeedMode.LAST, 2)]:
-        images, dev, g, infeed, outfeed = _infeed_case(iterations, batch, mode, seed)
-        what = f"iterations={iterations}, batches of {batch} images, {mode}"
-        prog = build_loop(g, infeed, outfeed, iterations)
-        eng = _device_loop(g, prog, iterations, dev, infeed, outfeed, what)
-        means = images.reshape(2, iterations, -1).mean(axis=2)
-        for r in range(2):
-            eng.run()
-            if infeed.num_dequeued != (r + 1) * iterations:
+    for case, got in zip(cases, outputs):
+        what, iterations = _loop_what(case), case["iterations"]
+        means = np.asarray(case["images"], np.float64).reshape(2, iterations, -1).mean(axis=2)
+        runs = output_field(got, "runs", what)
+        if not isinstance(runs, list) or len(runs) != 2:
+            raise Wrong(f"{what}: the trial gave no result for two Engine.run calls")
+        for r, run in enumerate(runs):
+            dequeued = as_int(output_field(run, "dequeued", what), what)
+            if dequeued != (r + 1) * iterations:
                 raise Wrong(f"{what}: after {r + 1} Engine.run call(s) the device took "
-                            f"{infeed.num_dequeued} batches from the infeed, expected "
+                            f"{dequeued} batches from the infeed, expected "
                             f"{(r + 1) * iterations} (one per iteration)")
-            if outfeed.num_enqueued != (r + 1) * iterations:
+            enqueued = as_int(output_field(run, "enqueued", what), what)
+            if enqueued != (r + 1) * iterations:
                 raise Wrong(f"{what}: after {r + 1} Engine.run call(s) the outfeed got "
-                            f"{outfeed.num_enqueued} elements, expected "
-                            f"{(r + 1) * iterations}: enqueue once in every iteration")
-            got = np.asarray(outfeed.dequeue(), np.float32).reshape(-1)
-            expected = means[r] if mode is OutfeedMode.ALL else means[r, -1:]
-            first_mismatch(expected, got,
-                            f"{what}: batch means the outfeed returned after run {r + 1}")
-        if eng.trace.num_runs != 2:
-            raise Wrong(f"{what}: expected 2 Engine.run calls, the Trace has "
-                        f"{eng.trace.num_runs}")
+                            f"{enqueued} elements, expected {(r + 1) * iterations}: enqueue "
+                            "once in every iteration")
+            expected = means[r] if case["mode"] == "ALL" else means[r, -1:]
+            out = output_array(output_field(run, "out", what), None, what)
+            first_mismatch(expected, out,
+                           f"{what}: batch means the outfeed returned after run {r + 1}")
+        runs = as_int(output_field(got, "num_runs", what), what)
+        if runs != 2:
+            raise Wrong(f"{what}: expected 2 Engine.run calls, the Trace has {runs}")
 
 
 # -- 06.4: state that lives on the device across calls ---------------------------------------
+
+def _max_cases(rng) -> list[dict]:
+    """Three calls over images whose pixels are all negative (a maximum that starts at 0
+    shows); one image per call; then random sizes."""
+    found = [(3, 4), (2, 5), (1, 1), (int(rng.integers(1, 5)), int(rng.integers(1, 6)))]
+    return [{"iterations": n, "batch": b,
+             "images": (rng.normal(size=(3 * n * b, 4, 4)) - 5).astype(np.float32)}
+            for n, b in found]
+
+
+def _max_what(case) -> str:
+    return (f"iterations={case['iterations']}, batches of {case['batch']} images (all "
+            "pixels < 0)")
+
+
+def _max_trial(case, build_running_max):
+    return _calls(build_running_max, case, case["images"], "LAST", 3, lambda i, o: np.asarray(
+        o.dequeue(), np.float32).reshape(-1, 4, 4)[-1], _max_what(case))[1]
+
 
 @exercise("06.4", "a running maximum that outlives the call", points=3, hints=(
     "What must stay on the device between iterations, and between Engine.run calls? "
@@ -245,27 +355,22 @@ def check_infeed_loop(build_loop):
     "iteration reduces its batch over the image axis only.",
     "best = a [4, 4] variable with graph.set_initial_value(best, a very negative value); "
     "body(best, images) adds a codelet with images Input and best InOut computing "
-    "best = maximum(best, images.max over the batch axis), then outfeed.enqueue(best)."))
-def check_running_max(build_running_max):
+    "best = maximum(best, images.max over the batch axis), then outfeed.enqueue(best)."),
+    answers=("build_running_max",), cases=_max_cases, trial=_max_trial)
+def check_running_max(cases, outputs):
     """Exercise 06.4: ``build_running_max(graph, infeed, outfeed, iterations)`` → an
     on-device loop whose outfeed (mode LAST) gives, after every call, each pixel's
     maximum over every image the device has seen, in this call and all earlier ones."""
-    rng = np.random.default_rng(604)
-    for iterations, batch in [(3, 4), (2, 5)]:
-        images = (rng.normal(size=(3 * iterations * batch, 4, 4)) - 5).astype(np.float32)
-        dev = device(4)
-        g = ipu.Graph(dev.target)
-        infeed = InfeedQueue(images, batch_size=batch)
-        outfeed = OutfeedQueue(OutfeedMode.LAST)
-        what = f"iterations={iterations}, batches of {batch} images (all pixels < 0)"
-        prog = build_running_max(g, infeed, outfeed, iterations)
-        eng = _device_loop(g, prog, iterations, dev, infeed, outfeed, what)
-        per_call = iterations * batch
-        for r in range(3):
-            eng.run()
-            got = np.asarray(outfeed.dequeue(), np.float32).reshape(-1, 4, 4)[-1]
+    for case, maxima in zip(cases, outputs):
+        what, images = _max_what(case), np.asarray(case["images"], np.float64)
+        per_call = case["iterations"] * case["batch"]
+        if not isinstance(maxima, list) or len(maxima) != 3:
+            raise Wrong(f"{what}: the trial gave no result for three Engine.run calls")
+        for r, got in enumerate(maxima):
+            got = output_array(got, (4, 4), f"{what}: the running maximum after call {r + 1}")
             want = images[:(r + 1) * per_call].max(axis=0)
-            if r and np.allclose(got, images[r * per_call:(r + 1) * per_call].max(axis=0)):
+            this_call = images[r * per_call:(r + 1) * per_call].max(axis=0)
+            if r and np.allclose(got, this_call) and not np.allclose(want, this_call):
                 raise Wrong(f"{what}: after call {r + 1} the outfeed gives the maximum of "
                             "this call's images only; the maximum must outlive the call")
             if np.allclose(got, 0) and r == 0:
@@ -288,6 +393,54 @@ def sgd_reference(x, y, iterations: int, batch: int, lr: float, w0):
     return np.array(losses), w
 
 
+#: Engine.run calls per case of 06.5.
+SGD_CALLS = 2
+
+
+def _sgd_cases(rng) -> list[dict]:
+    """Two calls of a few SGD steps on noisy linear data; one feature; then random sizes."""
+    found = [(3, 8, 4, 0.05), (5, 4, 3, 0.1), (1, 6, 2, 0.2),
+             (int(rng.integers(1, 7)), int(rng.integers(2, 9)), int(rng.integers(1, 5)),
+              round(float(rng.uniform(0.01, 0.1)), 3))]
+    cases = []
+    for d, batch, iterations, lr in found:
+        x = rng.normal(size=(SGD_CALLS * iterations * batch, d)).astype(np.float32)
+        y = (x @ rng.normal(size=d) + 0.1 * rng.normal(size=len(x))).astype(np.float32)
+        cases.append({"features": d, "batch": batch, "iterations": iterations, "lr": lr,
+                      "x": x, "y": y})
+    return cases
+
+
+def _sgd_what(case) -> str:
+    return (f"{case['features']} features, batches of {case['batch']}, {case['iterations']} "
+            f"iterations, lr {case['lr']}")
+
+
+def _sgd_trial(case, build_sgd):
+    what, iterations, d = _sgd_what(case), case["iterations"], case["features"]
+    dev, g, infeed, outfeed = _queues((case["x"], case["y"]), case["batch"], "ALL")
+    with naming(what):
+        got = build_sgd(g, infeed, outfeed, iterations, case["lr"], d)
+    if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], ipu.Tensor)):
+        raise Wrong(f"{what}: return a pair (the loop program, the weights tensor), got "
+                    f"{got!r}")
+    prog, w = got
+    if not isinstance(prog, ipu.Repeat) or prog.count != iterations:
+        raise Wrong(f"{what}: expected the on-device loop ipu.Repeat({iterations}, ...) "
+                    f"that loops.repeat returns, got {prog!r}")  # before w is read
+    if w.num_elements() != d:
+        raise Wrong(f"{what}: the weights should hold {d} numbers, got shape {w.shape}")
+    g.create_host_read("w", w)
+    eng = _device_loop(g, prog, iterations, dev, infeed, outfeed, what)
+    calls = []
+    for _ in range(SGD_CALLS):
+        with naming(what):
+            eng.run()
+            calls.append({"losses": np.asarray(outfeed.dequeue(), np.float64).reshape(-1),
+                          "w": eng.read_tensor("w").reshape(-1)})
+    return calls
+
+
 @exercise("06.5", "linear regression trained on the device", points=3, hints=(
     "Per iteration: the prediction, the error, the loss to outfeed, the gradient, the "
     "update. Which of these must survive to the next iteration and the next call?",
@@ -297,45 +450,146 @@ def sgd_reference(x, y, iterations: int, batch: int, lr: float, w0):
     "pred = mat_mul(x, w); err = map(_1 - _2, [pred, y.reshape([b, 1])]); loss = "
     "reduce(map(_1 * _1, [err]), [0, 1], ADD) scaled by 1/b; grad = mat_mul(x.transpose(), "
     "err); popops.scaled_add_to(w, grad, -2 * lr / b); enqueue the loss; return "
-    "(loops.repeat(iterations, body, [w], infeed), w)."))
-def check_sgd(build_sgd):
+    "(loops.repeat(iterations, body, [w], infeed), w)."),
+    answers=("build_sgd",), cases=_sgd_cases, trial=_sgd_trial)
+def check_sgd(cases, outputs):
     """Exercise 06.5: ``build_sgd(graph, infeed, outfeed, iterations, learning_rate,
     num_features)`` → ``(program, w)``: an on-device loop of SGD steps on batches (x, y)
     from the infeed, outfeeding each batch's mean squared error, with the weights ``w``
     (zero at first) kept on the device across calls."""
-    rng = np.random.default_rng(605)
-    for d, batch, iterations, lr in [(3, 8, 4, 0.05), (5, 4, 3, 0.1)]:
-        calls = 2
-        x = rng.normal(size=(calls * iterations * batch, d)).astype(np.float32)
-        y = (x @ rng.normal(size=d) + 0.1 * rng.normal(size=len(x))).astype(np.float32)
-        dev = device(4)
-        g = ipu.Graph(dev.target)
-        infeed = InfeedQueue((x, y), batch_size=batch)
-        outfeed = OutfeedQueue(OutfeedMode.ALL)
-        what = f"{d} features, batches of {batch}, {iterations} iterations, lr {lr}"
-        got = build_sgd(g, infeed, outfeed, iterations, lr, d)
-        if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], ipu.Tensor)):
-            raise Wrong(f"{what}: return a pair (the loop program, the weights tensor), got "
-                        f"{got!r}")
-        prog, w = got
-        if not isinstance(prog, ipu.Repeat) or prog.count != iterations:
-            raise Wrong(f"{what}: expected the on-device loop ipu.Repeat({iterations}, ...) "
-                        f"that loops.repeat returns, got {prog!r}")  # before w is read
-        if w.num_elements() != d:
-            raise Wrong(f"{what}: the weights should hold {d} numbers, got shape {w.shape}")
-        g.create_host_read("w", w)
-        eng = _device_loop(g, prog, iterations, dev, infeed, outfeed, what)
-        w_ref = np.zeros(d)
-        for c in range(calls):
-            eng.run()
+    for case, calls in zip(cases, outputs):
+        what, iterations, batch = _sgd_what(case), case["iterations"], case["batch"]
+        x, y = np.asarray(case["x"]), np.asarray(case["y"])
+        if not isinstance(calls, list) or len(calls) != SGD_CALLS:
+            raise Wrong(f"{what}: the trial gave no result for {SGD_CALLS} Engine.run calls")
+        w_ref = np.zeros(case["features"])
+        for c, call in enumerate(calls):
             part = slice(c * iterations * batch, (c + 1) * iterations * batch)
-            losses, w_ref = sgd_reference(x[part], y[part], iterations, batch, lr, w_ref)
-            got_losses = np.asarray(outfeed.dequeue(), np.float64).reshape(-1)
-            if got_losses.size == losses.size and np.allclose(got_losses, losses * batch,
-                                                              rtol=1e-3):
+            losses, w_ref = sgd_reference(x[part], y[part], iterations, batch, case["lr"],
+                                          w_ref)
+            got = output_array(output_field(call, "losses", what), None, what)
+            if got.size == losses.size and np.allclose(got, losses * batch, rtol=1e-3):
                 raise Wrong(f"{what}: your losses are {batch} x too big: outfeed the MEAN "
                             "squared error of the batch")
-            first_mismatch(losses, got_losses, f"{what}: the losses outfed by call {c + 1}",
+            first_mismatch(losses, got, f"{what}: the losses outfed by call {c + 1}",
                            rtol=1e-3, atol=1e-5)
-            first_mismatch(w_ref, eng.read_tensor("w").reshape(-1),
-                           f"{what}: w after call {c + 1}", rtol=1e-3, atol=1e-5)
+            w = output_array(output_field(call, "w", what), w_ref.shape, f"{what}: w")
+            first_mismatch(w_ref, w, f"{what}: w after call {c + 1}", rtol=1e-3, atol=1e-5)
+
+
+# -- 06.6: several programs in one Engine, a loop that stops on the device ----------------------
+
+def collatz_steps(n: int) -> int:
+    """Steps of n -> n / 2 (n even) or 3n + 1 (n odd) until n is 1 (0 for n = 1)."""
+    steps = 0
+    while n != 1:
+        n = n // 2 if n % 2 == 0 else 3 * n + 1
+        steps += 1
+    return steps
+
+
+def _collatz_path(n: int, shown: int = 8) -> str:
+    path = [n]
+    while path[-1] != 1 and len(path) <= shown:
+        path.append(path[-1] // 2 if path[-1] % 2 == 0 else 3 * path[-1] + 1)
+    return ", ".join(map(str, path)) + (", ..., 1" if path[-1] != 1 else "")
+
+
+#: Emulated steps one ``engine.run`` of 06.6 may take (kit convention: a loop whose
+#: predicate never turns false stops there with an error; on an IPU it would never end).
+COLLATZ_MAX_STEPS = 5000
+
+
+def _collatz_cases(rng) -> list[dict]:
+    """Start values loaded one after another into the same engine (program 0 must reset
+    the counter): n = 1 first (the condition runs before the body: no step), one halving,
+    27 (111 steps), small odd and even starts; then random starts in a second engine."""
+    return [{"starts": starts, "_steps": [collatz_steps(s) for s in starts]}
+            for starts in ([1, 2, 27, 6, 7], [int(s) for s in rng.integers(3, 10_000, 3)])]
+
+
+def _collatz_trial(case, build_collatz):
+    what = "build_collatz(graph, start, steps_out)"
+    dev = device(1)
+    g = ipu.Graph(dev.target)
+    start = g.add_host_to_device_fifo("start", ipu.UNSIGNED_INT, 1)
+    steps_out = g.add_device_to_host_fifo("steps", ipu.UNSIGNED_INT, 1)
+    with naming(what):
+        progs = build_collatz(g, start, steps_out)
+    if not (isinstance(progs, list | tuple) and len(progs) == 3
+            and all(isinstance(p, ipu.Program) for p in progs)):
+        raise Wrong(f"{what}: return the list of three programs [init, run, read], got "
+                    f"{progs!r}"[:400])
+    try:
+        eng = ipu.Engine(g, list(progs), {"debug.maxEmulatedSteps": COLLATZ_MAX_STEPS})
+    except ipu.IpuError as exc:
+        raise Wrong(library_error(f"{what}: your programs do not compile", exc)) from None
+    host_in, host_out = np.zeros(1, np.uint32), np.zeros(1, np.uint32)
+    with naming(what):
+        eng.load(dev)
+        eng.connect_stream("start", host_in)
+        eng.connect_stream("steps", host_out)
+    found = []
+    for n in case["starts"]:
+        host_in[0] = n
+        with naming(f"start n = {n}"):
+            for program in (0, 1, 2):
+                eng.run(program)
+            first = int(host_out[0])
+            eng.run(1)
+            eng.run(2)
+        found.append([first, int(host_out[0])])
+    return found
+
+
+@exercise("06.6", "programs by index, a loop that stops on the device", points=3, hints=(
+    "Three programs, one engine: which one runs when the host calls engine.run(1)? Does "
+    "your loop look at n before its first step, and what does the counter hold when the "
+    "host loads the next start value?",
+    "Engine(graph, [init, run, read]) numbers the programs 0, 1, 2. RepeatWhileTrue(cond, "
+    "go, body) runs cond (which sets the scalar go) first, then body and cond again while "
+    "go is true: for n = 1 the body never runs. If(odd, a, b) runs a when odd is true, else "
+    "b. Tensors keep their values between engine.run calls, so init must reset the counter.",
+    "n, steps: UNSIGNED_INT variables of shape []; odd, go: BOOL []; init = Sequence(Copy("
+    "start, n), Copy(a zero constant, steps)); body = Sequence(Execute(IsOdd), If(odd, "
+    "Execute(TriplePlusOne), Execute(Halve)), Execute(Count)); run = RepeatWhileTrue("
+    "Execute(NotOne), go, body); read = Copy(steps, steps_out); return [init, run, read]."),
+    answers=("build_collatz",), cases=_collatz_cases, trial=_collatz_trial)
+def check_collatz(cases, outputs):
+    """Exercise 06.6: ``build_collatz(graph, start, steps_out)`` → ``[init, run, read]``:
+    program 0 loads n from the stream ``start`` and zeroes a counter, program 1 counts on
+    the device the Collatz steps from n to 1 (RepeatWhileTrue, If), program 2 sends the
+    count to the stream ``steps_out``."""
+    for case, found in zip(cases, outputs):
+        starts, wants = case["starts"], case["_steps"]
+        if not isinstance(found, list) or len(found) != len(starts):
+            raise Wrong(f"start values {starts}: the trial gave no count for each")
+        before = None
+        for k, (n, want, pair) in enumerate(zip(starts, wants, found)):
+            what = f"start n = {n}" + (f" (loaded after {starts[:k]})" if k else "")
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise Wrong(f"{what}: the trial gave no count")
+            first, again = (as_count(v, what) for v in pair)
+            if first != want:
+                raise Wrong(f"{what}: engine.run(0), run(1), run(2) gave {first} steps, "
+                            f"expected {want} ({_collatz_path(n)})"
+                            + _collatz_diagnosis(n, want, first, before))
+            if again != want:
+                raise Wrong(f"{what}: running program 1 again once n is 1, then program 2, "
+                            f"gave {again} steps, expected still {want}: RepeatWhileTrue "
+                            "runs its condition program before each pass, so with n = 1 "
+                            "the body must not run")
+            before = want
+
+
+def _collatz_diagnosis(n: int, want: int, got: int, before: int | None) -> str:
+    if n == 1 and got > 0:
+        return (". The body ran before the condition: RepeatWhileTrue(cond, predicate, body) "
+                "runs cond first, and the body only while the predicate is true")
+    if before is not None and got == before + want:
+        return (f". That adds the previous start's {before} steps: program 0 must set the "
+                "counter to 0")
+    if before is not None and got == before != want:
+        return (". That is the previous start's count: does program 2 copy the counter to "
+                "the stream steps_out?")
+    return ""
