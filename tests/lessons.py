@@ -42,3 +42,25 @@ def grade_exercises(module, lesson: str, notebook: str, checks: dict, folder: st
     rows = feedback.lesson_rows(lesson, feedback.results())
     assert [r.id for r in rows] == list(checks)
     return rows
+
+
+def judged(check, *answers, seed: int = 0):
+    """Run a judged check as the grader does: the cases drawn in the judge from a fresh
+    ``seed``, each case and each trial output through JSON (plain data only), the verdict
+    in the judge. Returns the Result (not shown)."""
+    import json
+
+    import numpy as np
+
+    from ipukit.grading import plain
+
+    ex = check.exercise
+
+    def through_json(value):
+        return plain.decode(json.loads(json.dumps(plain.encode(value))))
+
+    cases = feedback.draw_cases(ex, np.random.default_rng(seed))
+    outputs = feedback.run_trials(ex, [through_json(feedback.public(c)) for c in cases],
+                                  answers)
+    outputs = json.loads(json.dumps(outputs))
+    return feedback._run(ex, lambda: feedback.judge(ex, outputs, cases), show=False)
