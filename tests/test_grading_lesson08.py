@@ -137,7 +137,9 @@ def test_grouped_feedback():
            "IPU 0 (device_mapping[1])" in r.message
     r = lesson08.check_grouped_ops(_by_ipus, show=False)
     assert "Grouped runs it at step 3. You counted the IPUs (2)" in r.message
-    assert "yours:" in r.text() and "Grouped:" in r.text() and "<pre" in r.picture["html"]
+    text = r.picture["text"]
+    assert text.startswith("yours (* differs from Grouped):") and "\nGrouped:" in text
+    assert "B0s2*" in text and "background:#ffd7d5" in r.picture["html"]  # the cell marked
 
     def poptorch_rule(mapping, g):
         n = len(mapping)

@@ -95,16 +95,31 @@ def test_largest_micro_batch_feedback():
     r = lesson09.check_largest_micro_batch(lambda make, shape, classes: 10_000, show=False)
     assert "raises OutOfMemoryError" in r.message
     r = lesson09.check_largest_micro_batch(lambda make, shape, classes: 0, show=False)
-    assert "at least one sample" in r.message
+    assert "you said 0, but micro-batches of 1 fit too" in r.message
+    r = lesson09.check_largest_micro_batch(lambda make, shape, classes: -1, show=False)
+    assert "a micro-batch size is 0 or more" in r.message
+
+    def at_least_one(make, shape, classes):  # starts its search at 1: never answers 0
+        lo, hi = 1, 2
+        while lesson09._fits(make, shape, hi):
+            lo, hi = hi, 2 * hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if lesson09._fits(make, shape, mid) else (lo, mid)
+        return lo
+
+    r = lesson09.check_largest_micro_batch(at_least_one, show=False)
+    assert "(grouped, AdamW, hidden width 512: weights and state alone overflow): you said " \
+           "1, but a run with micro-batches of 1 raises OutOfMemoryError" in r.message
 
 
 def test_recomputation_and_offload_let_larger_micro_batches_fit():
     fits = {}
     for name, (make, shape, _) in lesson09._factories().items():
-        sizes = [mb for mb in (8, 16, 32, 64, 128) if lesson09._fits(make, shape, mb)]
-        fits[name] = max(sizes)
-    base, recompute, offload = fits.values()
-    assert base < recompute and base < offload
+        fits[name] = max([0] + [mb for mb in (1, 8, 16, 32, 64, 128)
+                                if lesson09._fits(make, shape, mb)])
+    base, recompute, offload, overflow = fits.values()
+    assert 0 < base < recompute and base < offload and overflow == 0
 
 
 def test_docstring_example_runs():

@@ -130,5 +130,9 @@ def gantt(bars, rows, end: float, marks=(), width: int = 72):
                          "</td></tr>")
         text_rows.append(f"   {row:>8} |{''.join(line)}|")
     axis = f"   {'':>8}  0{f'{end:g}':>{width}}"
+    html_rows.append("<tr><td></td><td><div style='position:relative;width:420px;"
+                     "height:12px;font-size:9px;color:#57606a'><span style='position:"
+                     "absolute;left:0'>0</span><span style='position:absolute;right:0'>"
+                     f"{end:g}</span></div></td></tr>")
     return Picture(f"<table style='border:none'>{''.join(html_rows)}</table>",
                    "\n".join(text_rows) + "\n" + axis)

@@ -372,29 +372,51 @@ def _misplaced(op, want, mapping, g, what) -> str:
 
 
 def _grouped_picture(mine, want, n: int) -> Picture | None:
-    """Yours and Grouped's ops as a table of IPUs x steps (small cases only)."""
-    steps = max([o[0] for o in want] + [o[0] for o in mine if isinstance(o[0], int)]) + 1
+    """Yours above Grouped's: the ops as a table of IPUs x steps, your cells that differ
+    from Grouped's marked (small cases only)."""
+    steps = max([o[0] for o in want] + [o[0] for o in mine]) + 1
     if steps > 24 or any(o[0] < 0 for o in mine):
         return None
-    return side_by_side(_step_table(mine, steps), _step_table(want, steps),
-                        ("yours", "Grouped"))
+    yours, theirs = _cells(mine, steps), _cells(want, steps)
+    tables = [_step_table("yours (* differs from Grouped)", yours, theirs),
+              _step_table("Grouped", theirs, theirs)]
+    return Picture("".join(t.html for t in tables), "\n".join(t.text for t in tables))
 
 
-def _step_table(ops, steps: int) -> Picture:
-    """One row per IPU, one column per step; ``F3s1`` = the forward of micro-batch 3 of
-    stage 1."""
-    ipus = sorted({o[1] for o in ops})
-    cells = {(q, s): [] for q in ipus for s in range(steps)}
+def _cells(ops, steps: int) -> dict:
+    """``{(ipu, step): "F3s1+B0s2"}``: ``F3s1`` is the forward of micro-batch 3 of stage 1."""
+    cells: dict = {}
     for s, q, ph, k, m in sorted(ops, key=lambda o: (o[0], o[3], o[2])):
-        if (q, s) in cells:
-            cells[(q, s)].append(f"{ph}{m}s{k}")
-    width = [max([len(str(s))] + [len("+".join(cells[(q, s)])) for q in ipus])
+        if s < steps:
+            cells[(q, s)] = cells.get((q, s), "") + ("+" if (q, s) in cells else "") + \
+                f"{ph}{m}s{k}"
+    return cells
+
+
+def _step_table(title: str, cells: dict, reference: dict) -> Picture:
+    """One row per IPU, one column per step; a cell that differs from ``reference``'s is
+    marked ``*`` (text) or red (HTML)."""
+    ipus = sorted({q for q, _ in cells} | {q for q, _ in reference})
+    steps = 1 + max(s for _, s in list(cells) + list(reference))
+    mark = {key: cells.get(key, "") != reference.get(key, "") for key in
+            set(cells) | set(reference)}
+    shown = {key: cells.get(key, "") + ("*" if mark.get(key) else "") for key in mark}
+    width = [max([len(str(s))] + [len(shown.get((q, s), "")) for q in ipus])
              for s in range(steps)]
     lines = ["   step  " + " ".join(f"{s:<{width[s]}}" for s in range(steps))]
-    lines += [f"   IPU{q:<3} " + " ".join(f"{'+'.join(cells[(q, s)]):<{width[s]}}"
+    lines += [f"   IPU{q:<3} " + " ".join(f"{shown.get((q, s), ''):<{width[s]}}"
                                           for s in range(steps)) for q in ipus]
-    text = "\n".join(line.rstrip() for line in lines)
-    return Picture(f"<pre style='font-size:11px'>{html.escape(text)}</pre>", text)
+    head = "".join(f"<th style='padding:0 4px'>{s}</th>" for s in range(steps))
+    rows = "".join(
+        f"<tr><th style='padding:0 4px'>IPU{q}</th>" + "".join(
+            f"<td style='padding:0 4px;{'background:#ffd7d5' if mark.get((q, s)) else ''}'>"
+            f"{html.escape(cells.get((q, s), ''))}</td>" for s in range(steps)) + "</tr>"
+        for q in ipus)
+    table = (f"<div style='margin:4px 0'><b>{html.escape(title)}</b><table style='border-"
+             f"collapse:collapse;font-family:monospace;font-size:11px'><tr><th>step</th>"
+             f"{head}</tr>{rows}</table></div>")
+    text = f"{title}:\n" + "\n".join(line.rstrip() for line in lines)
+    return Picture(table, text)
 
 
 # -- 08.3 ---------------------------------------------------------------------------------
