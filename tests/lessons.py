@@ -64,3 +64,18 @@ def judged(check, *answers, seed: int = 0):
                                   answers)
     outputs = json.loads(json.dumps(outputs))
     return feedback._run(ex, lambda: feedback.judge(ex, outputs, cases), show=False)
+
+
+def assert_plain_trials(check, answer) -> None:
+    """``check``'s cases and its trial's outputs on ``answer`` (a right one) are plain data,
+    every case gives an output, and the check names ``answer``'s function in ``answers``."""
+    import numpy as np
+
+    from ipukit.grading import plain
+
+    ex = check.exercise
+    assert ex.answers == (answer.__name__,)
+    cases = feedback.draw_cases(ex, np.random.default_rng(5))  # plain.encode of each
+    outputs = feedback.run_trials(ex, cases, (answer,))
+    assert len(outputs) == len(cases) and all(set(o) == {"ok"} for o in outputs)
+    plain.encode([feedback.public(c) for c in cases])

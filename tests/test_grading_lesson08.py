@@ -7,9 +7,15 @@ import itertools
 import numpy as np
 import pytest
 
-from ipukit.grading import feedback, lesson08, plain
+from ipukit.grading import lesson08
 from ipukit.parallel import schedule
-from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises, judged, notebook_namespace
+from tests.lessons import (
+    SOLVED_AND_UNTOUCHED,
+    assert_plain_trials,
+    grade_exercises,
+    judged,
+    notebook_namespace,
+)
 
 NOTEBOOK = "08_pipelining_schedules.ipynb"
 CHECKS = {"08.1": ("check_simulator", "simulate"),
@@ -38,12 +44,7 @@ def test_the_judged_path_passes_the_solutions_on_fresh_cases(solution, check, an
 
 @pytest.mark.parametrize("check, answer", CHECKS.values())
 def test_cases_and_trial_outputs_are_plain_data(solution, check, answer):
-    ex = getattr(lesson08, check).exercise
-    assert ex.answers == (answer,)
-    cases = feedback.draw_cases(ex, np.random.default_rng(5))  # plain.encode of each
-    outputs = feedback.run_trials(ex, cases, (solution[answer],))
-    assert len(outputs) == len(cases) and all(set(o) == {"ok"} for o in outputs)
-    plain.encode([feedback.public(c) for c in cases])
+    assert_plain_trials(getattr(lesson08, check), solution[answer])
 
 
 def test_docstring_examples_run():

@@ -2,12 +2,17 @@
 judged path (cases and verdict in the judge, plain data in between) agrees, and wrong
 answers get feedback that names what is wrong."""
 
-import numpy as np
 import pytest
 
-from ipukit.grading import feedback, lesson09, plain
+from ipukit.grading import lesson09
 from ipukit.parallel import optim, schedule
-from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises, judged, notebook_namespace
+from tests.lessons import (
+    SOLVED_AND_UNTOUCHED,
+    assert_plain_trials,
+    grade_exercises,
+    judged,
+    notebook_namespace,
+)
 
 NOTEBOOK = "09_accumulation_recomputation_offloading.ipynb"
 CHECKS = {"09.1": ("check_peak_bytes", "peak_bytes"),
@@ -35,12 +40,7 @@ def test_the_judged_path_passes_the_solutions_on_fresh_cases(solution, check, an
 
 @pytest.mark.parametrize("check, answer", CHECKS.values())
 def test_cases_and_trial_outputs_are_plain_data(solution, check, answer):
-    ex = getattr(lesson09, check).exercise
-    assert ex.answers == (answer,)
-    cases = feedback.draw_cases(ex, np.random.default_rng(5))  # plain.encode of each
-    outputs = feedback.run_trials(ex, cases, (solution[answer],))
-    assert len(outputs) == len(cases) and all(set(o) == {"ok"} for o in outputs)
-    plain.encode([feedback.public(c) for c in cases])
+    assert_plain_trials(getattr(lesson09, check), solution[answer])
 
 
 def test_stash_of_one_micro_batch_counted_by_hand():

@@ -9,7 +9,13 @@ import pytest
 
 import ipukit as ipu
 from ipukit.grading import feedback, lesson10, plain
-from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises, judged, notebook_namespace
+from tests.lessons import (
+    SOLVED_AND_UNTOUCHED,
+    assert_plain_trials,
+    grade_exercises,
+    judged,
+    notebook_namespace,
+)
 
 NOTEBOOK = "10_replication_rts.ipynb"
 CHECKS = {"10.1": ("check_ring_allreduce", "ring_allreduce"),
@@ -38,12 +44,7 @@ def test_the_judged_path_passes_the_solutions_on_fresh_cases(solution, check, an
 
 @pytest.mark.parametrize("check, answer", CHECKS.values())
 def test_cases_and_trial_outputs_are_plain_data(solution, check, answer):
-    ex = getattr(lesson10, check).exercise
-    assert ex.answers == (answer,)
-    cases = feedback.draw_cases(ex, np.random.default_rng(5))  # plain.encode of each
-    outputs = feedback.run_trials(ex, cases, (solution[answer],))
-    assert len(outputs) == len(cases) and all(set(o) == {"ok"} for o in outputs)
-    plain.encode([feedback.public(c) for c in cases])
+    assert_plain_trials(getattr(lesson10, check), solution[answer])
 
 
 def test_ring_sends_two_r_minus_one_over_r_of_the_gradient(solution):
@@ -169,18 +170,7 @@ def test_comms_reduce_scatter_and_all_gather():
 
 
 def test_emulated_ring_feedback(solution):
-    def via_ipu0(graph, grads, add_into):  # gather everything on IPU 0: not a ring
-        steps = []
-        for q in range(1, len(grads)):
-            buf = graph.add_variable(ipu.FLOAT, list(grads[0].shape), f"b{q}")
-            graph.set_tile_mapping(buf, 0)
-            cs = graph.add_compute_set(f"sum{q}")
-            graph.add_vertex(cs, add_into, {"acc": grads[0], "x": buf}, tile=0)
-            steps += [ipu.Copy(grads[q], buf), ipu.Execute(cs)]
-        steps += [ipu.Copy(grads[0], grads[q]) for q in range(1, len(grads))]
-        return ipu.Sequence(*steps)
-
-    r = lesson10.check_emulated_ring(via_ipu0, show=False)
+    r = lesson10.check_emulated_ring(_via_ipu0, show=False)
     assert "IPU 0 sent 24 bytes to IPU 2; in a ring IPU 0 sends only to IPU 1" in r.message
     r = lesson10.check_emulated_ring(lambda graph, grads, add_into: ipu.Sequence(), show=False)
     assert "IPU 0's g0" in r.message
@@ -353,3 +343,13 @@ def test_emulated_ring_refuses_what_the_judge_cannot_follow():
 
     r = lesson10.check_emulated_ring(printing, show=False)
     assert "got PrintTensor" in r.message
+
+
+def test_a_forged_program_description_is_refused_not_allocated(solution):
+    ex = lesson10.check_emulated_ring.exercise
+    cases = feedback.draw_cases(ex, np.random.default_rng(0))
+    outputs = feedback.run_trials(ex, cases, (solution["ring_program"],))
+    decoded = [plain.decode(o["ok"]) for o in outputs]
+    decoded[1]["steps"][0]["copy"][1]["addresses"][0] = 10**12  # a huge address
+    with pytest.raises(feedback.Wrong, match="cannot follow your program"):
+        ex.verdict(cases, decoded)

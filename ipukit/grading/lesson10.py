@@ -663,8 +663,16 @@ def check_emulated_ring(cases, outputs):
                            atol=1e-5)
         _, ref_graph, ref_grads = ring_graph(r, n)
         tiles = ref_graph.target.tiles_per_ipu
-        addresses = [part["addresses"] for step in got["steps"] for part in _parts(step)]
-        size = 1 + max([int(a.max()) for a in addresses if a.size] + [r * n - 1])
+        parts = [part for step in got["steps"] for part in _parts(step)]
+        if any(p["addresses"].size != p["tiles"].size or (p["addresses"] < 0).any()
+               or (p["addresses"] >= 1 << 22).any() or (p["tiles"] < 0).any()
+               or (p["tiles"] >= r * tiles).any() for p in parts) or any(
+                not 0 <= v["tile"] < r * tiles for step in got["steps"]
+                for v in step.get("execute", [])):
+            raise Wrong(f"{what}: the check cannot follow your program (addresses or tiles "
+                        "out of range)")
+        size = 1 + max([int(p["addresses"].max()) for p in parts if p["addresses"].size]
+                       + [r * n - 1])
         memory = np.zeros(size)
         for q in range(r):
             memory[np.asarray(ref_grads[q].idx).reshape(-1)] = vals[q]
