@@ -82,6 +82,12 @@ def test_simulator_feedback(solution):
     r = lesson08.check_simulator(lambda orders, f, b: 3, show=False)
     assert "return (makespan, peak_stash)" in r.message
 
+    def nan_span(orders, t_f, t_b):  # nan compares false with everything
+        return float("nan"), solution["simulate"](orders, t_f, t_b)[1]
+
+    r = lesson08.check_simulator(nan_span, show=False)
+    assert r.status == "failed" and "you said nan" in r.message
+
     def peak_before_refill(orders, t_f, t_b):  # B releases two: misses a peak after a B
         span, stash = solution["simulate"](orders, t_f, t_b)
         end, _ = lesson08.reference_run(orders, t_f, t_b)
