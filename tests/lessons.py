@@ -114,3 +114,40 @@ def judged_solutions_test(notebook: str, checks: dict):
         judged_solution_passes(ex_id, (solved[checks[ex_id][1]],))
 
     return test_judged_on_fresh_seeds_the_solution_passes
+
+
+def judged(check, *answers, seed: int = 0):
+    """Run a judged check as the grader does: the cases drawn in the judge from a fresh
+    ``seed``, each case and each trial output through JSON (plain data only), the verdict
+    in the judge. Returns the Result (not shown)."""
+    import json
+
+    import numpy as np
+
+    from ipukit.grading import plain
+
+    ex = check.exercise
+
+    def through_json(value):
+        return plain.decode(json.loads(json.dumps(plain.encode(value))))
+
+    cases = feedback.draw_cases(ex, np.random.default_rng(seed))
+    outputs = feedback.run_trials(ex, [through_json(feedback.public(c)) for c in cases],
+                                  answers)
+    outputs = json.loads(json.dumps(outputs))
+    return feedback._run(ex, lambda: feedback.judge(ex, outputs, cases), show=False)
+
+
+def assert_plain_trials(check, answer) -> None:
+    """``check``'s cases and its trial's outputs on ``answer`` (a right one) are plain data,
+    every case gives an output, and the check names ``answer``'s function in ``answers``."""
+    import numpy as np
+
+    from ipukit.grading import plain
+
+    ex = check.exercise
+    assert ex.answers == (answer.__name__,)
+    cases = feedback.draw_cases(ex, np.random.default_rng(5))  # plain.encode of each
+    outputs = feedback.run_trials(ex, cases, (answer,))
+    assert len(outputs) == len(cases) and all(set(o) == {"ok"} for o in outputs)
+    plain.encode([feedback.public(c) for c in cases])

@@ -1,10 +1,18 @@
-"""Lesson 09's checks: solutions score full marks, untouched exercises score zero, and
-wrong answers get feedback that names what is wrong."""
+"""Lesson 09's checks: solutions score full marks, untouched exercises score zero, the
+judged path (cases and verdict in the judge, plain data in between) agrees, and wrong
+answers get feedback that names what is wrong."""
 
+import pytest
 
 from ipukit.grading import lesson09
 from ipukit.parallel import optim, schedule
-from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises
+from tests.lessons import (
+    SOLVED_AND_UNTOUCHED,
+    assert_plain_trials,
+    grade_exercises,
+    judged,
+    notebook_namespace,
+)
 
 NOTEBOOK = "09_accumulation_recomputation_offloading.ipynb"
 CHECKS = {"09.1": ("check_peak_bytes", "peak_bytes"),
@@ -14,9 +22,25 @@ CHECKS = {"09.1": ("check_peak_bytes", "peak_bytes"),
           "09.5": ("check_checkpoints", "choose_checkpoints")}
 
 
+@pytest.fixture(scope="module")
+def solution():
+    return notebook_namespace("solutions", NOTEBOOK)
+
+
 @SOLVED_AND_UNTOUCHED
 def test_solutions_pass_and_untouched_exercises_are_not_solved(folder, status):
     grade_exercises(lesson09, "09", NOTEBOOK, CHECKS, folder, status)
+
+
+@pytest.mark.parametrize("check, answer", CHECKS.values())
+def test_the_judged_path_passes_the_solutions_on_fresh_cases(solution, check, answer):
+    r = judged(getattr(lesson09, check), solution[answer], seed=3)
+    assert r.passed, r.text()
+
+
+@pytest.mark.parametrize("check, answer", CHECKS.values())
+def test_cases_and_trial_outputs_are_plain_data(solution, check, answer):
+    assert_plain_trials(getattr(lesson09, check), solution[answer])
 
 
 def test_stash_of_one_micro_batch_counted_by_hand():
@@ -33,43 +57,69 @@ def test_peak_bytes_feedback():
     def one_in_flight(kind, g, w, s, slots, off):
         return [x * (2 + slots) + y for x, y in zip(w, s)]
 
-    r = lesson09.check_peak_bytes(one_in_flight)
+    r = lesson09.check_peak_bytes(one_in_flight, show=False)
     assert "Stage 0 holds 5 micro-batches at once in this schedule, not one" in r.message
 
     def ignores_offload(kind, g, w, s, slots, off):
         p = schedule(kind, len(w), g).peak_activations()
         return [x * (2 + slots) + p[k] * s[k] for k, x in enumerate(w)]
 
-    r = lesson09.check_peak_bytes(ignores_offload)
+    r = lesson09.check_peak_bytes(ignores_offload, show=False)
     assert "Offloaded optimiser state lives in host memory" in r.message
     assert "1f1b" in r.message and "hint " in r.message
 
 
 def test_recomputed_stash_feedback():
-    r = lesson09.check_recomputed_stash(lambda p, i, a: p * a)
+    r = lesson09.check_recomputed_stash(lambda p, i, a: p * a, show=False)
     assert "That is the stash without recomputation" in r.message
-    r = lesson09.check_recomputed_stash(lambda p, i, a: p * i)
+    r = lesson09.check_recomputed_stash(lambda p, i, a: p * i, show=False)
     assert "recomputes one micro-batch's activations" in r.message
-    r = lesson09.check_recomputed_stash(lambda p, i, a: p * i + a)
+    r = lesson09.check_recomputed_stash(lambda p, i, a: p * i + a, show=False)
     assert "has already left the FIFO" in r.message
+    # right whenever a micro-batch's activations are at least its input (every MLP stage)
+    r = lesson09.check_recomputed_stash(lambda p, i, a: (p - 1) * i + a, show=False)
+    assert "stage 1 of a CNN" in r.message and "the max-pool stashes an index" in r.message
+
+
+def test_a_max_pool_stage_stashes_less_than_its_input():
+    # (mb, 4, 6, 6) float32 in: the max-pool's int64 indices (mb, 4, 3, 3), the pooled
+    # floats, the loss's log-probabilities (mb, 3) and int64 labels
+    mb = 3
+    act = lesson09.peak_stash(lesson09._run_cnn("sequential", 1, mb, False))
+    assert act[1] == mb * (36 * 8 + 36 * 4 + 3 * 4 + 8) < mb * 144 * 4
 
 
 def test_largest_micro_batch_feedback():
-    r = lesson09.check_largest_micro_batch(lambda make, shape, classes: 10)
+    r = lesson09.check_largest_micro_batch(lambda make, shape, classes: 10, show=False)
     assert "micro-batches of 11 fit too" in r.message
-    r = lesson09.check_largest_micro_batch(lambda make, shape, classes: 10_000)
+    r = lesson09.check_largest_micro_batch(lambda make, shape, classes: 10_000, show=False)
     assert "raises OutOfMemoryError" in r.message
-    r = lesson09.check_largest_micro_batch(lambda make, shape, classes: 0)
-    assert "at least one sample" in r.message
+    r = lesson09.check_largest_micro_batch(lambda make, shape, classes: 0, show=False)
+    assert "you said 0, but micro-batches of 1 fit too" in r.message
+    r = lesson09.check_largest_micro_batch(lambda make, shape, classes: -1, show=False)
+    assert "a micro-batch size is 0 or more" in r.message
+
+    def at_least_one(make, shape, classes):  # starts its search at 1: never answers 0
+        lo, hi = 1, 2
+        while lesson09._fits(make, shape, hi):
+            lo, hi = hi, 2 * hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if lesson09._fits(make, shape, mid) else (lo, mid)
+        return lo
+
+    r = lesson09.check_largest_micro_batch(at_least_one, show=False)
+    assert "(grouped, AdamW, hidden width 512: weights and state alone overflow): you said " \
+           "1, but a run with micro-batches of 1 raises OutOfMemoryError" in r.message
 
 
 def test_recomputation_and_offload_let_larger_micro_batches_fit():
     fits = {}
-    for name, make, shape, _ in lesson09._factories():
-        sizes = [mb for mb in (8, 16, 32, 64, 128) if lesson09._fits(make, shape, mb)]
-        fits[name] = max(sizes)
-    plain, recompute, offload = fits.values()
-    assert plain < recompute and plain < offload
+    for name, (make, shape, _) in lesson09._factories().items():
+        fits[name] = max([0] + [mb for mb in (1, 8, 16, 32, 64, 128)
+                                if lesson09._fits(make, shape, mb)])
+    base, recompute, offload, overflow = fits.values()
+    assert 0 < base < recompute and base < offload and overflow == 0
 
 
 def test_docstring_example_runs():
@@ -83,7 +133,7 @@ def test_accumulation_feedback():
     def no_mean(w, batches, grad, lr):
         return w - lr * sum(grad(w, x, y) for x, y in batches)
 
-    r = lesson09.check_accumulation(no_mean)
+    r = lesson09.check_accumulation(no_mean, show=False)
     assert "did not divide by their number" in r.message
 
     def step_each(w, batches, grad, lr):
@@ -91,14 +141,14 @@ def test_accumulation_feedback():
             w = w - lr * grad(w, x, y)
         return w
 
-    r = lesson09.check_accumulation(step_each)
+    r = lesson09.check_accumulation(step_each, show=False)
     assert "updated the weights after every micro-batch" in r.message
 
     def twice(w, batches, grad, lr):
         acc = sum(grad(w, x, y) for x, y in batches) + 0 * grad(w, *batches[0])
         return w - lr * acc / len(batches)
 
-    r = lesson09.check_accumulation(twice)
+    r = lesson09.check_accumulation(twice, show=False)
     assert "call grad once per micro-batch (4 calls), you made 5" in r.message
 
 
@@ -108,19 +158,29 @@ def test_checkpointed_peak_by_hand():
     acts = [4] * 9
     interleaved, then = lesson09.MODES[1], lesson09.MODES[0]
     assert lesson09.checkpointed_peak(acts, 2, 1, interleaved, [2, 5]) == 10 + 12
-    assert lesson09.checkpointed_peak(acts, 2, 1, then, [2, 5]) == 10 + 28
+    # RecomputeThenBackpropagate ignores checkpoints: the input, then all 36 bytes at once
+    assert lesson09.checkpointed_peak(acts, 2, 1, then, [2, 5]) == 2 + 36
     assert lesson09.checkpointed_peak(acts, 2, 3, interleaved, []) == 6 + 36
-    assert lesson09.best_checkpoint_peak(acts, 2, 1, interleaved) == 22
+    # one checkpoint after layer 4 already gives 22: stash 2 + 4, runs of 16
+    assert lesson09.checkpointed_peak(acts, 2, 1, interleaved, [4]) == 6 + 16
+    assert lesson09.best_checkpoints(acts, 2, 1, interleaved) == (22, 1)
+    assert lesson09.best_checkpoints(acts, 2, 1, then) == (38, 0)
 
 
 def test_checkpoints_feedback():
-    r = lesson09.check_checkpoints(lambda acts, inp, k, mode: [])
+    r = lesson09.check_checkpoints(lambda acts, inp, k, mode: [], show=False)
     assert "with checkpoints [] the stage's peak stash is 38 bytes" in r.message
 
     def always_cut(acts, inp, k, mode):  # sqrt(n) cuts whatever the mode
         return [2, 5]
 
-    r = lesson09.check_checkpoints(always_cut)
+    r = lesson09.check_checkpoints(always_cut, show=False)
+    assert "give the smallest peak, 22 bytes, but 1 checkpoint can give it too" in r.message
+
+    def cut_in_flight(acts, inp, k, mode):  # right with one micro-batch in flight only
+        return [] if mode == lesson09.MODES[0] else [4] if k == 1 else [2, 5]
+
+    r = lesson09.check_checkpoints(cut_in_flight, show=False)
     assert "stashed once per micro-batch in flight (6 here)" in r.message
 
     def cut_unless_many(acts, inp, k, mode):  # right for Interleaved, one cut otherwise
@@ -129,7 +189,10 @@ def test_checkpoints_feedback():
         sets = [[i for i in range(len(acts)) if m >> i & 1] for m in range(1 << len(acts))]
         return min(sets, key=lambda c: lesson09.checkpointed_peak(acts, inp, k, mode, c))
 
-    r = lesson09.check_checkpoints(cut_unless_many)
-    assert "so a checkpoint only adds stash" in r.message
-    r = lesson09.check_checkpoints(lambda acts, inp, k, mode: [99])
+    r = lesson09.check_checkpoints(cut_unless_many, show=False)
+    assert "checkpoints [0] have no effect in RecomputeThenBackpropagate" in r.message
+    assert "return []" in r.message
+    r = lesson09.check_checkpoints(lambda acts, inp, k, mode: [99], show=False)
     assert "layers are numbered 0 to 8" in r.message
+    r = lesson09.check_checkpoints(lambda acts, inp, k, mode: 3, show=False)
+    assert "return a list of layer indices" in r.message

@@ -1,13 +1,21 @@
-"""Lesson 10's checks: solutions score full marks, untouched exercises score zero, and
-wrong answers get feedback that names what is wrong."""
+"""Lesson 10's checks: solutions score full marks, untouched exercises score zero, the
+judged path (cases and verdict in the judge, plain data in between) agrees, and wrong
+answers get feedback that names what is wrong."""
 
 import math
 
 import numpy as np
 import pytest
 
-from ipukit.grading import feedback, lesson10
-from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises, notebook_namespace
+import ipukit as ipu
+from ipukit.grading import feedback, lesson10, plain
+from tests.lessons import (
+    SOLVED_AND_UNTOUCHED,
+    assert_plain_trials,
+    grade_exercises,
+    judged,
+    notebook_namespace,
+)
 
 NOTEBOOK = "10_replication_rts.ipynb"
 CHECKS = {"10.1": ("check_ring_allreduce", "ring_allreduce"),
@@ -25,6 +33,18 @@ def solution():
 def test_solutions_pass_and_untouched_exercises_are_not_solved(folder, status):
     rows = grade_exercises(lesson10, "10", NOTEBOOK, CHECKS, folder, status)
     assert sum(r.max_points for r in rows) == 11
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("check, answer", CHECKS.values())
+def test_the_judged_path_passes_the_solutions_on_fresh_cases(solution, check, answer, seed):
+    r = judged(getattr(lesson10, check), solution[answer], seed=seed)
+    assert r.passed, r.text()
+
+
+@pytest.mark.parametrize("check, answer", CHECKS.values())
+def test_cases_and_trial_outputs_are_plain_data(solution, check, answer):
+    assert_plain_trials(getattr(lesson10, check), solution[answer])
 
 
 def test_ring_sends_two_r_minus_one_over_r_of_the_gradient(solution):
@@ -48,7 +68,7 @@ def test_ring_allreduce_feedback():
                 chunks[(q + 1) % r][(q - s) % r] += arrived[q]
         return [np.concatenate(c) for c in chunks]
 
-    r = lesson10.check_ring_allreduce(reduce_scatter_only)
+    r = lesson10.check_ring_allreduce(reduce_scatter_only, show=False)
     assert r.status == feedback.FAILED
     assert "R=2" in r.message and "that is the reduce-scatter" in r.message
 
@@ -63,13 +83,13 @@ def test_ring_allreduce_feedback():
                 out[q] += msg[q]
         return out
 
-    r = lesson10.check_ring_allreduce(whole_gradients)
+    r = lesson10.check_ring_allreduce(whole_gradients, show=False)
     assert "You sent whole gradients: send one chunk per step" in r.message
-    r = lesson10.check_ring_allreduce(lambda grads, send: [sum(grads)] * len(grads))
+    r = lesson10.check_ring_allreduce(lambda grads, send: [sum(grads)] * len(grads), show=False)
     assert "must not read the other replicas' gradients directly" in r.message
-    r = lesson10.check_ring_allreduce(lambda grads, send: [send(0, 0, grads[0])])
+    r = lesson10.check_ring_allreduce(lambda grads, send: [send(0, 0, grads[0])], show=False)
     assert "replica 0 sent to replica 0, but in a ring" in r.message
-    r = lesson10.check_ring_allreduce(lambda grads, send: [send(0, 5, grads[0])])
+    r = lesson10.check_ring_allreduce(lambda grads, send: [send(0, 5, grads[0])], show=False)
     assert "send(dst=5): replicas are numbered 0 to 1" in r.message
     assert "hint " in r.message  # the fifth failure in this session
 
@@ -78,7 +98,7 @@ def test_update_collectives_feedback(solution):
     def half_ring(g, w, r, rts):
         return [] if r == 1 else [("allreduce", math.ceil((r - 1) * g / r))]
 
-    r = lesson10.check_update_collectives(half_ring)
+    r = lesson10.check_update_collectives(half_ring, show=False)
     assert "2(R-1)/R in all" in r.message
     assert "IPU 0's timeline has [('allreduce', 252)]" in r.message
 
@@ -90,9 +110,9 @@ def test_update_collectives_feedback(solution):
         return [("reducescatter", math.ceil((r - 1) * g / r)),
                 ("allgather", math.ceil((r - 1) * g / r))]
 
-    r = lesson10.check_update_collectives(gathers_gradients)
+    r = lesson10.check_update_collectives(gathers_gradients, show=False)
     assert "rts=True" in r.message and "moves the updated weights" in r.message
-    r = lesson10.check_update_collectives(lambda g, w, r, rts: [("allreduce", 0)])
+    r = lesson10.check_update_collectives(lambda g, w, r, rts: [("allreduce", 0)], show=False)
     assert "none with one replica" in r.message
 
 
@@ -130,14 +150,14 @@ def _zero1_sum(weights, grads, velocity, lr, mu, comms):  # forgets the mean ove
 
 
 def test_zero1_feedback():
-    r = lesson10.check_zero1(_zero1_sum)
+    r = lesson10.check_zero1(_zero1_sum, show=False)
     assert "steps with the SUM of the replicas' gradients" in r.message
 
     def dense(weights, grads, velocity, lr, mu, comms):  # plain all-reduce, full state
         g = comms.all_reduce(grads)
         return [w - lr * x / len(w) for w, x in zip(weights, g)], velocity
 
-    r = lesson10.check_zero1(dense)
+    r = lesson10.check_zero1(dense, show=False)
     assert "ran the collectives ['all_reduce']" in r.message
 
 
@@ -150,31 +170,16 @@ def test_comms_reduce_scatter_and_all_gather():
 
 
 def test_emulated_ring_feedback(solution):
-    import ipukit as ipu
-
-    def via_ipu0(graph, grads, add_into):  # gather everything on IPU 0: not a ring
-        steps = []
-        for q in range(1, len(grads)):
-            buf = graph.add_variable(ipu.FLOAT, list(grads[0].shape), f"b{q}")
-            graph.set_tile_mapping(buf, 0)
-            cs = graph.add_compute_set(f"sum{q}")
-            graph.add_vertex(cs, add_into, {"acc": grads[0], "x": buf}, tile=0)
-            steps += [ipu.Copy(grads[q], buf), ipu.Execute(cs)]
-        steps += [ipu.Copy(grads[0], grads[q]) for q in range(1, len(grads))]
-        return ipu.Sequence(*steps)
-
-    r = lesson10.check_emulated_ring(via_ipu0)
+    r = lesson10.check_emulated_ring(_via_ipu0, show=False)
     assert "IPU 0 sent 24 bytes to IPU 2; in a ring IPU 0 sends only to IPU 1" in r.message
-    r = lesson10.check_emulated_ring(lambda graph, grads, add_into: ipu.Sequence())
+    r = lesson10.check_emulated_ring(lambda graph, grads, add_into: ipu.Sequence(), show=False)
     assert "IPU 0's g0" in r.message
-    r = lesson10.check_emulated_ring(lambda graph, grads, add_into: None)
+    r = lesson10.check_emulated_ring(lambda graph, grads, add_into: None, show=False)
     assert "return a Program" in r.message
-    assert lesson10.check_emulated_ring(solution["ring_program"]).passed
+    assert lesson10.check_emulated_ring(solution["ring_program"], show=False).passed
 
 
 def _one_copy_per_ipu(graph, grads, add_into):
-    import ipukit as ipu
-
     r, n = len(grads), grads[0].shape[0]
     c, tiles = n // r, graph.target.tiles_per_ipu
     recv = []
@@ -200,7 +205,151 @@ def _one_copy_per_ipu(graph, grads, add_into):
 
 
 def test_emulated_ring_budget(solution):
-    r = lesson10.check_emulated_ring(_one_copy_per_ipu)  # right, but R exchanges per step
+    r = lesson10.check_emulated_ring(_one_copy_per_ipu, show=False)  # R exchanges a step
     assert r.passed and not r.star and "the reference takes" in r.cost
-    r = lesson10.check_emulated_ring(solution["ring_program"])
+    r = lesson10.check_emulated_ring(solution["ring_program"], show=False)
     assert r.passed and r.star
+
+
+# -- 10.1: which half of the all-reduce is wrong, at which step and chunk ------------------
+
+
+def _ring(first_chunk, gather_adds=False, scale=1.0, gather_chunk=None):
+    """A ring all-reduce whose reduce-scatter sends chunk ``first_chunk(q, s, r)`` (scaled
+    by ``scale``) and whose all-gather sends ``gather_chunk(q, s, r)``; with
+    ``gather_adds`` the all-gather adds what arrives instead of overwriting."""
+    gather_chunk = gather_chunk or (lambda q, s, r: (q + 1 - s) % r)
+
+    def ring_allreduce(grads, send):
+        r = len(grads)
+        chunks = [np.split(np.array(g, dtype=float), r) for g in grads]
+        for s in range(r - 1):
+            k = [first_chunk(q, s, r) for q in range(r)]
+            arrived = [send(q, (q + 1) % r, scale * chunks[q][k[q]]) for q in range(r)]
+            for q in range(r):
+                chunks[(q + 1) % r][k[q]] += arrived[q]
+        for s in range(r - 1):
+            k = [gather_chunk(q, s, r) for q in range(r)]
+            arrived = [send(q, (q + 1) % r, chunks[q][k[q]]) for q in range(r)]
+            for q in range(r):
+                if gather_adds:
+                    chunks[(q + 1) % r][k[q]] += arrived[q]
+                else:
+                    chunks[(q + 1) % r][k[q]] = arrived[q]
+        return [np.concatenate(c) for c in chunks]
+
+    return ring_allreduce
+
+
+def test_ring_feedback_names_the_phase_the_step_and_the_chunk():
+    right = _ring(lambda q, s, r: (q - s) % r)
+    assert lesson10.check_ring_allreduce(right, show=False).passed
+    r = lesson10.check_ring_allreduce(_ring(lambda q, s, r: (q + s) % r), show=False)
+    assert "R=3" in r.message and "(chunk 0)" in r.message
+    assert ("In step 1 of the reduce-scatter, replica 0 sent chunk 1; it should pass on "
+            "chunk 2, the one it received in the step before with its own part added"
+            ) in r.message
+    r = lesson10.check_ring_allreduce(_ring(lambda q, s, r: (q - s) % r, gather_adds=True),
+                                      show=False)
+    assert "Every message was right" in r.message and "overwrites its copy" in r.message
+    r = lesson10.check_ring_allreduce(_ring(lambda q, s, r: (q - s) % r, scale=0.5),
+                                      show=False)
+    assert ("In step 0 of the reduce-scatter, replica 0 sent values that are no sum of the "
+            "replicas' chunk") in r.message
+
+    wrong_gather = _ring(lambda q, s, r: (q - s) % r,
+                         gather_chunk=lambda q, s, r: (q - s) % r)
+    r = lesson10.check_ring_allreduce(wrong_gather, show=False)
+    assert ("In step 0 of the all-gather, replica 0 sent chunk 0; it should pass on chunk 1, "
+            "the one it received in the step before") in r.message
+
+
+def test_ring_trace_is_empty_for_a_right_ring_and_counts_missing_steps():
+    rng = np.random.default_rng(0)
+    grads = [rng.normal(size=8) for _ in range(4)]
+    ring = lesson10.Ring(4)
+    _ring(lambda q, s, r: (q - s) % r)([g.copy() for g in grads], ring.send)
+    assert lesson10._ring_trace(grads, ring.log) == ""
+    assert "replica 0 sent 3 messages: the all-gather needs its step 0" in \
+        lesson10._ring_trace(grads, [m for i, m in enumerate(ring.log) if i < 12])
+
+
+# -- 10.4: the judge runs the program itself ----------------------------------------------
+
+
+def _via_ipu0(graph, grads, add_into):  # everything summed on IPU 0: not a ring
+    steps = []
+    for q in range(1, len(grads)):
+        buf = graph.add_variable(ipu.FLOAT, list(grads[0].shape), f"b{q}")
+        graph.set_tile_mapping(buf, 0)
+        cs = graph.add_compute_set(f"sum{q}")
+        graph.add_vertex(cs, add_into, {"acc": grads[0], "x": buf}, tile=0)
+        steps += [ipu.Copy(grads[q], buf), ipu.Execute(cs)]
+    return ipu.Sequence(*steps, *[ipu.Copy(grads[0], grads[q]) for q in range(1, len(grads))])
+
+
+def _remote_vertices(graph, grads, add_into):  # vertices on IPU 0 read other IPUs directly
+    steps = []
+    for q in range(1, len(grads)):
+        cs = graph.add_compute_set(f"sum{q}")
+        graph.add_vertex(cs, add_into, {"acc": grads[0], "x": grads[q]}, tile=1)
+        steps.append(ipu.Execute(cs))
+    return ipu.Sequence(*steps, *[ipu.Copy(grads[0], grads[q]) for q in range(1, len(grads))])
+
+
+@pytest.mark.parametrize("program", ["solution", "one_copy_per_ipu", "via_ipu0",
+                                     "remote_vertices"])
+def test_the_judges_byte_count_is_the_compilers(solution, program):
+    build = {"solution": solution["ring_program"], "one_copy_per_ipu": _one_copy_per_ipu,
+             "via_ipu0": _via_ipu0, "remote_vertices": _remote_vertices}[program]
+    for r, n in [(2, 4), (3, 6), (4, 8)]:
+        dev, graph, grads = lesson10.ring_graph(r, n)
+        prog = build(graph, grads, lesson10.AddInto)
+        exe = ipu.compile_graph(graph, [prog])
+        tiles = dev.target.tiles_per_ipu
+        compiled = np.zeros((r, r), np.int64)
+        for step in exe.steps:
+            for src, dst, nbytes in step.transfers.tolist():
+                if src // tiles != dst // tiles:
+                    compiled[src // tiles, dst // tiles] += nbytes
+        steps = lesson10.program_as_plain(graph, prog, lesson10.AddInto, "ring")
+        plain.encode(steps)
+        values = [np.arange(n, dtype=np.float64) * (q + 1) for q in range(r)]
+        memory = np.zeros(1 + max(int(p["addresses"].max()) for s in steps
+                                  for p in lesson10._parts(s)))
+        for q in range(r):
+            memory[grads[q].idx] = values[q]
+        assert (lesson10.run_plain(steps, memory, tiles, r) == compiled).all()
+        for q in range(r):  # and it computes what the engine computes: the sum
+            np.testing.assert_allclose(memory[grads[q].idx], np.sum(values, axis=0))
+
+
+def test_emulated_ring_refuses_what_the_judge_cannot_follow():
+    class Twice(ipu.Vertex):
+        acc = ipu.InOut(ipu.Vector(ipu.FLOAT))
+        x = ipu.Input(ipu.Vector(ipu.FLOAT))
+
+        def compute(self):
+            self.acc[...] = self.acc + self.x
+
+    def own_codelet(graph, grads, add_into):
+        return _via_ipu0(graph, grads, Twice)
+
+    r = lesson10.check_emulated_ring(own_codelet, show=False)
+    assert "has a Twice vertex; use the add_into codelet" in r.message
+
+    def printing(graph, grads, add_into):
+        return ipu.Sequence(_via_ipu0(graph, grads, add_into), ipu.PrintTensor("g", grads[0]))
+
+    r = lesson10.check_emulated_ring(printing, show=False)
+    assert "got PrintTensor" in r.message
+
+
+def test_a_forged_program_description_is_refused_not_allocated(solution):
+    ex = lesson10.check_emulated_ring.exercise
+    cases = feedback.draw_cases(ex, np.random.default_rng(0))
+    outputs = feedback.run_trials(ex, cases, (solution["ring_program"],))
+    decoded = [plain.decode(o["ok"]) for o in outputs]
+    decoded[1]["steps"][0]["copy"][1]["addresses"][0] = 10**12  # a huge address
+    with pytest.raises(feedback.Wrong, match="cannot follow your program"):
+        ex.verdict(cases, decoded)

@@ -148,3 +148,60 @@ def naming(what: str):
         if _not_implemented(exc) is not None:
             raise
         raise Wrong(f"{what}: your code raised {type(exc).__name__}: {exc}") from None
+
+
+def gantt(bars, rows, end: float, marks=(), width: int = 72):
+    """A Gantt chart on a fixed time axis, every row drawn (empty ones too).
+
+    ``bars``: ``(row, start, end, label)``; ``rows``: the row names, top to bottom;
+    ``end``: the right end of the axis (give two charts the same ``end`` to compare them);
+    ``marks``: ``(row, time, label)`` drawn as a red stop sign, e.g. where an IPU waits
+    for ever. Text: each bar as ``[label]`` cut to its width, ``X`` at a mark.
+
+    >>> print(gantt([("IPU0", 0, 2, "F0")], ["IPU0", "IPU1"], 4, [("IPU1", 0, "waits")],
+    ...             width=8).text)
+           IPU0 |[F0]    |
+           IPU1 |X       |
+                 0       4
+    """
+    import html as _html
+
+    from .feedback import Picture
+
+    end = max(float(end), 1e-9)
+    scale = 400 / end
+    html_rows, text_rows = [], []
+    for row in rows:
+        line = [" "] * width
+        divs = []
+        for r, s, e, label in bars:
+            if r != row:
+                continue
+            colour = "#4e79a7" if label[:1] == "F" else "#f28e2b"
+            divs.append(f"<div title='{_html.escape(label)}: {s:g}-{e:g}' style='position:"
+                        f"absolute;left:{s * scale:.1f}px;width:"
+                        f"{max(1.0, (e - s) * scale - 1):.1f}px;height:16px;background:"
+                        f"{colour};color:#fff;font-size:10px;overflow:hidden'>"
+                        f"{_html.escape(label)}</div>")
+            a = min(width - 1, int(s / end * width))
+            b = max(a + 1, min(width, int(e / end * width)))
+            cell = ("[" + label + "]")[:b - a] if b - a > 2 else label[:b - a]
+            line[a:a + len(cell)] = cell
+        for r, t, label in marks:
+            if r == row:
+                divs.append(f"<div title='{_html.escape(label)}' style='position:absolute;"
+                            f"left:{t * scale:.1f}px;width:14px;height:16px;background:#cf222e;"
+                            "color:#fff;font-size:10px;text-align:center'>&#x2716;</div>")
+                line[min(width - 1, int(t / end * width))] = "X"
+        html_rows.append(f"<tr><td style='font-size:11px;padding-right:6px'>"
+                         f"{_html.escape(row)}</td><td><div style='position:relative;"
+                         f"width:420px;height:18px;background:#f6f8fa'>{''.join(divs)}</div>"
+                         "</td></tr>")
+        text_rows.append(f"   {row:>8} |{''.join(line)}|")
+    axis = f"   {'':>8}  0{f'{end:g}':>{width}}"
+    html_rows.append("<tr><td></td><td><div style='position:relative;width:420px;"
+                     "height:12px;font-size:9px;color:#57606a'><span style='position:"
+                     "absolute;left:0'>0</span><span style='position:absolute;right:0'>"
+                     f"{end:g}</span></div></td></tr>")
+    return Picture(f"<table style='border:none'>{''.join(html_rows)}</table>",
+                   "\n".join(text_rows) + "\n" + axis)

@@ -1,8 +1,11 @@
 """The ``check_*`` functions of lesson 09: gradient accumulation, recomputation, offloading.
 
-Every reference is measured with the pipeline runner: the peak bytes of each IPU and the
-peak stash of each stage from a run's ``MemoryRecord``s, and whether a micro-batch size
-fits from whether the run raises ``OutOfMemoryError``.
+Every check is judged: the cases (and what the runs they need measure) and the verdict
+run in the judge, only the learner's function runs in the notebook's kernel. The
+references are measured with the pipeline runner in the judge: the peak bytes of each IPU
+and the peak stash of each stage from a run's ``MemoryRecord``s, and whether a
+micro-batch size fits from whether the run raises ``OutOfMemoryError``; 09.4 against a
+full-batch step, 09.5 against every set of checkpoints.
 
 >>> from ipukit.grading import lesson09
 >>> r = lesson09.check_recomputed_stash(lambda in_flight, input_bytes, activation_bytes: 0)
@@ -19,7 +22,7 @@ import ipukit as ipu
 from ipukit.parallel import nn, optim, pipeline, schedule
 
 from .common import optimisers, teaching_target
-from .feedback import Wrong, as_int, as_ints, exercise
+from .feedback import Wrong, as_int, as_ints, exercise, plural
 
 
 def ffn_stages(widths, hidden: int, classes: int):
@@ -56,6 +59,43 @@ def peak_stash(result) -> list[int]:
 
 # -- 09.1 ---------------------------------------------------------------------------------
 
+#: (schedule, gradient accumulation, optimiser, offloaded state) of 09.1's pipelines.
+_PEAK_RUNS = [("grouped", 6, "AdamW", False), ("interleaved", 6, "Momentum", False),
+              ("gpipe", 5, "SGD", False), ("1f1b", 7, "AdamW", True),
+              ("poptorch", 5, "Momentum", True)]
+
+
+def _peak_cases(rng) -> list[dict]:
+    """Five pipelines of one model, measured in the judge: five schedules, three
+    optimisers, state on chip and offloaded; the micro-batch and hidden width drawn."""
+    widths, hidden, mb = [24, 16, 20, 12], int(rng.choice([32, 40, 48])), int(rng.integers(3, 7))
+    _, one = train(widths, hidden, 6, "sequential", 1, mb, optimizer=optim.SGD(0.1))
+    stash = peak_stash(one)  # one micro-batch in flight
+    found = []
+    for kind, g, opt, offload in _PEAK_RUNS:
+        make, slots = optimisers()[opt]
+        p, r = train(widths, hidden, 6, kind, g, mb, optimizer=make(),
+                     offload_optimizer_state=offload)
+        found.append({"kind": kind, "gradient_accumulation": g,
+                      "weight_bytes": [s.param_bytes for s in p.stages], "stash_bytes": stash,
+                      "optimizer_slots": slots, "offload": offload,
+                      "_expected": [r.peak_memory()[q] for q in range(len(p.stages))]})
+    return found
+
+
+def _peak_what(case) -> str:
+    return (f"peak_bytes({case['kind']!r}, gradient_accumulation="
+            f"{case['gradient_accumulation']}, weight_bytes={list(case['weight_bytes'])}, "
+            f"stash_bytes={list(case['stash_bytes'])}, optimizer_slots="
+            f"{case['optimizer_slots']}, offload={case['offload']})")
+
+
+def _peak_trial(case, peak_bytes):
+    got = peak_bytes(case["kind"], case["gradient_accumulation"], list(case["weight_bytes"]),
+                     list(case["stash_bytes"]), case["optimizer_slots"], case["offload"])
+    return as_ints(got, len(case["weight_bytes"]), _peak_what(case))
+
+
 @exercise("09.1", "the peak memory of each IPU", points=3,
           hints=(
               'What does an IPU hold that never goes away, and what comes and goes?',
@@ -63,37 +103,23 @@ def peak_stash(result) -> list[int]:
               'peaks when the schedule holds the most micro-batches on that stage.',
               'IPU k holds its weights, as many bytes of gradient accumulators, optimizer_slots '
               'copies of optimiser state (none on the IPU when offloaded) and, at the peak, '
-              'schedule(kind, N, g).peak_activations()[k] micro-batches of stash_bytes[k] each.',))
-def check_peak_bytes(peak_bytes):
+              'schedule(kind, N, g).peak_activations()[k] micro-batches of stash_bytes[k] each.',),
+          answers=("peak_bytes",), cases=_peak_cases, trial=_peak_trial)
+def check_peak_bytes(cases, outputs):
     """Exercise 09.1: ``peak_bytes(kind, gradient_accumulation, weight_bytes, stash_bytes,
     optimizer_slots, offload)`` → the peak bytes of each IPU (stage k on IPU k)."""
-
-    widths, hidden, mb = [24, 16, 20, 12], 40, 5
-    n = len(widths) - 1
-    _, one = train(widths, hidden, 6, "sequential", 1, mb, optimizer=optim.SGD(0.1))
-    stash = peak_stash(one)  # one micro-batch in flight
-    for kind, g, opt, offload in [("grouped", 6, "AdamW", False),
-                                  ("interleaved", 6, "Momentum", False),
-                                  ("gpipe", 5, "SGD", False), ("1f1b", 7, "AdamW", True),
-                                  ("poptorch", 5, "Momentum", True)]:
-        make, slots = optimisers()[opt]
-        p, r = train(widths, hidden, 6, kind, g, mb, optimizer=make(),
-                     offload_optimizer_state=offload)
-        weights = [s.param_bytes for s in p.stages]
-        expected = [r.peak_memory()[q] for q in range(n)]
-        what = (f"peak_bytes({kind!r}, gradient_accumulation={g}, weight_bytes={weights}, "
-                f"stash_bytes={stash}, optimizer_slots={slots}, offload={offload})")
-        got = as_ints(peak_bytes(kind, g, list(weights), list(stash), slots, offload), n,
-                      what)
+    for case, got in zip(cases, outputs):
+        expected, n = case["_expected"], len(case["weight_bytes"])
         for q in range(n):
             if got[q] != expected[q]:
-                raise Wrong(f"{what}: IPU {q}'s peak in the run is {expected[q]:,} bytes, "
-                            f"you said {got[q]:,}" + _peak_diagnosis(
-                                kind, n, g, weights[q], stash[q], slots, offload, q,
-                                got[q], expected[q]))
+                raise Wrong(f"{_peak_what(case)}: IPU {q}'s peak in the run is "
+                            f"{expected[q]:,} bytes, you said {got[q]:,}" + _peak_diagnosis(
+                                case["kind"], n, case["gradient_accumulation"],
+                                case["weight_bytes"][q], case["stash_bytes"][q],
+                                case["optimizer_slots"], case["offload"], q, got[q]))
 
 
-def _peak_diagnosis(kind, n, g, w, stash, slots, offload, q, got, want) -> str:
+def _peak_diagnosis(kind, n, g, w, stash, slots, offload, q, got) -> str:
     in_flight = schedule(kind, n, g).peak_activations()[q]
     static = w * (2 + (0 if offload else slots))
     if got == w * (2 + slots) + in_flight * stash and offload:
@@ -111,6 +137,59 @@ def _peak_diagnosis(kind, n, g, w, stash, slots, offload, q, got, want) -> str:
 # -- 09.2 ---------------------------------------------------------------------------------
 
 
+def cnn_stages(classes: int = 3):
+    """A CNN cut after its convolution: stage 0 is Conv2D(1, 4, 3) and ReLU; stage 1
+    starts with MaxPool2D, which stashes the int64 index of each maximum (2 bytes per
+    float32 input element), then Flatten and Dense(36, classes): its stash per micro-batch
+    is smaller than its input."""
+    return [[nn.Conv2D(1, 4, 3, rng=1), nn.ReLU()],
+            [nn.MaxPool2D(), nn.Flatten(), nn.Dense(4 * 3 * 3, classes, rng=2)]]
+
+
+def _run_cnn(kind, g, mb, recomputation):
+    p = pipeline(cnn_stages(), None, g, kind, optimizer=optim.SGD(0.1),
+                 loss=nn.SoftmaxCrossEntropy(), target=teaching_target(2, 64),
+                 recomputation=recomputation, offload_optimizer_state=False)
+    rng = np.random.default_rng(0)
+    return p.run(rng.normal(size=(g * mb, 1, 8, 8)).astype(np.float32),
+                 rng.integers(0, 3, g * mb))
+
+
+def _recompute_cases(rng) -> list[dict]:
+    """Every stage of an MLP pipeline in four schedules and of a CNN in Grouped, measured
+    in the judge with ``recomputation=True``."""
+    widths, hidden, mb = [32, 8, 48, 16], int(rng.choice([48, 64])), int(rng.integers(3, 6))
+    _, one = train(widths, hidden, 5, "sequential", 1, mb)
+    act = peak_stash(one)
+    inputs = [mb * w * 4 for w in widths[:-1]]  # float32 input of each stage
+    found = []
+    for kind, g in [("grouped", 6), ("interleaved", 3), ("gpipe", 4), ("1f1b", 5)]:
+        _, r = train(widths, hidden, 5, kind, g, mb, recomputation=True)
+        in_flight = schedule(kind, len(act), g).peak_activations()
+        found += [{"in_flight": in_flight[k], "input_bytes": inputs[k],
+                   "activation_bytes": act[k], "_want": want, "_where": f"stage {k} of a "
+                   f"{kind} pipeline (gradient_accumulation={g})"}
+                  for k, want in enumerate(peak_stash(r))]
+    act = peak_stash(_run_cnn("sequential", 1, mb, False))
+    in_flight = schedule("grouped", 2, 4).peak_activations()
+    found += [{"in_flight": in_flight[k], "input_bytes": mb * size * 4,
+               "activation_bytes": act[k], "_want": want,
+               "_where": f"stage {k} of a CNN in a grouped pipeline (gradient_accumulation=4)"}
+              for k, (size, want) in enumerate(zip((64, 144),
+                                                   peak_stash(_run_cnn("grouped", 4, mb, True))))]
+    return found
+
+
+def _recompute_what(case) -> str:
+    return (f"recomputed_stash(in_flight={case['in_flight']}, input_bytes="
+            f"{case['input_bytes']}, activation_bytes={case['activation_bytes']})")
+
+
+def _recompute_trial(case, recomputed_stash):
+    return as_int(recomputed_stash(case["in_flight"], case["input_bytes"],
+                                   case["activation_bytes"]), _recompute_what(case))
+
+
 @exercise("09.2", "the stash with recomputation", points=2,
           hints=(
               "With recomputation, what is still stashed between a stage's forward and its "
@@ -120,31 +199,24 @@ def _peak_diagnosis(kind, n, g, w, stash, slots, offload, q, got, want) -> str:
               'With recomputation a stage stashes only its input for each micro-batch in '
               'flight. Right before a backward it pops that input and recomputes the forward, '
               "so for a moment it holds the other in_flight - 1 inputs plus one micro-batch's "
-              'full activations. The peak is the larger of the two states.',))
-def check_recomputed_stash(recomputed_stash):
+              'full activations. The peak is the larger of the two states.',),
+          answers=("recomputed_stash",), cases=_recompute_cases, trial=_recompute_trial)
+def check_recomputed_stash(cases, outputs):
     """Exercise 09.2: ``recomputed_stash(in_flight, input_bytes, activation_bytes)`` → the
     peak bytes a stage stashes with ``recomputation=True``."""
-
-    widths, hidden, mb = [32, 8, 48, 16], 64, 4
-    _, one = train(widths, hidden, 5, "sequential", 1, mb)
-    act = peak_stash(one)
-    inputs = [mb * w * 4 for w in widths[:-1]]  # float32 input of each stage
-    for kind, g in [("grouped", 6), ("interleaved", 3), ("gpipe", 4), ("1f1b", 5)]:
-        _, r = train(widths, hidden, 5, kind, g, mb, recomputation=True)
-        measured = peak_stash(r)
-        in_flight = schedule(kind, len(act), g).peak_activations()
-        for k, want in enumerate(measured):
-            what = (f"stage {k} of a {kind} pipeline (gradient_accumulation={g}): "
-                    f"recomputed_stash(in_flight={in_flight[k]}, input_bytes={inputs[k]}, "
-                    f"activation_bytes={act[k]})")
-            got = as_int(recomputed_stash(in_flight[k], inputs[k], act[k]), what)
-            if got != want:
-                raise Wrong(f"{what}: the run's peak stash is {want:,} bytes, you said "
-                            f"{got:,}" + _recompute_diagnosis(in_flight[k], inputs[k],
-                                                              act[k], got))
+    for case, got in zip(cases, outputs):
+        if got != case["_want"]:
+            p, inp, act = case["in_flight"], case["input_bytes"], case["activation_bytes"]
+            raise Wrong(f"{case['_where']}: {_recompute_what(case)}: the run's peak stash is "
+                        f"{case['_want']:,} bytes, you said {got:,}"
+                        + _recompute_diagnosis(p, inp, act, got))
 
 
 def _recompute_diagnosis(p, inp, act, got) -> str:
+    if act < inp and got == (p - 1) * inp + act:
+        return (". Here a micro-batch's activations are smaller than its input (the "
+                "max-pool stashes an index, not its input): the stash can peak before the "
+                "backward.")
     if got == p * act:
         return ". That is the stash without recomputation."
     if got == p * inp:
@@ -168,20 +240,35 @@ def _fits(make_pipeline, sample_shape, mb) -> bool:
     return True
 
 
-def _factories():
-    """(description, factory, sample shape, classes) of pipelines on small IPUs."""
+def _factories() -> dict:
+    """name -> (factory, sample shape, classes) of pipelines on small IPUs."""
     target = teaching_target(2, tiles=1)
 
-    def make(**options):
+    def make(hidden=256, **options):
         options.setdefault("offload_optimizer_state", False)  # TF's None would offload
-        return lambda: pipeline(ffn_stages([64, 64, 32], 256, 10), None, 4, "grouped",
+        return lambda: pipeline(ffn_stages([64, 64, 32], hidden, 10), None, 4, "grouped",
                                 optimizer=optim.AdamW(), loss=nn.SoftmaxCrossEntropy(),
                                 target=target, **options)
 
-    yield "grouped, AdamW", make(), (64,), 10
-    yield "grouped, AdamW, recomputation", make(recomputation=True), (64,), 10
-    yield "grouped, AdamW, offloaded optimiser state", make(offload_optimizer_state=True), \
-        (64,), 10
+    return {"grouped, AdamW": (make(), (64,), 10),
+            "grouped, AdamW, recomputation": (make(recomputation=True), (64,), 10),
+            "grouped, AdamW, offloaded optimiser state":
+                (make(offload_optimizer_state=True), (64,), 10),
+            "grouped, AdamW, hidden width 512: weights and state alone overflow":
+                (make(hidden=512), (64,), 10)}
+
+
+def _micro_batch_cases(rng) -> list[dict]:
+    """The pipelines by name (the trial builds them in the kernel, the verdict runs its
+    own): plain, with recomputation, with offloaded state, and one too big for any
+    micro-batch (the answer 0)."""
+    return [{"pipeline": name} for name in _factories()]
+
+
+def _micro_batch_trial(case, largest_micro_batch):
+    make, shape, classes = _factories()[case["pipeline"]]
+    return as_int(largest_micro_batch(make, shape, classes),
+                  f"largest_micro_batch for a pipeline ({case['pipeline']})")
 
 
 @exercise("09.3", "the largest micro-batch that fits", points=2,
@@ -191,18 +278,24 @@ def _factories():
               'search works.',
               'fits(mb) = try make_pipeline().run(x, y) with p.samples_per_run * mb samples '
               '(np.zeros works) and catch ipu.OutOfMemoryError. A bigger micro-batch never '
-              'needs less memory, so search: double mb until it does not fit, then bisect.',))
-def check_largest_micro_batch(largest_micro_batch):
+              'needs less memory, so search: double mb until it does not fit, then bisect '
+              '(and answer 0 when 1 does not fit).',),
+          answers=("largest_micro_batch",), cases=_micro_batch_cases, trial=_micro_batch_trial)
+def check_largest_micro_batch(cases, outputs):
     """Exercise 09.3: ``largest_micro_batch(make_pipeline, sample_shape, num_classes)`` → the
-    largest micro-batch size whose run does not raise ``OutOfMemoryError``."""
-
-    for name, make, shape, classes in _factories():
-        what = f"largest_micro_batch for a pipeline ({name})"
-        got = as_int(largest_micro_batch(make, shape, classes), what)
-        if got < 1 or not _fits(make, shape, got):
+    largest micro-batch size whose run does not raise ``OutOfMemoryError`` (0 when even
+    one sample does not fit)."""
+    # A search that doubles from 2 or by 3 (one-token mutants of the solution) finds the
+    # same answer: bisection follows any start and factor; the check cannot tell them apart.
+    factories = _factories()
+    for case, got in zip(cases, outputs):
+        make, shape, _ = factories[case["pipeline"]]
+        what = f"largest_micro_batch for a pipeline ({case['pipeline']})"
+        if got < 0:
+            raise Wrong(f"{what}: you said {got}; a micro-batch size is 0 or more")
+        if got and not _fits(make, shape, got):
             raise Wrong(f"{what}: you said {got}, but a run with micro-batches of {got} "
-                        "raises OutOfMemoryError" if got >= 1 else
-                        f"{what}: you said {got}; a micro-batch has at least one sample")
+                        "raises OutOfMemoryError")
         if _fits(make, shape, got + 1):
             raise Wrong(f"{what}: you said {got}, but micro-batches of {got + 1} fit too")
 
@@ -228,6 +321,26 @@ def _full_batch_step(w, x, y, lr):
     return w - lr * 2 * x.T @ (x @ w - y) / len(x)
 
 
+def _accumulation_cases(rng) -> list[dict]:
+    """Weights and a batch cut into g micro-batches of mb samples: several, one, many
+    small ones and one feature."""
+    return [{"w": rng.normal(size=d), "x": rng.normal(size=(g * mb, d)),
+             "y": rng.normal(size=g * mb), "micro_batches": g, "lr": 0.1}
+            for g, mb, d in [(4, 3, 2), (1, 5, 3), (6, 2, 4), (8, 4, 1)]]
+
+
+def _batches(case):
+    g, x, y = case["micro_batches"], np.asarray(case["x"]), np.asarray(case["y"])
+    mb = len(x) // g
+    return [(x[i * mb:(i + 1) * mb], y[i * mb:(i + 1) * mb]) for i in range(g)]
+
+
+def _accumulation_trial(case, accumulate_step):
+    grad = _Grad()
+    got = accumulate_step(np.array(case["w"]), _batches(case), grad, case["lr"])
+    return {"w": np.asarray(got, np.float64), "calls": grad.calls}
+
+
 @exercise("09.4", "gradient accumulation", points=2,
           hints=(
               'How many times should the weights change in one step?',
@@ -236,37 +349,32 @@ def _full_batch_step(w, x, y, lr):
               'Call grad once per micro-batch and add the results into one accumulator (as the '
               "pipeline's gradient accumulators do). After the last micro-batch divide by the "
               'number of micro-batches (the loss is a mean) and make ONE weight update: w - lr '
-              '* accumulated.',))
-def check_accumulation(accumulate_step):
+              '* accumulated.',),
+          answers=("accumulate_step",), cases=_accumulation_cases, trial=_accumulation_trial)
+def check_accumulation(cases, outputs):
     """Exercise 09.4: ``accumulate_step(w, micro_batches, grad, lr)`` → the weights after one
     update with the gradients of all micro-batches accumulated (= one full-batch step)."""
-
-    rng = np.random.default_rng(94)
-    for g, mb, d in [(4, 3, 2), (1, 5, 3), (6, 2, 4), (8, 4, 1)]:
-        w = rng.normal(size=d)
-        x, y = rng.normal(size=(g * mb, d)), rng.normal(size=g * mb)
-        batches = [(x[i * mb:(i + 1) * mb], y[i * mb:(i + 1) * mb]) for i in range(g)]
-        grad = _Grad()
-        what = f"{g} micro-batches of {mb} samples, lr=0.1"
-        got = np.asarray(accumulate_step(w.copy(), list(batches), grad, 0.1), np.float64)
-        want = _full_batch_step(w, x, y, 0.1)
-        if grad.calls != g:
+    for case, out in zip(cases, outputs):
+        w, g, lr = case["w"], case["micro_batches"], case["lr"]
+        what = f"{g} micro-batches of {len(case['x']) // g} samples, lr={lr}"
+        got, want = out["w"], _full_batch_step(w, case["x"], case["y"], lr)
+        if out["calls"] != g:
             raise Wrong(f"{what}: call grad once per micro-batch ({g} calls), you made "
-                        f"{grad.calls}")
+                        f"{out['calls']}")
         if got.shape != want.shape or not np.allclose(got, want, rtol=1e-9, atol=1e-12):
             raise Wrong(f"{what}: expected the weights {np.round(want, 6).tolist()} (one "
                         f"step on the whole batch), got {np.round(got, 6).tolist()}"
-                        + _accumulation_diagnosis(w, batches, got, g))
+                        + _accumulation_diagnosis(w, _batches(case), got, g, lr))
 
 
-def _accumulation_diagnosis(w, batches, got, g) -> str:
+def _accumulation_diagnosis(w, batches, got, g, lr) -> str:
     total = sum(_Grad()(w, x, y) for x, y in batches)
-    if got.shape == w.shape and np.allclose(got, w - 0.1 * total):
+    if got.shape == w.shape and np.allclose(got, w - lr * total):
         return (". You added the micro-batches' gradients but did not divide by their "
                 f"number ({g}): the loss is the mean over the batch")
     seq = w.copy()
     for x, y in batches:
-        seq = _full_batch_step(seq, x, y, 0.1)
+        seq = _full_batch_step(seq, x, y, lr)
     if got.shape == w.shape and np.allclose(got, seq):
         return (". You updated the weights after every micro-batch; accumulation makes one "
                 "update after all of them")
@@ -279,10 +387,15 @@ MODES = ("RecomputeThenBackpropagate", "RecomputeAndBackpropagateInterleaved")
 
 
 def checkpointed_peak(act_bytes, input_bytes, in_flight, mode, checkpoints) -> int:
-    """A stage's peak stash with recomputation checkpoints (kit convention): each of the
-    ``in_flight`` micro-batches stashes its input and the checkpointed activations; the
-    backward recomputes the others, all at once (RecomputeThenBackpropagate) or one run
-    between checkpoints at a time (RecomputeAndBackpropagateInterleaved)."""
+    """A stage's peak stash with recomputation checkpoints (kit convention for the
+    liveness). In ``RecomputeThenBackpropagate`` checkpoints have no effect (TensorFlow's
+    ``recomputation_checkpoint`` docstring): each of the ``in_flight`` micro-batches
+    stashes its input and the backward recomputes every activation at once. In
+    ``RecomputeAndBackpropagateInterleaved`` each micro-batch also stashes the
+    checkpointed activations and the backward recomputes one run between checkpoints at
+    a time."""
+    if mode == MODES[0]:
+        return in_flight * input_bytes + sum(act_bytes)
     kept = set(checkpoints)
     stash = input_bytes + sum(act_bytes[i] for i in kept)
     runs, run_bytes = [], 0
@@ -293,61 +406,81 @@ def checkpointed_peak(act_bytes, input_bytes, in_flight, mode, checkpoints) -> i
         else:
             run_bytes += b
     runs.append(run_bytes)
-    extra = sum(runs) if mode == MODES[0] else max(runs)
-    return in_flight * stash + extra
+    return in_flight * stash + max(runs)
 
 
-def best_checkpoint_peak(act_bytes, input_bytes, in_flight, mode) -> int:
-    """The smallest :func:`checkpointed_peak` over every set of checkpoints."""
+def best_checkpoints(act_bytes, input_bytes, in_flight, mode) -> tuple[int, int]:
+    """``(smallest peak, fewest checkpoints that give it)`` over every set of checkpoints."""
     n = len(act_bytes)
-    return min(checkpointed_peak(act_bytes, input_bytes, in_flight, mode,
-                                 [i for i in range(n) if mask >> i & 1])
-               for mask in range(1 << n))
+    return min((checkpointed_peak(act_bytes, input_bytes, in_flight, mode, kept), len(kept))
+               for kept in ([i for i in range(n) if mask >> i & 1] for mask in range(1 << n)))
 
 
-def _checkpoint_cases():
-    yield [4, 4, 4, 4, 4, 4, 4, 4, 4], 2, 1, MODES[1]  # one micro-batch: about sqrt(n) cuts
-    yield [4, 4, 4, 4, 4, 4, 4, 4, 4], 2, 1, MODES[0]  # recompute all first: none help
-    yield [4, 4, 4, 4, 4, 4, 4, 4, 4], 2, 6, MODES[1]  # many in flight: stash is dear
-    yield [1, 30, 1, 30, 1, 30], 1, 2, MODES[1]  # cut at the small activations
-    rng = np.random.default_rng(95)
-    for _ in range(5):
+def _checkpoint_cases(rng) -> list[dict]:
+    """Even layers with one and with many micro-batches in flight, small activations to cut
+    at, both modes, and random stages (small sizes: many ties)."""
+    found = [([4] * 9, 2, 1, MODES[1]),  # one micro-batch: about sqrt(n) cuts
+             ([4] * 9, 2, 1, MODES[0]),  # checkpoints do nothing here
+             ([4] * 9, 2, 6, MODES[1]),  # many in flight: stash is dear
+             ([1, 30, 1, 30, 1, 30], 1, 2, MODES[1])]  # cut at the small activations
+    for _ in range(8):
         n = int(rng.integers(3, 10))
-        yield ([int(b) for b in rng.integers(1, 50, n)], int(rng.integers(1, 20)),
-               int(rng.integers(1, 5)), MODES[int(rng.integers(2))])
+        found.append(([int(b) for b in rng.integers(1, 50, n)], int(rng.integers(1, 20)),
+                      int(rng.integers(1, 5)), MODES[int(rng.integers(2))]))
+    return [{"act_bytes": a, "input_bytes": i, "in_flight": p, "mode": m}
+            for a, i, p, m in found]
+
+
+def _checkpoint_what(case) -> str:
+    return (f"choose_checkpoints(act_bytes={list(case['act_bytes'])}, input_bytes="
+            f"{case['input_bytes']}, in_flight={case['in_flight']}, mode={case['mode']!r})")
+
+
+def _checkpoint_trial(case, choose_checkpoints):
+    what = _checkpoint_what(case)
+    got = choose_checkpoints(list(case["act_bytes"]), case["input_bytes"], case["in_flight"],
+                             case["mode"])
+    try:
+        return sorted({as_int(i, what) for i in got})
+    except TypeError:
+        raise Wrong(f"{what}: return a list of layer indices, got {got!r}") from None
 
 
 @exercise("09.5", "recomputation checkpoints", points=3,
-          hints=("A checkpoint costs stash in every micro-batch in flight, and saves "
-                 "recomputed memory only in the micro-batch being backpropagated.",
-                 "Write the peak for one set of checkpoints first; with at most 9 layers "
-                 "there are at most 512 sets: try them all.",
-                 "peak = in_flight * (input_bytes + checkpointed bytes) + the recomputed "
-                 "bytes held at once: all non-checkpointed activations "
-                 "(RecomputeThenBackpropagate), or the largest run of them between two "
-                 "checkpoints (RecomputeAndBackpropagateInterleaved)."))
-def check_checkpoints(choose_checkpoints):
+          hints=("A checkpoint costs stash in every micro-batch in flight and saves "
+                 "recomputed memory only in the micro-batch being backpropagated, and only in "
+                 "one of the two modes.",
+                 "Checkpoints have no effect in RecomputeThenBackpropagate. For the "
+                 "interleaved mode write the peak of one set of checkpoints first; with at "
+                 "most 9 layers there are at most 512 sets: try them all.",
+                 "RecomputeThenBackpropagate: []. RecomputeAndBackpropagateInterleaved: "
+                 "peak = in_flight * (input_bytes + checkpointed bytes) + the largest run of "
+                 "layers between two checkpoints; keep the set with the smallest (peak, number "
+                 "of checkpoints)."),
+          answers=("choose_checkpoints",), cases=_checkpoint_cases, trial=_checkpoint_trial)
+def check_checkpoints(cases, outputs):
     """Exercise 09.5: ``choose_checkpoints(act_bytes, input_bytes, in_flight, mode)`` → the
-    layers whose outputs to checkpoint so that the stage's peak stash is smallest."""
-    for acts, inp, in_flight, mode in _checkpoint_cases():
-        what = (f"choose_checkpoints(act_bytes={acts}, input_bytes={inp}, "
-                f"in_flight={in_flight}, mode={mode!r})")
-        got = choose_checkpoints(list(acts), inp, in_flight, mode)
-        try:
-            got = sorted({as_int(i, what) for i in got})
-        except TypeError:
-            raise Wrong(f"{what}: return a list of layer indices, got {got!r}") from None
+    fewest layers whose outputs to checkpoint for the stage's smallest peak stash."""
+    for case, got in zip(cases, outputs):
+        acts, inp, in_flight, mode = (case[k] for k in ("act_bytes", "input_bytes",
+                                                        "in_flight", "mode"))
+        what = _checkpoint_what(case)
         if any(not 0 <= i < len(acts) for i in got):
             raise Wrong(f"{what}: layers are numbered 0 to {len(acts) - 1}, got {got}")
         peak = checkpointed_peak(acts, inp, in_flight, mode, got)
-        best = best_checkpoint_peak(acts, inp, in_flight, mode)
+        best, fewest = best_checkpoints(acts, inp, in_flight, mode)
+        if mode == MODES[0] and got:
+            raise Wrong(f"{what}: checkpoints {got} have no effect in "
+                        "RecomputeThenBackpropagate (it recomputes every activation before "
+                        "it backpropagates): return []")
         if peak > best:
             none = checkpointed_peak(acts, inp, in_flight, mode, [])
             raise Wrong(f"{what}: with checkpoints {got} the stage's peak stash is {peak} "
                         f"bytes (without any: {none}); the best set gives {best}"
-                        + (". In RecomputeThenBackpropagate every recomputed activation is "
-                           "live at once, so a checkpoint only adds stash"
-                           if mode == MODES[0] and got else
-                           f". A checkpoint is stashed once per micro-batch in flight "
+                        + (f". A checkpoint is stashed once per micro-batch in flight "
                            f"({in_flight} here): these cost more than they save"
                            if peak > none else ""))
+        if len(got) > fewest:
+            raise Wrong(f"{what}: checkpoints {got} give the smallest peak, {peak} bytes, but "
+                        f"{plural(fewest, 'checkpoint')} can give it too: keep as few as "
+                        "you can")

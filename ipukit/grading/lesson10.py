@@ -1,9 +1,13 @@
 """The ``check_*`` functions of lesson 10: replication, cross-replica reduction, RTS.
 
-The ring all-reduce is checked by what crosses each simulated IPU-Link (a ``send``
-callback that records every message); the other references are measured with the
-pipeline runner: the collectives of a run's timeline spans, the optimiser state of
-its ``MemoryRecord``s, the calls of a ``DataLoader`` and the losses a call returns.
+Every check is judged: the cases and the verdict run in the judge, only the learner's
+function runs in the notebook's kernel. The ring all-reduce is checked by what crosses
+each simulated IPU-Link (a ``send`` callback that records every message, which the judge
+reads step by step); the collectives of 10.2 are measured in the judge with the pipeline
+runner (a run's timeline spans); ZeRO-1 against dense momentum SGD; the emulated ring of
+10.4 is run by the judge itself from a plain description of the learner's program, which
+also gives the bytes on every link (the device cycles the kernel measures earn only the
+star).
 
 >>> from ipukit.grading import lesson10
 >>> r = lesson10.check_update_collectives(lambda g, w, replicas, rts: [])
@@ -20,6 +24,7 @@ import ipukit as ipu
 from ipukit.parallel import nn, optim, pipeline
 
 from .common import device, teaching_target
+from .common import engine as _engine
 from .feedback import Cost, Wrong, as_int, exercise, first_mismatch
 
 COLLECTIVES = ("allreduce", "reducescatter", "allgather")
@@ -38,7 +43,10 @@ def replicated(replicas, rts=False, optimizer=None, g=4, di=1, widths=(6, 9, 5, 
     """A pipeline of :func:`small_stages` replicated ``replicas`` times (S·R IPUs): Grouped
     where ``g`` allows it (a multiple of 2S), else Sequential (any ``g``)."""
     n = len(widths) - 1
-    options.setdefault("offload_optimizer_state", False)  # on chip (TF's None offloads)
+    # TensorFlow shards only offloaded optimiser state (``replicated_optimizer_state_sharding``
+    # without offloading raises: its testRTSButNoOffloading); without RTS the state stays
+    # on chip here (TF's None would offload it)
+    options.setdefault("offload_optimizer_state", bool(rts))
     target = teaching_target(n * replicas)
     return pipeline(small_stages(widths), None, g, "grouped" if g % (2 * n) == 0 else
                     "sequential", device_iterations=di, replication_factor=replicas,
@@ -65,12 +73,13 @@ def _width_in(p) -> int:
 
 class Ring:
     """R replicas in a ring of IPU-Links: ``send(src, dst, values)`` moves a copy of
-    ``values`` from replica ``src`` to its neighbour ``dst == (src + 1) % R`` and counts the
-    elements each replica sends."""
+    ``values`` from replica ``src`` to its neighbour ``dst == (src + 1) % R``, counts the
+    elements each replica sends and keeps every message (``log``: (src, values))."""
 
     def __init__(self, replicas: int):
         self.replicas = replicas
         self.sent: list[list[int]] = [[] for _ in range(replicas)]
+        self.log: list[tuple[int, np.ndarray]] = []
 
     def send(self, src, dst, values):
         r = self.replicas
@@ -80,9 +89,90 @@ class Ring:
         if dst != (src + 1) % r:
             raise Wrong(f"replica {src} sent to replica {dst}, but in a ring each replica "
                         f"has a link only to the next one: (src + 1) % R = {(src + 1) % r}")
-        values = np.array(values, copy=True)  # what arrives is a copy
+        values = np.array(values, dtype=float, copy=True)  # what arrives is a copy
         self.sent[src].append(int(values.size))
+        self.log.append((int(src), values.reshape(-1).copy()))
         return values
+
+
+def _ring_cases(rng) -> list[dict]:
+    """Rings of 2 to 8 replicas, chunks of one element and of several, and one replica."""
+    return [{"replicas": r, "grads": [rng.normal(size=n) for _ in range(r)]}
+            for r, n in [(2, 6), (3, 12), (4, 8), (5, 5), (8, 64), (3, 3), (1, 5)]]
+
+
+def _ring_what(case) -> str:
+    return (f"ring_allreduce with R={case['replicas']} replicas of "
+            f"{len(case['grads'][0])} gradient elements")
+
+
+def _ring_trial(case, ring_allreduce):
+    """The learner's all-reduce on one case (the kernel): what every replica ends with and
+    every message, in the order sent."""
+    r, what = case["replicas"], _ring_what(case)
+    ring = Ring(r)
+    out = ring_allreduce([np.array(g, dtype=float) for g in case["grads"]], ring.send)
+    try:
+        out = [np.asarray(a, dtype=float) for a in out]
+    except (TypeError, ValueError):
+        raise Wrong(f"{what}: expected a list of {r} arrays, got {str(out)[:80]}") from None
+    return {"out": out, "log": [[src, values] for src, values in ring.log]}
+
+
+def _identify(values, grads, c: int):
+    """``(chunk, replicas)`` when ``values`` is the sum over ``replicas`` of one chunk of
+    ``c`` elements of their gradients, else None."""
+    r = len(grads)
+    if values.size != c:
+        return None
+    for k in range(r):
+        parts = np.array([g[k * c:(k + 1) * c] for g in grads])
+        for mask in range(1, 1 << r):
+            who = [j for j in range(r) if mask >> j & 1]
+            if np.allclose(values, parts[who].sum(axis=0), rtol=1e-9, atol=1e-12):
+                return k, who
+    return None
+
+
+def _ring_trace(grads, log) -> str:
+    """The first message that a ring all-reduce (a reduce-scatter of R-1 steps, then an
+    all-gather of R-1 steps) would not send, said in words; "" when none is wrong."""
+    r = len(grads)
+    c = len(grads[0]) // r
+    by = [[v for src, v in log if src == q] for q in range(r)]
+    held: list = [None] * r  # the chunk each replica received in the step before
+    for s in range(2 * (r - 1)):
+        phase, t = ("reduce-scatter", s) if s < r - 1 else ("all-gather", s - r + 1)
+        now = []
+        for q in range(r):
+            if s >= len(by[q]):
+                return (f"replica {q} sent {len(by[q])} messages: the {phase} needs its step "
+                        f"{t}, step {s + 1} of the {2 * (r - 1)} a ring all-reduce takes")
+            ring = sorted((q - j) % r for j in range(s + 1)) if s < r - 1 else list(range(r))
+            values, where = by[q][s], f"in step {t} of the {phase}, replica {q}"
+            right = [k for k in (range(r) if held[q] is None else [held[q]])
+                     if values.size == c and np.allclose(
+                         values, sum(grads[j][k * c:(k + 1) * c] for j in ring),
+                         rtol=1e-9, atol=1e-12)]
+            if right:
+                now.append(right[0])
+                continue
+            found = _identify(values, grads, c)
+            if found is None:
+                return (f"{where} sent values that are no sum of the replicas' chunk of "
+                        f"{c} elements (n/R): a chunk is n/R consecutive elements, added up, "
+                        "never scaled")
+            k, who = found
+            if held[q] is not None and k != held[q]:
+                added = " with its own part added" if s < r - 1 else ""
+                return (f"{where} sent chunk {k}; it should pass on chunk {held[q]}, the one "
+                        f"it received in the step before{added}")
+            return (f"{where} sent chunk {k} summed over replicas {who}; it should hold the "
+                    f"sum over replicas {ring}"
+                    + (" (every replica: the all-gather passes on finished sums)"
+                       if s >= r - 1 else ""))
+        held = [now[(q - 1) % r] for q in range(r)]
+    return ""
 
 
 @exercise("10.1", "a ring all-reduce", points=3,
@@ -94,42 +184,48 @@ class Ring:
               'replica r sends its chunk (r - s) % R to r + 1, which adds it to its own; then '
               'replica r holds the full sum of chunk (r + 1) % R. All-gather: in step s replica '
               'r sends chunk (r + 1 - s) % R on, and the receiver overwrites its copy. Send '
-              'what every replica sends in a step before anyone adds.',))
-def check_ring_allreduce(ring_allreduce):
+              'what every replica sends in a step before anyone adds.',),
+          answers=("ring_allreduce",), cases=_ring_cases, trial=_ring_trial)
+def check_ring_allreduce(cases, outputs):
     """Exercise 10.1: ``ring_allreduce(grads, send)`` → R arrays, each the sum of the R
     gradients, moving data only with ``send(src, dst, values)`` to the ring neighbour."""
-
-    rng = np.random.default_rng(10)
-    for r, n in [(2, 6), (3, 12), (4, 8), (8, 64), (1, 5)]:
-        grads = [rng.normal(size=n) for _ in range(r)]
-        ring = Ring(r)
-        what = f"ring_allreduce with R={r} replicas of {n} gradient elements"
-        out = ring_allreduce([g.copy() for g in grads], ring.send)
-        try:
-            out = [np.asarray(a, dtype=float) for a in out]
-        except (TypeError, ValueError):
-            raise Wrong(f"{what}: expected a list of {r} arrays, got {out!r}") from None
+    for case, got in zip(cases, outputs):
+        grads, r, what = case["grads"], case["replicas"], _ring_what(case)
+        n, out = len(grads[0]), got["out"]
         if len(out) != r or any(a.shape != (n,) for a in out):
             raise Wrong(f"{what}: expected {r} arrays of shape ({n},), got "
                         f"{[a.shape for a in out]}")
         total = np.sum(grads, axis=0)
         chunk, steps = n // r, 2 * (r - 1)
+        sizes = [[int(v.size) for src, v in got["log"] if src == q] for q in range(r)]
+        trace = _ring_trace(grads, got["log"])
         for q, a in enumerate(out):
-            if not np.allclose(a, total, rtol=1e-12, atol=1e-12):
-                bad = int(np.flatnonzero(~np.isclose(a, total, rtol=1e-12,
-                                                     atol=1e-12))[0])
-                tip = (". Each replica sent only R-1 chunks: that is the reduce-scatter; "
-                       "the all-gather (R-1 more steps) brings every replica the other "
-                       "reduced chunks" if ring.sent[q] == [chunk] * (r - 1) else "")
-                raise Wrong(f"{what}: replica {q}'s element {bad} is {a[bad]:.6f}, the "
-                            f"sum over the replicas is {total[bad]:.6f}{tip}")
-        for q, sizes in enumerate(ring.sent):
-            if sizes != [chunk] * steps:
+            bad = np.flatnonzero(~np.isclose(a, total, rtol=1e-12, atol=1e-12))
+            if bad.size:
+                e = int(bad[0])
+                raise Wrong(f"{what}: replica {q}'s element {e} (chunk {e // chunk}) is "
+                            f"{a[e]:.6f}, the sum over the replicas is {total[e]:.6f}"
+                            + _wrong_sum(trace, sizes[q], chunk, r))
+        for q, sent in enumerate(sizes):
+            if sent != [chunk] * steps:
                 raise Wrong(
-                    f"{what}: replica {q} sent {len(sizes)} message(s) of {sizes} "
+                    f"{what}: replica {q} sent {len(sent)} message(s) of {sent} "
                     f"elements; a ring all-reduce sends 2(R-1) = {steps} chunks of n/R = "
                     f"{chunk} elements ({steps * chunk} in all, 2(R-1)/R of the "
-                    "gradient)" + _ring_diagnosis(sizes, n, chunk, steps))
+                    "gradient)" + _ring_diagnosis(sent, n, chunk, steps))
+
+
+def _wrong_sum(trace: str, sent, chunk: int, r: int) -> str:
+    if sent == [chunk] * (r - 1):
+        return (". Each replica sent only R-1 chunks: that is the reduce-scatter; the "
+                "all-gather (R-1 more steps) brings every replica the other reduced chunks")
+    if trace:
+        return f". {trace[0].upper()}{trace[1:]}"
+    if len(sent) == 2 * (r - 1):
+        return (". Every message was right: the mistake is in what a replica keeps. In the "
+                "reduce-scatter it adds what arrives to its own chunk; in the all-gather it "
+                "overwrites its copy with what arrives")
+    return ""
 
 
 def _ring_diagnosis(sizes, n, chunk, steps) -> str:
@@ -158,6 +254,36 @@ def _collectives(result, ipu_id) -> list[tuple[str, int]]:
     return out
 
 
+def _collective_cases(rng) -> list[dict]:
+    """Every IPU of replicated pipelines (one to five replicas, RTS and float16 gradient
+    accumulators), run in the judge: the collectives of its first weight update."""
+    found = []
+    for replicas, rts, acc in [(1, False, None), (2, False, None), (3, False, "float16"),
+                               (4, True, None), (3, True, "float16"), (5, False, None)]:
+        p = replicated(replicas, rts, gradient_accumulation_dtype=acc)
+        result = run_once(p)
+        for q in range(len(p.stages)):
+            w, g, _ = p.static_bytes([p.stages[q]])
+            found.append({"gradient_bytes": g, "weight_bytes": w, "replicas": replicas,
+                          "rts": rts, "_ipu": q, "_want": _collectives(result, q)})
+    return found
+
+
+def _collective_what(case) -> str:
+    return (f"update_collectives(gradient_bytes={case['gradient_bytes']}, weight_bytes="
+            f"{case['weight_bytes']}, replicas={case['replicas']}, rts={case['rts']})")
+
+
+def _collective_trial(case, update_collectives):
+    what = _collective_what(case)
+    got = update_collectives(case["gradient_bytes"], case["weight_bytes"], case["replicas"],
+                             case["rts"])
+    try:
+        return [[str(k), as_int(b, what)] for k, b in got]
+    except (TypeError, ValueError):
+        raise Wrong(f"{what}: expected a list of (kind, bytes) pairs, got {got!r}") from None
+
+
 @exercise("10.2", "what crosses the IPU-Links per weight update", points=2,
           hints=(
               'Without replicas nothing crosses; with them, the gradients must be combined.',
@@ -167,29 +293,18 @@ def _collectives(result, ipu_id) -> list[tuple[str, int]]:
               'One replica: nothing. Without RTS a ring all-reduce sends 2(R-1)/R of the '
               'gradient bytes. With RTS a reduce-scatter sends (R-1)/R of the gradient bytes, '
               'the optimiser updates 1/R, and an all-gather sends (R-1)/R of the weight bytes. '
-              'Round up (math.ceil).',))
-def check_update_collectives(update_collectives):
+              'Round up (math.ceil).',),
+          answers=("update_collectives",), cases=_collective_cases, trial=_collective_trial)
+def check_update_collectives(cases, outputs):
     """Exercise 10.2: ``update_collectives(gradient_bytes, weight_bytes, replicas, rts)`` →
     ``[(kind, bytes), ...]`` that one IPU sends over its links per weight update."""
-
-    for replicas, rts, acc in [(1, False, None), (2, False, None), (3, False, "float16"),
-                               (4, True, None), (3, True, "float16"), (5, False, None)]:
-        p = replicated(replicas, rts, gradient_accumulation_dtype=acc)
-        result = run_once(p)
-        for q in range(len(p.stages)):
-            w, g, _ = p.static_bytes([p.stages[q]])
-            want = _collectives(result, q)
-            what = (f"update_collectives(gradient_bytes={g}, weight_bytes={w}, "
-                    f"replicas={replicas}, rts={rts})")
-            got = update_collectives(g, w, replicas, rts)
-            try:
-                got = [(str(k), as_int(b, what)) for k, b in got]
-            except (TypeError, ValueError):
-                raise Wrong(f"{what}: expected a list of (kind, bytes) pairs, got "
-                            f"{got!r}") from None
-            if got != want:
-                raise Wrong(f"{what}: IPU {q}'s timeline has {want}, you said {got}"
-                            + _collective_diagnosis(got, want, g, replicas))
+    for case, got in zip(cases, outputs):
+        want, got = case["_want"], [tuple(x) for x in got]
+        if got != want:
+            raise Wrong(f"{_collective_what(case)}: IPU {case['_ipu']}'s timeline has {want}, "
+                        f"you said {got}" + _collective_diagnosis(got, want,
+                                                                  case["gradient_bytes"],
+                                                                  case["replicas"]))
 
 
 def _collective_diagnosis(got, want, g, r) -> str:
@@ -262,6 +377,44 @@ def _dense_momentum(w, grads_per_step, lr, mu):
     return w, v
 
 
+def _zero_cases(rng) -> list[dict]:
+    """Replicas 2 to 8, shards of one to four weights, several steps (momentum builds up)."""
+    return [{"replicas": r, "lr": 0.1, "mu": 0.9, "w0": rng.normal(size=n),
+             "grads": [[rng.normal(size=n) for _ in range(r)] for _ in range(steps)]}
+            for r, n, steps in [(2, 6, 3), (4, 8, 2), (3, 12, 4), (8, 16, 2), (5, 5, 3)]]
+
+
+def _zero_what(case) -> str:
+    return (f"{case['replicas']} replicas, {len(case['w0'])} weights, {len(case['grads'])} "
+            f"steps of lr={case['lr']}, mu={case['mu']}")
+
+
+def _zero_trial(case, zero1_step):
+    """The learner's steps on one case (the kernel): the collectives each step called and
+    the weights and velocity shards it returned."""
+    r, n, what = case["replicas"], len(case["w0"]), _zero_what(case)
+    weights = [np.array(case["w0"], dtype=float) for _ in range(r)]
+    velocity = [np.zeros(n // r) for _ in range(r)]
+    found = []
+    for grads in case["grads"]:
+        comms = Comms(r)
+        got = zero1_step([w.copy() for w in weights], [np.array(g, dtype=float)
+                                                       for g in grads],
+                         velocity, case["lr"], case["mu"], comms)
+        try:
+            weights, velocity = got
+            weights = [np.asarray(w, np.float64) for w in weights]
+            velocity = [np.asarray(v, np.float64) for v in velocity]
+        except (TypeError, ValueError):
+            raise Wrong(f"{what}: return (weights, velocity), two lists of {r} arrays; got "
+                        f"{str(got)[:80]}") from None
+        found.append({"calls": [c for c, _ in comms.calls], "weights": weights,
+                      "velocity": velocity})
+        if len(velocity) != r or any(v.shape != (n // r,) for v in velocity):
+            break  # the verdict says what is wrong with these shards
+    return found
+
+
 @exercise("10.3", "ZeRO-1: shard the optimiser state", points=3,
           hints=(
               'Each replica updates only the part of the weights whose optimiser state it '
@@ -271,55 +424,43 @@ def _dense_momentum(w, grads_per_step, lr, mu):
               'comms.reduce_scatter(grads) gives replica r the summed chunk r of the gradient '
               '(divide by R for the mean). Update only that chunk: its velocity shard v = mu * '
               'v + g, its weight chunk w_r - lr * v. Then comms.all_gather(the updated chunks) '
-              'gives every replica the new weights.',))
-def check_zero1(zero1_step):
+              'gives every replica the new weights.',),
+          answers=("zero1_step",), cases=_zero_cases, trial=_zero_trial)
+def check_zero1(cases, outputs):
     """Exercise 10.3: ``zero1_step(weights, grads, velocity, lr, mu, comms)`` → ``(weights,
     velocity)``: momentum SGD where replica r keeps only shard r of the velocity."""
-
-    rng = np.random.default_rng(103)
-    for r, n, steps in [(2, 6, 3), (4, 8, 2), (3, 12, 4), (8, 16, 2)]:
-        w0 = rng.normal(size=n)
-        grads_per_step = [[rng.normal(size=n) for _ in range(r)] for _ in range(steps)]
-        weights = [w0.copy() for _ in range(r)]
-        velocity = [np.zeros(n // r) for _ in range(r)]
-        what = f"{r} replicas, {n} weights, {steps} steps of lr=0.1, mu=0.9"
-        for k, grads in enumerate(grads_per_step):
-            comms = Comms(r)
-            got = zero1_step([w.copy() for w in weights], [g.copy() for g in grads],
-                             velocity, 0.1, 0.9, comms)
-            try:
-                weights, velocity = got
-                weights = [np.asarray(w, np.float64) for w in weights]
-                velocity = [np.asarray(v, np.float64) for v in velocity]
-            except (TypeError, ValueError):
-                raise Wrong(f"{what}: return (weights, velocity), two lists of "
-                            f"{r} arrays; got {str(got)[:80]}") from None
-            kinds = [c for c, _ in comms.calls]
-            if kinds != ["reduce_scatter", "all_gather"]:
-                raise Wrong(f"{what}: step {k} ran the collectives {kinds}; ZeRO-1 runs "
-                            "one reduce_scatter of the gradients, then one all_gather "
+    for case, steps in zip(cases, outputs):
+        r, w0, what = case["replicas"], case["w0"], _zero_what(case)
+        n, shard = len(w0), len(w0) // r
+        for k, step in enumerate(steps):
+            if step["calls"] != ["reduce_scatter", "all_gather"]:
+                raise Wrong(f"{what}: step {k} ran the collectives {step['calls']}; ZeRO-1 "
+                            "runs one reduce_scatter of the gradients, then one all_gather "
                             "of the updated weights")
-            if len(velocity) != r or any(v.shape != (n // r,) for v in velocity):
+            weights, velocity = step["weights"], step["velocity"]
+            if len(velocity) != r or any(v.shape != (shard,) for v in velocity):
                 raise Wrong(f"{what}: each replica keeps only its shard of the velocity: "
-                            f"{r} arrays of {n // r}, got "
-                            f"{[v.shape for v in velocity]}")
-            want_w, want_v = _dense_momentum(w0, grads_per_step[:k + 1], 0.1, 0.9)
+                            f"{r} arrays of {shard}, got {[v.shape for v in velocity]}")
+            want_w, want_v = _dense_momentum(w0, case["grads"][:k + 1], case["lr"],
+                                             case["mu"])
             for q in range(r):
-                if weights[q].shape != (n,) or not np.allclose(weights[q], want_w):
+                if (q >= len(weights) or weights[q].shape != (n,)
+                        or not np.allclose(weights[q], want_w)):
+                    mine = weights[q] if q < len(weights) else None
                     raise Wrong(f"{what}: after step {k} replica {q}'s weights are "
-                                f"{np.round(weights[q], 5).tolist()}, dense momentum "
-                                f"SGD gives {np.round(want_w, 5).tolist()}"
-                                + _zero_diagnosis(weights[q], w0, grads_per_step, k, r))
-                shard = want_v[q * (n // r):(q + 1) * (n // r)]
-                if not np.allclose(velocity[q], shard):
+                                f"{None if mine is None else np.round(mine, 5).tolist()}, "
+                                f"dense momentum SGD gives {np.round(want_w, 5).tolist()}"
+                                + _zero_diagnosis(mine, w0, case["grads"], k, r, case["lr"]))
+                if not np.allclose(velocity[q], want_v[q * shard:(q + 1) * shard]):
                     raise Wrong(f"{what}: after step {k} replica {q}'s velocity shard is "
-                                f"{np.round(velocity[q], 5).tolist()}, expected chunk "
-                                f"{q} of the dense velocity, {np.round(shard, 5).tolist()}")
+                                f"{np.round(velocity[q], 5).tolist()}, expected chunk {q} of "
+                                "the dense velocity, "
+                                f"{np.round(want_v[q * shard:(q + 1) * shard], 5).tolist()}")
 
 
-def _zero_diagnosis(got, w0, grads_per_step, k, r) -> str:
-    if k == 0 and got.shape == w0.shape and np.allclose(
-            got, w0 - 0.1 * np.sum(grads_per_step[0], axis=0)):
+def _zero_diagnosis(got, w0, grads_per_step, k, r, lr) -> str:
+    if k == 0 and got is not None and got.shape == w0.shape and np.allclose(
+            got, w0 - lr * np.sum(grads_per_step[0], axis=0)):
         return f". That steps with the SUM of the replicas' gradients: divide by R = {r}"
     return ""
 
@@ -387,6 +528,115 @@ def device_cycles(exe) -> int:
     return int(sum(s.cycles for s in exe.steps if s.kind != "host"))
 
 
+def program_as_plain(graph, prog, codelet, what: str) -> list[dict]:
+    """``prog`` as plain data the judge can run and measure: one entry per Copy (the FLOAT
+    addresses and tiles it reads and writes) and per Execute (each ``codelet`` vertex's tile
+    and the addresses and tiles of its ``acc`` and ``x``), Sequences and Repeats unrolled."""
+    def view(t):
+        if not isinstance(t, ipu.Tensor) or t.dtype != np.dtype(np.float32):
+            raise Wrong(f"{what}: the check follows FLOAT tensors only; got {t!r}")
+        tiles = np.full(t.num_elements(), -1, np.int64)
+        for tile, runs in enumerate(graph.get_tile_mapping(t, throw_on_incomplete=False)):
+            for b, e in runs:
+                tiles[b:e] = tile
+        return {"addresses": np.asarray(t.idx, np.int64).reshape(-1), "tiles": tiles}
+
+    steps: list[dict] = []
+
+    def walk(p):
+        if isinstance(p, ipu.Sequence):
+            for child in p.programs:
+                walk(child)
+        elif isinstance(p, ipu.Repeat):
+            for _ in range(p.count):
+                walk(p.body)
+        elif isinstance(p, ipu.Copy):
+            steps.append({"copy": [view(p.src), view(p.dst)]})
+        elif isinstance(p, ipu.Execute):
+            vertices = [v for v, cs in enumerate(graph.v_cs) if cs == p.cs.id]
+            for v in vertices:
+                if graph.v_cls[v] is not codelet:
+                    raise Wrong(f"{what}: compute set '{p.cs.name}' has a "
+                                f"{graph.v_cls[v].__name__} vertex; use the add_into codelet "
+                                "you were given")
+            steps.append({"execute": [{"tile": int(graph.v_tile[v]),
+                                       "acc": view(graph.v_conn[v]["acc"]),
+                                       "x": view(graph.v_conn[v]["x"])} for v in vertices]})
+        else:
+            raise Wrong(f"{what}: the check follows programs made of Sequence, Repeat, Copy "
+                        f"and Execute; got {type(p).__name__}")
+
+    walk(prog)
+    return steps
+
+
+def run_plain(steps, memory: np.ndarray, tiles_per_ipu: int, num_ipus: int):
+    """Run :func:`program_as_plain`'s steps on ``memory`` (FLOAT storage, changed in
+    place) and count the bytes each IPU sends to each IPU: a Copy moves each element from
+    its source's tile to its destination's; a vertex fetches the elements of ``acc`` and
+    ``x`` held on other tiles (once per tile) and sends ``acc`` back (as the compiler's
+    exchange does). Returns the ``num_ipus`` x ``num_ipus`` matrix of bytes."""
+    sent = np.zeros((num_ipus, num_ipus), np.int64)
+
+    def count(src_tiles, dst_tiles):
+        a, b = np.asarray(src_tiles) // tiles_per_ipu, np.asarray(dst_tiles) // tiles_per_ipu
+        np.add.at(sent, (a[a != b], b[a != b]), 4)
+
+    for step in steps:
+        if "copy" in step:
+            src, dst = step["copy"]
+            memory[dst["addresses"]] = memory[src["addresses"]]
+            count(src["tiles"], dst["tiles"])
+            continue
+        fetched: set = set()
+        new = []
+        for v in step["execute"]:
+            acc, x = v["acc"], v["x"]
+            new.append((acc["addresses"], memory[acc["addresses"]] + memory[x["addresses"]]))
+            for field, back in ((acc, True), (x, False)):
+                for address, tile in zip(field["addresses"].tolist(), field["tiles"].tolist()):
+                    if tile != v["tile"] and (v["tile"], address) not in fetched:
+                        fetched.add((v["tile"], address))
+                        count([tile], [v["tile"]])
+                    if back and tile != v["tile"]:
+                        count([v["tile"]], [tile])
+        for addresses, values in new:  # every vertex reads before any writes (BSP)
+            memory[addresses] = values
+    return sent
+
+
+def _emulated_cases(rng) -> list[dict]:
+    """One to four IPUs; the gradients' values drawn."""
+    return [{"replicas": r, "values": [rng.normal(size=n).astype(np.float32)
+                                       for _ in range(r)]}
+            for r, n in [(1, 3), (2, 4), (3, 6), (4, 8)]]
+
+
+def _emulated_what(case) -> str:
+    return (f"ring_program on {case['replicas']} IPUs with gradients of "
+            f"{len(case['values'][0])} floats")
+
+
+def _emulated_trial(case, ring_program):
+    """The learner's program on one case (the kernel): what the engine leaves in every
+    gradient, the program as plain data (the judge runs and measures it) and its device
+    cycles (for the star only)."""
+    r, what = case["replicas"], _emulated_what(case)
+    dev, graph, grads = ring_graph(r, len(case["values"][0]))
+    prog = ring_program(graph, grads, AddInto)
+    if not isinstance(prog, ipu.Program):
+        raise Wrong(f"{what}: return a Program (e.g. ipu.Sequence(...)), got "
+                    f"{type(prog).__name__}")
+    eng = _engine(graph, prog, f"{what}: your program")
+    eng.load(dev)
+    for q in range(r):
+        eng.write_tensor(f"g{q}", np.asarray(case["values"][q], np.float32))
+    eng.run()
+    return {"g": [eng.read_tensor(f"g{q}") for q in range(r)],
+            "steps": program_as_plain(graph, prog, AddInto, what),
+            "cycles": device_cycles(eng.executable)}
+
+
 @exercise("10.4", "a ring all-reduce on the emulator", points=3, budget="cycles",
           hints=(
               'Start from your 10.1: the same steps, but as Copy programs and compute sets.',
@@ -396,37 +646,43 @@ def device_cycles(exe) -> int:
               "chunk (q - s) % R of IPU q's gradient into the buffer of IPU q+1, then one "
               'compute set with an AddInto vertex per IPU (acc = its own chunk, x = the '
               'buffer). All-gather, R-1 times: Copy chunk (q + 1 - s) % R of IPU q straight '
-              'into the same chunk of IPU q+1.',))
-def check_emulated_ring(ring_program):
+              'into the same chunk of IPU q+1.',),
+          answers=("ring_program",), cases=_emulated_cases, trial=_emulated_trial)
+def check_emulated_ring(cases, outputs):
     """Exercise 10.4: ``ring_program(graph, grads, add_into)`` → a Program after which every
-    IPU's gradient holds the sum, moving only chunks to the ring neighbour."""
-
-    rng = np.random.default_rng(104)
-    for r, n in [(2, 4), (3, 6), (4, 8)]:
-        dev, graph, grads = ring_graph(r, n)
-        what = f"ring_program on {r} IPUs with gradients of {n} floats"
-        prog = ring_program(graph, grads, AddInto)
-        if not isinstance(prog, ipu.Program):
-            raise Wrong(f"{what}: return a Program (e.g. ipu.Sequence(...)), got "
-                        f"{type(prog).__name__}")
-        exe = ipu.compile_graph(graph, [prog])
-        tiles = dev.target.tiles_per_ipu
-        sent = np.zeros((r, r), dtype=np.int64)
-        for step in exe.steps:
-            for src, dst, nbytes in step.transfers.tolist():
-                a, b = src // tiles, dst // tiles
-                if a != b:
-                    sent[a, b] += nbytes
-        vals = [rng.normal(size=n).astype(np.float32) for _ in range(r)]
-        eng = ipu.Engine(graph, prog)
-        eng.load(dev)
-        for q in range(r):
-            eng.write_tensor(f"g{q}", vals[q])
-        eng.run()
+    IPU's gradient holds the sum, moving only chunks to the ring neighbour. The judge runs
+    the program (as plain data) itself and counts the bytes on every link; the device
+    cycles the kernel measured earn only the star."""
+    used = budget = 0
+    for case, got in zip(cases, outputs):
+        r, vals, what = case["replicas"], case["values"], _emulated_what(case)
+        n = len(vals[0])
         total = np.sum(vals, axis=0)
         for q in range(r):
-            first_mismatch(total, eng.read_tensor(f"g{q}"), f"{what}: IPU {q}'s g{q}",
-                           rtol=1e-5, atol=1e-5)
+            first_mismatch(total, got["g"][q], f"{what}: IPU {q}'s g{q}", rtol=1e-5,
+                           atol=1e-5)
+        _, ref_graph, ref_grads = ring_graph(r, n)
+        tiles = ref_graph.target.tiles_per_ipu
+        parts = [part for step in got["steps"] for part in _parts(step)]
+        if any(p["addresses"].size != p["tiles"].size or (p["addresses"] < 0).any()
+               or (p["addresses"] >= 1 << 22).any() or (p["tiles"] < 0).any()
+               or (p["tiles"] >= r * tiles).any() for p in parts) or any(
+                not 0 <= v["tile"] < r * tiles for step in got["steps"]
+                for v in step.get("execute", [])):
+            raise Wrong(f"{what}: the check cannot follow your program (addresses or tiles "
+                        "out of range)")
+        size = 1 + max([int(p["addresses"].max()) for p in parts if p["addresses"].size]
+                       + [r * n - 1])
+        memory = np.zeros(size)
+        for q in range(r):
+            memory[np.asarray(ref_grads[q].idx).reshape(-1)] = vals[q]
+        sent = run_plain(got["steps"], memory, tiles, r)
+        for q in range(r):
+            mine = memory[np.asarray(ref_grads[q].idx).reshape(-1)]
+            if not np.allclose(mine, total, rtol=1e-5, atol=1e-5):
+                raise Wrong(f"{what}: the engine's g{q} is right, but your program's "
+                            "copies and vertices, run by the check, leave it "
+                            f"{np.round(mine, 4).tolist()}: the check cannot follow it")
         ring = 2 * (r - 1) * (n // r) * 4
         for a in range(r):
             for b in range(r):
@@ -437,7 +693,13 @@ def check_emulated_ring(ring_program):
                 raise Wrong(f"{what}: right sums, but IPU {a} sent {int(sent[a].sum())} "
                             f"bytes over IPU-Links; a ring all-reduce sends 2(R-1) "
                             f"chunks of n/R floats: {ring} bytes")
-    _, ref_graph, ref_grads = ring_graph(r, n)
-    budget = device_cycles(ipu.compile_graph(ref_graph, [reference_ring(ref_graph, ref_grads,
-                                                                        AddInto)]))
-    return Cost(device_cycles(exe), budget, "cycle")
+        used += int(got["cycles"])
+        budget += device_cycles(ipu.compile_graph(
+            ref_graph, [reference_ring(ref_graph, ref_grads, AddInto)]))
+    return Cost(used, budget, "cycle")
+
+
+def _parts(step):
+    if "copy" in step:
+        return step["copy"]
+    return [part for v in step["execute"] for part in (v["acc"], v["x"])]
