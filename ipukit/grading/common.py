@@ -4,8 +4,11 @@ private helpers)."""
 from __future__ import annotations
 
 import functools
+import math
 
 import ipukit as ipu
+from ipukit import backend, cost
+from ipukit.parallel import sharded
 
 from .feedback import Wrong, as_int, library_error
 
@@ -79,3 +82,48 @@ def optimisers() -> dict:
 
     return {"SGD": (lambda: optim.SGD(0.1), 0), "Momentum": (lambda: optim.Momentum(0.1), 1),
             "AdamW": (lambda: optim.AdamW(), 2)}
+
+
+class RecordingLog(sharded.CollectiveLog):
+    """A :class:`~ipukit.parallel.sharded.CollectiveLog` (run in the learner's kernel) that
+    also keeps, as plain data for the judge, what each collective carried: ``calls``, one
+    ``{"kind", "label", "shape", "itemsize", "root"}`` per call, ``shape`` that of one
+    shard's tensor (the root's, for a broadcast)."""
+
+    def __init__(self, num_shards: int, target=None):
+        super().__init__(num_shards, target)
+        self.calls: list[dict] = []
+
+    def _keep(self, kind: str, label, x, root: int = 0) -> None:
+        a = backend.get_xp().asarray(x)
+        self.calls.append({"kind": kind, "label": str(label)[:80], "shape": list(a.shape),
+                           "itemsize": int(a.itemsize), "root": int(root)})
+
+    def broadcast(self, x, label: str, root: int = 0) -> list:
+        out = super().broadcast(x, label, root)
+        self._keep("broadcast", label, x, root)
+        return out
+
+    def reduce_add(self, parts: list, label: str, root: int = 0):
+        out = super().reduce_add(parts, label, root)
+        self._keep("reduce_add", label, parts[0], root)
+        return out
+
+    def all_reduce(self, parts: list, op: str, label: str) -> list:
+        out = super().all_reduce(parts, op, label)
+        self._keep(f"all_reduce_{op}", label, parts[0])
+        return out
+
+
+def sent_bytes(call: dict, num_shards: int) -> list[int]:
+    """Bytes each shard sends in one of :class:`RecordingLog`'s ``calls``, worked out in the
+    judge by the rules of ``CollectiveLog``: a ring all-reduce sends 2(S-1)/S of the tensor
+    from every shard, a broadcast's root one copy per other shard, a reduce one copy from
+    every other shard."""
+    n = math.prod(int(d) for d in call["shape"]) * int(call["itemsize"])
+    root = int(call.get("root", 0))
+    if str(call["kind"]).startswith("all_reduce"):
+        return [cost.ring_bytes("allreduce", n, num_shards)] * num_shards
+    if call["kind"] == "broadcast":
+        return [n * (num_shards - 1) if s == root else 0 for s in range(num_shards)]
+    return [0 if s == root else n for s in range(num_shards)]
