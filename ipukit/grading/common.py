@@ -88,7 +88,16 @@ class RecordingLog(sharded.CollectiveLog):
     """A :class:`~ipukit.parallel.sharded.CollectiveLog` (run in the learner's kernel) that
     also keeps, as plain data for the judge, what each collective carried: ``calls``, one
     ``{"kind", "label", "shape", "itemsize", "root"}`` per call, ``shape`` that of one
-    shard's tensor (the root's, for a broadcast)."""
+    shard's tensor (the root's, for a broadcast).
+
+    >>> import numpy as np
+    >>> log = RecordingLog(2)
+    >>> _ = log.all_reduce([np.zeros(3), np.ones(3)], "max", "row max")
+    >>> log.calls
+    [{'kind': 'all_reduce_max', 'label': 'row max', 'shape': [3], 'itemsize': 8, 'root': 0}]
+    >>> sent_bytes(log.calls[0], 2)  # each shard sends 2(S-1)/S of 24 bytes
+    [24, 24]
+    """
 
     def __init__(self, num_shards: int, target=None):
         super().__init__(num_shards, target)
@@ -127,3 +136,29 @@ def sent_bytes(call: dict, num_shards: int) -> list[int]:
     if call["kind"] == "broadcast":
         return [n * (num_shards - 1) if s == root else 0 for s in range(num_shards)]
     return [0 if s == root else n for s in range(num_shards)]
+
+
+def check_row_collectives(calls: list, num_shards: int, rows: int, itemsize: int, what: str,
+                          result: str = "values") -> None:
+    """Wrong unless every one of :class:`RecordingLog`'s ``calls`` carried at most one
+    number (``itemsize`` bytes) per row and the sharded softmax's all-reduces MAX and ADD
+    both ran: a vocabulary sharded by columns is never gathered. ``result``: what the
+    learner got right ("values", "weights")."""
+    ring = cost.ring_bytes("allreduce", rows * itemsize, num_shards)
+    for call in calls:
+        sent = sent_bytes(call, num_shards)
+        if max(sent) > ring:
+            raise Wrong(f"{what}: right {result}, but '{call['label']}' ({call['kind']}) "
+                        f"sends {max(sent):,} bytes from IPU {sent.index(max(sent))}; an "
+                        f"all-reduce of one number per row sends {ring:,}. Reduce each row "
+                        "to one number (its max, its sum of exp, its loss) before combining: "
+                        "never gather the logits")
+    kinds = [c["kind"] for c in calls]
+    if not kinds:
+        raise Wrong(f"{what}: right {result}, but no collective ran. Shard s lives on IPU s "
+                    "and sees only its own part: combine the shards with log.all_reduce")
+    for needed in ("all_reduce_max", "all_reduce_add"):
+        if needed not in kinds:
+            raise Wrong(f"{what}: your collectives were {kinds}; the sharded softmax needs an "
+                        f"all-reduce {needed.split('_')[-1]} (log.all_reduce(parts, 'max' or "
+                        "'add', label))")

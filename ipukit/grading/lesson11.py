@@ -29,7 +29,7 @@ from ipukit import backend, cost
 from ipukit.parallel import sharded
 from ipukit.target import IPUModel
 
-from .common import RecordingLog, sent_bytes
+from .common import RecordingLog, check_row_collectives
 from .feedback import Wrong, as_int, exercise
 
 
@@ -74,15 +74,6 @@ def _first_difference(got, want, what: str, size: int) -> str:
             return (f"{what}: shard {s}, row {b}, column {c} (class {s * size + c}): expected "
                     f"{w[b, c]:.7f}, got {g[b, c]:.7f}")
     return ""
-
-
-def _busiest(calls: list, num_shards: int) -> list[tuple[dict, int, int]]:
-    """``(call, shard, bytes)`` of each collective's busiest shard (the first, on a tie)."""
-    found = []
-    for c in calls:
-        sent = sent_bytes(c, num_shards)
-        found.append((c, int(np.argmax(sent)), max(sent)))
-    return found
 
 
 # -- 11.1 ---------------------------------------------------------------------------------
@@ -147,27 +138,7 @@ def check_sharded_log_softmax(cases, outputs):
                 wrong += (". Each shard normalised over its own columns only: the "
                           "denominator sums exp over all shards (all-reduce ADD)")
             raise Wrong(wrong)
-        _check_traffic(out["collectives"], s_count, b, x.dtype.itemsize, what)
-
-
-def _check_traffic(calls: list, s_count: int, rows: int, itemsize: int, what: str) -> None:
-    """Only all-reduces of one number per row; MAX and ADD both present."""
-    if not calls:
-        raise Wrong(f"{what}: right values, but no collective ran. Shard s lives on IPU s "
-                    "and sees only parts[s]: combine the shards with log.all_reduce")
-    ring = cost.ring_bytes("allreduce", rows * itemsize, s_count)
-    for call, ipu, sent in _busiest(calls, s_count):
-        if sent > ring:
-            raise Wrong(f"{what}: '{call['label']}' ({call['kind']}) sends {sent:,} bytes "
-                        f"from IPU {ipu}; an all-reduce of one number per row sends {ring:,}. "
-                        "Reduce each row to one number (its max, its sum of exp) before "
-                        "combining")
-    kinds = [c["kind"] for c in calls]
-    for needed in ("all_reduce_max", "all_reduce_add"):
-        if needed not in kinds:
-            raise Wrong(f"{what}: your collectives were {kinds}; the sharded softmax needs an "
-                        f"{needed.replace('_', ' ').replace('all reduce', 'all-reduce')} "
-                        "(log.all_reduce(parts, 'max' or 'add', label))")
+        check_row_collectives(out["collectives"], s_count, b, x.dtype.itemsize, what)
 
 
 # -- 11.2 ---------------------------------------------------------------------------------

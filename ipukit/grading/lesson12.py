@@ -27,13 +27,13 @@ import functools
 
 import numpy as np
 
-from ipukit import backend, cost
+from ipukit import backend
 from ipukit.examples import sharded_mnist
 from ipukit.parallel import Pipeline, optim, sharded
 from ipukit.parallel.concurrent import Concurrent
 from ipukit.target import IPUModel
 
-from .common import RecordingLog, sent_bytes
+from .common import RecordingLog, check_row_collectives
 from .feedback import Wrong, as_int, exercise
 
 #: What crosses between IPUs: IPU-Link copies between stages and a stage's collectives.
@@ -337,25 +337,9 @@ def check_classifier_step(cases, outputs):
                                 + (". Divide the gradient by the batch size: the loss "
                                    "is a mean" if np.allclose(
                                        parts[s] - p, len(labels) * (parts[s] - q)) else ""))
-            _check_small_collectives(steps[step]["collectives"], s_count, len(labels), what)
+            check_row_collectives(steps[step]["collectives"], s_count, len(labels), 8, what,
+                                  "weights")
             parts = new_parts
-
-
-def _check_small_collectives(calls: list, s_count: int, rows: int, what: str) -> None:
-    """Each collective carries one number per row; all-reduces MAX and ADD both ran."""
-    limit = cost.ring_bytes("allreduce", rows * 8, s_count)
-    for c in calls:
-        sent = sent_bytes(c, s_count)
-        if max(sent) > limit:
-            raise Wrong(f"{what}: right weights, but '{c['label']}' ({c['kind']}) sends "
-                        f"{max(sent):,} bytes from IPU {int(np.argmax(sent))}; only one "
-                        "number per row needs to cross (a max, a sum, a loss): never gather "
-                        "the logits")
-    kinds = [c["kind"] for c in calls]
-    if "all_reduce_max" not in kinds or "all_reduce_add" not in kinds:
-        raise Wrong(f"{what}: right weights, but your collectives were {kinds}. Shard s "
-                    "sees only w_parts[s]: its softmax needs the row's max and sum from "
-                    "every shard (all-reduce MAX and ADD, your 11.1)")
 
 
 # -- 12.4 ---------------------------------------------------------------------------------
