@@ -3,6 +3,7 @@ wrong answers get feedback that names what is wrong."""
 
 import math
 
+import nbformat
 import numpy as np
 import pytest
 
@@ -10,6 +11,7 @@ from ipukit.grading import lesson12
 from ipukit.parallel import nn, pipeline, sharded
 from ipukit.parallel.concurrent import ShardedSoftmaxCrossEntropy, split_dense
 from tests.lessons import (
+    ROOT,
     SOLVED_AND_UNTOUCHED,
     grade_exercises,
     judged_checks_hold,
@@ -206,3 +208,10 @@ def test_a_classifier_step_without_collectives_fails():
     r = lesson12.check_classifier_step(gathered)
     assert "x [4, 3], classes 4 over 2 shards, lr=0.5: right weights, but no collective ran" \
         in r.message
+
+
+def test_the_intro_says_what_the_checks_do():
+    intro = nbformat.read(ROOT / "solutions" / NOTEBOOK, as_version=4).cells[0].source
+    assert "PASSED (green), WRONG (red)" in intro and "NOT SOLVED YET (amber)" in intro
+    assert "each\nfailed attempt adds a hint" in intro and not {"✅", "❌", "⏳"} & set(intro)
+    assert "hint 1 of 3" in lesson12.check_link_bytes(lambda *a: 0).message
