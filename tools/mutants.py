@@ -184,8 +184,8 @@ def _failed(feedback) -> list[str]:
 
 def run_lesson(lesson: str, every: int = 1, timeout: float | None = None) -> Outcome:
     """Run every ``every``-th mutant of lesson ``lesson``. Each may use ``timeout`` CPU
-    seconds, by default
-    ``SLOWER`` times what its cell and check used unmutated (at least ``MIN_TIMEOUT``)."""
+    seconds, by default ``SLOWER`` times what its cell and check used unmutated (at least
+    ``MIN_TIMEOUT``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -217,23 +217,23 @@ def run_lesson(lesson: str, every: int = 1, timeout: float | None = None) -> Out
                 limit = timeout or max(MIN_TIMEOUT, SLOWER * sum(
                     took.get(i, 0.0) for i in [m.cell, *after]))
                 feedback.reset()
-                killed = False
+                killed = stopped = False
                 try:
                     _run_cell(m.source, ns, limit)
                     for i in after:
                         _run_cell(code[i], ns, limit)
                     killed = bool(_failed(feedback)) or not feedback.results()
                 except _Timeout:
-                    killed = True
-                    timed_out.append(m)
+                    killed = stopped = True
                 except BaseException as exc:  # noqa: BLE001 - a mutant may raise anything
                     if isinstance(exc, KeyboardInterrupt):
                         raise
                     killed = True
                 finally:
                     _run_cell(code[m.cell], ns, 300)
-                if any("_Timeout" in r.message for r in feedback.results().values()):
-                    timed_out.append(m)  # the check caught the timeout as the code raising
+                # a check may catch the timeout as the learner's code raising
+                if stopped or any("_Timeout" in r.message for r in feedback.results().values()):
+                    timed_out.append(m)
                 if not killed:
                     survivors.append(m)
         finally:
@@ -249,8 +249,8 @@ def main(argv=None) -> int:
     p.add_argument("--all", action="store_true", help="every lesson with solutions")
     p.add_argument("--every", type=int, default=1, help="run every N-th mutant (default 1)")
     p.add_argument("--timeout", type=float, default=None,
-                   help=f"seconds per mutant (default {SLOWER}x the unmutated cell and check, "
-                        f"at least {MIN_TIMEOUT:g})")
+                   help=f"CPU seconds per mutant (default {SLOWER}x the unmutated cell and "
+                        f"check, at least {MIN_TIMEOUT:g})")
     p.add_argument("--survivors", action="store_true", help="list the mutants not caught")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
