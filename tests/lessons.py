@@ -1,12 +1,13 @@
 """Shared by the lesson-check tests: run a lesson notebook's code and grade its exercises."""
 
+import re
 from pathlib import Path
 
 import nbformat
 import numpy as np
 import pytest
 
-from ipukit.grading import feedback
+from ipukit.grading import feedback, plain
 from ipukit.grading.make_exercises import edited_exercise, lesson_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,3 +152,29 @@ def assert_plain_trials(check, answer) -> None:
     outputs = feedback.run_trials(ex, cases, (answer,))
     assert len(outputs) == len(cases) and all(set(o) == {"ok"} for o in outputs)
     plain.encode([feedback.public(c) for c in cases])
+
+
+def judged_checks_hold(lesson: str, notebook: str, seeds=(1, 2, 3)) -> None:
+    """Every judged exercise of ``lesson`` keeps the contract (CHECK_CONTRACT.md): its check
+    cell passes exactly the names in ``answers``; for fresh seeds its cases are plain data,
+    the solution's trial returns plain data on each and passes the judge; and the solution's
+    outputs on the notebook's cases do not pass on fresh ones (a replay cannot know the
+    random parts)."""
+    cells = nbformat.read(kit_notebook("solutions", notebook), as_version=4).cells
+    calls = dict(re.findall(rf"lesson{lesson}\.(check_\w+)\(([^)]*)\)",
+                            "\n".join(c.source for c in cells if c.cell_type == "code")))
+    ns = notebook_namespace("solutions", notebook)
+    judged = [ex for ex in feedback.lesson_exercises(lesson) if ex.trial is not None]
+    assert judged, f"lesson {lesson} has no judged exercise"
+    for ex in judged:
+        assert [a.strip() for a in calls[ex.check].split(",")] == list(ex.answers), ex.id
+        answers = tuple(ns[name] for name in ex.answers)
+        replayed = feedback.run_trials(ex, feedback.notebook_cases(ex), answers)
+        for seed in seeds:
+            cases = feedback.draw_cases(ex, np.random.default_rng(seed))
+            assert all(plain.decode(plain.encode(c)).keys() == c.keys() for c in cases)
+            outputs = feedback.run_trials(ex, cases, answers)
+            assert [list(o) for o in outputs] == [["ok"]] * len(cases), (ex.id, seed, outputs)
+            assert feedback.judge(ex, outputs, cases) is None or ex.budget, (ex.id, seed)
+            with pytest.raises(feedback.Wrong):
+                feedback.judge(ex, replayed, cases)

@@ -3,13 +3,14 @@ wrong answers get feedback that names what is wrong."""
 
 import math
 
+import nbformat
 import numpy as np
 import pytest
 
-from ipukit.grading import lesson11
+from ipukit.grading import feedback, lesson11, plain
 from ipukit.parallel import sharded
 from ipukit.target import IPUModel
-from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises
+from tests.lessons import ROOT, SOLVED_AND_UNTOUCHED, grade_exercises, judged_checks_hold
 
 NOTEBOOK = "11_concurrent_sharded_embedding.ipynb"
 CHECKS = {"11.1": ("check_sharded_log_softmax", "sharded_log_softmax"),
@@ -22,6 +23,10 @@ CHECKS = {"11.1": ("check_sharded_log_softmax", "sharded_log_softmax"),
 @SOLVED_AND_UNTOUCHED
 def test_solutions_pass_and_untouched_exercises_are_not_solved(folder, status):
     grade_exercises(lesson11, "11", NOTEBOOK, CHECKS, folder, status)
+
+
+def test_checks_are_judged_on_fresh_cases():
+    judged_checks_hold("11", NOTEBOOK)
 
 
 def test_reference_log_softmax_is_the_hand_checked_case():
@@ -60,7 +65,8 @@ def test_log_softmax_feedback():
         sums = log.all_reduce([np.exp(x).sum(1) for x in parts], "add", "sum")
         return [x - np.log(d)[:, None] for x, d in zip(parts, sums)]
 
-    r = lesson11.check_sharded_log_softmax(no_shift)
+    with np.errstate(over="ignore", invalid="ignore"):  # a row holds 900: exp overflows
+        r = lesson11.check_sharded_log_softmax(no_shift)
     assert "needs an all-reduce max" in r.message
     def unused_max(parts, log):  # all-reduces the max but never subtracts it
         log.all_reduce([x.max(1) for x in parts], "max", "max")
@@ -226,3 +232,84 @@ def test_embedding_grad_feedback():
 
     r = lesson11.check_embedding_grad(last_wins)
     assert "appears 2 times" in r.message and "np.add.at" in r.message
+
+
+def _dense_softmax(shift):
+    """A log-softmax that all-reduces the row max and the sum of exp, shifted by
+    ``shift(x, m, rows)`` (the right answer subtracts m; ``rows``: all shards' columns)."""
+    def answer(parts, log):
+        maxima = log.all_reduce([x.max(1) for x in parts], "max", "row max")
+        rows = np.concatenate(parts, 1)
+        shifted = [shift(x, m[:, None], rows) for x, m in zip(parts, maxima)]
+        sums = log.all_reduce([np.exp(t).sum(1) for t in shifted], "add", "row sum")
+        return [t - np.log(d)[:, None] for t, d in zip(shifted, sums)]
+    return answer
+
+
+def test_a_shift_that_is_not_the_row_max_fails_on_the_row_of_900():
+    assert lesson11.check_sharded_log_softmax(_dense_softmax(lambda x, m, r: x - m)).passed
+    for shift, case in [(lambda x, m, r: x + m, "logits [3, 8] over 4 shards"),  # near 1000
+                        (lambda x, m, r: x - r.mean(1, keepdims=True), "logits [4, 6] over 3"),
+                        (lambda x, m, r: x - r.min(1, keepdims=True), "logits [4, 6] over 3")]:
+        with np.errstate(over="ignore", invalid="ignore"):
+            r = lesson11.check_sharded_log_softmax(_dense_softmax(shift))
+        assert case in r.message and "inf or nan" in r.message, r.message
+
+
+def _lookup(masked_index):
+    def answer(parts, ids, log):
+        size, partials = parts[0].shape[0], []
+        for s, part in enumerate(parts):
+            local = ids - s * size
+            mine = (local >= 0) & (local < size)
+            partials.append(np.where(mine[:, None], part[np.where(mine, local, masked_index)],
+                                     0.0))
+        return log.all_reduce(partials, "add", "rows")
+    return answer
+
+
+def test_a_masked_id_read_past_a_one_row_shard_fails():
+    assert lesson11.check_embedding_lookup(_lookup(0)).passed
+    r = lesson11.check_embedding_lookup(_lookup(1))  # size 1: row 1 does not exist
+    assert r.status == "failed" and "IndexError" in r.message
+
+
+def test_all_reducing_the_whole_table_fails():
+    def whole_table(parts, ids, log):
+        s_count = len(parts)
+        mine = [np.concatenate([p if i == s else 0 * p for i in range(s_count)])
+                for s, p in enumerate(parts)]
+        return [t[ids] for t in log.all_reduce(mine, "add", "table")]
+
+    r = lesson11.check_embedding_lookup(whole_table)
+    assert "a table [8, 3] over 2 shards, ids [0, 7, 3, 4]: right rows" in r.message
+    assert "carries 24 numbers per shard (shape [8, 3]); the looked-up rows are [4, 3]" \
+        in r.message
+
+
+def test_trials_return_only_what_the_learner_did():
+    ex = lesson11.check_embedding_lookup.exercise
+    case = feedback.public(feedback.notebook_cases(ex)[0])
+    out = ex.trial(case, _lookup(0))
+    assert out["collectives"] == [{"kind": "all_reduce_add", "label": "rows", "shape": [4, 3],
+                                   "itemsize": 8, "root": 0}]
+    assert plain.decode(plain.encode(out))["rows"][1].shape == (4, 3)
+
+
+def test_forged_collectives_do_not_pass_right_values():
+    ex = lesson11.check_sharded_log_softmax.exercise
+    cases = feedback.notebook_cases(ex)
+    sol = _dense_softmax(lambda x, m, r: x - m)
+    outputs = feedback.run_trials(ex, cases, (sol,))
+    outputs[0]["ok"]["collectives"] = []  # a kernel that hides its collectives
+    with pytest.raises(feedback.Wrong, match="no collective ran"):
+        feedback.judge(ex, outputs, cases)
+
+
+def test_the_intro_says_what_the_checks_do():
+    intro = nbformat.read(ROOT / "solutions" / NOTEBOOK, as_version=4).cells[0].source
+    assert "PASSED (green), WRONG (red)" in intro and "NOT SOLVED YET (amber)" in intro
+    assert "each\nfailed attempt adds a hint" in intro and not {"✅", "❌", "⏳"} & set(intro)
+    wrong = lesson11.check_embedding_grad(lambda ids, dy, v, s: [np.zeros((v // s, 3))] * s)
+    assert "hint 1 of 3" in wrong.message  # the first failed attempt already has one
+    assert "hint 2 of 3" in lesson11.check_embedding_grad(lambda *a: None).message

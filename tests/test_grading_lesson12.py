@@ -3,13 +3,20 @@ wrong answers get feedback that names what is wrong."""
 
 import math
 
+import nbformat
 import numpy as np
 import pytest
 
 from ipukit.grading import lesson12
 from ipukit.parallel import nn, pipeline, sharded
 from ipukit.parallel.concurrent import ShardedSoftmaxCrossEntropy, split_dense
-from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises, notebook_namespace
+from tests.lessons import (
+    ROOT,
+    SOLVED_AND_UNTOUCHED,
+    grade_exercises,
+    judged_checks_hold,
+    notebook_namespace,
+)
 
 NOTEBOOK = "12_mnist_concurrent_pipelines.ipynb"
 CHECKS = {"12.1": ("check_concurrent_pipeline", "concurrent_pipeline"),
@@ -21,6 +28,10 @@ CHECKS = {"12.1": ("check_concurrent_pipeline", "concurrent_pipeline"),
 @SOLVED_AND_UNTOUCHED
 def test_solutions_pass_and_untouched_exercises_are_not_solved(folder, status):
     grade_exercises(lesson12, "12", NOTEBOOK, CHECKS, folder, status)
+
+
+def test_checks_are_judged_on_fresh_cases():
+    judged_checks_hold("12", NOTEBOOK)
 
 
 def test_concurrent_pipeline_feedback():
@@ -132,3 +143,75 @@ def test_shard_count_feedback():
 def test_stage_collectives_sum_lesson_11_costs():
     coll = lesson12.stage_collectives(8, 64)
     assert coll(1) == 0 and 0 < coll(2) < coll(4)
+
+
+def _pipeline(device_mapping, schedule="grouped"):
+    def answer(mlp, classifier, shards, g, opt):
+        return pipeline([mlp, split_dense(classifier, shards)], device_mapping(shards), g,
+                        schedule, optimizer=opt, loss=ShardedSoftmaxCrossEntropy())
+    return answer
+
+
+def test_the_mlp_on_ipu_1_or_another_schedule_fails():
+    assert lesson12.check_concurrent_pipeline(
+        _pipeline(lambda s: [0, list(range(1, s + 1))])).passed
+    r = lesson12.check_concurrent_pipeline(_pipeline(lambda s: [1, list(range(1, s + 1))]))
+    assert "hidden sizes [16], 2 shards" in r.message
+    assert "your stages run on IPUs [[1], [1, 2]]: the MLP goes on IPU 0 alone" in r.message
+    r = lesson12.check_concurrent_pipeline(
+        _pipeline(lambda s: [0, list(range(1, s + 1))], "interleaved"))
+    assert "runs the interleaved schedule; the exercise asks for TensorFlow's Grouped" \
+        in r.message
+
+
+def _step(ns, softmax=None, masked_index=0):
+    """The solution's classifier_step with its log-softmax or the masked label's column
+    replaced."""
+    def answer(w_parts, x, labels, lr, log):
+        b, size = len(labels), w_parts[0].shape[1]
+        log_probs = (softmax or ns["sharded_log_softmax"])([x @ w for w in w_parts], log)
+        rows, picked = np.arange(b), []
+        for s, lp in enumerate(log_probs):
+            local = labels - s * size
+            mine = (local >= 0) & (local < size)
+            picked.append(np.where(mine, -lp[rows, np.where(mine, local, masked_index)], 0.0))
+        loss = log.all_reduce(picked, "add", "loss")[0].mean()
+        dlogits = ns["ce_backward"](log_probs, labels, np.full(b, 1.0 / b))
+        return [w - lr * x.T @ d for w, d in zip(w_parts, dlogits)], loss
+    return answer
+
+
+def test_classifier_step_mistakes_on_one_class_per_shard_and_large_logits():
+    ns = notebook_namespace("solutions", NOTEBOOK)
+    assert lesson12.check_classifier_step(_step(ns)).passed
+    r = lesson12.check_classifier_step(_step(ns, masked_index=1))  # a shard of one class
+    assert "IndexError" in r.message
+
+    def shifted_up(x_parts, log):  # adds the row max: exp overflows on logits of hundreds
+        maxima = log.all_reduce([x.max(axis=1) for x in x_parts], "max", "row max")
+        shifted = [x + m[:, None] for x, m in zip(x_parts, maxima)]
+        sums = log.all_reduce([np.exp(t).sum(axis=1) for t in shifted], "add", "row sum")
+        return [t - np.log(d)[:, None] for t, d in zip(shifted, sums)]
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = lesson12.check_classifier_step(_step(ns, softmax=shifted_up))
+    assert "x [4, 3], classes 6 over 3 shards, lr=0.5: step 0's mean loss is" in r.message
+
+
+def test_a_classifier_step_without_collectives_fails():
+    ns = notebook_namespace("solutions", NOTEBOOK)
+
+    def gathered(w_parts, x, labels, lr, log):  # reads every shard's weights, no collective
+        return ns["classifier_step"](w_parts, x, labels, lr, sharded.CollectiveLog(
+            len(w_parts)))
+
+    r = lesson12.check_classifier_step(gathered)
+    assert "x [4, 3], classes 4 over 2 shards, lr=0.5: right weights, but no collective ran" \
+        in r.message
+
+
+def test_the_intro_says_what_the_checks_do():
+    intro = nbformat.read(ROOT / "solutions" / NOTEBOOK, as_version=4).cells[0].source
+    assert "PASSED (green), WRONG (red)" in intro and "NOT SOLVED YET (amber)" in intro
+    assert "each\nfailed attempt adds a hint" in intro and not {"✅", "❌", "⏳"} & set(intro)
+    assert "hint 1 of 3" in lesson12.check_link_bytes(lambda *a: 0).message

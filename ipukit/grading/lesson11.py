@@ -1,9 +1,16 @@
 """The ``check_*`` functions of lesson 11: concurrent stages and the sharded tied embedding.
 
-Values are checked against dense float64 NumPy written here; what crosses between IPUs
-and what it costs against :class:`ipukit.parallel.sharded.CollectiveLog`, the cost model
-every sharded op and concurrent stage uses (its formulas, :mod:`ipukit.cost`'s, are tested
-in ``tests/test_sharded.py`` and ``tests/test_cost.py``).
+Every check is judged (:func:`ipukit.grading.feedback.exercise`): the cases are drawn and
+the verdict is reached in the judge, against dense float64 NumPy written here; the trial
+runs the learner's function on each case, with a :class:`~.common.RecordingLog` (a
+:class:`ipukit.parallel.sharded.CollectiveLog` that also keeps what each collective
+carried) where the exercise combines shards, and returns the arrays and that list. The
+judge works out what each collective sends from what it carried, by ``CollectiveLog``'s
+rules (tested in ``tests/test_sharded.py`` and ``tests/test_cost.py``).
+
+Mutation pass (``tools/mutants.py 11``): the two one-token mistakes that keep full marks,
+``log_prob_parts[1]`` or ``table_parts[1]`` for ``[0]`` when reading a shard's size, are
+equivalent: every shard holds the same number of columns or rows (an even split).
 
 >>> from ipukit.grading import lesson11
 >>> r = lesson11.check_collective_cycles(lambda kind, nbytes, num_shards, target: 0)
@@ -22,6 +29,7 @@ from ipukit import backend, cost
 from ipukit.parallel import sharded
 from ipukit.target import IPUModel
 
+from .common import RecordingLog, check_row_collectives
 from .feedback import Wrong, as_int, exercise
 
 
@@ -32,23 +40,30 @@ def dense_log_softmax(x):
     return x - top - np.log(np.exp(x - top).sum(axis=1, keepdims=True))
 
 
-def _parts(got, num_shards: int, shape, what: str) -> list[np.ndarray]:
-    """The learner's per-shard result as float64 NumPy arrays of ``shape``, or Wrong."""
-    if not isinstance(got, (list, tuple)) or len(got) != num_shards:
-        n = len(got) if isinstance(got, (list, tuple)) else type(got).__name__
+def _arrays(got, num_shards: int, what: str) -> list[np.ndarray]:
+    """The learner's per-shard result as float64 NumPy arrays (the trial's side), or
+    Wrong for an answer of the wrong kind."""
+    if not isinstance(got, (list, tuple)):
         raise Wrong(f"{what}: return a list of {num_shards} arrays, one per shard (IPU), "
-                    f"got {n}")
-    out = []
+                    f"got {type(got).__name__}")
+    try:
+        return [np.asarray(backend.to_numpy(p), dtype=np.float64) for p in got]
+    except (TypeError, ValueError):
+        raise Wrong(f"{what}: return a list of {num_shards} arrays of numbers, one per "
+                    "shard (IPU)") from None
+
+
+def _parts(got: list, num_shards: int, shape, what: str, holds: str) -> list[np.ndarray]:
+    """The trial's arrays, one per shard, each of ``shape`` (the judge's side); ``holds``
+    says what each shard's array holds."""
+    if len(got) != num_shards:
+        raise Wrong(f"{what}: return a list of {num_shards} arrays, one per shard (IPU), "
+                    f"got {len(got)}")
     for s, p in enumerate(got):
-        p = np.asarray(backend.to_numpy(p), dtype=np.float64)
         if p.shape != tuple(shape):
             raise Wrong(f"{what}: shard {s}'s array has shape {p.shape}, expected "
-                        f"{tuple(shape)} (its own {shape[1]} columns of the vocabulary)")
-        if not np.all(np.isfinite(p)):
-            raise Wrong(f"{what}: shard {s} holds inf or nan. exp() of a large logit "
-                        "overflows: subtract the row maximum (all shards' maximum) first")
-        out.append(p)
-    return out
+                        f"{tuple(shape)} ({holds})")
+    return got
 
 
 def _first_difference(got, want, what: str, size: int) -> str:
@@ -64,12 +79,32 @@ def _first_difference(got, want, what: str, size: int) -> str:
 # -- 11.1 ---------------------------------------------------------------------------------
 
 
-def _softmax_cases():
-    rng = np.random.default_rng(111)
-    yield np.array([[1.0, 2.0, 3.0, 4.0]]), 2  # golden case 9
-    yield rng.normal(size=(5, 12)), 3
-    yield rng.normal(size=(3, 8)) * 40 + 1000.0, 4  # exp(1000) overflows: shift by the max
-    yield rng.normal(size=(4, 6)) * 3, 2
+def _softmax_what(case) -> str:
+    return f"logits {list(case['x'].shape)} over {case['shards']} shards"
+
+
+def _softmax_cases(rng) -> list[dict]:
+    """Fixed cases (the lesson's, logits near 1000 where exp overflows unshifted, rows of
+    mixed scales whose maxima sit on different shards) and two random ones."""
+    fixed = np.random.default_rng(111)
+    found = [{"x": np.array([[1.0, 2.0, 3.0, 4.0]]), "shards": 2},  # golden case 9
+             {"x": fixed.normal(size=(3, 8)) * 40 + 1000.0, "shards": 4},
+             {"x": np.array([[0.0, 0, 0, 0, 0, 900], [1, 2, 3, 4, 5, 6],
+                             [-300, 0, 300, 0, 0, 0], [5, -5, 0, 0, 0, 0]]), "shards": 3}]
+    for _ in range(2):
+        s_count, size, rows = int(rng.integers(2, 5)), int(rng.integers(1, 5)), \
+            int(rng.integers(1, 7))
+        scale = float(rng.choice([1.0, 10.0, 100.0]))
+        found.append({"x": rng.normal(size=(rows, s_count * size)) * scale
+                      + rng.normal() * scale, "shards": s_count})
+    return found
+
+
+def _softmax_trial(case, sharded_log_softmax):
+    s_count = case["shards"]
+    log = RecordingLog(s_count)
+    got = sharded_log_softmax(sharded.shard(case["x"].copy(), s_count, axis=1), log)
+    return {"parts": _arrays(got, s_count, _softmax_what(case)), "collectives": log.calls}
 
 
 @exercise("11.1", "a log-softmax that never gathers the vocabulary", points=3,
@@ -80,18 +115,21 @@ def _softmax_cases():
               "Each shard computes its rows' max; log.all_reduce(maxima, 'max', ...) gives "
               'every shard the global max m. Then each shard sums exp(x_s - m) over its own '
               "columns; log.all_reduce(sums, 'add', ...) gives D. The answer on shard s is x_s "
-              '- m - log(D): only B numbers per all-reduce cross the IPU-Links.',))
-def check_sharded_log_softmax(sharded_log_softmax):
+              '- m - log(D): only B numbers per all-reduce cross the IPU-Links.',),
+          answers=("sharded_log_softmax",), cases=_softmax_cases, trial=_softmax_trial)
+def check_sharded_log_softmax(cases, outputs):
     """Exercise 11.1: ``sharded_log_softmax(x_parts, log)`` → the log-softmax of each shard's
     columns, using only ``log.all_reduce`` to combine the shards."""
-
-    for x, s_count in _softmax_cases():
+    for case, out in zip(cases, outputs):
+        x, s_count, what = case["x"], case["shards"], _softmax_what(case)
         b, v = x.shape
         size = v // s_count
-        what = f"logits {list(x.shape)} over {s_count} shards"
-        log = sharded.CollectiveLog(s_count)
-        parts = sharded.shard(x.copy(), s_count, axis=1)
-        got = _parts(sharded_log_softmax(parts, log), s_count, (b, size), what)
+        got = _parts(out["parts"], s_count, (b, size), what,
+                     f"its own {size} columns of the vocabulary")
+        for s, p in enumerate(got):
+            if not np.all(np.isfinite(p)):
+                raise Wrong(f"{what}: shard {s} holds inf or nan. exp() of a large logit "
+                            "overflows: subtract the row maximum (all shards' maximum) first")
         want = np.split(dense_log_softmax(x), s_count, axis=1)
         wrong = _first_difference(got, want, what, size)
         if wrong:
@@ -100,38 +138,45 @@ def check_sharded_log_softmax(sharded_log_softmax):
                 wrong += (". Each shard normalised over its own columns only: the "
                           "denominator sums exp over all shards (all-reduce ADD)")
             raise Wrong(wrong)
-        _check_traffic(log, b, x.dtype.itemsize, what)
-
-
-def _check_traffic(log: sharded.CollectiveLog, rows: int, itemsize: int, what: str) -> None:
-    """Only all-reduces of one number per row; MAX and ADD both present."""
-    mine = [r for r in log.records if r.ipu == log.ipus[0]]
-    if not mine:
-        raise Wrong(f"{what}: right values, but no collective ran. Shard s lives on IPU s "
-                    "and sees only parts[s]: combine the shards with log.all_reduce")
-    ring = math.ceil(2 * (log.num_shards - 1) * rows * itemsize / log.num_shards)
-    for r in log.records:
-        if r.bytes > ring:
-            raise Wrong(f"{what}: '{r.label}' ({r.kind}) sends {r.bytes:,} bytes from IPU "
-                        f"{r.ipu}; an all-reduce of one number per row sends {ring:,}. Reduce "
-                        "each row to one number (its max, its sum of exp) before combining")
-    kinds = [r.kind for r in mine]
-    for needed in ("all_reduce_max", "all_reduce_add"):
-        if needed not in kinds:
-            raise Wrong(f"{what}: your collectives were {kinds}; the sharded softmax needs an "
-                        f"{needed.replace('_', ' ').replace('all reduce', 'all-reduce')} "
-                        "(log.all_reduce(parts, 'max' or 'add', label))")
+        check_row_collectives(out["collectives"], s_count, b, x.dtype.itemsize, what)
 
 
 # -- 11.2 ---------------------------------------------------------------------------------
 
 
-def _ce_cases():
-    rng = np.random.default_rng(112)
-    yield np.array([[1.0, 2.0, 3.0, 4.0]]), np.array([2]), np.ones(1), 2  # golden case 9
-    yield rng.normal(size=(6, 12)), np.array([0, 11, 3, 4, 7, 8]), rng.uniform(0.1, 1, 6), 3
-    yield rng.normal(size=(5, 8)), np.array([1, 2, 5, 6, 7]), np.full(5, 0.2), 4
-    yield rng.normal(size=(4, 6)), np.array([5, 0, 2, 3]), rng.uniform(0.5, 2, 4), 2
+def _ce_what(case) -> str:
+    v = sum(p.shape[1] for p in case["log_probs"])
+    return (f"logits [{len(case['labels'])}, {v}] over {len(case['log_probs'])} shards, "
+            f"labels {case['labels'].tolist()}")
+
+
+def _ce_case(x, labels, g, s_count) -> dict:
+    return {"log_probs": np.split(dense_log_softmax(x), s_count, axis=1),
+            "labels": np.asarray(labels, dtype=np.int32), "g": np.asarray(g, np.float64),
+            "_x": np.asarray(x, np.float64)}
+
+
+def _ce_cases(rng) -> list[dict]:
+    """The lesson's case, labels on every shard's first and last columns, and a random
+    case."""
+    fixed = np.random.default_rng(112)
+    found = [_ce_case([[1.0, 2.0, 3.0, 4.0]], [2], np.ones(1), 2),  # golden case 9
+             _ce_case(fixed.normal(size=(6, 12)), [0, 11, 3, 4, 7, 8],
+                      fixed.uniform(0.1, 1, 6), 3),
+             _ce_case(fixed.normal(size=(5, 8)), [1, 2, 5, 6, 7], np.full(5, 0.2), 4),
+             _ce_case(fixed.normal(size=(4, 6)), [5, 0, 2, 3], fixed.uniform(0.5, 2, 4), 2)]
+    s_count, size, rows = int(rng.integers(2, 5)), int(rng.integers(1, 5)), \
+        int(rng.integers(1, 8))
+    found.append(_ce_case(rng.normal(size=(rows, s_count * size)) * 3,
+                          rng.integers(0, s_count * size, rows), rng.uniform(0.1, 2, rows),
+                          s_count))
+    return found
+
+
+def _ce_trial(case, ce_backward):
+    got = ce_backward([p.copy() for p in case["log_probs"]], case["labels"].copy(),
+                      case["g"].copy())
+    return _arrays(got, len(case["log_probs"]), _ce_what(case))
 
 
 @exercise("11.2", "the fused cross-entropy backward, on the shard owning the label", points=3,
@@ -141,21 +186,21 @@ def _ce_cases():
               "row's one-hot 1 lives on only one shard.",
               'dlogits = g[b] * (softmax - onehot(label)). Every shard has exp(log_probs) for '
               'its columns; only the shard with s*size <= label[b] < (s+1)*size subtracts g[b], '
-              'at its local column label[b] - s*size.',))
-def check_ce_backward(ce_backward):
+              'at its local column label[b] - s*size.',),
+          answers=("ce_backward",), cases=_ce_cases, trial=_ce_trial)
+def check_ce_backward(cases, outputs):
     """Exercise 11.2: ``ce_backward(log_prob_parts, labels, g)`` → dlogits per shard."""
-
-    for x, labels, g, s_count in _ce_cases():
+    for case, out in zip(cases, outputs):
+        x, labels, g = case["_x"], case["labels"], case["g"]
+        s_count = len(case["log_probs"])
         b, v = x.shape
         size = v // s_count
-        what = f"logits {list(x.shape)} over {s_count} shards, labels {labels.tolist()}"
+        what = _ce_what(case)
         soft = np.exp(dense_log_softmax(x))
         onehot = np.zeros_like(soft)
         onehot[np.arange(b), labels] = 1.0
         want = np.split(g[:, None] * (soft - onehot), s_count, axis=1)
-        log_probs = np.split(dense_log_softmax(x), s_count, axis=1)
-        got = _parts(ce_backward([p.copy() for p in log_probs], labels.astype(np.int32),
-                                 g.copy()), s_count, (b, size), what)
+        got = _parts(out, s_count, (b, size), what, f"its own {size} columns of the vocabulary")
         wrong = _first_difference(got, want, what, size)
         if wrong:
             raise Wrong(wrong + _ce_diagnosis(got, soft, labels, g, s_count, size))
@@ -197,14 +242,24 @@ def measured_cycles(kind: str, nbytes: int, num_shards: int, target) -> int:
     return log.records[0].duration
 
 
-def _cycle_cases():
-    rng = np.random.default_rng(113)
-    yield "all_reduce", 28, 2, "ipu2"  # the tied embedding's cross-entropy max
-    yield "broadcast", 786_432, 4, "ipu2"  # the embedded tokens [256, 768] of the large case
-    yield "reduce_add", 786_432, 4, "ipu2"
+def _target(case):
+    return IPUModel(case["version"], num_ipus=case["shards"]).create_device().target
+
+
+def _cycle_cases(rng) -> list[dict]:
+    """The lesson's three collectives, then each kind on Mk1 and Bow IPUs, random sizes."""
+    found = [{"kind": "all_reduce", "nbytes": 28, "shards": 2, "version": "ipu2"},
+             {"kind": "broadcast", "nbytes": 786_432, "shards": 4, "version": "ipu2"},
+             {"kind": "reduce_add", "nbytes": 786_432, "shards": 4, "version": "ipu2"}]
     for kind in KINDS:
         for version in ("ipu1", "bow"):
-            yield kind, int(rng.integers(1, 200_000)), int(rng.choice([2, 3, 4, 8, 16])), version
+            found.append({"kind": kind, "nbytes": int(rng.integers(1, 200_000)),
+                          "shards": int(rng.choice([2, 3, 4, 8, 16])), "version": version})
+    return found
+
+
+def _cycle_trial(case, collective_cycles):
+    return collective_cycles(case["kind"], case["nbytes"], case["shards"], _target(case))
 
 
 @exercise("11.3", "what a collective costs", points=2,
@@ -218,19 +273,20 @@ def _cycle_cases():
               "target.ipu_link_bytes_per_cycle); a broadcast's root sends nbytes to each of "
               "the S-1 others, a reduce's root receives S-1 copies. All-reduce: 2(S-1) * "
               'cost.ring_step_cycles(target) + ceil(ceil(2(S-1)/S * nbytes) / '
-              'target.ipu_link_bytes_per_cycle).',))
-def check_collective_cycles(collective_cycles):
+              'target.ipu_link_bytes_per_cycle).',),
+          answers=("collective_cycles",), cases=_cycle_cases, trial=_cycle_trial)
+def check_collective_cycles(cases, outputs):
     """Exercise 11.3: ``collective_cycles(kind, nbytes, num_shards, target)`` → cycles of one
     broadcast, reduce_add or all_reduce of an ``nbytes`` tensor over ``num_shards`` IPUs."""
-
-    for kind, nbytes, s_count, version in _cycle_cases():
-        target = IPUModel(version, num_ipus=s_count).create_device().target
+    for case, out in zip(cases, outputs):
+        kind, nbytes, s_count = case["kind"], case["nbytes"], case["shards"]
+        target = _target(case)
         want = measured_cycles(kind, nbytes, s_count, target)
-        what = (f"{kind} of {nbytes:,} bytes over {s_count} {version} IPUs (global sync "
-                f"{target.global_sync_cycles} cycles, ring step "
+        what = (f"{kind} of {nbytes:,} bytes over {s_count} {case['version']} IPUs (global "
+                f"sync {target.global_sync_cycles} cycles, ring step "
                 f"{cost.ring_step_cycles(target)} cycles, "
                 f"{target.ipu_link_bytes_per_cycle:.2f} link bytes per cycle)")
-        got = as_int(collective_cycles(kind, nbytes, s_count, target), what)
+        got = as_int(out, what)
         if got != want:
             raise Wrong(f"{what}: it costs {want:,} cycles, you said {got:,}"
                         + _cycles_diagnosis(kind, nbytes, s_count, target, got))
@@ -270,12 +326,43 @@ def _cycles_diagnosis(kind, nbytes, s_count, target, got) -> str:
 # -- 11.4 ---------------------------------------------------------------------------------
 
 
-def _embedding_cases():
-    rng = np.random.default_rng(114)
-    yield rng.normal(size=(8, 3)), np.array([0, 7, 3, 4]), 2
-    yield rng.normal(size=(12, 4)), np.array([11, 0, 5, 5, 2, 9, 0]), 3
-    yield rng.normal(size=(16, 2)), rng.integers(0, 16, 20), 4
-    yield rng.normal(size=(6, 5)), np.array([1, 1, 1]), 2  # all on shard 0
+def _embedding_what(case) -> str:
+    rows = sum(len(p) for p in case["table_parts"])
+    return (f"a table [{rows}, {case['table_parts'][0].shape[1]}] over {case['shards']} "
+            f"shards, ids {case['ids'].tolist()}")
+
+
+def _embedding_cases(rng) -> list[dict]:
+    """Tables sharded by rows: repeated ids, ids all on one shard, one row per shard, and
+    a random table. The public keys are what each exercise passes; ``_table`` stays with
+    the judge."""
+    fixed = np.random.default_rng(114)
+    shapes = [((8, 3), [0, 7, 3, 4], 2), ((12, 4), [11, 0, 5, 5, 2, 9, 0], 3),
+              ((16, 2), fixed.integers(0, 16, 20), 4),
+              ((6, 5), [1, 1, 1], 2),  # all on shard 0
+              ((4, 3), [3, 0, 3, 1, 2], 4)]  # one row per shard
+    s_count, size = int(rng.integers(2, 5)), int(rng.integers(1, 5))
+    shapes.append(((s_count * size, int(rng.integers(1, 6))),
+                   rng.integers(0, s_count * size, int(rng.integers(1, 10))), s_count))
+    found = []
+    for k, (shape, ids, s_count) in enumerate(shapes):
+        gen = rng if k == len(shapes) - 1 else fixed
+        table = gen.normal(size=shape)
+        found.append({"table_parts": np.split(table, s_count),
+                      "ids": np.asarray(ids, dtype=np.int32), "shards": s_count,
+                      "dy": gen.normal(size=(len(ids), shape[1])), "_table": table})
+    return found
+
+
+def _lookup_cases(rng) -> list[dict]:
+    return [{k: v for k, v in c.items() if k != "dy"} for c in _embedding_cases(rng)]
+
+
+def _lookup_trial(case, embedding_lookup):
+    log = RecordingLog(case["shards"])
+    got = embedding_lookup([p.copy() for p in case["table_parts"]], case["ids"].copy(), log)
+    return {"rows": _arrays(got, case["shards"], _embedding_what(case)),
+            "collectives": log.calls}
 
 
 @exercise("11.4", "the vocab-parallel embedding lookup", points=3,
@@ -286,19 +373,17 @@ def _embedding_cases():
               'Shard s owns rows s*size .. (s+1)*size - 1. Each shard looks up only the ids it '
               'owns (local id = id - s*size; the others masked, their rows zero), then '
               "log.all_reduce(partials, 'add', label) sums the partial lookups: each row comes "
-              'from exactly one shard.',))
-def check_embedding_lookup(embedding_lookup):
+              'from exactly one shard.',),
+          answers=("embedding_lookup",), cases=_lookup_cases, trial=_lookup_trial)
+def check_embedding_lookup(cases, outputs):
     """Exercise 11.4: ``embedding_lookup(table_parts, ids, log)`` → the rows ``table[ids]``
     on every shard, the table sharded by rows (Megatron's ``VocabParallelEmbedding``)."""
-
-    for table, ids, s_count in _embedding_cases():
+    for case, out in zip(cases, outputs):
+        table, ids, s_count = case["_table"], case["ids"], case["shards"]
         size = table.shape[0] // s_count
-        what = (f"a table {list(table.shape)} over {s_count} shards, ids "
-                f"{ids.tolist()}")
-        log = sharded.CollectiveLog(s_count)
-        parts = [p.copy() for p in np.split(table, s_count)]
-        got = _parts(embedding_lookup(parts, ids.astype(np.int32).copy(), log), s_count,
-                     (len(ids), table.shape[1]), what)
+        what = _embedding_what(case)
+        got = _parts(out["rows"], s_count, (len(ids), table.shape[1]), what,
+                     "the looked-up rows, on every shard")
         want = table[ids]
         for s, g in enumerate(got):
             bad = np.argwhere(~np.isclose(g, want))
@@ -308,15 +393,21 @@ def check_embedding_lookup(embedding_lookup):
                 raise Wrong(f"{what}: on shard {s}, row {n} (id {ids[n]}, owned by shard "
                             f"{owner}) is {np.round(g[n], 5).tolist()}, expected "
                             f"{np.round(want[n], 5).tolist()}"
-                            + _lookup_diagnosis(g[n], want[n], table, ids[n], size,
-                                                s_count))
-        kinds = [r.kind for r in log.records if r.ipu == log.ipus[0]]
+                            + _lookup_diagnosis(g[n], table, ids[n], size, s_count))
+        calls = out["collectives"]
+        kinds = [c["kind"] for c in calls]
         if kinds != ["all_reduce_add"]:
             raise Wrong(f"{what}: right rows, but the collectives were {kinds}; one "
                         "all-reduce ADD of the partial lookups is all it takes")
+        carried = math.prod(int(d) for d in calls[0]["shape"])
+        if carried > want.size:
+            raise Wrong(f"{what}: right rows, but your all-reduce carries {carried:,} numbers "
+                        f"per shard (shape {calls[0]['shape']}); the looked-up rows are "
+                        f"{list(want.shape)}: all-reduce each shard's partial lookup, not "
+                        "the table")
 
 
-def _lookup_diagnosis(got, want, table, idx, size, s_count) -> str:
+def _lookup_diagnosis(got, table, idx, size, s_count) -> str:
     wrong = [table[(s * size + (idx - s * size) % size)] for s in range(s_count)]
     if np.allclose(got, np.sum([table[s * size + idx % size] for s in range(s_count)],
                                axis=0)) or np.allclose(got, np.sum(wrong, axis=0)):
@@ -330,6 +421,21 @@ def _lookup_diagnosis(got, want, table, idx, size, s_count) -> str:
 # -- 11.5 ---------------------------------------------------------------------------------
 
 
+def _grad_cases(rng) -> list[dict]:
+    return [{"ids": c["ids"], "dy": c["dy"], "num_rows": len(c["_table"]),
+             "shards": c["shards"]} for c in _embedding_cases(rng)]
+
+
+def _grad_what(case) -> str:
+    return f"{case['num_rows']} rows over {case['shards']} shards, ids {case['ids'].tolist()}"
+
+
+def _grad_trial(case, embedding_grad):
+    got = embedding_grad(case["ids"].copy(), case["dy"].copy(), case["num_rows"],
+                         case["shards"])
+    return _arrays(got, case["shards"], _grad_what(case))
+
+
 @exercise("11.5", "the embedding gradient: a scatter-add per shard", points=3,
           hints=(
               'The gradient of a lookup goes back to the rows that were looked up.',
@@ -337,23 +443,19 @@ def _lookup_diagnosis(got, want, table, idx, size, s_count) -> str:
               'dtable[v] = the sum of dy[n] over all n with ids[n] == v. On shard s: start from '
               'zeros [size, C] and add dy[n] at row ids[n] - s*size for the ids it owns. An id '
               'can appear several times: np.add.at adds them all (dw[idx] += dy keeps only '
-              'one).',))
-def check_embedding_grad(embedding_grad):
+              'one).',),
+          answers=("embedding_grad",), cases=_grad_cases, trial=_grad_trial)
+def check_embedding_grad(cases, outputs):
     """Exercise 11.5: ``embedding_grad(ids, dy, num_rows, num_shards)`` → each shard's
     [num_rows / num_shards, C] gradient of the table (``multiUpdateAdd``)."""
-
-    for table, ids, s_count in _embedding_cases():
-        rng = np.random.default_rng(len(ids))
-        v, c = table.shape
-        size = v // s_count
-        dy = rng.normal(size=(len(ids), c))
-        what = f"{v} rows over {s_count} shards, ids {ids.tolist()}"
-        got = _parts(embedding_grad(ids.astype(np.int32).copy(), dy.copy(), v, s_count),
-                     s_count, (size, c), what)
+    for case, out in zip(cases, outputs):
+        ids, dy, v, s_count = case["ids"], case["dy"], case["num_rows"], case["shards"]
+        size, c = v // s_count, dy.shape[1]
+        what = _grad_what(case)
+        got = _parts(out, s_count, (size, c), what, f"the gradient of its own {size} rows")
         dense = np.zeros((v, c))
         np.add.at(dense, ids, dy)
-        want = np.split(dense, s_count)
-        for s, (g, w) in enumerate(zip(got, want)):
+        for s, (g, w) in enumerate(zip(got, np.split(dense, s_count))):
             bad = np.argwhere(~np.isclose(g, w))
             if len(bad):
                 row = int(bad[0][0])

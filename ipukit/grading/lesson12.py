@@ -1,10 +1,18 @@
 """The ``check_*`` functions of lesson 12: MNIST with basic and concurrent pipelines.
 
-The references are real runs of Graphcore's concurrent-pipeline MNIST port
+Every check is judged (:func:`ipukit.grading.feedback.exercise`): the judge draws the cases
+and reaches the verdict against real runs of Graphcore's concurrent-pipeline MNIST port
 (:mod:`ipukit.examples.sharded_mnist`): the basic pipeline's losses and weights for 12.1,
 the bytes in a run's timeline for 12.2; a dense float64 classifier trained next to the
-learner's sharded one for 12.3; every shard count tried, with the collectives costed by
-``CollectiveLog``, for 12.4.
+learner's sharded one for 12.3 (what its collectives carried recorded by a
+:class:`~.common.RecordingLog`); every shard count tried, with the collectives costed by
+``CollectiveLog``, for 12.4. The trials, in the learner's kernel, return plain data: the
+pipeline's structure, losses and weights; a number; the weights, losses and collectives of
+each step.
+
+Mutation pass (``tools/mutants.py 12``): the one-token mistakes that keep full marks are
+equivalent: reading a shard's size from ``[1]`` instead of ``[0]`` (an even split), and
+taking the loss from ``all_reduce(...)[1]`` (every shard gets the same sum).
 
 >>> from ipukit.grading import lesson12
 >>> r = lesson12.check_shard_count(lambda first, classifier, collectives, max_ipus: 1)
@@ -15,21 +23,23 @@ WRONG · Exercise 12.4 · how many IPUs for the concurrent stage: 0/2 points
 
 from __future__ import annotations
 
-import copy
 import functools
-import math
 
 import numpy as np
 
+from ipukit import backend
 from ipukit.examples import sharded_mnist
 from ipukit.parallel import Pipeline, optim, sharded
 from ipukit.parallel.concurrent import Concurrent
 from ipukit.target import IPUModel
 
+from .common import RecordingLog, check_row_collectives
 from .feedback import Wrong, as_int, exercise
 
 #: What crosses between IPUs: IPU-Link copies between stages and a stage's collectives.
 TRAFFIC = ("link", "broadcast", "reduce", "allreduce")
+#: 12.1's gradient accumulation: a count both accept (basic: 3 stages, concurrent: 2).
+ACCUMULATION = 12
 
 
 def _data(n: int, seed: int):
@@ -38,7 +48,51 @@ def _data(n: int, seed: int):
             rng.integers(0, sharded_mnist.CLASSES, n))
 
 
+def _train(p, seed: int) -> np.ndarray:
+    """The losses of two weight updates of ``ACCUMULATION`` micro-batches of 8 images."""
+    g = ACCUMULATION
+    x, y = _data(2 * g * 8, seed)
+    steps = [slice(0, g * 8), slice(g * 8, 2 * g * 8)]
+    return np.concatenate([backend.to_numpy(p.run(x[s], y[s]).losses).ravel()
+                           for s in steps])
+
+
 # -- 12.1 ---------------------------------------------------------------------------------
+
+
+def _pipeline_what(case) -> str:
+    return (f"hidden sizes {case['hidden']}, {case['shards']} shards, gradient accumulation "
+            f"{ACCUMULATION}")
+
+
+def _pipeline_cases(rng) -> list[dict]:
+    """Two shard counts (2 and 5 members) and a random MLP."""
+    return [{"hidden": [16], "shards": 2, "seed": 1},
+            {"hidden": [24, 12], "shards": 5, "seed": 2},
+            {"hidden": [int(h) for h in rng.integers(4, 33, int(rng.integers(1, 3)))],
+             "shards": int(rng.choice([2, 5])), "seed": int(rng.integers(2**31))}]
+
+
+def _pipeline_trial(case, concurrent_pipeline):
+    """The learner's pipeline's structure, then (if its last stage is concurrent) the losses
+    and member weights of two weight updates."""
+    mlp, classifier = sharded_mnist.model(case["hidden"], case["seed"])
+    p = concurrent_pipeline(mlp, classifier, case["shards"], ACCUMULATION, optim.SGD(0.01))
+    if not isinstance(p, Pipeline):
+        return {"type": type(p).__name__}
+    last = p.stages[-1].net
+    members = last.members if isinstance(last, Concurrent) else []
+    found = {"type": "Pipeline", "stage_ipus": [list(s.ipus) for s in p.stages],
+             "schedule": str(p.options.schedule), "concurrent": isinstance(last, Concurrent),
+             "member_weights": [list(np.shape(m.params.get("weight", ()))) for m in members]}
+    if members:
+        try:
+            found["losses"] = _train(p, case["seed"])
+            found["weights"] = np.concatenate(
+                [backend.to_numpy(m.params["weight"]) for m in members], 1)
+        except Exception as exc:  # noqa: BLE001 - the learner's pipeline may raise anything
+            found["raised"] = f"{type(exc).__name__}: {exc}"
+    return found
 
 
 @exercise("12.1", "the concurrent pipeline", points=3,
@@ -49,58 +103,61 @@ def _data(n: int, seed: int):
               'pipeline([mlp, split_dense(classifier, shards)], [0, list(range(1, shards + '
               "1))], gradient_accumulation, 'grouped', optimizer=optimizer, "
               'loss=ShardedSoftmaxCrossEntropy()): the second stage is a list of members, its '
-              'device_mapping entry a list of IPUs.',))
-def check_concurrent_pipeline(concurrent_pipeline):
+              'device_mapping entry a list of IPUs.',),
+          answers=("concurrent_pipeline",), cases=_pipeline_cases, trial=_pipeline_trial)
+def check_concurrent_pipeline(cases, outputs):
     """Exercise 12.1: ``concurrent_pipeline(mlp, classifier, shards, gradient_accumulation,
     optimizer)`` → a Pipeline whose classifier and loss run sharded, training as the basic
     pipeline does."""
-
-    for hidden, shards, seed in [([16], 2, 1), ([24, 12], 5, 2)]:
-        g = 12  # a count both accept: basic has 3 stages, concurrent 2 (Grouped)
-        what = f"hidden sizes {hidden}, {shards} shards, gradient accumulation {g}"
-        mlp, classifier = sharded_mnist.model(hidden, seed)
-        basic = sharded_mnist.build("basic", hidden_sizes=hidden, seed=seed,
-                                    gradient_accumulation_count=g, repeat_count=1)
-        p = concurrent_pipeline(copy.deepcopy(mlp), copy.deepcopy(classifier), shards, g,
-                                optim.SGD(0.01))
-        _check_structure(p, shards, hidden[-1], what)
-        x, y = _data(2 * g * 8, seed)  # two weight updates of 12 micro-batches of 8
-        steps = [slice(0, g * 8), slice(g * 8, 2 * g * 8)]
-        want = np.concatenate([basic.run(x[s], y[s]).losses.ravel() for s in steps])
-        got = np.concatenate([p.run(x[s], y[s]).losses.ravel() for s in steps])
+    for case, out in zip(cases, outputs):
+        what = _pipeline_what(case)
+        _check_structure(out, case["shards"], case["hidden"][-1], what)
+        if "raised" in out:
+            raise Wrong(f"{what}: your pipeline raised {out['raised']} while training")
+        basic = sharded_mnist.build("basic", hidden_sizes=case["hidden"], seed=case["seed"],
+                                    gradient_accumulation_count=ACCUMULATION, repeat_count=1)
+        want = _train(basic, case["seed"])
+        got = np.asarray(out["losses"], dtype=np.float64)
+        if got.shape != want.shape:
+            raise Wrong(f"{what}: two weight updates give {want.size} losses (one per "
+                        f"micro-batch), your pipeline gave {got.size}")
         if not np.allclose(got, want, rtol=1e-4, atol=1e-6):
             i = int(np.argmax(~np.isclose(got, want, rtol=1e-4, atol=1e-6)))
             raise Wrong(f"{what}: the loss of micro-batch {i} is {got[i]:.6f}, the basic "
                         f"pipeline's is {want[i]:.6f}. Both must start from the same "
                         "weights: build the members from the given classifier "
                         "(split_dense), not new layers")
-        halves = np.concatenate([m.params["weight"] for m in p.stages[-1].net.members], 1)
-        if not np.allclose(halves, basic.stages[1].net.params["weight"], rtol=1e-4,
-                           atol=1e-6):
+        if not np.allclose(out["weights"], backend.to_numpy(basic.stages[1].net.params["weight"]),
+                           rtol=1e-4, atol=1e-6):
             raise Wrong(f"{what}: same losses, but after training the members' weights "
                         "differ from the basic classifier's: pass the optimizer you "
                         "were given")
 
 
-def _check_structure(p, shards: int, hidden: int, what: str) -> None:
-    if not isinstance(p, Pipeline):
+def _check_structure(out: dict, shards: int, hidden: int, what: str) -> None:
+    if out.get("type") != "Pipeline":
         raise Wrong(f"{what}: return the Pipeline that parallel.pipeline(...) builds, got "
-                    f"{type(p).__name__}")
-    last = p.stages[-1]
-    if not isinstance(last.net, Concurrent):
-        raise Wrong(f"{what}: the last stage runs on IPU(s) {list(last.ipus)} only. A "
+                    f"{out.get('type')}")
+    ipus = out["stage_ipus"]
+    if not out["concurrent"]:
+        raise Wrong(f"{what}: the last stage runs on IPU(s) {ipus[-1]} only. A "
                     "concurrent stage is a list of members (split_dense(classifier, shards)) "
                     "with a list of IPUs in its device_mapping entry")
-    if len(last.ipus) != shards:
-        raise Wrong(f"{what}: the classifier stage runs on {len(last.ipus)} IPUs "
-                    f"{list(last.ipus)}; split it over {shards}")
+    if len(ipus[-1]) != shards:
+        raise Wrong(f"{what}: the classifier stage runs on {len(ipus[-1])} IPUs "
+                    f"{ipus[-1]}; split it over {shards}")
     cols = sharded_mnist.CLASSES // shards
-    for s, m in enumerate(last.net.members):
-        shape = tuple(m.params.get("weight", np.zeros(0)).shape)
-        if shape != (hidden, cols):
-            raise Wrong(f"{what}: member {s} holds a weight of shape {shape}; each holds "
-                        f"{cols} of the {sharded_mnist.CLASSES} classes, ({hidden}, {cols}): "
-                        "split the classifier by output columns")
+    for s, shape in enumerate(out["member_weights"]):
+        if tuple(shape) != (hidden, cols):
+            raise Wrong(f"{what}: member {s} holds a weight of shape {tuple(shape)}; each "
+                        f"holds {cols} of the {sharded_mnist.CLASSES} classes, ({hidden}, "
+                        f"{cols}): split the classifier by output columns")
+    if ipus != [[0], list(range(1, shards + 1))]:
+        raise Wrong(f"{what}: your stages run on IPUs {ipus}: the MLP goes on IPU 0 alone "
+                    f"and the classifier's {shards} members on IPUs 1 to {shards}")
+    if out["schedule"] != "grouped":
+        raise Wrong(f"{what}: your pipeline runs the {out['schedule']} schedule; the "
+                    "exercise asks for TensorFlow's Grouped schedule")
 
 
 # -- 12.2 ---------------------------------------------------------------------------------
@@ -114,6 +171,24 @@ def measured_bytes(mode: str, micro_batch: int, hidden: int, shards: int = 2) ->
     return sum(rec.bytes for rec in r.timeline if rec.kind in TRAFFIC and rec.microbatch == 0)
 
 
+def _bytes_what(case) -> str:
+    return (f"link_bytes({case['mode']!r}, micro_batch={case['micro_batch']}, "
+            f"hidden={case['hidden']}, shards={case['shards']})")
+
+
+def _bytes_cases(rng) -> list[dict]:
+    """The lesson's two runs, 5 shards with odd sizes, and a random run of each mode."""
+    found = [("basic", 8, 64, 2), ("concurrent", 8, 64, 2), ("basic", 4, 30, 5),
+             ("concurrent", 3, 20, 5), ("concurrent", 16, 128, 2)]
+    found += [(mode, int(rng.integers(1, 17)), int(rng.integers(4, 65)), int(rng.choice([2, 5])))
+              for mode in sharded_mnist.MODES]
+    return [{"mode": m, "micro_batch": mb, "hidden": h, "shards": s} for m, mb, h, s in found]
+
+
+def _bytes_trial(case, link_bytes):
+    return link_bytes(case["mode"], case["micro_batch"], case["hidden"], case["shards"])
+
+
 @exercise("12.2", "bytes over IPU-Links per micro-batch", points=3,
           hints=(
               'List every tensor that crosses between IPUs, forward and backward.',
@@ -124,17 +199,17 @@ def measured_bytes(mode: str, micro_batch: int, hidden: int, shards: int = 2) ->
               'the broadcast of the stage input and the reduce of its gradient ((S-1) copies '
               "each), the labels (int32) and the loss's two broadcasts/reduces ((S-1) x mb x 4 "
               'each), and two ring all-reduces in which each of the S IPUs sends ceil(2(S-1)/S '
-              'x mb x 4) bytes.',))
-def check_link_bytes(link_bytes):
+              'x mb x 4) bytes.',),
+          answers=("link_bytes",), cases=_bytes_cases, trial=_bytes_trial)
+def check_link_bytes(cases, outputs):
     """Exercise 12.2: ``link_bytes(mode, micro_batch, hidden, shards)`` → bytes all IPUs
     send between IPUs for one micro-batch's forward and backward."""
-
-    for mode, mb, hidden, shards in [("basic", 8, 64, 2), ("concurrent", 8, 64, 2),
-                                     ("basic", 4, 30, 5), ("concurrent", 3, 20, 5),
-                                     ("concurrent", 16, 128, 2)]:
-        what = f"link_bytes({mode!r}, micro_batch={mb}, hidden={hidden}, shards={shards})"
+    for case, out in zip(cases, outputs):
+        mode, mb, hidden, shards = (case[k] for k in ("mode", "micro_batch", "hidden",
+                                                       "shards"))
+        what = _bytes_what(case)
+        got = as_int(out, what)
         want = measured_bytes(mode, mb, hidden, shards)
-        got = as_int(link_bytes(mode, mb, hidden, shards), what)
         if got != want:
             raise Wrong(f"{what}: a run's timeline records {want:,} bytes sent between "
                         f"IPUs for micro-batch 0, you said {got:,}"
@@ -171,6 +246,60 @@ def _dense_step(w, x, labels, lr):
     return w - lr * x.T @ (d / len(labels)), loss
 
 
+def _step_what(case) -> str:
+    (b, h), s_count = case["xs"][0].shape, len(case["w_parts"])
+    v = sum(p.shape[1] for p in case["w_parts"])
+    return f"x [{b}, {h}], classes {v} over {s_count} shards, lr={case['lr']:g}"
+
+
+def _step_case(w, xs, labels, lr, s_count) -> dict:
+    return {"w_parts": np.split(w, s_count, axis=1), "xs": list(xs),
+            "labels": [np.asarray(y, dtype=np.int32) for y in labels], "lr": float(lr),
+            "_w": w}
+
+
+def _step_cases(rng) -> list[dict]:
+    """Three steps each: the lesson's sizes, one class per shard, weights so large that the
+    logits reach hundreds (exp overflows unless shifted by the row max), and a random
+    classifier."""
+    fixed = np.random.default_rng(123)
+    found = []
+    for b, h, v, s_count, scale in [(4, 3, 4, 2, 1), (6, 5, 12, 3, 1), (8, 4, 10, 5, 1),
+                                    (5, 3, 4, 4, 1), (4, 3, 6, 3, 500)]:
+        found.append(_step_case(fixed.normal(size=(h, v)) * scale,
+                                [fixed.normal(size=(b, h)) for _ in range(3)],
+                                [fixed.integers(0, v, b) for _ in range(3)], 0.5, s_count))
+    b, h = int(rng.integers(1, 9)), int(rng.integers(1, 7))
+    s_count, size = int(rng.integers(2, 5)), int(rng.integers(1, 5))
+    found.append(_step_case(rng.normal(size=(h, s_count * size)),
+                            [rng.normal(size=(b, h)) for _ in range(3)],
+                            [rng.integers(0, s_count * size, b) for _ in range(3)],
+                            rng.uniform(0.1, 1.0), s_count))
+    return found
+
+
+def _step_trial(case, classifier_step):
+    """Three steps of the learner's classifier, each from the weights the last returned:
+    each step's new weights, loss and collectives."""
+    parts, steps = [p.copy() for p in case["w_parts"]], []
+    for x, labels in zip(case["xs"], case["labels"]):
+        log = RecordingLog(len(parts))
+        got = classifier_step([p.copy() for p in parts], x.copy(), labels.copy(), case["lr"],
+                              log)
+        try:
+            new_parts, loss = got
+            new_parts = [np.asarray(backend.to_numpy(p), np.float64) for p in new_parts]
+            loss = float(loss)
+        except (TypeError, ValueError):
+            raise Wrong(f"{_step_what(case)}: return (new w_parts, mean loss), got "
+                        f"{str(got)[:80]}") from None
+        steps.append({"parts": new_parts, "loss": loss, "collectives": log.calls})
+        if [p.shape for p in new_parts] != [p.shape for p in parts]:
+            break  # the judge names the shapes: the next step could not use them
+        parts = new_parts
+    return steps
+
+
 @exercise("12.3", "a concurrent classifier from your lesson-11 ops", points=3,
           hints=(
               'Write the dense step first, then ask which parts need other shards.',
@@ -179,39 +308,27 @@ def _dense_step(w, x, labels, lr):
               'Forward: logits_s = x @ w_s on every shard; log-probabilities with your '
               'sharded_log_softmax; the loss of row b is -log_prob at its label, which only the '
               'owning shard has: pick it there (0 elsewhere) and all-reduce ADD. Backward with '
-              'your ce_backward and g = 1/B per row; dw_s = x.T @ dlogits_s; w_s - lr * dw_s.',))
-def check_classifier_step(classifier_step):
+              'your ce_backward and g = 1/B per row; dw_s = x.T @ dlogits_s; w_s - lr * dw_s.',),
+          answers=("classifier_step",), cases=_step_cases, trial=_step_trial)
+def check_classifier_step(cases, outputs):
     """Exercise 12.3: ``classifier_step(w_parts, x, labels, lr, log)`` → ``(new w_parts,
     mean loss)``: one SGD step of a classifier sharded by classes, trained as the dense
     one is."""
-
-    rng = np.random.default_rng(123)
-    for b, h, v, s_count in [(4, 3, 4, 2), (6, 5, 12, 3), (8, 4, 10, 5)]:
-        w = rng.normal(size=(h, v))
-        what = f"x [{b}, {h}], classes {v} over {s_count} shards, lr=0.5"
-        parts = [p.copy() for p in np.split(w, s_count, axis=1)]
-        for step in range(3):
-            x = rng.normal(size=(b, h))
-            labels = rng.integers(0, v, b)
-            log = sharded.CollectiveLog(s_count)
-            got = classifier_step([p.copy() for p in parts], x.copy(),
-                                  labels.astype(np.int32), 0.5, log)
-            try:
-                new_parts, loss = got
-                new_parts = [np.asarray(p, np.float64) for p in new_parts]
-                loss = float(loss)
-            except (TypeError, ValueError):
-                raise Wrong(f"{what}: return (new w_parts, mean loss), got "
-                            f"{str(got)[:80]}") from None
-            w, want_loss = _dense_step(w, x, labels, 0.5)
-            if not np.isclose(loss, want_loss, rtol=1e-7):
-                raise Wrong(f"{what}: step {step}'s mean loss is {want_loss:.6f}, you "
-                            f"said {loss:.6f}")
+    for case, steps in zip(cases, outputs):
+        what, w, lr = _step_what(case), case["_w"], case["lr"]
+        s_count, parts = len(case["w_parts"]), case["w_parts"]
+        for step, (x, labels) in enumerate(zip(case["xs"], case["labels"])):
+            w, want_loss = _dense_step(w, x, labels, lr)
             want = np.split(w, s_count, axis=1)
+            new_parts = steps[step]["parts"] if step < len(steps) else []
             if len(new_parts) != s_count or any(
                     p.shape != q.shape for p, q in zip(new_parts, want)):
                 raise Wrong(f"{what}: return {s_count} weight shards of shape "
                             f"{want[0].shape}, got {[p.shape for p in new_parts]}")
+            loss = steps[step]["loss"]
+            if not np.isclose(loss, want_loss, rtol=1e-7):
+                raise Wrong(f"{what}: step {step}'s mean loss is {want_loss:.6f}, you "
+                            f"said {loss:.6f}")
             for s, (p, q) in enumerate(zip(new_parts, want)):
                 if not np.allclose(p, q, rtol=1e-7, atol=1e-9):
                     raise Wrong(f"{what}: after step {step} shard {s}'s weights differ "
@@ -219,18 +336,10 @@ def check_classifier_step(classifier_step):
                                 f"{np.abs(p - q).max():.3g})"
                                 + (". Divide the gradient by the batch size: the loss "
                                    "is a mean" if np.allclose(
-                                       parts[s] - p, b * (parts[s] - q)) else ""))
-            _check_small_collectives(log, b, what)
+                                       parts[s] - p, len(labels) * (parts[s] - q)) else ""))
+            check_row_collectives(steps[step]["collectives"], s_count, len(labels), 8, what,
+                                  "weights")
             parts = new_parts
-
-
-def _check_small_collectives(log, rows: int, what: str) -> None:
-    limit = math.ceil(2 * (log.num_shards - 1) * rows * 8 / log.num_shards)
-    for r in log.records:
-        if r.bytes > limit:
-            raise Wrong(f"{what}: right weights, but '{r.label}' ({r.kind}) sends "
-                        f"{r.bytes:,} bytes from IPU {r.ipu}; only one number per row "
-                        "needs to cross (a max, a sum, a loss): never gather the logits")
 
 
 # -- 12.4 ---------------------------------------------------------------------------------
@@ -270,6 +379,31 @@ def best_shard_count(first_cycles, classifier_cycles, collective_cycles, max_ipu
     return min(options)[1]
 
 
+def _count_what(case) -> str:
+    return (f"shard_count(first_cycles={case['first']:,}, "
+            f"classifier_cycles={case['classifier']:,}, collective_cycles for micro-batches "
+            f"of {case['micro_batch']} x {case['hidden']}, max_ipus={case['max_ipus']})")
+
+
+def _count_cases(rng) -> list[dict]:
+    """A compute-bound classifier, a first stage that sets the pace (a tie: fewest IPUs),
+    large activations, few IPUs, and a random pipeline."""
+    found = [(40_000, 200_000, 8, 64, 8), (200_000, 150_000, 8, 64, 8),
+             (10_000, 400_000, 16, 256, 16), (1_000, 60_000, 4, 512, 8),
+             (50_000, 120_000, 8, 64, 3),
+             (int(rng.integers(1_000, 300_000)), int(rng.integers(10_000, 500_000)),
+              int(rng.choice([4, 8, 16])), int(rng.choice([64, 128, 256])),
+              int(rng.integers(2, 17)))]
+    return [{"first": f, "classifier": c, "micro_batch": mb, "hidden": h, "max_ipus": m}
+            for f, c, mb, h, m in found]
+
+
+def _count_trial(case, shard_count):
+    return shard_count(case["first"], case["classifier"],
+                       stage_collectives(case["micro_batch"], case["hidden"]),
+                       case["max_ipus"])
+
+
 @exercise("12.4", "how many IPUs for the concurrent stage", points=2,
           hints=(
               'More IPUs make the classifier faster but its collectives slower.',
@@ -278,21 +412,17 @@ def best_shard_count(first_cycles, classifier_cycles, collective_cycles, max_ipu
               'IPU 0 runs the first stage; the classifier may use S = 1 .. max_ipus - 1 IPUs. '
               'With S members its stage takes classifier_cycles / S + collective_cycles(S). A '
               'pipeline goes at the pace of its slowest stage: pick the S whose slowest stage '
-              'is fastest, the fewest IPUs on a tie.',))
-def check_shard_count(shard_count):
+              'is fastest, the fewest IPUs on a tie.',),
+          answers=("shard_count",), cases=_count_cases, trial=_count_trial)
+def check_shard_count(cases, outputs):
     """Exercise 12.4: ``shard_count(first_cycles, classifier_cycles, collective_cycles,
     max_ipus)`` → the number of IPUs to give the concurrent classifier stage."""
-
-    cases = [(40_000, 200_000, 8, 64, 8), (200_000, 150_000, 8, 64, 8),
-             (10_000, 400_000, 16, 256, 16), (1_000, 60_000, 4, 512, 8),
-             (50_000, 120_000, 8, 64, 3)]
-    for first, classifier, mb, hidden, max_ipus in cases:
-        coll = stage_collectives(mb, hidden)
+    for case, out in zip(cases, outputs):
+        first, classifier, max_ipus = case["first"], case["classifier"], case["max_ipus"]
+        coll = stage_collectives(case["micro_batch"], case["hidden"])
         want = best_shard_count(first, classifier, coll, max_ipus)
-        what = (f"shard_count(first_cycles={first:,}, classifier_cycles={classifier:,}, "
-                f"collective_cycles for micro-batches of {mb} x {hidden}, "
-                f"max_ipus={max_ipus})")
-        got = as_int(shard_count(first, classifier, coll, max_ipus), what)
+        what = _count_what(case)
+        got = as_int(out, what)
         if not 1 <= got < max_ipus:
             raise Wrong(f"{what}: you said {got}; IPU 0 runs the first stage, so the "
                         f"classifier can have 1 to {max_ipus - 1} IPUs")
