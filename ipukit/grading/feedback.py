@@ -433,7 +433,13 @@ def judge(ex: Exercise, outputs: list, cases: list[dict]):
             raise Wrong(str(value))
     if len(decoded) != len(cases):
         raise Wrong(f"the trial gave {len(decoded)} results for {plural(len(cases), 'case')}")
-    return ex.verdict(cases, decoded)
+    try:
+        return ex.verdict(cases, decoded)
+    except (Wrong, NotImplementedError):
+        raise
+    except Exception as exc:  # what the kernel sent is untrusted: unreadable data only fails
+        raise Wrong(f"the check could not read what your code gave: {type(exc).__name__}: "
+                    f"{exc}"[:2000]) from exc
 
 
 def run(id: str, body, show: bool = True) -> Result:
