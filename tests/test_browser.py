@@ -159,10 +159,13 @@ def watch(page):
     return errors
 
 
-def open_widget(ctx, path, timeout=10_000):
-    """A new page on the saved ``path``, its console errors watched, once its widget shows."""
+def open_widget(ctx, path, dialogs=None, timeout=10_000):
+    """A new page on the saved ``path``, its console errors watched (and its dialogs, into
+    ``dialogs``), once its widget shows."""
     page = ctx.new_page()
     errors = watch(page)
+    if dialogs is not None:
+        watch_dialogs(page, dialogs)
     page.goto(path.as_uri())
     w = page.locator(".ipukit-widget")
     w.wait_for(timeout=timeout)
@@ -390,3 +393,137 @@ def test_nbconvert_export_plays_offline(tmp_path):
             assert all(not u.startswith("file:") for u in ctx.refused)
         finally:
             ctx.close()
+
+
+# -- pages are safe to open ----------------------------------------------------------------
+sys.path.insert(0, str(HERE / "browser"))
+import hostile  # noqa: E402  (tests/browser/hostile.py: widgets named by payloads)
+
+#: Elements a payload would have made had it been parsed as HTML (the widget's own
+#: ``details`` is the bubble measures' help).
+PARSED = ", ".join(f".ipukit-widget {t}" for t in
+                   ("img", "script", "iframe", "svg", "a", "details:not(.ipukit-help)"))
+
+
+def watch_dialogs(page, dialogs=None) -> list:
+    """Messages of every alert/confirm/prompt the page opens (each dismissed), appended
+    to ``dialogs`` (a new list by default)."""
+    dialogs = [] if dialogs is None else dialogs
+
+    def seen(d):
+        dialogs.append(d.message)
+        d.dismiss()
+    page.on("dialog", seen)
+    return dialogs
+
+
+def sweep(page, w, cols=14, rows=7) -> list[str]:
+    """Hover a grid of points over the widget's canvas; the tooltips' texts."""
+    box = w.locator("canvas").bounding_box()
+    tip = w.locator('[role="tooltip"]')
+    texts = []
+    for i in range(rows):
+        for j in range(cols):
+            page.mouse.move(box["x"] + (j + 0.5) * box["width"] / cols,
+                            box["y"] + (i + 0.5) * box["height"] / rows)
+            if tip.is_visible():
+                texts.append(tip.inner_text())
+    page.mouse.move(0, 0)
+    return texts
+
+
+def attack(page, w) -> str:
+    """Play, scrub to three frames hovering all over each, click every category button
+    and superstep; all the text the widget showed (tooltips, headers and captions)."""
+    w.scroll_into_view_if_needed()
+    plays(w, 1.2)
+    scrub = w.locator('[aria-label="Frame"]')
+    last = int(scrub.get_attribute("max"))
+    shown = []
+    for k in sorted({0, last // 2, last}):
+        scrub.fill(str(k))
+        settle(w, k)
+        shown += sweep(page, w)
+        shown += [w.locator(".ipukit-header").inner_text(),
+                  w.locator(".ipukit-caption").inner_text()]
+    for button in w.locator(".ipukit-categories button").all():
+        button.click()
+        shown.append(w.locator(".ipukit-caption").inner_text())
+    box = w.locator("canvas").bounding_box()  # clicks: a tile, an op, the superstep strip
+    for fy in (0.3, 0.9):
+        page.mouse.click(box["x"] + 0.5 * box["width"], box["y"] + fy * box["height"])
+    plays(w, 1.0)
+    return "\n".join(shown)
+
+
+def assert_nothing_ran(page, dialogs):
+    for f in page.frames:  # an iframe payload would write to its parent: look everywhere
+        assert f.evaluate(f"window.{hostile.FLAG}") is None, f.url
+    assert dialogs == []
+    assert page.locator(PARSED).count() == 0
+
+
+def test_payloads_in_every_name_never_run_in_saved_pages(tmp_path):
+    """Issue 26 point 5: HTML and JavaScript in every name a program chooses (tensor,
+    compute set, vertex class, stream, memory category, span kind and label, panel title)
+    reaches a save_html page as text, in all three widgets: played, scrubbed, hovered and
+    clicked, no payload runs, and the names show as the characters they are."""
+    pages = {kind: w.save_html(tmp_path / f"{kind}.html")
+             for kind, w in hostile.widgets().items()}
+    with sync_api.sync_playwright() as p:
+        ctx = open_chromium(p, tmp_path, offline=True)
+        try:
+            shown = {}
+            for kind, path in pages.items():
+                page, w, errors = open_widget(ctx, path, dialogs := [])
+                shown[kind] = attack(page, w)
+                page.screenshot(path=str(SHOTS / f"hostile_{kind}.png"), full_page=True)
+                assert_nothing_ran(page, dialogs)
+                assert errors == [], (kind, errors)
+                page.close()
+            assert ctx.refused == []  # not even the img payloads' src=x was fetched
+        finally:
+            ctx.close()
+    # the payloads are on the page as text: the headers, captions and tooltips show them
+    p = hostile.payload
+    assert p(4) in shown["bsp"] and f"StreamCopy {p(6)} -> {p(0)}" in shown["bsp"]
+    assert p(9) in shown["timeline"] and p(10) in shown["timeline"]
+    assert p(4) in shown["timeline"]  # a hovered span's label
+    assert f"{p(7)} variables" in shown["memory"]  # a category, its button and tooltip
+    assert "\ufffd" in shown["timeline"] or "\ufffd" in shown["bsp"]  # the lone surrogate
+    assert "x" * 1000 not in "".join(shown.values())  # 100,000 characters: cut
+
+
+def test_payloads_never_run_in_an_nbconvert_export(tmp_path):
+    """The same widgets displayed in a notebook, executed and exported with ``jupyter
+    nbconvert --to html`` (their text/html output: the page that plays with no kernel):
+    played, scrubbed, hovered and clicked offline, no payload runs."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        f"import sys\nsys.path.insert(0, {str(HERE / 'browser')!r})\nimport hostile\n"
+        "for w in hostile.widgets().values():\n    display(w)")])
+    NotebookClient(nb, timeout=120, kernel_name="python3", store_widget_state=False,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert [o.output_type for o in nb.cells[0].outputs] == ["display_data"] * 3
+    nbformat.write(nb, tmp_path / "hostile.ipynb")
+    subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html",
+                    str(tmp_path / "hostile.ipynb")], check=True, capture_output=True,
+                   timeout=120)
+    with sync_api.sync_playwright() as p:
+        ctx = open_chromium(p, tmp_path, offline=True)
+        try:
+            page = ctx.new_page()
+            errors, dialogs = watch(page), watch_dialogs(page)
+            page.goto((tmp_path / "hostile.html").as_uri())
+            widgets = page.locator(".ipukit-widget")
+            widgets.nth(2).wait_for(timeout=20_000)
+            assert widgets.count() == 3
+            shown = [attack(page, widgets.nth(i)) for i in range(3)]
+            page.screenshot(path=str(SHOTS / "hostile_nbconvert.png"), full_page=True)
+            assert_nothing_ran(page, dialogs)
+            assert [e for e in errors if "net::ERR_FAILED" not in e] == []
+        finally:
+            ctx.close()
+    assert hostile.payload(4) in shown[0] and hostile.payload(9) in shown[1]
