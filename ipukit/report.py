@@ -134,7 +134,7 @@ def tile_memory_map(trace: Trace, ax=None, category: str | None = None, cmap="vi
         ax.scatter([t % cols for t in over], [t // cols for t in over], marker="x",
                    color="red", s=12, label=f"over {mem.bytes_per_tile:,} B")
         ax.legend(loc="upper right", fontsize=7)
-    ax.set_title(f"Tile memory: {figure_text(category or 'total', 40)} (max "
+    ax.set_title(f"Tile memory: {figure_text(category or 'total', 24)} (max "
                  f"{int(values[worst]):,} B on tile {worst}"
                  f"{f'; {len(over)} tiles out of memory' if over else ''})")
     ax.set_xlabel(f"tile % {cols}")
@@ -205,7 +205,11 @@ def span_supersteps(result, span, max_steps: int = 40):
     """
     plt = _plt()
     op = result.op_of(span)
-    fig, (top, low) = plt.subplots(2, 1, figsize=(10, 6.5),
+    trace = result.trace
+    ids = trace._step_ids[op.first:op.end][:max_steps]
+    starts = trace._starts[op.first:op.end][:max_steps]
+    rows = max(4.3, 0.2 * len(ids))  # inches: a readable line for every step's name
+    fig, (top, low) = plt.subplots(2, 1, figsize=(10, rows * 1.5 + 0.5),
                                    gridspec_kw={"height_ratios": [1, 2]})
     colours = {"F": "#56B4E9", "B": "#D55E00", "R": "#F0E442", "optimizer": "#999999"}
     for rec in result.timeline:
@@ -217,15 +221,12 @@ def span_supersteps(result, span, max_steps: int = 40):
     top.set_yticklabels([f"IPU {q}" for q in top.get_yticks()])
     top.invert_yaxis()
     top.set_xlabel("cycles (this run)")
-    top.set_title(f"Pipeline run: {span.kind}{span.microbatch} of stage {span.stage} "
-                  f"(outlined) on IPU {span.ipu}")
-    trace = result.trace
-    ids = trace._step_ids[op.first:op.end][:max_steps]
-    starts = trace._starts[op.first:op.end][:max_steps]
+    top.set_title(f"Pipeline run: {figure_text(span.kind, 24)}{span.microbatch} of stage "
+                  f"{span.stage} (outlined) on IPU {span.ipu}")
     seen = set()
     for row, (sid, start) in enumerate(zip(ids, starts)):
         _phase_bars(low, row, start, trace.steps[sid], seen)
-    _name_rows(low, [trace.steps[i].name for i in ids])
+    _name_rows(low, [trace.steps[i].name for i in ids], every=True)
     low.set_xlabel("cycles (trace)")
     total = sum(s.cycles for s in result.span_steps(span))
     low.set_title(f"Its {op.end - op.first} supersteps and copies, {total:,} cycles")
@@ -295,6 +296,7 @@ def compare(a: Trace, b: Trace, labels=("A", "B")):
     change in busy cycles (exchange + compute).
     """
     plt = _plt()
+    labels = [figure_text(x, 40) for x in labels]
     ra = {r["name"]: r["cycles"] for r in compute_set_rows(a)}
     rb = {r["name"]: r["cycles"] for r in compute_set_rows(b)}
     names = list(dict.fromkeys([*ra, *rb]))

@@ -176,8 +176,11 @@ def frame(widget) -> int:
     return int(widget.get_attribute("data-ipukit-frame"))
 
 
-def plays(widget, seconds=1.5) -> tuple[int, int]:
-    """Press Play, wait, press it again (pause); the frame shown before and after."""
+def plays(widget, seconds=1.5, speed=None) -> tuple[int, int]:
+    """Press Play (at ``speed``), wait, press it again (pause); the frame shown before and
+    after."""
+    if speed:
+        widget.locator('[aria-label="Speed"]').select_option(speed)
     before = frame(widget)
     widget.locator('[aria-label="Play"]').click()
     time.sleep(seconds)
@@ -230,7 +233,8 @@ def test_widgets_play_in_jupyterlab(lab, tmp_path):
                 w.scroll_into_view_if_needed()
                 assert w.get_attribute("data-ipukit-kind") == kind
                 w.screenshot(path=str(SHOTS / f"lab_{kind}_before.png"))
-                before, after = plays(w, 1.5 if kind == "timeline" else 2.5)  # few frames
+                before, after = plays(w, 1.5 if kind == "timeline" else 2.5,  # few frames
+                                      "4" if kind == "bsp" else None)
                 assert after > before, (kind, before, after)
                 x, y, text = hover(page, w, kind)
                 w.screenshot(path=str(SHOTS / f"lab_{kind}_hover.png"))
@@ -296,7 +300,9 @@ def test_saved_pages_play_offline(tmp_path):
         try:
             for kind, path in pages.items():
                 page, w, errors = open_widget(ctx, path)
-                before, after = plays(w, 1.5 if kind == "timeline" else 2.5)  # few frames
+                # few frames; a BSPView opens on a compute phase, its longest to play
+                before, after = plays(w, 1.5 if kind == "timeline" else 2.5,
+                                      "4" if kind == "bsp" else None)
                 assert after > before, (kind, before, after)
                 hover(page, w, kind)
                 page.screenshot(path=str(SHOTS / f"saved_{kind}.png"), full_page=True)
@@ -463,6 +469,28 @@ def assert_nothing_ran(page, dialogs):
     assert page.locator(PARSED).count() == 0
 
 
+def test_the_reported_label_does_not_run(tmp_path):
+    """Issue 26's finding: a span labelled ``<img src=x onerror=...>`` ran its script
+    when the saved page played (the caption's innerHTML). Now it is the caption's text."""
+    from ipukit.timeline import Span
+    from ipukit.widgets import PipelineTimeline
+
+    label = f"<img src=x onerror=window.{hostile.FLAG}=1;alert(1)>"
+    path = PipelineTimeline([Span(0, "compute", 0, 10, label=label)]).save_html(
+        tmp_path / "t.html")
+    with sync_api.sync_playwright() as p:
+        ctx = open_chromium(p, tmp_path, offline=True)
+        try:
+            page, w, errors = open_widget(ctx, path, dialogs := [])
+            before, after = plays(w, 1.0)
+            assert after > before
+            assert_nothing_ran(page, dialogs)
+            assert label in w.locator(".ipukit-caption").inner_text()
+            assert errors == []
+        finally:
+            ctx.close()
+
+
 def test_payloads_in_every_name_never_run_in_saved_pages(tmp_path):
     """Issue 26 point 5: HTML and JavaScript in every name a program chooses (tensor,
     compute set, vertex class, stream, memory category, span kind and label, panel title)
@@ -527,3 +555,77 @@ def test_payloads_never_run_in_an_nbconvert_export(tmp_path):
         finally:
             ctx.close()
     assert hostile.payload(4) in shown[0] and hostile.payload(9) in shown[1]
+
+
+# -- what a learner sees (issue 31) ---------------------------------------------------------
+#: Records every string the page draws on a canvas (window.__drawn).
+RECORD_TEXT = """(() => {
+  window.__drawn = [];
+  const fill = CanvasRenderingContext2D.prototype.fillText;
+  CanvasRenderingContext2D.prototype.fillText = function (text, ...rest) {
+    window.__drawn.push(String(text));
+    return fill.call(this, text, ...rest);
+  };
+})();"""
+
+
+def frames_while_playing(page, w, speed="4", limit=20.0) -> list[int]:
+    """Press Play at ``speed``; the frame shown every 20 ms until the play stops."""
+    w.locator('[aria-label="Speed"]').select_option(speed)
+    w.locator('[aria-label="Play"]').click()
+    seen, deadline = [], time.time() + limit
+    while w.get_attribute("data-ipukit-playing") != "false" and time.time() < deadline:
+        seen.append(frame(w))
+        time.sleep(0.02)
+    time.sleep(0.1)  # the last frame is drawn on the next animation frame
+    return seen + [frame(w)]
+
+
+def test_what_a_learner_sees(tmp_path):
+    """Lesson 08's timeline in an 800-pixel notebook labels every forward box and names its
+    stash lines; a BSPView spends little of its play on host syncs; a MemoryMap opened on
+    one category plays every category, from the total."""
+    from ipukit.parallel.schedule import schedule
+    from ipukit.widgets import BSPView, MemoryMap, PipelineTimeline
+
+    trace = demo_trace(2, 8)
+    bsp = BSPView(trace, frame=0)
+    memory = MemoryMap(trace)
+    memory.frame = memory.names.index("vertex code")  # as lesson 05 leaves it
+    pages = {"timeline": PipelineTimeline(schedule("grouped", 4, 8), t_B=2,
+                                          compare=schedule("interleaved", 4, 8)),
+             "bsp": bsp, "memory": memory}
+    pages = {k: w.save_html(tmp_path / f"{k}.html") for k, w in pages.items()}
+    host = {3 * e + p for e, ev in enumerate(bsp.events) for p in range(3)
+            if trace.steps[ev.step].kind == "host"}
+    with sync_api.sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=FLAGS,
+            viewport={"width": 800, "height": 900})  # a notebook beside an open side panel
+        ctx.add_init_script(RECORD_TEXT)
+        try:
+            page, w, errors = open_widget(ctx, pages["timeline"])
+            time.sleep(0.5)
+            drawn = page.evaluate("window.__drawn")
+            forward = [t for t in drawn if re.fullmatch(r"F\d( s\d| · stage \d)?", t)]
+            assert len(forward) >= 2 * 4 * 8, drawn  # every F box of both panels
+            legend = "stashed micro-batches per IPU (dot: at the play head):"
+            assert drawn.count(legend) == 2 and all(f"IPU {q}" in drawn for q in range(4))
+            w.screenshot(path=str(SHOTS / "learner_timeline.png"))
+
+            page, w, errors = open_widget(ctx, pages["bsp"])
+            seen = frames_while_playing(page, w)
+            assert seen and max(seen) == bsp.num_frames() - 1
+            share = sum(k in host for k in seen) / len(seen)
+            assert share < 0.2, (share, seen)  # host syncs flash by
+
+            page, w, errors = open_widget(ctx, pages["memory"])
+            assert frame(w) == memory.names.index("vertex code")
+            seen = frames_while_playing(page, w, speed="2")
+            assert set(seen) == set(range(len(memory.names))), seen  # every category
+            assert frame(w) == len(memory.names) - 1
+            assert "one scale for every category" in " ".join(page.evaluate("window.__drawn"))
+            w.screenshot(path=str(SHOTS / "learner_memory.png"))
+            assert errors == []
+        finally:
+            ctx.close()
