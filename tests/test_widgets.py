@@ -846,17 +846,20 @@ def test_timeline_boxes_say_stage_and_micro_batch_where_they_fit():
 
 
 def test_static_titles_fit_their_panels():
-    """Lesson 12's compared timelines wrote their measures over each other: each panel's
-    title and measures wrap inside the panel's width."""
+    """Lesson 12's compared timelines (side by side) wrote their measures over each other
+    and out of the figure: the panels are one above the other, as in the browser, each
+    title and its measures inside the figure and clear of the panel above."""
     view = PipelineTimeline(schedule("grouped", 3, 24), compare=schedule("interleaved", 3, 24))
     view.render()
     fig = view.fig
     renderer = fig.canvas.get_renderer()
-    ax0, _, ax1, _ = fig.axes
-    left, right = (a._left_title.get_window_extent(renderer) for a in (ax0, ax1))
-    assert "bubble" in ax0.get_title(loc="left") and "\n" in ax0.get_title(loc="left")
-    assert left.x1 < ax1.get_window_extent(renderer).x0  # it ends before the next panel
-    assert right.x1 <= fig.bbox.x1 and right.y1 <= fig.bbox.y1  # inside the figure
+    ax0, mem0, ax1, _ = fig.axes
+    titles = [a._left_title.get_window_extent(renderer) for a in (ax0, ax1)]
+    assert all("bubble" in a.get_title(loc="left") for a in (ax0, ax1))
+    for box in titles:
+        assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1
+    assert titles[1].y1 < mem0.get_tightbbox(renderer).y0  # below the first panel's stash
+    assert ax1.get_window_extent(renderer).width == ax0.get_window_extent(renderer).width
 
 
 def test_static_legend_shows_the_boxes_colours():

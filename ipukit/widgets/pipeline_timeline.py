@@ -1,10 +1,12 @@
 """PipelineTimeline: watch a pipeline schedule (or a real pipeline run) unfold in time.
 
 One row per IPU; a box per forward (F, light), backward (B, full colour) and
-recomputation (R, dotted) of one stage on one micro-batch, labelled with the micro-batch
-and coloured per micro-batch, as in the schedule figures of Graphcore's and PopTorch's
-pipelining tutorials. Play moves a play head that reveals the timeline; the panel below
-shows the stashed activations of every IPU over time, in sync with the play head. The
+recomputation (R, dotted) of one stage on one micro-batch, coloured per micro-batch and
+labelled with the op, micro-batch and stage where they fit (``F3 · stage 1``, ``F3 s1``,
+``F3``, ``3``), as in the schedule figures of Graphcore's and PopTorch's pipelining
+tutorials. Play moves a play head that reveals the timeline; the panel below shows the
+stashed activations of every IPU over time (one line per IPU, named in its legend), in
+sync with the play head. A second timeline (``compare``) goes below the first. The
 three bubble measures (bubble ÷ total time, ÷ ideal time, and the zero-bubble paper's
 per-stage span) and the utilisation are printed with it and explained: bubble ÷ ideal
 time above 100 % means the IPUs wait longer than the busiest one works (782.6 % of ideal:
@@ -340,23 +342,27 @@ class PipelineTimeline(Widget):
             self.fig = new_figure(12, 4)
         fig, tls = self.fig, self.timelines
         fig.clf()
+        # panels one above the other (as in the browser), each the figure's full width;
+        # sizes in inches: a title line, a row of ops, the stash panel, the gaps
         rows = max(len(tl.ipus) for tl in tls)
-        chars = int(12 * 0.8 / len(tls) * 72 / (0.55 * 9.5))  # a title line's characters
+        chars = int(12 * 0.8 * 72 / (0.55 * 9.5))  # a title line's characters
         titles = [_panel_title(tl, chars) for tl in tls]
-        head = 0.55 + 0.17 * max(t.count("\n") + 1 for t in titles)  # inches above
-        height = head + 0.42 * rows + 2.75
+        title = 0.1 + 0.17 * max(t.count("\n") + 1 for t in titles)
+        ops, stash, gap = 0.42 * rows + 0.3, 1.3, 0.3
+        height = 0.5 + len(tls) * (title + ops + gap + stash + 0.45)
         fig.set_size_inches(12, height)
-        gs = fig.add_gridspec(2, len(tls), height_ratios=[0.42 * rows + 0.3, 1.6],
-                              left=0.08, right=0.92, top=1 - head / height,
-                              bottom=0.45 / height, hspace=0.22, wspace=0.12)
+        outer = fig.add_gridspec(len(tls), 1, left=0.08, right=0.92,
+                                 top=1 - (0.5 + title) / height, bottom=0.45 / height,
+                                 hspace=(title + 0.45) / (ops + gap + stash))
         xmax = max(tl.makespan for tl in tls)
         self.panels = []
         for i, tl in enumerate(tls):
-            ax = fig.add_subplot(gs[0, i])
-            mem = fig.add_subplot(gs[1, i], sharex=ax)
+            inner = outer[i].subgridspec(2, 1, height_ratios=[ops, stash],
+                                         hspace=gap / ((ops + stash) / 2))
+            ax = fig.add_subplot(inner[0])
+            mem = fig.add_subplot(inner[1], sharex=ax)
             ax.set_title(titles[i], fontsize=9.5, loc="left")
-            self.panels.append(self._draw_panel(tl, ax, mem, xmax, first=i == 0,
-                                                last=i == len(tls) - 1))
+            self.panels.append(self._draw_panel(tl, ax, mem, xmax))
         self.clock = fig.text(0.92, 1 - 0.3 / height, "", ha="right", va="center",
                               fontsize=12, family="monospace")
         fig.text(0.08, 1 - 0.3 / height, "Pipeline timeline", fontsize=13, weight="bold",
@@ -365,7 +371,7 @@ class PipelineTimeline(Widget):
                  "backward B · dotted: recomputation R", fontsize=9, va="center",
                  color="#444444")
 
-    def _draw_panel(self, tl: Panel, ax, mem, xmax, first, last):
+    def _draw_panel(self, tl: Panel, ax, mem, xmax):
         row = {q: r for r, q in enumerate(tl.ipus)}
         width_px = ax.get_position().width * self.fig.get_figwidth() * self.fig.dpi
         px = width_px / xmax
@@ -422,16 +428,15 @@ class PipelineTimeline(Widget):
         dots = mem.scatter(np.zeros(n), np.zeros(n), zorder=7, s=28, edgecolors="k",
                            c=[_ipu_colour(i, n) for i in range(n)])
         unit = "KiB" if tl.stash_unit == "bytes" else "micro-batches"
-        if first:
-            mem.set_ylabel(f"stashed\n({unit})", fontsize=9)
+        mem.set_ylabel(f"stashed\n({unit})", fontsize=9)
         mem.set_xlabel(f"time ({tl.time_unit})", fontsize=9)
         mem.tick_params(labelsize=8)
         ax.tick_params(labelsize=8)
         mem.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=4))
-        if last and n <= 8:
+        if n <= 8:  # the stash lines' legend
             mem.legend(loc="upper left", bbox_to_anchor=(1.0, 1.05), fontsize=7.5,
                        frameon=False)
-        elif last:
+        else:
             mem.text(1.01, 1, f"IPU {tl.ipus[0]}: dark …\nIPU {tl.ipus[-1]}: light",
                      transform=mem.transAxes, va="top", fontsize=8)
         return {"curtains": curtains, "heads": heads, "dots": dots, "tl": tl,

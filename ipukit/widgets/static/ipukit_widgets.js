@@ -917,17 +917,21 @@ function timelineView(meta, A) {
       const head = `stashed ${kib ? "KiB" : "micro-batches"} per IPU (dot: at the play head):`;
       ctx.fillText(head, LEFT, ly);
       let lx = LEFT + ctx.measureText(head).width + 12;
-      p.memory.forEach((mm, j) => {
+      for (let j = 0; j < p.memory.length; j++) {
+        const text = `IPU ${p.memory[j].ipu}`;
+        if (lx + 22 + ctx.measureText(text).width > W - 20) { // no room for more: say so
+          ctx.fillText(`… IPU ${p.memory[p.memory.length - 1].ipu}: the lightest`, lx, ly);
+          break;
+        }
         ctx.strokeStyle = ipuColour(j, p.memory.length);
         ctx.lineWidth = 2.5;
         ctx.beginPath();
         ctx.moveTo(lx, ly - 4);
         ctx.lineTo(lx + 18, ly - 4);
         ctx.stroke();
-        const text = `IPU ${mm.ipu}`;
         ctx.fillText(text, lx + 22, ly);
         lx += 22 + ctx.measureText(text).width + 14;
-      });
+      }
     },
     hit(x, y) {
       for (const L of layout) {
