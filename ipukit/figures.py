@@ -12,7 +12,7 @@ cell wants to check next to it.
 
 from __future__ import annotations
 
-from .report import _ax, _plt
+from .report import _ax, _plt, figure_text
 
 #: The parts of a MemoryRecord drawn as stacked bars, with their colours.
 MEMORY_PARTS = (("weights", "tab:blue"), ("gradients", "tab:cyan"), ("stash", "tab:orange"),
@@ -74,7 +74,7 @@ def memory_bars(peaks: dict, ax=None, predicted: dict | None = None, hatched=())
             bottom += v
         if predicted and label in predicted:
             ax.plot([x - 0.4, x + 0.4], [predicted[label] / 2**10] * 2, "k--", lw=1)
-    ax.set_xticks(range(len(peaks)), list(peaks), fontsize=8.5)
+    ax.set_xticks(range(len(peaks)), [figure_text(k, 40) for k in peaks], fontsize=8.5)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return ax
 

@@ -56,9 +56,41 @@ def _ax(ax, figsize=(8, 4)):
     return ax
 
 
-def _short(name: str, n: int = 32) -> str:
-    """``name``, or its first ``n - 1`` characters and an ellipsis (never a silent cut)."""
-    return name if len(name) <= n else name[: n - 1] + "\u2026"
+#: A name is shown with at most this many characters (then an ellipsis).
+NAME_CHARS = 200
+_CONTROLS = {c: " " if c in (9, 10, 13) else 0xFFFD for c in [*range(32), *range(127, 160)]}
+
+
+def display_name(name, limit: int = NAME_CHARS) -> str:
+    """``name`` as a figure or a page shows it: any value as text, a lone surrogate (which
+    no encoder takes) or control character replaced by U+FFFD (tabs and line breaks by a
+    space), and at most ``limit`` characters, the last an ellipsis (never a silent cut).
+
+    >>> display_name("a\\ud800b\\nc"), display_name("x" * 300, 5)
+    ('a\ufffdb c', 'xxxx\u2026')
+    """
+    text = name if isinstance(name, str) else str(name)
+    if len(text) > limit:
+        text = text[: limit - 1] + "\u2026"
+    text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text.translate(_CONTROLS)
+
+
+def figure_text(name, limit: int = NAME_CHARS) -> str:
+    """:func:`display_name` for matplotlib: a ``$`` is escaped, so ``$x^$`` is text, never
+    mathtext (which would parse it, or fail to)."""
+    return display_name(name, limit).replace("$", r"\$")
+
+
+def _name_rows(ax, names, every: bool = False, size: float = 8.5, limit: int = 40):
+    """Label row ``i`` of ``ax`` with ``names[i]`` (row 0 at the top) at ``size`` points,
+    each cut to ``limit`` characters with an ellipsis; where the rows are closer than a
+    line of text, only every k-th row is labelled (``every``: all of them)."""
+    height = ax.get_position().height * ax.figure.get_figheight() * 72  # points
+    k = 1 if every else max(1, math.ceil(len(names) * 1.5 * size / max(height, 1)))
+    rows = range(0, len(names), k)
+    ax.set_yticks(list(rows), [figure_text(names[i], limit) for i in rows], fontsize=size)
+    ax.set_ylim(len(names) - 0.5, -0.5)
 
 
 def tile_grid_shape(num_tiles: int) -> tuple[int, int]:
@@ -69,8 +101,12 @@ def tile_grid_shape(num_tiles: int) -> tuple[int, int]:
     return math.ceil(num_tiles / cols), cols
 
 
-def tile_memory_map(trace: Trace, ax=None, category: str | None = None, cmap="viridis"):
-    """Heat map of bytes per tile (all categories, or ``category``); returns ``ax``."""
+def tile_memory_map(trace: Trace, ax=None, category: str | None = None, cmap="viridis",
+                    vmax: int | None = None):
+    """Heat map of bytes per tile (all categories, or ``category``); returns ``ax``.
+
+    The colours span the emptiest to the fullest tile, or, given ``vmax``, 0 to ``vmax``
+    bytes (one absolute scale that several maps share)."""
     from matplotlib.ticker import MaxNLocator
 
     mem = trace.memory
@@ -82,9 +118,11 @@ def tile_memory_map(trace: Trace, ax=None, category: str | None = None, cmap="vi
     # the colours span the emptiest to the fullest tile (not 0 to the fullest), so tiles
     # that differ by a few buffers (exchange buffers: 1,536 B vs 1,664 B) differ in colour
     lo, hi = int(np.min(values)), int(np.max(values))
+    scale = (lo, hi if hi > lo else lo + 1) if vmax is None else (0, max(vmax, 1))
     image = ax.imshow(grid.reshape(rows, cols), cmap=cmap, aspect="auto",
-                      vmin=lo, vmax=hi if hi > lo else lo + 1)
-    ax.figure.colorbar(image, ax=ax, label="bytes")
+                      vmin=scale[0], vmax=scale[1])
+    ax.figure.colorbar(image, ax=ax, label="bytes" if vmax is None else
+                       "bytes (one scale from 0 for every map)")
     if hi == lo:  # one colour is the truth here: say so
         ax.text(0.5, 0.5, f"every tile: {lo:,} B", transform=ax.transAxes, ha="center",
                 va="center", fontsize=10, bbox={"fc": "white", "ec": "#777", "alpha": 0.9})
@@ -96,8 +134,9 @@ def tile_memory_map(trace: Trace, ax=None, category: str | None = None, cmap="vi
         ax.scatter([t % cols for t in over], [t // cols for t in over], marker="x",
                    color="red", s=12, label=f"over {mem.bytes_per_tile:,} B")
         ax.legend(loc="upper right", fontsize=7)
-    ax.set_title(f"Tile memory: {category or 'total'} (max {int(values[worst]):,} B on tile "
-                 f"{worst}{f'; {len(over)} tiles out of memory' if over else ''})")
+    ax.set_title(f"Tile memory: {figure_text(category or 'total', 24)} (max "
+                 f"{int(values[worst]):,} B on tile {worst}"
+                 f"{f'; {len(over)} tiles out of memory' if over else ''})")
     ax.set_xlabel(f"tile % {cols}")
     ax.set_ylabel(f"tile // {cols}")
     return ax
@@ -148,9 +187,7 @@ def execution_trace(trace: Trace, ax=None, run: int | None = None, max_labels: i
             slow = int(np.argmax(step.tile_compute_cycles))
             ax.annotate(f"slowest tile {slow}", (start, row), xytext=(3, 0),
                         textcoords="offset points", va="center", fontsize=7)
-    ax.set_yticks(range(len(executed)))
-    ax.set_yticklabels([s.name[:30] for _, s in executed], fontsize=7)
-    ax.invert_yaxis()
+    _name_rows(ax, [s.name for _, s in executed])
     ax.set_xlabel("cycles")
     ax.set_title("Execution trace (sync / exchange / compute per superstep)")
     ax.legend(loc="lower right", fontsize=8)
@@ -168,7 +205,11 @@ def span_supersteps(result, span, max_steps: int = 40):
     """
     plt = _plt()
     op = result.op_of(span)
-    fig, (top, low) = plt.subplots(2, 1, figsize=(10, 6.5),
+    trace = result.trace
+    ids = trace._step_ids[op.first:op.end][:max_steps]
+    starts = trace._starts[op.first:op.end][:max_steps]
+    rows = max(4.3, 0.2 * len(ids))  # inches: a readable line for every step's name
+    fig, (top, low) = plt.subplots(2, 1, figsize=(10, rows * 1.5 + 0.5),
                                    gridspec_kw={"height_ratios": [1, 2]})
     colours = {"F": "#56B4E9", "B": "#D55E00", "R": "#F0E442", "optimizer": "#999999"}
     for rec in result.timeline:
@@ -180,17 +221,12 @@ def span_supersteps(result, span, max_steps: int = 40):
     top.set_yticklabels([f"IPU {q}" for q in top.get_yticks()])
     top.invert_yaxis()
     top.set_xlabel("cycles (this run)")
-    top.set_title(f"Pipeline run: {span.kind}{span.microbatch} of stage {span.stage} "
-                  f"(outlined) on IPU {span.ipu}")
-    trace = result.trace
-    ids = trace._step_ids[op.first:op.end][:max_steps]
-    starts = trace._starts[op.first:op.end][:max_steps]
+    top.set_title(f"Pipeline run: {figure_text(span.kind, 24)}{span.microbatch} of stage "
+                  f"{span.stage} (outlined) on IPU {span.ipu}")
     seen = set()
     for row, (sid, start) in enumerate(zip(ids, starts)):
         _phase_bars(low, row, start, trace.steps[sid], seen)
-    low.set_yticks(range(len(ids)))
-    low.set_yticklabels([trace.steps[i].name[:40] for i in ids], fontsize=7)
-    low.invert_yaxis()
+    _name_rows(low, [trace.steps[i].name for i in ids], every=True)
     low.set_xlabel("cycles (trace)")
     total = sum(s.cycles for s in result.span_steps(span))
     low.set_title(f"Its {op.end - op.first} supersteps and copies, {total:,} cycles")
@@ -212,12 +248,13 @@ def liveness(trace: Trace, ax=None, run: int | None = None):
     ax.bar(x, temp, bottom=always, color="#e15759", label="not always live")
     if len(x):
         peak = int(np.argmax(temp))
-        ax.annotate(f"peak: {executed[peak][1].name} ({always + temp[peak]:,} B)",
+        ax.annotate(f"peak: {figure_text(executed[peak][1].name, 60)} "
+                    f"({always + temp[peak]:,} B)",
                     (peak, always + temp[peak]), xytext=(0, 6), textcoords="offset points",
                     ha="center", fontsize=8)
         ax.set_ylim(0, (always + temp.max()) * 1.15 + 1)
     ax.set_xticks(x)
-    ax.set_xticklabels([_short(s.name) for _, s in executed], rotation=60, ha="right",
+    ax.set_xticklabels([figure_text(s.name, 32) for _, s in executed], rotation=60, ha="right",
                        fontsize=7)
     ax.set_ylabel("bytes (all tiles)")
     ax.set_title("Liveness per program step")
@@ -240,7 +277,8 @@ def compute_set_table(trace: Trace, ax=None):
     ax.axis("off")
     if rows:
         cols = list(rows[0])
-        cells = [[f"{r[c]:,}" if isinstance(r[c], int) else r[c][:40] for c in cols]
+        cells = [[f"{r[c]:,}" if isinstance(r[c], int) else figure_text(r[c], 40)
+                  for c in cols]
                  for r in rows]
         table = ax.table(cellText=cells, colLabels=cols, loc="center", cellLoc="right")
         table.auto_set_font_size(False)
@@ -258,6 +296,7 @@ def compare(a: Trace, b: Trace, labels=("A", "B")):
     change in busy cycles (exchange + compute).
     """
     plt = _plt()
+    labels = [figure_text(x, 40) for x in labels]
     ra = {r["name"]: r["cycles"] for r in compute_set_rows(a)}
     rb = {r["name"]: r["cycles"] for r in compute_set_rows(b)}
     names = list(dict.fromkeys([*ra, *rb]))
@@ -267,21 +306,17 @@ def compare(a: Trace, b: Trace, labels=("A", "B")):
     vb = np.array([rb.get(n, 0) for n in names])
     ax1.barh(y - 0.2, va, 0.4, label=labels[0], color="#4e79a7")
     ax1.barh(y + 0.2, vb, 0.4, label=labels[1], color="#f28e2b")
-    ax1.set_yticks(y)
-    ax1.set_yticklabels([n[:28] for n in names], fontsize=7)
-    ax1.invert_yaxis()
+    _name_rows(ax1, names)
     ax1.set_xlabel("cycles")
     ax1.legend(fontsize=8)
     ax1.set_title("Cycles per compute set")
     delta = vb - va
     ax2.barh(y, delta, color=np.where(delta <= 0, "#59a14f", "#e15759"))
-    ax2.set_yticks(y)
-    ax2.set_yticklabels([n[:28] for n in names], fontsize=7)  # every bar named
+    _name_rows(ax2, names, every=True)
     for k, d in enumerate(delta):
         ax2.annotate(f"{int(d):+,}", (d, k), fontsize=7, va="center",
                      ha="left" if d >= 0 else "right", xytext=(3 if d >= 0 else -3, 0),
                      textcoords="offset points")
-    ax2.invert_yaxis()
     ax2.axvline(0, color="black", lw=0.5)
     ax2.set_xlabel(f"{labels[1]} - {labels[0]} cycles")
     ax2.set_title(f"Better (green) / worse (red): {int((delta < 0).sum())} / "
@@ -343,13 +378,15 @@ def timeline(source, ax=None, title: str | None = None, select=None, rebase: boo
 
     ``source``: a Timeline, Trace, Schedule or run (:func:`as_timeline`). Forward ops are
     light and backward ops dark in their micro-batch's colour (R hatched), labelled
-    ``F3``; the emulator's sync, exchange and compute take the BSP colours; IPU-Link
-    copies and syncs are thin bars on top of the row. ``select(span)`` keeps some spans
-    (``rebase`` starts the time axis at the first one). The title adds the makespan,
-    bubble and utilisation of :meth:`Timeline.measures` of the spans shown. Labels are
-    drawn where they fit. Returns the axes.
+    ``F3 · stage 1``, ``F3 s1``, ``F3`` or ``3``, whichever fits; the legend shows the
+    F, B and R boxes in every micro-batch colour the figure uses. The emulator's sync,
+    exchange and compute take the BSP colours; IPU-Link copies and syncs are thin bars on
+    top of the row. ``select(span)`` keeps some spans (``rebase`` starts the time axis at
+    the first one). The title adds the makespan, bubble and utilisation of
+    :meth:`Timeline.measures` of the spans shown. Returns the axes.
     """
     from matplotlib.colors import to_rgb  # noqa: PLC0415
+    from matplotlib.legend_handler import HandlerTuple  # noqa: PLC0415
 
     tl = as_timeline(source, t_F, t_B)
     spans = [s for s in tl.spans if select is None or select(s)]
@@ -363,34 +400,39 @@ def timeline(source, ax=None, title: str | None = None, select=None, rebase: boo
     right = xmax or max(s.end for s in spans) - t0
     palette = _plt().get_cmap("tab10").colors
     px = ax.get_window_extent().width * 0.85 / right  # pixels per time unit, about
-    seen = {}
+    char_px = 0.62 * ax.figure.dpi / 72  # a character's width per point of size, about
+    ops, seen = {}, {}  # F/B/R: {micro-batch colour: colour}; other kinds: their colour
     for s in spans:
         y, x = row[s.ipu], s.start - t0
-        if s.kind in ("F", "B", "R"):
+        if s.kind in OPS:
             c = np.array(to_rgb(palette[max(s.microbatch, 0) % 10]))
             colour = c if s.kind == "B" else 1 - 0.45 * (1 - c)
             ax.broken_barh([(x, s.duration)], (y - 0.4, 0.8), color=colour, ec="white",
                            lw=0.5, hatch=".." if s.kind == "R" else None)
-            seen.setdefault(s.kind, colour)
+            ops.setdefault(s.kind, {})[max(s.microbatch, 0) % 10] = colour
+            texts = op_labels(s)
         else:
             colour = KIND_COLOURS.get(s.kind, "0.6")
             thin = s.kind in THIN
             ax.broken_barh([(x, s.duration)], (y - 0.48, 0.14) if thin else (y - 0.4, 0.8),
                            color=colour, lw=0)
-            seen.setdefault(s.kind, colour)
-        text = (f"{s.kind}{s.microbatch}" if s.kind in ("F", "B", "R")
-                else "" if s.kind in THIN
-                else s.label[:24] if s.kind in ("compute", "exchange") and s.label
-                else f"{s.kind}\n{s.label[:24]}" if s.label else s.kind)
-        chars = max((len(line) for line in text.split("\n")), default=0)
-        if text and s.duration * px >= 5.5 * chars + 4:
-            ax.text(x + s.duration / 2, y, text, ha="center", va="center", fontsize=7,
-                    color="white" if s.kind == "B" else "k", clip_on=True)
+            seen.setdefault(display_name(s.kind, 40), colour)
+            label = figure_text(s.label, 24)
+            kind = figure_text(s.kind, 24)
+            texts = ([] if s.kind in THIN else [label] if s.kind in ("compute", "exchange")
+                     and s.label else [f"{kind}\n{label}"] if s.label else [kind])
+        sizes = [6 if t.isdigit() else 7 for t in texts]  # a bare micro-batch: 6 points
+        fits = [(t, pt) for t, pt in zip(texts, sizes)
+                if s.duration * px >= pt * char_px * max(map(len, t.split("\n"))) + 2]
+        if fits:
+            ax.text(x + s.duration / 2, y, fits[0][0], ha="center", va="center",
+                    fontsize=fits[0][1], color="white" if s.kind == "B" else "k",
+                    clip_on=True)
     ax.set_yticks(range(len(ipus)), [f"IPU {q}" for q in ipus])
     ax.set_ylim(len(ipus) - 0.5, -0.6)
     ax.set_xlim(0, right)
     ax.set_xlabel("cycles" if tl.clock_hz != 1.0 else "time")
-    head = title or "Timeline"
+    head = figure_text(title) if title else "Timeline"
     if measures and any(s.kind in ("F", "B", "R", "compute") for s in spans):
         shown = [replace(s, start=s.start - t0) for s in spans] if rebase else spans
         m = Timeline(shown, num_ipus=tl.num_ipus).measures()
@@ -398,9 +440,32 @@ def timeline(source, ax=None, title: str | None = None, select=None, rebase: boo
                  f"utilisation {m['utilisation']:.1%}")
     ax.set_title(head, fontsize=9.5, loc="left")
     if legend:
-        handles = [_plt().Rectangle((0, 0), 1, 1, color=c) for c in seen.values()]
-        ax.legend(handles, list(seen), fontsize=7.5, loc="upper left",
-                  bbox_to_anchor=(1.0, 1.0), frameon=False)
+        rect = _plt().Rectangle
+        handles = [tuple(rect((0, 0), 1, 1, fc=c, ec="white", lw=0.3,
+                              hatch=".." if kind == "R" else None)
+                         for _, c in sorted(colours.items()))
+                   for kind, colours in ops.items()]
+        handles += [rect((0, 0), 1, 1, color=c) for c in seen.values()]
+        labels = [OPS[k] for k in ops] + [figure_text(k) for k in seen]
+        ax.legend(handles, labels, fontsize=7.5, loc="upper left", bbox_to_anchor=(1.0, 1.0),
+                  frameon=False, handler_map={tuple: HandlerTuple(ndivide=None, pad=0)},
+                  handlelength=max([2.0] + [0.9 * len(c) for c in ops.values()]),
+                  title="colour: micro-batch" if ops else None, title_fontsize=7.5)
     if own:
         ax.figure.tight_layout()
     return ax
+
+
+#: The pipeline ops, as the timeline figure's legend names them.
+OPS = {"F": "F: forward", "B": "B: backward", "R": "R: recomputation"}
+
+
+def op_labels(span) -> list[str]:
+    """What a pipeline op's box can say, longest first (a figure shows the first that
+    fits): ``F3 · stage 1``, ``F3 s1``, ``F3``, ``3`` (micro-batch 3 of stage 1)."""
+    kind = figure_text(span.kind, 24)
+    if span.microbatch < 0:
+        return [kind]
+    short = f"{kind}{span.microbatch}"
+    staged = [f"{short} · stage {span.stage}", f"{short} s{span.stage}"]
+    return (staged if span.stage >= 0 else []) + [short, str(span.microbatch)]

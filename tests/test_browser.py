@@ -165,10 +165,13 @@ def watch(page):
     return errors
 
 
-def open_widget(ctx, path, timeout=10_000):
-    """A new page on the saved ``path``, its console errors watched, once its widget shows."""
+def open_widget(ctx, path, dialogs=None, timeout=10_000):
+    """A new page on the saved ``path``, its console errors watched (and its dialogs, into
+    ``dialogs``), once its widget shows."""
     page = ctx.new_page()
     errors = watch(page)
+    if dialogs is not None:
+        watch_dialogs(page, dialogs)
     page.goto(path.as_uri())
     w = page.locator(".ipukit-widget")
     w.wait_for(timeout=timeout)
@@ -179,8 +182,11 @@ def frame(widget) -> int:
     return int(widget.get_attribute("data-ipukit-frame"))
 
 
-def plays(widget, seconds=1.5) -> tuple[int, int]:
-    """Press Play, wait, press it again (pause); the frame shown before and after."""
+def plays(widget, seconds=1.5, speed=None) -> tuple[int, int]:
+    """Press Play (at ``speed``), wait, press it again (pause); the frame shown before and
+    after."""
+    if speed:
+        widget.locator('[aria-label="Speed"]').select_option(speed)
     before = frame(widget)
     widget.locator('[aria-label="Play"]').click()
     time.sleep(seconds)
@@ -233,7 +239,8 @@ def test_widgets_play_in_jupyterlab(lab, tmp_path):
                 w.scroll_into_view_if_needed()
                 assert w.get_attribute("data-ipukit-kind") == kind
                 w.screenshot(path=str(SHOTS / f"lab_{kind}_before.png"))
-                before, after = plays(w, 1.5 if kind == "timeline" else 2.5)  # few frames
+                before, after = plays(w, 1.5 if kind == "timeline" else 2.5,  # few frames
+                                      "4" if kind == "bsp" else None)
                 assert after > before, (kind, before, after)
                 x, y, text = hover(page, w, kind)
                 w.screenshot(path=str(SHOTS / f"lab_{kind}_hover.png"))
@@ -299,7 +306,9 @@ def test_saved_pages_play_offline(tmp_path):
         try:
             for kind, path in pages.items():
                 page, w, errors = open_widget(ctx, path)
-                before, after = plays(w, 1.5 if kind == "timeline" else 2.5)  # few frames
+                # few frames; a BSPView opens on a compute phase, its longest to play
+                before, after = plays(w, 1.5 if kind == "timeline" else 2.5,
+                                      "4" if kind == "bsp" else None)
                 assert after > before, (kind, before, after)
                 hover(page, w, kind)
                 page.screenshot(path=str(SHOTS / f"saved_{kind}.png"), full_page=True)
@@ -448,20 +457,253 @@ def test_opening_a_notebook_does_not_mark_it_unsaved(lab, learners_checkout, tmp
                 page.goto(f"{base}/lab/tree/{name}?token={token}")
                 page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
                 page.wait_for_function(KERNEL_READY, timeout=90_000, polling=200)
-                time.sleep(1.0)  # JupyterLab writes the kernel's metadata just after
                 model = "window.jupyterapp.shell.currentWidget.context.model"
-                assert page.evaluate(f"() => {model}.metadata.language_info.version")
+                # JupyterLab writes the kernel's metadata just after the kernel is ready
+                page.wait_for_function(f"() => {model}.metadata.language_info"
+                                       f" && {model}.metadata.language_info.version",
+                                       timeout=60_000, polling=200)
+                time.sleep(0.5)
                 assert page.evaluate(f"() => {model}.dirty") is False, name
                 tab = page.locator(".lm-TabBar-tab.jp-mod-current", has_text=path.name)
                 assert "jp-mod-dirty" not in tab.first.get_attribute("class"), name
             page.locator(".lm-TabBar-tab", has_text=exercise.name).first.click()
             before = exercise.stat().st_mtime_ns
-            page.keyboard.press("Control+s")
-            deadline = time.time() + 10
+            page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+            deadline = time.time() + 30
             while exercise.stat().st_mtime_ns == before:
                 assert time.time() < deadline, "JupyterLab did not save the notebook"
                 time.sleep(0.1)
             time.sleep(0.5)
             assert not edited_exercise(exercise)
+        finally:
+            ctx.close()
+
+
+# -- pages are safe to open ----------------------------------------------------------------
+sys.path.insert(0, str(HERE / "browser"))
+import hostile  # noqa: E402  (tests/browser/hostile.py: widgets named by payloads)
+
+#: Elements a payload would have made had it been parsed as HTML (the widget's own
+#: ``details`` is the bubble measures' help).
+PARSED = ", ".join(f".ipukit-widget {t}" for t in
+                   ("img", "script", "iframe", "svg", "a", "details:not(.ipukit-help)"))
+
+
+def watch_dialogs(page, dialogs=None) -> list:
+    """Messages of every alert/confirm/prompt the page opens (each dismissed), appended
+    to ``dialogs`` (a new list by default)."""
+    dialogs = [] if dialogs is None else dialogs
+
+    def seen(d):
+        dialogs.append(d.message)
+        d.dismiss()
+    page.on("dialog", seen)
+    return dialogs
+
+
+def sweep(page, w, cols=14, rows=7) -> list[str]:
+    """Hover a grid of points over the widget's canvas; the tooltips' texts."""
+    box = w.locator("canvas").bounding_box()
+    tip = w.locator('[role="tooltip"]')
+    texts = []
+    for i in range(rows):
+        for j in range(cols):
+            page.mouse.move(box["x"] + (j + 0.5) * box["width"] / cols,
+                            box["y"] + (i + 0.5) * box["height"] / rows)
+            if tip.is_visible():
+                texts.append(tip.inner_text())
+    page.mouse.move(0, 0)
+    return texts
+
+
+def attack(page, w) -> str:
+    """Play, scrub to three frames hovering all over each, click every category button
+    and superstep; all the text the widget showed (tooltips, headers and captions)."""
+    w.scroll_into_view_if_needed()
+    plays(w, 1.2)
+    scrub = w.locator('[aria-label="Frame"]')
+    last = int(scrub.get_attribute("max"))
+    shown = []
+    for k in sorted({0, last // 2, last}):
+        scrub.fill(str(k))
+        settle(w, k)
+        shown += sweep(page, w)
+        shown += [w.locator(".ipukit-header").inner_text(),
+                  w.locator(".ipukit-caption").inner_text()]
+    for button in w.locator(".ipukit-categories button").all():
+        button.click()
+        shown.append(w.locator(".ipukit-caption").inner_text())
+    box = w.locator("canvas").bounding_box()  # clicks: a tile, an op, the superstep strip
+    for fy in (0.3, 0.9):
+        page.mouse.click(box["x"] + 0.5 * box["width"], box["y"] + fy * box["height"])
+    plays(w, 1.0)
+    return "\n".join(shown)
+
+
+def assert_nothing_ran(page, dialogs):
+    for f in page.frames:  # an iframe payload would write to its parent: look everywhere
+        assert f.evaluate(f"window.{hostile.FLAG}") is None, f.url
+    assert dialogs == []
+    assert page.locator(PARSED).count() == 0
+
+
+def test_the_reported_label_does_not_run(tmp_path):
+    """Issue 26's finding: a span labelled ``<img src=x onerror=...>`` ran its script
+    when the saved page played (the caption's innerHTML). Now it is the caption's text."""
+    from ipukit.timeline import Span
+    from ipukit.widgets import PipelineTimeline
+
+    label = f"<img src=x onerror=window.{hostile.FLAG}=1;alert(1)>"
+    path = PipelineTimeline([Span(0, "compute", 0, 10, label=label)]).save_html(
+        tmp_path / "t.html")
+    with sync_api.sync_playwright() as p:
+        ctx = open_chromium(p, tmp_path, offline=True)
+        try:
+            page, w, errors = open_widget(ctx, path, dialogs := [])
+            before, after = plays(w, 1.0)
+            assert after > before
+            assert_nothing_ran(page, dialogs)
+            assert label in w.locator(".ipukit-caption").inner_text()
+            assert errors == []
+        finally:
+            ctx.close()
+
+
+def test_payloads_in_every_name_never_run_in_saved_pages(tmp_path):
+    """Issue 26 point 5: HTML and JavaScript in every name a program chooses (tensor,
+    compute set, vertex class, stream, memory category, span kind and label, panel title)
+    reaches a save_html page as text, in all three widgets: played, scrubbed, hovered and
+    clicked, no payload runs, and the names show as the characters they are."""
+    pages = {kind: w.save_html(tmp_path / f"{kind}.html")
+             for kind, w in hostile.widgets().items()}
+    with sync_api.sync_playwright() as p:
+        ctx = open_chromium(p, tmp_path, offline=True)
+        try:
+            shown = {}
+            for kind, path in pages.items():
+                page, w, errors = open_widget(ctx, path, dialogs := [])
+                shown[kind] = attack(page, w)
+                page.screenshot(path=str(SHOTS / f"hostile_{kind}.png"), full_page=True)
+                assert_nothing_ran(page, dialogs)
+                assert errors == [], (kind, errors)
+                page.close()
+            assert ctx.refused == []  # not even the img payloads' src=x was fetched
+        finally:
+            ctx.close()
+    # the payloads are on the page as text: the headers, captions and tooltips show them
+    p = hostile.payload
+    assert p(4) in shown["bsp"] and f"StreamCopy {p(6)} -> {p(0)}" in shown["bsp"]
+    assert p(9) in shown["timeline"] and p(10) in shown["timeline"]
+    assert p(4) in shown["timeline"]  # a hovered span's label
+    assert f"{p(7)} variables" in shown["memory"]  # a category, its button and tooltip
+    assert "\ufffd" in shown["timeline"] or "\ufffd" in shown["bsp"]  # the lone surrogate
+    assert "x" * 1000 not in "".join(shown.values())  # 100,000 characters: cut
+
+
+def test_payloads_never_run_in_an_nbconvert_export(tmp_path):
+    """The same widgets displayed in a notebook, executed and exported with ``jupyter
+    nbconvert --to html`` (their text/html output: the page that plays with no kernel):
+    played, scrubbed, hovered and clicked offline, no payload runs."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        f"import sys\nsys.path.insert(0, {str(HERE / 'browser')!r})\nimport hostile\n"
+        "for w in hostile.widgets().values():\n    display(w)")])
+    NotebookClient(nb, timeout=120, kernel_name="python3", store_widget_state=False,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert [o.output_type for o in nb.cells[0].outputs] == ["display_data"] * 3
+    nbformat.write(nb, tmp_path / "hostile.ipynb")
+    subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html",
+                    str(tmp_path / "hostile.ipynb")], check=True, capture_output=True,
+                   timeout=120)
+    with sync_api.sync_playwright() as p:
+        ctx = open_chromium(p, tmp_path, offline=True)
+        try:
+            page = ctx.new_page()
+            errors, dialogs = watch(page), watch_dialogs(page)
+            page.goto((tmp_path / "hostile.html").as_uri())
+            widgets = page.locator(".ipukit-widget")
+            widgets.nth(2).wait_for(timeout=20_000)
+            assert widgets.count() == 3
+            shown = [attack(page, widgets.nth(i)) for i in range(3)]
+            page.screenshot(path=str(SHOTS / "hostile_nbconvert.png"), full_page=True)
+            assert_nothing_ran(page, dialogs)
+            assert [e for e in errors if "net::ERR_FAILED" not in e] == []
+        finally:
+            ctx.close()
+    assert hostile.payload(4) in shown[0] and hostile.payload(9) in shown[1]
+
+
+# -- what a learner sees (issue 31) ---------------------------------------------------------
+#: Records every string the page draws on a canvas (window.__drawn).
+RECORD_TEXT = """(() => {
+  window.__drawn = [];
+  const fill = CanvasRenderingContext2D.prototype.fillText;
+  CanvasRenderingContext2D.prototype.fillText = function (text, ...rest) {
+    window.__drawn.push(String(text));
+    return fill.call(this, text, ...rest);
+  };
+})();"""
+
+
+def frames_while_playing(page, w, speed="4", limit=20.0) -> list[int]:
+    """Press Play at ``speed``; the frame shown every 20 ms until the play stops."""
+    w.locator('[aria-label="Speed"]').select_option(speed)
+    w.locator('[aria-label="Play"]').click()
+    seen, deadline = [], time.time() + limit
+    while w.get_attribute("data-ipukit-playing") != "false" and time.time() < deadline:
+        seen.append(frame(w))
+        time.sleep(0.02)
+    time.sleep(0.1)  # the last frame is drawn on the next animation frame
+    return seen + [frame(w)]
+
+
+def test_what_a_learner_sees(tmp_path):
+    """Lesson 08's timeline in an 800-pixel notebook labels every forward box and names its
+    stash lines; a BSPView spends little of its play on host syncs; a MemoryMap opened on
+    one category plays every category, from the total."""
+    from ipukit.parallel.schedule import schedule
+    from ipukit.widgets import BSPView, MemoryMap, PipelineTimeline
+
+    trace = demo_trace(2, 8)
+    bsp = BSPView(trace, frame=0)
+    memory = MemoryMap(trace)
+    memory.frame = memory.names.index("vertex code")  # as lesson 05 leaves it
+    pages = {"timeline": PipelineTimeline(schedule("grouped", 4, 8), t_B=2,
+                                          compare=schedule("interleaved", 4, 8)),
+             "bsp": bsp, "memory": memory}
+    pages = {k: w.save_html(tmp_path / f"{k}.html") for k, w in pages.items()}
+    host = {3 * e + p for e, ev in enumerate(bsp.events) for p in range(3)
+            if trace.steps[ev.step].kind == "host"}
+    with sync_api.sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=FLAGS,
+            viewport={"width": 800, "height": 900})  # a notebook beside an open side panel
+        ctx.add_init_script(RECORD_TEXT)
+        try:
+            page, w, errors = open_widget(ctx, pages["timeline"])
+            time.sleep(0.5)
+            drawn = page.evaluate("window.__drawn")
+            forward = [t for t in drawn if re.fullmatch(r"F\d( s\d| · stage \d)?", t)]
+            assert len(forward) >= 2 * 4 * 8, drawn  # every F box of both panels
+            legend = "stashed micro-batches per IPU (dot: at the play head):"
+            assert drawn.count(legend) == 2 and all(f"IPU {q}" in drawn for q in range(4))
+            w.screenshot(path=str(SHOTS / "learner_timeline.png"))
+
+            page, w, errors = open_widget(ctx, pages["bsp"])
+            seen = frames_while_playing(page, w)
+            assert seen and max(seen) == bsp.num_frames() - 1
+            share = sum(k in host for k in seen) / len(seen)
+            assert share < 0.2, (share, seen)  # host syncs flash by
+
+            page, w, errors = open_widget(ctx, pages["memory"])
+            assert frame(w) == memory.names.index("vertex code")
+            seen = frames_while_playing(page, w, speed="2")
+            assert set(seen) == set(range(len(memory.names))), seen  # every category
+            assert frame(w) == len(memory.names) - 1
+            assert "one scale for every category" in " ".join(page.evaluate("window.__drawn"))
+            w.screenshot(path=str(SHOTS / "learner_memory.png"))
+            assert errors == []
         finally:
             ctx.close()

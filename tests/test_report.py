@@ -88,7 +88,10 @@ def test_execution_trace_marks_slowest_tile(traces, tmp_path):
     trace = traces[0]
     ax = report.execution_trace(trace)
     steps = trace.executed_steps()
-    assert [t.get_text() for t in ax.get_yticklabels()] == [s.name[:30] for s in steps]
+    # every step named, at a readable size, a long name cut with an ellipsis
+    names = [s.name if len(s.name) <= 40 else s.name[:39] + "\u2026" for s in steps]
+    assert [t.get_text() for t in ax.get_yticklabels()] == names
+    assert {t.get_fontsize() for t in ax.get_yticklabels()} == {8.5}
     mul = next(s for s in steps if s.name == "mulCS")
     notes = [t.get_text() for t in ax.texts]
     assert f"slowest tile {int(np.argmax(mul.tile_compute_cycles))}" in notes
@@ -146,8 +149,16 @@ def test_timeline_figure_draws_every_span_of_a_schedule(tmp_path):
     assert [t.get_text() for t in ax.get_yticklabels()] == ["IPU 0", "IPU 1", "IPU 2"]
     b = s.bubble(1.0, 2.0)
     assert f"bubble {b['total']:.1%} of total" in ax.get_title(loc="left")
-    labels = {t.get_text() for t in ax.texts}
-    assert {"F0", "B5"} <= labels
+    # every box says its op and micro-batch, and its stage where there is room (the
+    # backward boxes, twice as wide as the forward ones)
+    spans = s.timeline(1.0, 2.0).spans
+    texts = [t.get_text() for t in ax.texts]
+    assert len(texts) == len(spans)
+    for text, o in zip(texts, spans):
+        op = f"{o.kind}{o.microbatch}"
+        assert text in (f"{op} · stage {o.stage}", f"{op} s{o.stage}", op), (text, o)
+        assert o.kind == "F" or text != op, (text, o)
+    assert {"F0", "B5 s2"} <= set(texts) or {"F0 s0", "B5 s2"} <= set(texts)
     save(ax.figure, tmp_path, "timeline_schedule")
 
 

@@ -27,7 +27,7 @@ def main(out: Path) -> None:
     timeline.frame = 150
     memory = MemoryMap(trace)
     widgets = {"bsp_view": (bsp, (0.1, 0.25)), "pipeline_timeline": (timeline, None),
-               "memory_map": (memory, (0.1, 0.25))}
+               "memory_map": (memory, (0.42, 0.22))}  # its tooltip clear of the scale
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page(viewport={"width": 1100, "height": 900})

@@ -12,6 +12,12 @@ offline, and the widget's cell output carries the same page fragment as ``text/h
 matplotlib PNG (``image/png``, for nbval, PDF and GitHub). A subclass implements
 ``num_frames()``, ``payload()`` (the data for the browser), ``draw(k)`` (the matplotlib
 figure ``self.fig`` for frame ``k``), ``caption(k)`` and ``static_frame()``.
+
+Pages are safe to open: every name a program chooses (tensor, compute set, stream, span
+label, stage title...) reaches the page as text (the front end sets ``textContent`` and
+attributes, never HTML), and reaches the page, the comm and matplotlib only as
+:func:`ipukit.report.display_name` makes it: unencodable characters replaced, at most
+``TIP_CHARS`` characters (``NAME_CHARS`` where a caption or a figure shows it).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import html
 import io
 import json
 import uuid
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -36,9 +43,14 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
+from ..report import display_name
+
 STATIC = Path(__file__).parent / "static"
 JS = STATIC / "ipukit_widgets.js"
 CSS = STATIC / "ipukit_widgets.css"
+#: A name is sent to the browser with at most this many characters (its tooltip shows them;
+#: captions and headers show ``NAME_CHARS``).
+TIP_CHARS = 1000
 #: Seconds the whole run takes to play at speed 1.
 PLAY_SECONDS = 10.0
 
@@ -69,12 +81,39 @@ def new_figure(width: float, height: float, dpi: int = 90) -> Figure:
 
 def png(fig: Figure) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=fig.dpi, facecolor="white")
+    with warnings.catch_warnings():  # a name's character the font lacks: a box, no warning
+        warnings.filterwarnings("ignore", "Glyph .* missing from font", UserWarning)
+        fig.savefig(buf, format="png", dpi=fig.dpi, facecolor="white")
     return buf.getvalue()
 
 
-def esc(text) -> str:
-    return html.escape(str(text))
+def esc(text, limit: int | None = None) -> str:
+    """``text`` as HTML text: made by :func:`display_name` (at most ``limit`` characters,
+    if given), then escaped."""
+    text = str(text)
+    return html.escape(display_name(text, limit or max(len(text), 1)))
+
+
+def clean(value):
+    """``value`` (the browser's ``meta``) with every string, key or value, made by
+    :func:`display_name` (at most ``TIP_CHARS`` characters): what the comm, JSON and the
+    page can carry."""
+    if isinstance(value, str):
+        return display_name(value, TIP_CHARS)
+    if isinstance(value, dict):
+        return {clean(k): clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean(v) for v in value]
+    return value
+
+
+def script_json(value) -> str:
+    """``value`` as JSON that can sit inside a ``<script>`` element: no ``<``, ``>`` or
+    ``&`` (so no ``</script>`` or ``<!--``), each written as a ``\\u`` escape."""
+    text = json.dumps(value, separators=(",", ":"))
+    for c in "<>&":
+        text = text.replace(c, f"\\u{ord(c):04x}")
+    return text
 
 
 _INTS = [("u1", np.uint8), ("u2", np.uint16), ("u4", np.uint32), ("i1", np.int8),
@@ -119,7 +158,7 @@ class Widget(anywidget.AnyWidget):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.fig = None
-        self._payload = self.payload()
+        self._payload = self.clean_payload()
 
     @traitlets.validate("frame")
     def _valid_frame(self, proposal):
@@ -151,6 +190,11 @@ class Widget(anywidget.AnyWidget):
         return self.frame
 
     # -- shared ----------------------------------------------------------------------------
+    def clean_payload(self) -> dict:
+        """:meth:`payload`, every string in its ``meta`` made safe to send (:func:`clean`)."""
+        payload = self.payload()
+        return {"meta": clean(payload["meta"]), "arrays": payload["arrays"]}
+
     @property
     def value(self) -> int:
         """The frame shown (``frame``)."""
@@ -196,7 +240,7 @@ class Widget(anywidget.AnyWidget):
         ``picture`` (PNG bytes) is shown where scripts do not run (GitHub, a sanitiser).
         """
         uid = f"ipukit-{uuid.uuid4().hex[:12]}"
-        state = json.dumps(self._state(), separators=(",", ":")).replace("</", "<\\/")
+        state = script_json(self._state())
         js = JS.read_text(encoding="utf-8").replace("</script", "<\\/script")
         img = ""
         if picture is not None:

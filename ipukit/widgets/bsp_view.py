@@ -39,7 +39,7 @@ from matplotlib.colors import to_rgba
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from ..report import PHASE_COLOURS
+from ..report import NAME_CHARS, PHASE_COLOURS, figure_text
 from ..trace import Step, Trace
 from ._player import IDLE, LINK, SLOWEST, Widget, esc, new_figure, pack, tint
 
@@ -170,6 +170,8 @@ class BSPView(Widget):
         #: The cycle counter at the end of the last event shown (not the live trace's total).
         self.total_cycles = int(last.start + trace.steps[last.step].cycles)
         super().__init__(**kwargs)
+        if "frame" not in kwargs:
+            self.frame = self.opening_frame()
 
     # -- the model ---------------------------------------------------------------------------
     def num_frames(self) -> int:
@@ -287,12 +289,30 @@ class BSPView(Widget):
             rgba[busy, :3] = pale + (base - pale) * share[busy, None]
         return rgba
 
-    def static_frame(self) -> int:
-        """The frame shown, else the longest compute phase (the static picture's frame)."""
-        if self.frame:
-            return self.frame
-        compute = [self.trace.steps[e.step].compute_cycles for e in self.events]
-        return self.frame_index(int(np.argmax(compute)), "compute")
+    def opening_frame(self) -> int:
+        """The frame a new view shows: the compute phase of the first compute set that
+        computes, else the first phase of the first superstep that is not a host sync."""
+        steps = [self.trace.steps[e.step] for e in self.events]
+        for e, s in enumerate(steps):
+            if s.kind == "compute" and s.compute_cycles:
+                return self.frame_index(e, "compute")
+        device = [e for e, s in enumerate(steps) if s.kind != "host"]
+        return self.frame_index(device[0], "sync") if device else 0
+
+    def frame_weights(self) -> np.ndarray:
+        """Each frame's share of the play time: a phase plays for a time proportional to its
+        cycles (at least a quarter of the longest phase's time, so short ones can be read);
+        a host sync (an Engine.run call waiting for the host) and an empty phase flash by,
+        at a tenth."""
+        steps = [self.trace.steps[e.step] for e in self.events]
+        cycles = np.array([[s.sync_cycles, s.exchange_cycles, s.compute_cycles]
+                           for s in steps], float).reshape(-1)
+        host = np.repeat([s.kind == "host" for s in steps], 3)
+        device = cycles[~host]
+        longest = device.max() if device.size and device.max() > 0 else 1.0
+        weights = np.maximum(cycles / longest, 0.25)
+        weights[host | (cycles == 0)] = 0.1
+        return weights
 
     def payload(self) -> dict:
         """The events, the executed steps' per-tile arrays and the tile memory, once."""
@@ -312,6 +332,7 @@ class BSPView(Widget):
                        "vertices": int(sum(n for n, _ in s.vertex_types.values()))}
                       for s in steps],
             "colours": dict(PHASE_COLOURS),
+            "weights": [round(float(w), 4) for w in self.frame_weights()],
             "categories": list(self.trace.memory.categories),
         }
         arrays = {
@@ -355,7 +376,7 @@ class BSPView(Widget):
 
         self.strip_mark.set_bounds(f.event - 0.5, 0, 1, self.ax_strip.get_ylim()[1])
         e = len(self.events)
-        self.title.set_text(f"Superstep {f.event + 1}/{e}: {s.name}")
+        self.title.set_text(f"Superstep {f.event + 1}/{e}: {figure_text(s.name, 70)}")
         self.title.set_color("black")
         self.counter.set_text(f"cycle {f.end:>{len(f'{self.total_cycles:,}')},} / "
                               f"{self.total_cycles:,}")
@@ -422,7 +443,7 @@ class BSPView(Widget):
         """What the browser writes under frame ``k`` (default: the frame shown), as HTML."""
         f = self.frame_at(k)
         s, n = f.step, self.target.num_tiles
-        head = (f"<b>{esc(s.name)}</b> ({s.kind}) · <b style='color:"
+        head = (f"<b>{esc(s.name, NAME_CHARS)}</b> ({esc(s.kind)}) · <b style='color:"
                 f"{PHASE_COLOURS[f.phase]}'>{f.phase}</b> · {f.cycles:,} cycles · "
                 f"cycle counter {f.end:,} / {self.total_cycles:,}")
         if f.phase == "sync":

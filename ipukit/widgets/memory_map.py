@@ -4,9 +4,11 @@ PopVision's memory report as a widget: the heat map of :func:`ipukit.report.tile
 (tiles row by row, a white staircase between IPUs) for one category of
 :class:`ipukit.trace.TileMemory` ("variables", "constants", "vertex state", "vertex code",
 "exchange buffers") or their total, the fullest tiles outlined and numbered, and the worst
-tiles as stacked bars against the tile's memory. Play (or the category buttons) steps
-through the categories; hover a tile for its bytes by category, click it to read it as
-``view.selected``.
+tiles as stacked bars against the tile's memory. It opens on the total; Play steps
+through every category (or click a category's button). One colour scale, from 0 to the
+fullest tile's total, serves every category, so equal colours are equal bytes (1,536 B and
+1,664 B look alike; the table and the tooltip give the bytes). Hover a tile for its bytes
+by category, click it to read it as ``view.selected``.
 
 It reads a Trace (``engine.trace``) or an Executable (``ipu.compile_graph``); it never
 compiles (compile a Graph with ``ipu.compile_graph(graph, [])`` to see its variables).
@@ -28,6 +30,7 @@ from matplotlib.patches import Rectangle
 
 from .. import report
 from ..compile import Executable
+from ..report import NAME_CHARS, figure_text
 from ..trace import Trace
 from ._player import Widget, esc, new_figure, pack
 from .bsp_view import TileLayout
@@ -60,11 +63,16 @@ class MemoryMap(Widget):
         meta = {"kind": "memory", "names": self.names,
                 "categories": list(self.memory.categories),
                 "category_colours": CATEGORY_COLOURS, "bytes_per_tile": t.bytes_per_tile,
+                "scale": self.scale(),
                 "layout": {"num_ipus": t.num_ipus, "tiles_per_ipu": t.tiles_per_ipu,
                            "cols": lay.cols, "rows": lay.rows, "gap": lay.GAP}}
         return {"meta": meta, "arrays": {"memory": pack(list(self.memory.categories.values()))}}
 
     # -- the model ---------------------------------------------------------------------------
+    def scale(self) -> int:
+        """The top of the one colour scale (its bottom is 0): the fullest tile's total."""
+        return int(self.memory.total.max()) if self.memory.total.size else 0
+
     def num_frames(self) -> int:
         return len(self.names)
 
@@ -92,7 +100,7 @@ class MemoryMap(Widget):
         ax = self.ax_map = fig.add_subplot(gs[0, 0])
         name = self.names[k]
         report.tile_memory_map(self.compiled, ax, None if name == "total" else name,
-                               cmap="magma_r")
+                               cmap="magma_r", vmax=self.scale())
         rows, cols = report.tile_grid_shape(t.num_tiles)
         for q in range(1, t.num_ipus):  # a staircase between IPU q-1 and IPU q
             r, c = divmod(q * t.tiles_per_ipu, cols)
@@ -121,7 +129,7 @@ class MemoryMap(Widget):
         for name, per_tile in self.memory.categories.items():
             vals = per_tile[worst] / 1024
             bars.barh(range(len(worst)), vals, left=left, color=CATEGORY_COLOURS.get(name),
-                      label=name, height=0.7)
+                      label=figure_text(name, 40), height=0.7)
             left += vals
         bars.set_yticks(range(len(worst)), [f"tile {w}" for w in worst], fontsize=9)
         bars.invert_yaxis()
@@ -139,6 +147,7 @@ class MemoryMap(Widget):
             "</tr>\n" for tile, v in self.worst(5, k))
         # the title is the table's <caption> and the header a spaced, ruled row (the learner
         # trial read "Fullest tiles (total)tileIPUbytes..." as one word)
-        return (f'<table class="ipukit-worst">\n<caption>Fullest tiles ({esc(self.names[k])})'
-                "</caption>\n<tr><th>tile</th> <th>IPU</th> <th>bytes</th> "
+        name = esc(self.names[k], NAME_CHARS)
+        return (f'<table class="ipukit-worst">\n<caption>Fullest tiles ({name})</caption>'
+                "\n<tr><th>tile</th> <th>IPU</th> <th>bytes</th> "
                 f"<th>tile full (all categories)</th></tr>\n{rows}</table>")

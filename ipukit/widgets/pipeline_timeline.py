@@ -1,10 +1,12 @@
 """PipelineTimeline: watch a pipeline schedule (or a real pipeline run) unfold in time.
 
 One row per IPU; a box per forward (F, light), backward (B, full colour) and
-recomputation (R, dotted) of one stage on one micro-batch, labelled with the micro-batch
-and coloured per micro-batch, as in the schedule figures of Graphcore's and PopTorch's
-pipelining tutorials. Play moves a play head that reveals the timeline; the panel below
-shows the stashed activations of every IPU over time, in sync with the play head. The
+recomputation (R, dotted) of one stage on one micro-batch, coloured per micro-batch and
+labelled with the op, micro-batch and stage where they fit (``F3 · stage 1``, ``F3 s1``,
+``F3``, ``3``), as in the schedule figures of Graphcore's and PopTorch's pipelining
+tutorials. Play moves a play head that reveals the timeline; the panel below shows the
+stashed activations of every IPU over time (one line per IPU, named in its legend), in
+sync with the play head. A second timeline (``compare``) goes below the first. The
 three bubble measures (bubble ÷ total time, ÷ ideal time, and the zero-bubble paper's
 per-stage span) and the utilisation are printed with it and explained: bubble ÷ ideal
 time above 100 % means the IPUs wait longer than the busiest one works (782.6 % of ideal:
@@ -27,6 +29,9 @@ copies, syncs and weight update, and its stash in bytes.
 
 from __future__ import annotations
 
+import math
+import numbers
+import textwrap
 from dataclasses import dataclass, field, replace
 
 import matplotlib
@@ -38,6 +43,7 @@ from matplotlib.ticker import MaxNLocator
 
 from ..errors import IpuError
 from ..parallel.schedule import KINDS, Schedule, schedule
+from ..report import NAME_CHARS, display_name, figure_text, op_labels
 from ..timeline import Span, Timeline
 from ._player import LINK, SLOWEST, Widget, esc, mb_colour, new_figure, pack, tint
 
@@ -51,10 +57,31 @@ MIN_OP_PX = 2
 
 
 def label(span: Span) -> str:
-    """What a box shows: ``F3`` for an op on micro-batch 3, else its kind."""
+    """An op's short name: ``F3`` for an op on micro-batch 3, else its label or kind."""
     if span.kind in COMPUTE and span.microbatch >= 0:
         return f"{span.kind}{span.microbatch}"
     return span.label or span.kind
+
+
+def _check_spans(boxes, title) -> None:
+    """A clear error for anything in ``boxes`` that is not a Span of whole-number IPU,
+    stage and micro-batch, finite times and bytes, and text kind and label."""
+    fields = {"ipu": numbers.Integral, "stage": numbers.Integral,
+              "microbatch": numbers.Integral, "start": numbers.Real,
+              "duration": numbers.Real, "bytes": numbers.Real, "kind": str, "label": str}
+    for i, b in enumerate(boxes):
+        if not isinstance(b, Span):
+            raise TypeError(f"{display_name(title, 80)!r}: entry {i} is a "
+                            f"{type(b).__name__}, not an ipukit.timeline.Span")
+        bad = [f"{name}={display_name(repr(getattr(b, name)), 40)}"
+               for name, kind in fields.items()
+               if not isinstance(getattr(b, name), kind) or isinstance(getattr(b, name), bool)
+               or kind is numbers.Real and not math.isfinite(getattr(b, name))]
+        if bad:
+            raise ValueError(f"{display_name(title, 80)!r}: span {i} has {', '.join(bad)}; "
+                             "a Span's ipu, stage and microbatch are whole numbers, its "
+                             "start, duration and bytes finite numbers, its kind and label "
+                             "text")
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,6 +95,12 @@ class Panel:
     stash: dict = field(default_factory=dict)  # ipu -> (times, values), a step function
     stash_unit: str = "micro-batches"
     time_unit: str = "steps"
+
+    def __post_init__(self):
+        _check_spans(self.boxes, self.title)
+        if not any(b.kind in COMPUTE for b in self.boxes):
+            raise ValueError(f"{display_name(self.title, 80)!r}: this timeline has no "
+                             "F/B/R or compute spans to draw")
 
     @property
     def compute(self) -> list[Span]:
@@ -117,8 +150,7 @@ def from_run(run, title: str = "pipeline run") -> Panel:
     in micro-batches from the F and B records.
     """
     boxes = tuple(getattr(run, "timeline", run))
-    if not any(b.kind in COMPUTE for b in boxes):
-        raise ValueError("this run timeline has no F/B/R records to draw")
+    _check_spans(boxes, title)  # before they are sorted by IPU
     ipus = tuple(sorted({b.ipu for b in boxes}))
     memory = getattr(run, "memory", None)
     if memory:
@@ -302,7 +334,7 @@ class PipelineTimeline(Widget):
         self.fig = None
         self.playing = False
         self.frame = 0
-        self._payload = self.payload()
+        self._payload = self.clean_payload()
 
     # -- drawing -----------------------------------------------------------------------------
     def _build_figure(self):
@@ -310,19 +342,27 @@ class PipelineTimeline(Widget):
             self.fig = new_figure(12, 4)
         fig, tls = self.fig, self.timelines
         fig.clf()
+        # panels one above the other (as in the browser), each the figure's full width;
+        # sizes in inches: a title line, a row of ops, the stash panel, the gaps
         rows = max(len(tl.ipus) for tl in tls)
-        height = 1.3 + 0.42 * rows + 2.0
+        chars = int(12 * 0.8 * 72 / (0.55 * 9.5))  # a title line's characters
+        titles = [_panel_title(tl, chars) for tl in tls]
+        title = 0.1 + 0.17 * max(t.count("\n") + 1 for t in titles)
+        ops, stash, gap = 0.42 * rows + 0.3, 1.3, 0.3
+        height = 0.5 + len(tls) * (title + ops + gap + stash + 0.45)
         fig.set_size_inches(12, height)
-        gs = fig.add_gridspec(2, len(tls), height_ratios=[0.42 * rows + 0.3, 1.6],
-                              left=0.08, right=0.92, top=1 - 0.85 / height,
-                              bottom=0.45 / height, hspace=0.22, wspace=0.12)
+        outer = fig.add_gridspec(len(tls), 1, left=0.08, right=0.92,
+                                 top=1 - (0.5 + title) / height, bottom=0.45 / height,
+                                 hspace=(title + 0.45) / (ops + gap + stash))
         xmax = max(tl.makespan for tl in tls)
         self.panels = []
         for i, tl in enumerate(tls):
-            ax = fig.add_subplot(gs[0, i])
-            mem = fig.add_subplot(gs[1, i], sharex=ax)
-            self.panels.append(self._draw_panel(tl, ax, mem, xmax, first=i == 0,
-                                                last=i == len(tls) - 1))
+            inner = outer[i].subgridspec(2, 1, height_ratios=[ops, stash],
+                                         hspace=gap / ((ops + stash) / 2))
+            ax = fig.add_subplot(inner[0])
+            mem = fig.add_subplot(inner[1], sharex=ax)
+            ax.set_title(titles[i], fontsize=9.5, loc="left")
+            self.panels.append(self._draw_panel(tl, ax, mem, xmax))
         self.clock = fig.text(0.92, 1 - 0.3 / height, "", ha="right", va="center",
                               fontsize=12, family="monospace")
         fig.text(0.08, 1 - 0.3 / height, "Pipeline timeline", fontsize=13, weight="bold",
@@ -331,7 +371,7 @@ class PipelineTimeline(Widget):
                  "backward B · dotted: recomputation R", fontsize=9, va="center",
                  color="#444444")
 
-    def _draw_panel(self, tl: Panel, ax, mem, xmax, first, last):
+    def _draw_panel(self, tl: Panel, ax, mem, xmax):
         row = {q: r for r, q in enumerate(tl.ipus)}
         width_px = ax.get_position().width * self.fig.get_figwidth() * self.fig.dpi
         px = width_px / xmax
@@ -357,22 +397,22 @@ class PipelineTimeline(Widget):
                      for b, e in zip(other, ends)]
             colours = [LINK if b.kind == "link" else "#7f7f7f" for b in other]
             ax.add_collection(PolyCollection(verts, facecolors=colours, linewidths=0))
+        char_px = 0.62 * self.fig.dpi / 72  # a character's width per point of size, about
         if len(tl.compute) <= MAX_LABELS:
             for b in tl.compute:
                 w = (b.end - b.start) * px
-                text = label(b) if w >= 20 else (str(b.microbatch) if w >= 9 else "")
-                if text:
-                    dark = b.kind == "B"
-                    ax.text((b.start + b.end) / 2, row[b.ipu], text, ha="center",
-                            va="center", fontsize=8 if w >= 20 else 7,
-                            color="white" if dark else "#1a1a1a", clip_on=True)
+                texts = op_labels(b) if b.microbatch >= 0 else [figure_text(label(b), 40)]
+                fits = [(t, 7 if t.isdigit() else 8) for t in texts]
+                fits = [(t, pt) for t, pt in fits if pt * char_px * len(t) + 3 <= w]
+                if fits:
+                    ax.text((b.start + b.end) / 2, row[b.ipu], fits[0][0], ha="center",
+                            va="center", fontsize=fits[0][1], clip_on=True,
+                            color="white" if b.kind == "B" else "#1a1a1a")
         ax.set_ylim(len(tl.ipus) - 0.5, -0.5)
         ax.set_xlim(0, xmax)
         ax.set_yticks(range(len(tl.ipus)), [f"IPU {q}" for q in tl.ipus], fontsize=9)
         ax.tick_params(axis="x", labelbottom=False)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        m = tl.measures()
-        ax.set_title(f"{tl.title}\n{measures_text(m)}", fontsize=9.5, loc="left")
         curtains = []
         for a in (ax, mem):
             curtains.append(a.add_patch(Rectangle((0, 0), xmax * 2, 1, fc="white", alpha=0.82,
@@ -388,16 +428,15 @@ class PipelineTimeline(Widget):
         dots = mem.scatter(np.zeros(n), np.zeros(n), zorder=7, s=28, edgecolors="k",
                            c=[_ipu_colour(i, n) for i in range(n)])
         unit = "KiB" if tl.stash_unit == "bytes" else "micro-batches"
-        if first:
-            mem.set_ylabel(f"stashed\n({unit})", fontsize=9)
+        mem.set_ylabel(f"stashed\n({unit})", fontsize=9)
         mem.set_xlabel(f"time ({tl.time_unit})", fontsize=9)
         mem.tick_params(labelsize=8)
         ax.tick_params(labelsize=8)
         mem.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=4))
-        if last and n <= 8:
+        if n <= 8:  # the stash lines' legend
             mem.legend(loc="upper left", bbox_to_anchor=(1.0, 1.05), fontsize=7.5,
                        frameon=False)
-        elif last:
+        else:
             mem.text(1.01, 1, f"IPU {tl.ipus[0]}: dark …\nIPU {tl.ipus[-1]}: light",
                      transform=mem.transAxes, va="top", fontsize=8)
         return {"curtains": curtains, "heads": heads, "dots": dots, "tl": tl,
@@ -423,12 +462,20 @@ class PipelineTimeline(Widget):
         parts = []
         for i, tl in enumerate(self.timelines):
             m = tl.measures()
-            running = ", ".join(f"IPU {b.ipu}: {label(b)}" for b in self.under_play_head(k, i))
+            running = ", ".join(f"IPU {b.ipu}: {display_name(label(b), 80)}"
+                                for b in self.under_play_head(k, i))
             stash = ", ".join(f"IPU {q}: {v:,.0f}" for q, v in self.stash(k, i).items())
             parts.append(
-                f"<b>{esc(tl.title)}</b>: {esc(measures_text(m))}.<br>At the play head: "
+                f"<b>{esc(tl.title, NAME_CHARS)}</b>: {esc(measures_text(m))}.<br>At the play "
+                "head: "
                 f"{esc(running) or 'no op running'}. Stashed ({tl.stash_unit}): {esc(stash)}.")
         return "<br>".join(parts)
+
+
+def _panel_title(tl: Panel, chars: int) -> str:
+    """A panel's title and measures in lines of at most ``chars`` characters."""
+    return "\n".join([figure_text(tl.title, chars)] +
+                     textwrap.wrap(measures_text(tl.measures()), chars))
 
 
 def measures_text(m: dict) -> str:

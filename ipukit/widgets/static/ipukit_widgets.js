@@ -3,13 +3,19 @@
 // (`_payload`: `meta` plus binary `arrays`); this file draws it on a canvas with
 // requestAnimationFrame and plays, pauses, scrubs, zooms and answers hover without the
 // kernel. The same file runs in a saved page (`save_html`) with a local stand-in model.
+//
+// Safe to open: every name a program chose (compute sets, tensors, streams, span labels,
+// panel titles, categories) is put on the page as text (text nodes and attributes made by
+// `h`, canvas fillText), never parsed as HTML: this file never sets innerHTML. Python sends
+// names already cleaned and capped (ipukit.report.display_name); `short` caps what a
+// header or caption shows.
 
 const DTYPES = {
   u1: Uint8Array, u2: Uint16Array, u4: Uint32Array, i1: Int8Array, i2: Int16Array,
   i4: Int32Array, f4: Float32Array, f8: Float64Array,
 };
 const MIN_OP_PX = 2; // an op is never drawn narrower than this (no hairlines)
-const LABEL_PX = 22; // an op this wide (or wider) gets its label
+const NAME_CHARS = 200; // a header or caption shows at most this much of a name
 const SPEEDS = [0.25, 0.5, 1, 2, 4];
 
 function bytesOf(data) {
@@ -32,6 +38,7 @@ export function decode(payload) {
   return { meta: payload.meta, arrays };
 }
 
+// An element: attributes set as values (never parsed), children appended as nodes or text.
 function h(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
@@ -39,14 +46,19 @@ function h(tag, attrs = {}, ...children) {
     else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
     else if (v !== null && v !== undefined && v !== false) e.setAttribute(k, v);
   }
-  for (const c of children) e.append(c);
+  for (const c of children.flat(Infinity)) e.append(c);
   return e;
+}
+const tr = (...cells) => h("tr", {}, ...cells.map((c) => h("td", {}, c)));
+
+// A name as a header or caption shows it: at most n characters, the last an ellipsis.
+export function short(name, n = NAME_CHARS) {
+  const chars = Array.from(String(name));
+  return chars.length <= n ? chars.join("") : `${chars.slice(0, n - 1).join("")}…`;
 }
 
 const fmt = (x, digits = 0) => Number(x).toLocaleString("en-US", {
   minimumFractionDigits: digits, maximumFractionDigits: digits });
-const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;",
-  ">": "&gt;", '"': "&quot;" })[c]);
 
 function rgb(hex) {
   const n = parseInt(hex.slice(1), 16);
@@ -176,9 +188,10 @@ function player(model, el, view) {
   let hover = null;
   let textsDue = true;
   let textsAt = 0;
-  // A frame's share of the play time: 1, or less for a frame with nothing in it (a phase
-  // of 0 cycles); the whole run still takes `duration` seconds.
-  const weights = Array.from({ length: view.numFrames }, (_, k) => (view.weight ? view.weight(k) : 1));
+  // A frame's share of the play time (view.weights: Python's, e.g. BSPView.frame_weights;
+  // else 1 each); the whole run still takes `duration` seconds.
+  const weights = view.weights || Array(view.numFrames).fill(1);
+  let resumable = false; // paused mid-play: Play goes on from there
   const totalWeight = weights.reduce((a, b) => a + b, 0) || 1;
   const perSecond = () => totalWeight / Math.max(model.get("duration") || 10, 0.1);
 
@@ -193,7 +206,10 @@ function player(model, el, view) {
     }
   }
   function setPlaying(on) {
-    if (on && pos >= view.numFrames - 1) pos = 0; // Play at the end starts again
+    // Play at the end starts again; a view that plays all its frames (MemoryMap's
+    // categories) starts from the first unless it was paused mid-play
+    if (on && (pos >= view.numFrames - 1 || (view.playAll && !resumable))) pos = 0;
+    resumable = !on && playing && pos < view.numFrames - 1;
     playing = on;
     last = null;
     play.textContent = on ? "❚❚" : "▶";
@@ -209,6 +225,7 @@ function player(model, el, view) {
     dirty = true;
   }
   function seek(k) {
+    resumable = false;
     pos = Math.max(0, Math.min(view.numFrames - 1, k));
     dirty = true;
     syncFrame(true);
@@ -264,8 +281,8 @@ function player(model, el, view) {
       textsDue = false;
       textsAt = ts;
       readout.textContent = view.readout(k);
-      header.innerHTML = view.header(k);
-      caption.innerHTML = view.caption(k);
+      header.replaceChildren(...[view.header(k)].flat(Infinity));
+      caption.replaceChildren(...[view.caption(k)].flat(Infinity));
     }
     if (playing) {
       fpsCount += 1;
@@ -300,7 +317,7 @@ function player(model, el, view) {
     hover = item;
     dirty = true;
     if (!item) { tip.hidden = true; return; }
-    tip.innerHTML = view.tooltip(item, Math.floor(pos));
+    tip.replaceChildren(...[view.tooltip(item, Math.floor(pos))].flat(Infinity));
     tip.hidden = false;
     const left = Math.min(x + 14, width - tip.offsetWidth - 4);
     tip.style.left = `${Math.max(0, left)}px`;
@@ -331,7 +348,10 @@ function player(model, el, view) {
 
   const onFrame = () => {
     const k = model.get("frame");
-    if (k !== Math.floor(pos)) { pos = Math.max(0, Math.min(view.numFrames - 1, k)); }
+    if (k !== Math.floor(pos)) {
+      pos = Math.max(0, Math.min(view.numFrames - 1, k));
+      resumable = false;
+    }
     sentFrame = k;
     dirty = true;
   };
@@ -393,7 +413,7 @@ function bspView(meta, A) {
   const view = {
     kind: "bsp",
     numFrames: 3 * ev.length,
-    weight: (k) => (frame(k).cycles > 0 ? 1 : 0.2), // an empty phase flashes by
+    weights: meta.weights, // time proportional to cycles; host syncs, empty phases flash by
     height: (w) => (small ? 430 : 470),
     resized(w, hgt) {
       g = gridGeometry(meta, 10, 8, w * 0.56, hgt - 130);
@@ -599,9 +619,9 @@ function bspView(meta, A) {
       if (item.tile < 0) {
         const [si, start] = ev[item.event];
         const s = steps[si];
-        return `<b>superstep ${item.event + 1}: ${esc(s.name)}</b> (${esc(s.kind)})<br>` +
+        return [h("b", {}, `superstep ${item.event + 1}: ${s.name}`), ` (${s.kind})`, h("br"),
           `starts at cycle ${fmt(start)}; sync ${fmt(s.sync)}, exchange ${fmt(s.exchange)}, ` +
-          `compute ${fmt(s.compute)} cycles`;
+          `compute ${fmt(s.compute)} cycles`];
       }
       const f = frame(k);
       const t = item.tile;
@@ -610,14 +630,14 @@ function bspView(meta, A) {
       const c = row("compute", f.si)[t];
       const x = row("exchange", f.si)[t];
       const v = row("vertices", f.si)[t];
-      const mem = meta.categories.map((name, j) =>
-        `<tr><td>${esc(name)}</td><td>${fmt(A.memory[j * T + t])} B</td></tr>`).join("");
+      const mem = meta.categories.map((name, j) => tr(name, `${fmt(A.memory[j * T + t])} B`));
       const who = f.slowest === t ? " — the slowest tile: everyone waits for it" : "";
-      return `<b>tile ${t}</b> (IPU ${Math.floor(t / meta.layout.tiles_per_ipu)})${who}<br>` +
-        `superstep ${f.e + 1}: ${esc(f.s.name)}, ${f.phase} phase<br>` +
-        `bytes in ${fmt(i)} · bytes out ${fmt(o)} · exchange ${fmt(x)} cycles<br>` +
-        `compute ${fmt(c)} cycles · ${fmt(v)} vertices (of ${fmt(f.s.vertices)} in this superstep)<br>` +
-        `<table class="ipukit-mem"><tr><th colspan="2">memory by category</th></tr>${mem}</table>`;
+      return [h("b", {}, `tile ${t}`), ` (IPU ${Math.floor(t / meta.layout.tiles_per_ipu)})${who}`,
+        h("br"), `superstep ${f.e + 1}: ${f.s.name}, ${f.phase} phase`, h("br"),
+        `bytes in ${fmt(i)} · bytes out ${fmt(o)} · exchange ${fmt(x)} cycles`, h("br"),
+        `compute ${fmt(c)} cycles · ${fmt(v)} vertices (of ${fmt(f.s.vertices)} in this superstep)`,
+        h("table", { class: "ipukit-mem" },
+          h("tr", {}, h("th", { colspan: "2" }, "memory by category")), mem)];
     },
     select(item, k) {
       return item.tile < 0 ? 3 * item.event + PHASES.indexOf(frame(k).phase) : null;
@@ -635,11 +655,13 @@ function bspView(meta, A) {
     header(k) {
       const f = frame(k);
       const width = fmt(meta.total).length;
-      return `<span class="ipukit-title">Superstep ${f.e + 1}/${ev.length}: ${esc(f.s.name)}</span>` +
-        ` <span style="color:${colours[f.phase]}"><b>${f.phase.toUpperCase()}</b> phase · ` +
-        `${fmt(f.cycles)} cycles</span>` +
-        `<span class="ipukit-counter">cycle ${fmt(f.end).padStart(width, "\u2007")} / ` +
-        `${fmt(meta.total)} · ${fmt(f.end / meta.clock_hz * 1e6, 2)} µs</span>`;
+      return [h("span", { class: "ipukit-title" },
+        `Superstep ${f.e + 1}/${ev.length}: ${short(f.s.name)}`), " ",
+      h("span", { style: { color: colours[f.phase] } }, h("b", {}, f.phase.toUpperCase()),
+        ` phase · ${fmt(f.cycles)} cycles`),
+      h("span", { class: "ipukit-counter" },
+        `cycle ${fmt(f.end).padStart(width, "\u2007")} / ${fmt(meta.total)} · ` +
+        `${fmt(f.end / meta.clock_hz * 1e6, 2)} µs`)];
     },
     caption(k) {
       const f = frame(k);
@@ -669,6 +691,8 @@ const MB = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#
   "#bcbd22", "#17becf"];
 const IPU_COLOURS = ["#222222", "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00",
   "#56B4E9", "#9E9E00"];
+// IPU j of n's stash line: 8 distinct colours, a dark-to-light ramp for more (as Python's)
+const ipuColour = (j, n) => (n <= 8 ? IPU_COLOURS[j] : magma(0.9 - 0.8 * j / (n - 1)));
 
 function timelineView(meta, A) {
   const panels = meta.panels.map((p, i) => {
@@ -697,6 +721,15 @@ function timelineView(meta, A) {
     if (compute.has(k) && p.mb[i] >= 0) return `${k}${p.mb[i]}`;
     return (p.labels && p.labels[i]) || k;
   };
+  // What an op's box can say, longest first (as ipukit.report.op_labels): F3 · stage 1,
+  // F3 s1, F3, 3; an op with no micro-batch, its label or kind.
+  const opLabels = (p, i) => {
+    const k = p.kinds[p.kind[i]];
+    if (!(compute.has(k) && p.mb[i] >= 0)) return [short(opName(p, i), 60)];
+    const name = `${short(k, 24)}${p.mb[i]}`;
+    const staged = p.stage[i] >= 0 ? [`${name} · stage ${p.stage[i]}`, `${name} s${p.stage[i]}`] : [];
+    return [...staged, name, String(p.mb[i])];
+  };
   const timeAt = (k) => (makespan * k) / (N - 1);
   const LEFT = 62;
 
@@ -705,7 +738,7 @@ function timelineView(meta, A) {
     layout = panels.map((p) => {
       const rowH = Math.max(12, Math.min(30, 260 / p.rows.length));
       const spans = { y: y + 18, h: rowH * p.rows.length };
-      const mem = { y: spans.y + spans.h + 8, h: 70 };
+      const mem = { y: spans.y + spans.h + 22, h: 70 }; // room for the stash legend
       y = mem.y + mem.h + 26;
       return { p, rowH, spans, mem };
     });
@@ -760,9 +793,9 @@ function timelineView(meta, A) {
           g.lineWidth = 1;
           g.strokeRect(x + 0.5, y + 0.5, w - 1, hh - 1);
         }
-        if (w >= LABEL_PX && compute.has(p.kinds[p.kind[i]]) && hh >= 9) {
-          const text = opName(p, i);
-          if (g.measureText(text).width <= w - 4) {
+        if (w >= 8 && compute.has(p.kinds[p.kind[i]]) && hh >= 9) { // the longest that fits
+          const text = opLabels(p, i).find((t) => g.measureText(t).width <= w - 3);
+          if (text) {
             g.fillStyle = p.kinds[p.kind[i]] === "B" || p.mb[i] < 0 ? "white" : "#1a1a1a";
             g.fillText(text, x + w / 2, y + hh / 2);
           }
@@ -779,7 +812,7 @@ function timelineView(meta, A) {
       g.fillStyle = "#111";
       g.textAlign = "left";
       g.font = "bold 12px sans-serif";
-      g.fillText(p.title, LEFT, L.spans.y - 6);
+      g.fillText(short(p.title, 150), LEFT, L.spans.y - 6);
       view.drawMemory(g, L);
       g.textAlign = "center";
       g.font = "10px sans-serif";
@@ -827,7 +860,7 @@ function timelineView(meta, A) {
           ctx.stroke();
           const p = L.p;
           p.memT.forEach((ts, j) => { // each IPU's stash now
-            ctx.fillStyle = IPU_COLOURS[j % IPU_COLOURS.length];
+            ctx.fillStyle = ipuColour(j, p.memT.length);
             ctx.beginPath();
             ctx.arc(xt, L.memY(stashAt(ts, p.memV[j], t)), 4, 0, 2 * Math.PI);
             ctx.fill();
@@ -855,7 +888,7 @@ function timelineView(meta, A) {
       ctx.clip();
       p.memT.forEach((ts, j) => {
         const vs = p.memV[j];
-        ctx.strokeStyle = IPU_COLOURS[j % IPU_COLOURS.length];
+        ctx.strokeStyle = ipuColour(j, p.memory.length);
         ctx.lineWidth = 1.5;
         ctx.beginPath();
         ctx.moveTo(X(0), Y(0));
@@ -877,6 +910,28 @@ function timelineView(meta, A) {
       ctx.fillText("stashed", LEFT - 6, m.y + m.h / 2 + 2);
       ctx.fillText(kib ? "(KiB)" : "(micro-b.)", LEFT - 6, m.y + m.h / 2 + 14);
       ctx.fillText("0", LEFT - 6, m.y + m.h);
+      // the legend of the stash lines, one entry per IPU
+      ctx.textAlign = "left";
+      ctx.font = "11px sans-serif";
+      const ly = m.y - 7;
+      const head = `stashed ${kib ? "KiB" : "micro-batches"} per IPU (dot: at the play head):`;
+      ctx.fillText(head, LEFT, ly);
+      let lx = LEFT + ctx.measureText(head).width + 12;
+      for (let j = 0; j < p.memory.length; j++) {
+        const text = `IPU ${p.memory[j].ipu}`;
+        if (lx + 22 + ctx.measureText(text).width > W - 20) { // no room for more: say so
+          ctx.fillText(`… IPU ${p.memory[p.memory.length - 1].ipu}: the lightest`, lx, ly);
+          break;
+        }
+        ctx.strokeStyle = ipuColour(j, p.memory.length);
+        ctx.lineWidth = 2.5;
+        ctx.beginPath();
+        ctx.moveTo(lx, ly - 4);
+        ctx.lineTo(lx + 18, ly - 4);
+        ctx.stroke();
+        ctx.fillText(text, lx + 22, ly);
+        lx += 22 + ctx.measureText(text).width + 14;
+      }
     },
     hit(x, y) {
       for (const L of layout) {
@@ -904,11 +959,11 @@ function timelineView(meta, A) {
       const k = p.kinds[p.kind[i]];
       const u = meta.time_unit;
       const what = compute.has(k) && p.mb[i] >= 0 ? `${k}${p.mb[i]}` : k;
-      return `<b>${esc(what)}</b> on IPU ${p.ipu[i]}` +
-        (p.labels && p.labels[i] && p.labels[i] !== what ? ` — ${esc(p.labels[i])}` : "") + "<br>" +
-        `stage ${p.stage[i] >= 0 ? p.stage[i] : "–"} · micro-batch ${p.mb[i] >= 0 ? p.mb[i] : "–"}<br>` +
-        `start ${fmtTime(p.start[i])} ${u} · duration ${fmtTime(p.dur[i])} ${u}<br>` +
-        `${fmt(p.bytes[i])} bytes`;
+      const label = p.labels && p.labels[i] && p.labels[i] !== what ? ` — ${p.labels[i]}` : "";
+      return [h("b", {}, what), ` on IPU ${p.ipu[i]}${label}`, h("br"),
+        `stage ${p.stage[i] >= 0 ? p.stage[i] : "–"} · micro-batch ${p.mb[i] >= 0 ? p.mb[i] : "–"}`,
+        h("br"), `start ${fmtTime(p.start[i])} ${u} · duration ${fmtTime(p.dur[i])} ${u}`,
+        h("br"), `${fmt(p.bytes[i])} bytes`];
     },
     select(item) {
       const p = panels[item.panel];
@@ -958,13 +1013,13 @@ function timelineView(meta, A) {
         const running = [];
         for (let i = 0; i < p.num_spans; i++) {
           const kk = p.kinds[p.kind[i]];
-          if (compute.has(kk) && p.start[i] <= t && t < p.start[i] + p.dur[i]) running.push([p.ipu[i], `IPU ${p.ipu[i]}: ${opName(p, i)}`]);
+          if (compute.has(kk) && p.start[i] <= t && t < p.start[i] + p.dur[i]) running.push([p.ipu[i], `IPU ${p.ipu[i]}: ${short(opName(p, i), 80)}`]);
         }
         running.sort((a, b) => a[0] - b[0]);
         const stash = p.memT.map((ts, j) => `IPU ${p.memory[j].ipu}: ${fmt(stashAt(ts, p.memV[j], t))}`).join(", ");
-        return `<b>${esc(p.title)}</b> — at the play head: ${running.map((r) => r[1]).join(", ") || "no op running"}. ` +
-          `Stashed (${p.stash_unit}): ${stash}.`;
-      }).join("<br>");
+        return [h("b", {}, short(p.title)), ` — at the play head: ${running.map((r) => r[1]).join(", ") || "no op running"}. ` +
+          `Stashed (${p.stash_unit}): ${stash}.`, h("br")];
+      });
     },
   };
   return view;
@@ -987,28 +1042,32 @@ function niceTicks(lo, hi, most) {
 function fmtTime(v) { return Math.abs(v) >= 100 || Number.isInteger(v) ? fmt(v) : fmt(v, 1); }
 
 function measuresHelp(meta) {
+  const pc = (x) => `${(100 * x).toFixed(1)}%`;
   const rows = meta.panels.map((p) => {
     const m = p.measures;
-    return `<tr><td>${esc(p.title)}</td><td>${(100 * m.total).toFixed(1)}%</td>` +
-      `<td>${(100 * m.ideal).toFixed(1)}%</td><td>${(100 * m.span).toFixed(1)}%</td>` +
-      `<td>${(100 * m.utilisation).toFixed(1)}%</td><td>${(1 + m.ideal).toFixed(2)}×</td></tr>`;
-  }).join("");
+    return tr(short(p.title), pc(m.total), pc(m.ideal), pc(m.span), pc(m.utilisation),
+      `${(1 + m.ideal).toFixed(2)}×`);
+  });
   const example = meta.panels.find((p) => p.measures.ideal > 1);
   const above = example
     ? `Here "${(100 * example.measures.ideal).toFixed(1)}% of ideal" means the run lasts ` +
-      `${(1 + example.measures.ideal).toFixed(2)}× the ideal time.` : "";
+      `${(1 + example.measures.ideal).toFixed(2)}× the ideal time. ` : "";
+  const b = (text) => h("b", {}, text);
   return h("details", { class: "ipukit-help", open: "" },
     h("summary", {}, "Bubble measures: what the percentages mean"),
-    Object.assign(h("div"), { innerHTML:
-      `<table class="ipukit-measures"><tr><th></th><th>bubble ÷ total</th><th>bubble ÷ ideal</th>` +
-      `<th>span</th><th>utilisation</th><th>run ÷ ideal</th></tr>${rows}</table>` +
-      "<p>The <b>bubble</b> is the time the IPUs sit idle. <b>Ideal time</b> is the busiest " +
-      "IPU's own work (the run could not be shorter). <b>Bubble ÷ total</b> is the share of " +
-      "the run that is bubble (always below 100%). <b>Bubble ÷ ideal</b> compares the bubble " +
-      "with the ideal time: <b>above 100% the IPUs wait longer than the busiest one works</b>, " +
-      `and the run takes (1 + that fraction) × the ideal time. ${above} <b>Span</b> is the ` +
-      "same as bubble ÷ total but measured per stage, from its first to its last op " +
-      "(the zero-bubble paper's measure). <b>Utilisation</b> is busy time ÷ (IPUs × run time).</p>" }));
+    h("div", {},
+      h("table", { class: "ipukit-measures" },
+        h("tr", {}, ["", "bubble ÷ total", "bubble ÷ ideal", "span", "utilisation",
+          "run ÷ ideal"].map((t) => h("th", {}, t))), rows),
+      h("p", {}, "The ", b("bubble"), " is the time the IPUs sit idle. ", b("Ideal time"),
+        " is the busiest IPU's own work (the run could not be shorter). ", b("Bubble ÷ total"),
+        " is the share of the run that is bubble (always below 100%). ", b("Bubble ÷ ideal"),
+        " compares the bubble with the ideal time: ",
+        b("above 100% the IPUs wait longer than the busiest one works"),
+        `, and the run takes (1 + that fraction) × the ideal time. ${above}`, b("Span"),
+        " is the same as bubble ÷ total but measured per stage, from its first to its last " +
+        "op (the zero-bubble paper's measure). ", b("Utilisation"),
+        " is busy time ÷ (IPUs × run time).")));
 }
 
 function timelineControls(model, meta) {
@@ -1072,6 +1131,7 @@ function memoryView(meta, A) {
   const view = {
     kind: "memory",
     numFrames: names.length,
+    playAll: true, // Play shows every category, from the total
     extraControls: buttons,
     height: () => 360,
     resized(w, hgt) {
@@ -1085,11 +1145,9 @@ function memoryView(meta, A) {
     },
     drawFrame(ctx, k, w) {
       const v = cache[k];
-      // emptiest to fullest tile (as ipukit.report.tile_memory_map), so small differences show
-      let lo = Infinity;
-      let top = -Infinity;
-      for (let t = 0; t < T; t++) { lo = Math.min(lo, v[t]); top = Math.max(top, v[t]); }
-      const level = (x) => (top > lo ? (x - lo) / (top - lo) : 0);
+      // one absolute scale for every category, from 0 to the fullest tile's total: equal
+      // colours are equal bytes (MemoryMap.scale)
+      const level = (x) => x / Math.max(meta.scale, 1);
       for (let t = 0; t < T; t++) {
         const [x, y] = tileXY(g, t);
         ctx.fillStyle = magma(level(v[t]));
@@ -1119,8 +1177,8 @@ function memoryView(meta, A) {
       ctx.fillStyle = "#333";
       ctx.font = "11px sans-serif";
       ctx.textAlign = "left";
-      ctx.fillText(`${top > lo ? `${fmt(lo)} … ${fmt(top)}` : `every tile ${fmt(top)}`} B (${esc(names[k])}; a tile has ${fmt(meta.bytes_per_tile / 1024)} KiB)`,
-        g.x0 + 210, cy + 9);
+      ctx.fillText(`0 … ${fmt(meta.scale)} B: one scale for every category (the fullest tile's ` +
+        `total; a tile has ${fmt(meta.bytes_per_tile / 1024)} KiB)`, g.x0 + 210, cy + 9);
       this.drawBars(ctx);
     },
     drawBars(ctx) {
@@ -1149,16 +1207,16 @@ function memoryView(meta, A) {
         ctx.fillStyle = meta.category_colours[c] || "#999";
         ctx.fillRect(b.x0, y, 10, 10);
         ctx.fillStyle = "#333";
-        ctx.fillText(c, b.x0 + 14, y + 9);
+        ctx.fillText(short(c, 60), b.x0 + 14, y + 9);
       });
     },
     hit(x, y) { const t = tileAt(g, x, y); return t >= 0 ? { tile: t } : null; },
     tooltip(item, k) {
       const t = item.tile;
-      const rows = cats.map((c, j) => `<tr><td>${esc(c)}</td><td>${fmt(A.memory[j * T + t])} B</td></tr>`).join("");
-      return `<b>tile ${t}</b> (IPU ${Math.floor(t / meta.layout.tiles_per_ipu)}): ` +
-        `${fmt(cache[0][t])} B, ${(100 * cache[0][t] / meta.bytes_per_tile).toFixed(1)}% full` +
-        `<table class="ipukit-mem">${rows}</table>`;
+      const rows = cats.map((c, j) => tr(c, `${fmt(A.memory[j * T + t])} B`));
+      return [h("b", {}, `tile ${t}`), ` (IPU ${Math.floor(t / meta.layout.tiles_per_ipu)}): ` +
+        `${fmt(cache[0][t])} B, ${(100 * cache[0][t] / meta.bytes_per_tile).toFixed(1)}% full`,
+      h("table", { class: "ipukit-mem" }, rows)];
     },
     select: () => null,
     selection(item) {
@@ -1168,12 +1226,17 @@ function memoryView(meta, A) {
       return out;
     },
     readout: (k) => names[k],
-    header: (k) => `<span class="ipukit-title">Tile memory: ${esc(names[k])} (${meta.layout.num_ipus} IPU${meta.layout.num_ipus > 1 ? "s" : ""} × ${fmt(meta.layout.tiles_per_ipu)} tiles)</span>`,
+    header: (k) => h("span", { class: "ipukit-title" }, `Tile memory: ${short(names[k])} ` +
+      `(${meta.layout.num_ipus} IPU${meta.layout.num_ipus > 1 ? "s" : ""} × ` +
+      `${fmt(meta.layout.tiles_per_ipu)} tiles)`),
     caption(k) {
-      const rows = worst(k, 5).map((t) => `<tr><td>${t}</td><td>${Math.floor(t / meta.layout.tiles_per_ipu)}</td>` +
-        `<td>${fmt(cache[k][t])}</td><td>${(100 * cache[0][t] / meta.bytes_per_tile).toFixed(1)}%</td></tr>\n`).join("");
-      return `<table class="ipukit-worst">\n<caption>Fullest tiles (${esc(names[k])})</caption>\n` +
-        `<tr><th>tile</th> <th>IPU</th> <th>bytes</th> <th>tile full (all categories)</th></tr>\n${rows}</table>`;
+      // the title is the table's caption and the header a spaced, ruled row (copied as
+      // text it reads "tile IPU bytes ...", not one word)
+      const rows = worst(k, 5).map((t) => [tr(String(t), String(Math.floor(t / meta.layout.tiles_per_ipu)),
+        fmt(cache[k][t]), `${(100 * cache[0][t] / meta.bytes_per_tile).toFixed(1)}%`), "\n"]);
+      const head = ["tile", "IPU", "bytes", "tile full (all categories)"].map((t) => [h("th", {}, t), " "]);
+      return h("table", { class: "ipukit-worst" }, "\n",
+        h("caption", {}, `Fullest tiles (${short(names[k])})`), "\n", h("tr", {}, head), "\n", rows);
     },
   };
   return view;
@@ -1195,7 +1258,7 @@ function build(model, el) {
     const box = view.extraControls;
     const buttons = meta.names.map((name, k) => h("button", { type: "button",
       "data-frame": String(k), "aria-pressed": "false",
-      onclick: () => { model.set("frame", k); model.save_changes(); } }, name));
+      onclick: () => { model.set("frame", k); model.save_changes(); } }, short(name, 60)));
     box.append(...buttons);
     const mark = () => buttons.forEach((b, k) => b.setAttribute("aria-pressed",
       String(k === Number(view.root.dataset.ipukitFrame))));
