@@ -2,8 +2,8 @@
 
 Lessons 01-06 show Poplar C++ (a Graph, an Engine, codelets where they have vertices);
 07-12 show PopTorch and/or TensorFlow for IPU. Each such cell labels what ipukit does
-differently with the kit's marker, "(kit convention)". The code is not compiled here: at least the Python parses
-and the C++ brackets balance.
+differently with the kit's marker, "(kit convention)". The code is not compiled here: at
+least the Python parses and the C++ brackets balance.
 """
 
 import ast
