@@ -387,8 +387,8 @@ MODES = ("RecomputeThenBackpropagate", "RecomputeAndBackpropagateInterleaved")
 
 
 def checkpointed_peak(act_bytes, input_bytes, in_flight, mode, checkpoints) -> int:
-    """A stage's peak stash with recomputation checkpoints (kit convention for the
-    liveness). In ``RecomputeThenBackpropagate`` checkpoints have no effect (TensorFlow's
+    """A stage's peak stash with recomputation checkpoints (kit convention: the
+    liveness model). In ``RecomputeThenBackpropagate`` checkpoints have no effect (TensorFlow's
     ``recomputation_checkpoint`` docstring): each of the ``in_flight`` micro-batches
     stashes its input and the backward recomputes every activation at once. In
     ``RecomputeAndBackpropagateInterleaved`` each micro-batch also stashes the
