@@ -514,12 +514,13 @@ def test_unsplit_backward_takes_t_b_plus_t_w():
 
 
 @pytest.mark.parametrize("kind,n,count,v,match", [
-    ("interleaved_1f1b", 4, 8, None, "virtual_stages is None.*Use virtual_stages=2"),
+    ("interleaved_1f1b", 4, 8, None, "virtual_stages is not given.*Use virtual_stages=2"),
     ("interleaved_1f1b", 4, 8, 1, "virtual_stages is 1.*Use virtual_stages=2"),
     ("interleaved_1f1b", 1, 4, 2, "pipeline-model-parallel size should be greater than 1"),
     ("interleaved_1f1b", 4, 6, 2, r"number of microbatches \(6\) is not divisible by "
-                                  r"pipeline-model-parallel-size \(4\).*Use 4 or 8"),
-    ("interleaved_1f1b", 4, 3, 2, r"not divisible.*Use 4\."),
+                                  r"pipeline-model-parallel-size \(4\).*"
+                                  "Use gradient_accumulation 4 or 8"),
+    ("interleaved_1f1b", 4, 3, 2, r"not divisible.*Use gradient_accumulation 4\."),
     ("zb_v", 4, 8, 3, "ZBV requires exactly 2 stages per rank, but got 3.*virtual_stages=2"),
     ("dualpipev", 4, 8, 1, "ZBV requires exactly 2 stages per rank, but got 1"),
     ("dualpipev", 4, 7, None, "DualPipeV requires at least as many microbatches as stages, "

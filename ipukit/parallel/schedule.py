@@ -67,6 +67,7 @@ training). Use 16 or 24.
 from __future__ import annotations
 
 import enum
+import math
 import numbers
 from dataclasses import dataclass
 from fractions import Fraction
@@ -87,11 +88,6 @@ ALL_KINDS = KINDS + BEYOND_GRAPHCORE
 LOCKSTEP = ("grouped", "interleaved", "sequential", "poptorch")
 #: The schedules whose backward is split into B (input gradient) and W (weight gradient).
 SPLIT = ("zb_h1", "zb_v", "dualpipev")
-#: Each kind's class in ``torch.distributed.pipelining.schedules``.
-TORCH_NAMES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B",
-               "interleaved_1f1b": "ScheduleInterleaved1F1B",
-               "zb_h1": "ScheduleInterleavedZeroBubble", "zb_v": "ScheduleZBVZeroBubble",
-               "dualpipev": "ScheduleDualPipeV"}
 
 
 class RecomputationMode(enum.Enum):
@@ -212,9 +208,10 @@ class Schedule:
         """Start and end time of every op (numpy arrays aligned with ``ops``).
 
         ``t_F``/``t_B``/``t_R``/``t_W`` are one duration or one per IPU (``t_R`` defaults to
-        t_F, ``t_W`` to 0). A W op takes ``t_W``; an unsplit schedule's B takes
-        ``t_B + t_W``, so every kind does the same work; a chunk of a v-chunk schedule
-        takes 1/v of these times.
+        t_F). (kit convention: ``t_W`` defaults to 0, ``t_B`` being the whole backward.)
+        A W op takes ``t_W``; an unsplit schedule's B takes ``t_B + t_W``, so
+        every kind does the same work. (kit convention: a chunk of a v-chunk schedule
+        takes 1/v of its IPU's times, the chunks being equal.)
         """
         n = self.num_stages
         f, b = _per_stage(t_F, n, "t_F"), _per_stage(t_B, n, "t_B")
@@ -341,7 +338,7 @@ def _number(x):
 
 def _bytes(value, what: str) -> Fraction:
     if not isinstance(value, numbers.Real) or isinstance(value, bool) or not (
-            np.isfinite(value) and value >= 0):
+            math.isfinite(value) and value >= 0):
         raise PipelineConfigError(f"{what} = {value!r}: give a number of bytes >= 0")
     return Fraction(value)
 
@@ -434,7 +431,8 @@ def _async(ops, dur, ipus, send):
 def schedule(kind: str, num_stages: int, gradient_accumulation: int, training: bool = True,
              recomputation: bool = False, recomputation_mode=None,
              virtual_stages: int | None = None) -> Schedule:
-    """The schedule of ``kind`` for ``num_stages`` IPUs (stage k on IPU k).
+    """The schedule of ``kind`` for ``num_stages`` IPUs (stage k on IPU k, or the chunks
+    as :meth:`Schedule.ipu_of` places them).
 
     ``gradient_accumulation`` is the number of micro-batches per pipeline run
     (TensorFlow's ``gradient_accumulation_count``, PopTorch's ``gradientAccumulation``;
@@ -488,9 +486,10 @@ def _check_virtual_stages(kind, n, g, v) -> int:
     if kind == "interleaved_1f1b":
         if v is None or v < 2:
             raise PipelineConfigError(
-                f"virtual_stages is {v}, but the interleaved 1F1B schedule holds several "
-                "model chunks per IPU (Megatron's --virtual-pipeline-model-parallel-size) "
-                f"{where}. Use virtual_stages=2 or more.")
+                f"virtual_stages is {'not given' if v is None else v}, but the interleaved "
+                "1F1B schedule holds several model chunks per IPU (Megatron's "
+                f"--virtual-pipeline-model-parallel-size) {where}. Use virtual_stages=2 or "
+                "more.")
         if n < 2:  # Megatron parallel_state.initialize_model_parallel
             raise PipelineConfigError(
                 "pipeline-model-parallel size should be greater than 1 with interleaved "
@@ -500,7 +499,7 @@ def _check_virtual_stages(kind, n, g, v) -> int:
             raise PipelineConfigError(
                 f"number of microbatches ({g}) is not divisible by pipeline-model-parallel-"
                 f"size ({n}) when using interleaved schedule {where}: micro-batches go "
-                f"through the chunks in groups of {n}. Use "
+                f"through the chunks in groups of {n}. Use gradient_accumulation "
                 + (f"{lo} or {hi}." if lo else f"{hi}."))
         return v
     if kind in orders_of.V_SHAPED:

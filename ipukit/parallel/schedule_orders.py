@@ -12,10 +12,14 @@ the split schedules (ZB-H1, ZB-V, DualPipeV), ``"W"`` the backward for its weigh
   ``(k mod pv) // p`` on micro-batch ``(k // pv)*p + k mod p``; after a warm-up of
   ``2(p-1-r) + (v-1)p`` forwards (at most mv) it runs one forward, one backward; the k-th
   backward runs chunk ``v-1-`` that of the k-th forward (Megatron ``schedules.py``,
-  ``get_pp_rank_microbatches`` and ``get_schedule_table``).
+  ``get_pp_rank_microbatches`` and ``get_schedule_table``, micro-batch groups of p, as
+  torch's ``_get_warmup_ops``; Megatron before 2024 ran every forward first when m == p:
+  the same makespan, more memory on the last IPUs).
 * ``zb_h1`` (the zero-bubble paper's ZB-H1, torch's ``ScheduleInterleavedZeroBubble`` with
   one stage per IPU): 1F1B's order with every backward split; IPU r leaves the W of its
-  first r backwards for later, so W ops fill the cool-down bubble.
+  first r backwards for later, so W ops fill the cool-down bubble. (sail-sg's
+  ``zb-h1-quick-start`` patch of Megatron runs a variant that keeps IPU 0's backwards
+  whole, for tensor parallelism; the kit runs the paper's.)
 * ``zb_v`` (ZB-V, torch's ``ScheduleZBVZeroBubble``, sail-sg's ``handcrafted_zb_v.py``): two
   chunks per IPU in a V, IPU r holding stages r and 2p-1-r.
 * ``dualpipev`` (DeepSeek's DualPipeV, torch's ``ScheduleDualPipeV``): the V placement, the
