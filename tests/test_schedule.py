@@ -460,6 +460,43 @@ def test_zero_bubble_papers_profiled_times():
         pytest.approx(190.897)
 
 
+def test_dualpipev_bubbles_are_deepseeks():
+    # deepseek-ai/DualPipe README, images/dualpipev.png (4 ranks, 10 micro-batches, one
+    # cell per chunk op): 6, 5, 4 and 3 idle cells inside each device's span; the README's
+    # bubble (PP/2 - 1)(F&B + B - 3W) with PP = 2p stages, F, B (full), W per chunk and,
+    # as the kit runs a pair, F&B = F + B, for T_F = T_B = T_W.
+    s = schedule("dualpipev", 4, 10)
+    start, end = s.timing(2, 2, t_W=2)  # a chunk op: one cell
+    idle = []
+    for q in range(4):
+        mine = [i for i, o in enumerate(s.ops) if o.ipu == q]
+        idle.append(end[mine].max() - start[mine].min() - (end - start)[mine].sum())
+    assert idle == [6, 5, 4, 3]
+    for p, m in ((2, 4), (3, 8), (4, 16), (8, 16), (5, 13)):
+        f, b, w = 0.5, 1.0, 0.5  # t = 1: a chunk half of it; the full B is B + W
+        assert span_bubble(schedule("dualpipev", p, m), 1, 1, t_W=1) == \
+            pytest.approx((2 * p / 2 - 1) * ((f + b) + b - 3 * w))
+
+
+def test_fused_units_start_together_and_send_at_their_end():
+    # DualPipe's _forward_backward_chunk (and a full backward) receives every input, runs,
+    # then sends every output: a unit's outputs leave when its last op ends
+    s = schedule("dualpipev", 3, 8)
+    assert s.fused and all(len(u) in (2, 3) for u in s.fused)
+    start, end = s.timing(1, 2, t_W=0.5)
+    at = {(o.phase, o.stage, o.microbatch): (a, e) for o, a, e in zip(s.ops, start, end)}
+    for unit in s.fused:
+        assert [at[k][0] for k in unit[1:]] == [at[k][1] for k in unit[:-1]]  # in a row
+        unit_end = at[unit[-1]][1]
+        for ph, k, m in unit:  # the next stage's F, the previous stage's B wait for it
+            user = {"F": ("F", k + 1, m), "B": ("B", k - 1, m)}.get(ph)
+            if user in at and user not in unit:
+                assert at[user][0] >= unit_end
+    with_r = schedule("dualpipev", 3, 8, recomputation=True)
+    assert all(u.index(("R",) + k[1:]) == u.index(k) - 1 for u in with_r.fused
+               for k in u if k[0] == "B")
+
+
 @pytest.mark.parametrize("p,m", [(4, 8), (8, 24), (3, 5), (6, 6)])
 def test_activation_bytes_are_the_papers(p, m):
     mb, mw = 1000, 370
@@ -639,6 +676,11 @@ def test_every_kind_is_a_valid_schedule(s, t_f, t_b, t_w):
                  + ([("B", k + 1, m)] if k < n - 1 else []),
                  "W": [("B", k, m)]}[ph]
         assert all(at[d][1] <= a + 1e-9 for d in needs), (ph, k, m)
+    for unit in s.fused:  # a unit's outputs leave when its last op ends
+        for ph, k, m in unit:
+            user = {"F": ("F", k + 1, m), "B": ("B", k - 1, m)}.get(ph)
+            if user in at and user not in unit:
+                assert at[user][0] >= at[unit[-1]][1] - 1e-9
     for q in range(p):
         mine = sorted((a, e) for o, a, e in zip(s.ops, start, end) if o.ipu == q)
         assert all(e1 <= a2 + 1e-9 for (_, e1), (a2, _) in zip(mine, mine[1:]))

@@ -4,41 +4,46 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipukit.parallel.schedule_orders import orders, stage_ipu
+from ipukit.parallel.schedule_orders import orders, stage_ipu, units
 
 # deepseek-ai/DualPipe README.md, images/dualpipev.png: "Example DualPipeV scheduling for 4
 # PP ranks (8 PP stages) and 10 micro-batches", transcribed cell by cell. Upper case is
 # chunk 0 (stage r, black numbers), lower case chunk 1 (stage 2p-1-r, white numbers); F is
-# forward, B a backward cell (for input, or a full backward), W a "backward for weights"
-# cell; an overlapped forward-and-backward cell is its F, then its B.
+# a forward, B a backward cell (for input, or a full backward), W a "backward for weights"
+# cell; "+" joins the two halves of an overlapped forward-and-backward cell.
 DUALPIPEV_FIGURE = [
-    "F0 F1 F2 F3 F4 F5 F6 f0 b0 w0 f1 b1 w1 f2 b2 w2 f3 F7 b3 f4 B0 F8 b4 f5 B1 F9 b5 f6 B2 "
-    "b6 f7 B3 b7 f8 B4 b8 f9 B5 b9 B6 W6 B7 W7 B8 W8 B9 W9",
-    "F0 F1 F2 F3 F4 f0 F5 f1 b0 w0 f2 b1 w1 f3 F6 b2 f4 B0 F7 b3 f5 B1 F8 b4 f6 B2 F9 b5 f7 "
-    "B3 b6 f8 B4 b7 f9 B5 b8 B6 b9 B7 w9 B8 W7 B9 W8 W9",
-    "F0 F1 F2 f0 F3 f1 F4 f2 b0 w0 f3 F5 b1 f4 B0 F6 b2 f5 B1 F7 b3 f6 B2 F8 b4 f7 B3 F9 b5 "
-    "f8 B4 b6 f9 B5 b7 B6 b8 B7 b9 B8 W7 B9 w9 W8 W9",
-    "F0 f0 F1 f1 F2 f2 F3 f3 F4 b0 f4 B0 F5 b1 f5 B1 F6 b2 f6 B2 F7 b3 f7 B3 F8 b4 f8 B4 F9 "
-    "b5 f9 B5 b6 B6 b7 B7 b8 B8 b9 B9 w8 W8 w9 W9",
+    "F0 F1 F2 F3 F4 F5 F6 f0 b0 w0 f1 b1 w1 f2 b2 w2 f3 F7+b3 f4+B0 F8+b4 f5+B1 F9+b5 "
+    "f6+B2 b6 f7+B3 b7 f8+B4 b8 f9+B5 b9 B6 W6 B7 W7 B8 W8 B9 W9",
+    "F0 F1 F2 F3 F4 f0 F5 f1 b0 w0 f2 b1 w1 f3 F6+b2 f4+B0 F7+b3 f5+B1 F8+b4 f6+B2 F9+b5 "
+    "f7+B3 b6 f8+B4 b7 f9+B5 b8 B6 b9 B7 w9 B8 W7 B9 W8 W9",
+    "F0 F1 F2 f0 F3 f1 F4 f2 b0 w0 f3 F5+b1 f4+B0 F6+b2 f5+B1 F7+b3 f6+B2 F8+b4 f7+B3 "
+    "F9+b5 f8+B4 b6 f9+B5 b7 B6 b8 B7 b9 B8 W7 B9 w9 W8 W9",
+    "F0 f0 F1 f1 F2 f2 F3 f3 F4 b0 f4+B0 F5+b1 f5+B1 F6+b2 f6+B2 F7+b3 f7+B3 F8+b4 f8+B4 "
+    "F9+b5 f9+B5 b6 B6 b7 B7 b8 B8 b9 B9 w8 W8 w9 W9",
 ]
 
 
 def from_figure(cells: str, p: int, r: int):
-    """The figure's cells as (phase, stage, micro-batch); a backward with no W cell of its
-    own is a full backward: its W follows it at once."""
-    tokens = cells.split()
-    out = []
-    for tok in tokens:
-        stage = r if tok[0].isupper() else 2 * p - 1 - r
-        out.append((tok[0].upper(), stage, int(tok[1:])))
-        if tok[0] in "Bb" and tok.replace(tok[0], "w" if tok[0] == "b" else "W") not in tokens:
-            out.append(("W", stage, int(tok[1:])))
-    return out
+    """The figure's cells as units of (phase, stage, micro-batch): a backward with no W
+    cell of its own is a full backward, its W run with it; an overlapped cell is one unit."""
+    tokens = cells.replace("+", " ").split()
+    units = []
+    for cell in cells.split():
+        unit = []
+        for tok in cell.split("+"):
+            stage = r if tok[0].isupper() else 2 * p - 1 - r
+            unit.append((tok[0].upper(), stage, int(tok[1:])))
+            if tok[0] in "Bb" and {"B": "W", "b": "w"}[tok[0]] + tok[1:] not in tokens:
+                unit.append(("W", stage, int(tok[1:])))
+        units.append(tuple(unit))
+    return units
 
 
 @pytest.mark.parametrize("r", range(4))
 def test_dualpipev_is_deepseeks_figure(r):
-    assert orders("dualpipev", 4, 10, 2)[r] == from_figure(DUALPIPEV_FIGURE[r], 4, r)
+    assert units("dualpipev", 4, 10, 2)[r] == from_figure(DUALPIPEV_FIGURE[r], 4, r)
+    assert orders("dualpipev", 4, 10, 2)[r] == [op for u in units("dualpipev", 4, 10, 2)[r]
+                                                for op in u]
 
 
 def test_megatron_warmup_counts():

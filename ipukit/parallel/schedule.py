@@ -179,6 +179,10 @@ class Schedule:
     #: The :class:`RecomputationMode` name in use (``""`` without recomputation).
     recomputation_mode: str = ""
     virtual_stages: int = 1
+    #: Ops that run as one unit on their IPU, as ``(phase, stage, microbatch)`` keys: the
+    #: unit starts when the inputs of all have arrived and its outputs leave when its last
+    #: op ends (DualPipeV's full backwards and overlapped forward-and-backward pairs).
+    fused: tuple = ()
 
     @property
     def lockstep(self) -> bool:
@@ -367,7 +371,8 @@ def simulate(sched: Schedule, dur, ipus=None, send=None, sync=0.0):
     the ops that use it wait). Lock-step schedules end each step with a ``sync`` of every
     IPU; within a step each IPU runs its ops one after another. Asynchronous schedules
     start an op when its IPUs are free and its inputs have arrived: F of stage s needs F of
-    s-1, B of s needs F (or R) of s and B of s+1, W of s needs B of s.
+    s-1, B of s needs F (or R) of s and B of s+1, W of s needs B of s; the ops of a
+    ``fused`` unit start together, one after another, and send when the last ends.
     """
     ops = sched.ops
     dur = np.asarray(dur, dtype=np.float64)
@@ -376,7 +381,7 @@ def simulate(sched: Schedule, dur, ipus=None, send=None, sync=0.0):
         ipus = [(o.ipu,) for o in ops]
     if sched.lockstep:
         return _lockstep(ops, sched.num_steps, dur, ipus, send, sync)
-    return _async(ops, dur, ipus, send)
+    return _async(ops, dur, ipus, send, sched.fused)
 
 
 def _lockstep(ops, num_steps, dur, ipus, send, sync):
@@ -396,7 +401,7 @@ def _lockstep(ops, num_steps, dur, ipus, send, sync):
     return start, start + dur
 
 
-def _async(ops, dur, ipus, send):
+def _async(ops, dur, ipus, send, fused=()):
     n = max(o.stage for o in ops) + 1
     g = max(o.microbatch for o in ops) + 1
     end = {ph: [0.0] * (n * g) for ph in "FRBW"}  # when the op ends, per stage * g + mb
@@ -404,24 +409,50 @@ def _async(ops, dur, ipus, send):
     free: dict[int, float] = {}
     start = np.empty(len(ops))
     dur, send = dur.tolist(), send.tolist()
-    for i, (_, _, phase, k, m) in enumerate(ops):  # ops are in a dependency-respecting order
-        t = max(free.get(q, 0.0) for q in ipus[i])
-        j = k * g + m
-        if phase == "F" and k > 0:
-            t = max(t, ready["F"][j - g])
-        elif phase == "B":
-            t = max(t, end["R"][j] or end["F"][j])
-            if k < n - 1:
-                t = max(t, ready["B"][j + g])
-        elif phase == "W":  # the weight gradient needs its B
-            t = max(t, end["B"][j])
-        start[i] = t
-        end[phase][j] = t + dur[i]
-        if phase in ready:
-            ready[phase][j] = t + dur[i] + send[i]
-        for q in ipus[i]:
-            free[q] = t + dur[i] + send[i]
+    unit = _units_of(ops, fused)
+    timed = [False] * len(ops)
+    for i in range(len(ops)):  # ops are in a dependency-respecting order
+        if timed[i]:
+            continue
+        members = unit.get(i, (i,))
+        t = max(free.get(q, 0.0) for j in members for q in ipus[j])
+        for j in members:  # the inputs from outside the unit (those inside are 0 yet)
+            _, _, phase, k, m = ops[j]
+            jj = k * g + m
+            if phase == "F" and k > 0:
+                t = max(t, ready["F"][jj - g])
+            elif phase == "B":
+                t = max(t, end["R"][jj] or end["F"][jj])
+                if k < n - 1:
+                    t = max(t, ready["B"][jj + g])
+            elif phase == "W":  # the weight gradient needs its B
+                t = max(t, end["B"][jj])
+        for j in members:  # one after another
+            _, _, phase, k, m = ops[j]
+            start[j] = t
+            t += dur[j]
+            end[phase][k * g + m] = t
+            timed[j] = True
+        for j in members:  # the outputs leave when the unit ends
+            _, _, phase, k, m = ops[j]
+            if phase in ready:
+                ready[phase][k * g + m] = t + send[j]
+        for q in {q for j in members for q in ipus[j]}:
+            free[q] = t + max(send[j] for j in members)
     return start, start + np.asarray(dur)
+
+
+def _units_of(ops, fused) -> dict[int, tuple[int, ...]]:
+    """Op index -> the indices of its fused unit, in order (ops not fused are absent)."""
+    if not fused:
+        return {}
+    index = {(o.phase, o.stage, o.microbatch): i for i, o in enumerate(ops)}
+    out = {}
+    for keys in fused:
+        members = tuple(sorted(index[key] for key in keys))
+        for i in members:
+            out[i] = members
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -458,12 +489,15 @@ def schedule(kind: str, num_stages: int, gradient_accumulation: int, training: b
     v = _check_virtual_stages(kind, n, g, virtual_stages)
     _check_count(kind, n, g, training)
     mode = resolve_recomputation_mode(kind, recomputation_mode)
+    fused: tuple = ()
     if kind in BEYOND_GRAPHCORE:
-        ops = _timed(kind, n, orders_of.orders(kind, n, g, v), training)
+        ops, fused = _timed(kind, orders_of.units(kind, n, g, v), training)
     else:
         ops = _BUILDERS[kind](n, g) if training else _inference(kind, n, g)
     if recomputation and training:
         ops = _with_recomputation(ops)
+        fused = tuple(sum(((("R",) + op[1:], op) if op[0] == "B" else (op,) for op in u), ())
+                      for u in fused)
     return Schedule(
         kind=kind,
         num_stages=n,
@@ -475,6 +509,7 @@ def schedule(kind: str, num_stages: int, gradient_accumulation: int, training: b
         recomputation=bool(recomputation and training),
         recomputation_mode=mode.name if recomputation and training else "",
         virtual_stages=v,
+        fused=fused,
     )
 
 
@@ -520,42 +555,50 @@ def _check_virtual_stages(kind, n, g, v) -> int:
     return 1
 
 
-def _timed(kind, n, orders, training) -> list[Op]:
-    """Per-IPU orders as ops in a dependency-respecting order, ``step`` being each op's
-    start when every op lasts one unit (each IPU runs its next op as soon as it can)."""
+def _timed(kind, units, training) -> tuple[list[Op], tuple]:
+    """Per-IPU units (:func:`.schedule_orders.units`) as ops in a dependency-respecting
+    order, ``step`` being each op's start when every op lasts one unit of time (each IPU
+    starts its next unit as soon as the inputs of all its ops have arrived), and the
+    fused units of several ops."""
     if not training:
-        orders = [[op for op in order if op[0] == "F"] for order in orders]
-    last = max(op[1] for order in orders for op in order)
-    began: dict[tuple, int] = {}  # op -> its step; it has ended by step + 1
-    heads = [0] * len(orders)
+        units = [[tuple(op for op in u if op[0] == "F") for u in ipu] for ipu in units]
+        units = [[u for u in ipu if u] for ipu in units]
+    last = max(op[1] for ipu in units for u in ipu for op in u)
+    done: dict[tuple, int] = {}  # op -> the step its unit ends (its outputs sent)
+    heads, busy = [0] * len(units), [0] * len(units)
     ops: list[Op] = []
-    total = sum(map(len, orders))
     t = 0
-    while len(ops) < total:
-        started = False
-        for q, order in enumerate(orders):
-            if heads[q] == len(order):
+    while any(h < len(ipu) for h, ipu in zip(heads, units)):
+        for q, ipu in enumerate(units):
+            if heads[q] == len(ipu) or busy[q] > t:
                 continue
-            phase, k, m = order[heads[q]]
-            if phase == "F":  # what it needs began before t, so has ended
-                ready = k == 0 or began.get(("F", k - 1, m), t) < t
-            elif phase == "B":
-                ready = began.get(("F", k, m), t) < t and (
-                    k == last or began.get(("B", k + 1, m), t) < t)
-            else:
-                ready = began.get(("B", k, m), t) < t
-            if ready:
-                ops.append(Op(t, q, phase, k, m))
-                began[phase, k, m] = t
+            unit = ipu[heads[q]]
+            if all(_arrived(op, unit, last, done, t) for op in unit):
+                ops += [Op(t + i, q, *op) for i, op in enumerate(unit)]
+                busy[q] = t + len(unit)
+                done.update((op, busy[q]) for op in unit)
                 heads[q] += 1
-                started = True
-        if not started:  # nothing runs, so nothing ever will
-            stuck = [f"IPU{q} at {o[heads[q]][0]}{o[heads[q]][2]} of stage {o[heads[q]][1]}"
-                     for q, o in enumerate(orders) if heads[q] < len(o)]
+        if max(busy) <= t:  # nothing started or runs, so nothing ever will
+            stuck = [f"IPU{q} at {ipu[heads[q]][0][0]}{ipu[heads[q]][0][2]} of stage "
+                     f"{ipu[heads[q]][0][1]}" for q, ipu in enumerate(units)
+                     if heads[q] < len(ipu)]
             raise PipelineConfigError(f"the {kind} schedule deadlocks at step {t}: "
                                       + ", ".join(stuck))
         t += 1
-    return ops
+    ops.sort(key=lambda o: (o.step, o.ipu))
+    return ops, tuple(u for ipu in units for u in ipu if len(u) > 1)
+
+
+def _arrived(op, unit, last, done, t) -> bool:
+    """The inputs of ``op`` from outside its unit have arrived by step ``t``."""
+    phase, k, m = op
+    if phase == "F":
+        needs = (("F", k - 1, m),) if k else ()
+    elif phase == "B":
+        needs = (("F", k, m),) + ((("B", k + 1, m),) if k < last else ())
+    else:
+        needs = (("B", k, m),)
+    return all(d in unit or done.get(d, t + 1) <= t for d in needs)
 
 
 def is_count(v, low: int = 1) -> bool:

@@ -13,8 +13,8 @@ the split schedules (ZB-H1, ZB-V, DualPipeV), ``"W"`` the backward for its weigh
   ``2(p-1-r) + (v-1)p`` forwards (at most mv) it runs one forward, one backward; the k-th
   backward runs chunk ``v-1-`` that of the k-th forward (Megatron ``schedules.py``,
   ``get_pp_rank_microbatches`` and ``get_schedule_table``, micro-batch groups of p, as
-  torch's ``_get_warmup_ops``; Megatron before 2024 ran every forward first when m == p:
-  the same makespan, more memory on the last IPUs).
+  torch's ``_get_warmup_ops``; older Megatron ran every forward first when m == p: at
+  p = m = 4, v = 2 the same makespan, 16.5, with 4 micro-batches on every IPU).
 * ``zb_h1`` (the zero-bubble paper's ZB-H1, torch's ``ScheduleInterleavedZeroBubble`` with
   one stage per IPU): 1F1B's order with every backward split; IPU r leaves the W of its
   first r backwards for later, so W ops fill the cool-down bubble. (sail-sg's
@@ -23,9 +23,10 @@ the split schedules (ZB-H1, ZB-V, DualPipeV), ``"W"`` the backward for its weigh
 * ``zb_v`` (ZB-V, torch's ``ScheduleZBVZeroBubble``, sail-sg's ``handcrafted_zb_v.py``): two
   chunks per IPU in a V, IPU r holding stages r and 2p-1-r.
 * ``dualpipev`` (DeepSeek's DualPipeV, torch's ``ScheduleDualPipeV``): the V placement, the
-  eight steps of ``dualpipev.py``; a full backward is a B then its W. (kit convention: an
-  overlapped forward-and-backward pair runs its F, then its B and W, one after another:
-  the IPU has no second stream to overlap them on.)
+  eight steps of ``dualpipev.py``; a full backward is a B then its W, run as one unit
+  (:func:`units`). (kit convention: an overlapped forward-and-backward pair is one unit
+  running its F, then its B and W, one after another: the IPU has no second stream to
+  overlap them on.)
 
 >>> orders("zb_h1", 2, 3)[1]  # IPU 1 puts off the W of its first backward
 [('F', 1, 0), ('B', 1, 0), ('F', 1, 1), ('B', 1, 1), ('W', 1, 0), ('F', 1, 2), \
@@ -45,7 +46,17 @@ Order = list  # of (phase, stage, microbatch)
 def orders(kind: str, p: int, m: int, v: int = 1) -> list[Order]:
     """Each IPU's ops in execution order for ``kind`` with p IPUs, m micro-batches and v
     chunks per IPU (arguments already checked by :func:`ipukit.parallel.schedule`)."""
-    return [_ORDERS[kind](p, m, v, r) for r in range(p)]
+    return [[op for unit in ipu for op in unit] for ipu in units(kind, p, m, v)]
+
+
+def units(kind: str, p: int, m: int, v: int = 1) -> list[list[tuple]]:
+    """:func:`orders` cut into units: tuples of ops that run as one call, starting when
+    the inputs of all have arrived and sending their outputs when the last ends. Only
+    DualPipeV has units of several ops: its full backwards (B, W) and its overlapped
+    forward-and-backward pairs (F, B, W)."""
+    if kind == "dualpipev":
+        return [_dualpipev(p, m, v, r) for r in range(p)]
+    return [[(op,) for op in _ORDERS[kind](p, m, v, r)] for r in range(p)]
 
 
 def stage_ipu(kind: str, p: int, stage: int) -> int:
@@ -126,68 +137,69 @@ def _zb_v(p, m, v, r):
 
 
 def _dualpipev(p, m, v, r):
-    # deepseek-ai/DualPipe dualpipev.py, DualPipeV.step: steps 1 to 8.
+    # deepseek-ai/DualPipe dualpipev.py, DualPipeV.step: steps 1 to 8. Each call below is
+    # one unit: one compute call of the step, whose sends go when it ends.
     s0, s1 = r, 2 * p - 1 - r
     count = defaultdict(int)
     pending: deque = deque()  # B ops whose W waits (WeightGradStore's FIFO)
-    out = []
+    units = []
 
     def forward(stage):
-        out.append(("F", stage, count["F", stage]))
         count["F", stage] += 1
+        return (("F", stage, count["F", stage] - 1),)
 
     def backward(stage, zero_bubble=False):
         mb = count["B", stage]
         count["B", stage] += 1
-        out.append(("B", stage, mb))
         if zero_bubble:
             pending.append(("W", stage, mb))
-        else:  # a full backward: its weight gradient at once
-            out.append(("W", stage, mb))
+            return (("B", stage, mb),)
+        return ("B", stage, mb), ("W", stage, mb)  # a full backward: B, then its W
 
     def weight():
         if pending:
-            out.append(pending.popleft())
+            units.append((pending.popleft(),))
+
+    def pair(f, b):  # _forward_backward_chunk: an overlapped forward and full backward
+        units.append(forward(f) + backward(b))
 
     for _ in range(2 * (p - r - 1)):  # 1: nF0
-        forward(s0)
+        units.append(forward(s0))
     for _ in range(r + 1):  # 2: nF0F1
-        forward(s0)
-        forward(s1)
+        units += [forward(s0), forward(s1)]
     for _ in range(p - r - 1):  # 3: nB1W1F1 (zero bubble)
-        backward(s1, True)
+        units.append(backward(s1, True))
         weight()
-        forward(s1)
-    for _ in range(m - 2 * p + r + 1):  # 4: nF0B1F1B0 (overlapped pairs)
-        forward(s0)
-        backward(s1)
-        forward(s1)
-        backward(s0)
+        units.append(forward(s1))
+    for i in range(m - 2 * p + r + 1):  # 4: nF0B1F1B0
+        if i == 0 and r == p - 1:  # "We don't overlap these two chunks"
+            units += [forward(s0), backward(s1)]
+        else:
+            pair(s0, s1)
+        pair(s1, s0)
     for _ in range(p - r - 1):  # 5: nB1F1B0
-        backward(s1)
-        forward(s1)
-        backward(s0)
+        units.append(backward(s1))
+        pair(s1, s0)
     zero_bubble = False
     for i in range(r + 1):  # 6: nB1B0, the second half zero bubble
         if i == (r + 1) // 2 and r % 2 == 1:
             zero_bubble = True
-        backward(s1, zero_bubble)
+        units.append(backward(s1, zero_bubble))
         if i == (r + 1) // 2 and r % 2 == 0:
             zero_bubble = True
-        backward(s0, zero_bubble)
+        units.append(backward(s0, zero_bubble))
     for _ in range(p - r - 1):  # 7: nWB0 (zero bubble)
         weight()
-        backward(s0, True)
+        units.append(backward(s0, True))
     while pending:  # 8: nW
         weight()
-    return out
+    return units
 
 
 _ORDERS = {
     "interleaved_1f1b": _interleaved_1f1b,
     "zb_h1": _zb_h1,
     "zb_v": _zb_v,
-    "dualpipev": _dualpipev,
 }
 #: The schedules whose IPUs hold two chunks in a V (IPU r: stages r and 2p-1-r).
 V_SHAPED = ("zb_v", "dualpipev")
