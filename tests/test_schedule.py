@@ -718,3 +718,14 @@ def test_unsplit_kinds_unchanged(s, t_f, t_b, t_w):
         peak[o.stage] = max(peak[o.stage], live[o.stage])
     assert s.peak_activations() == tuple(peak)
     assert all(type(x) is int for x in s.peak_activations())
+
+
+def test_an_order_that_cannot_run_is_refused_not_hung():
+    from ipukit.parallel.schedule import _timed
+
+    # IPU 0 waits for IPU 1's backward, IPU 1 for IPU 0's second forward: a deadlock
+    units = [[(("F", 0, 0),), (("B", 0, 0),), (("F", 0, 1),), (("B", 0, 1),)],
+             [(("F", 1, 1),), (("F", 1, 0),), (("B", 1, 0),), (("B", 1, 1),)]]
+    with pytest.raises(PipelineConfigError, match="deadlocks at step 1: IPU0 at B0 of stage 0"
+                                                  ", IPU1 at F1 of stage 1"):
+        _timed("test", units, True)
