@@ -568,16 +568,19 @@ def _timed(kind, units, training) -> tuple[list[Op], tuple]:
     heads, busy = [0] * len(units), [0] * len(units)
     ops: list[Op] = []
     t = 0
-    while any(h < len(ipu) for h, ipu in zip(heads, units)):
+    left = sum(map(len, units))
+    while left:
         for q, ipu in enumerate(units):
             if heads[q] == len(ipu) or busy[q] > t:
                 continue
             unit = ipu[heads[q]]
             if all(_arrived(op, unit, last, done, t) for op in unit):
-                ops += [Op(t + i, q, *op) for i, op in enumerate(unit)]
                 busy[q] = t + len(unit)
-                done.update((op, busy[q]) for op in unit)
+                for i, op in enumerate(unit):
+                    ops.append(Op(t + i, q, *op))
+                    done[op] = busy[q]
                 heads[q] += 1
+                left -= 1
         if max(busy) <= t:  # nothing started or runs, so nothing ever will
             stuck = [f"IPU{q} at {ipu[heads[q]][0][0]}{ipu[heads[q]][0][2]} of stage "
                      f"{ipu[heads[q]][0][1]}" for q, ipu in enumerate(units)
@@ -585,20 +588,21 @@ def _timed(kind, units, training) -> tuple[list[Op], tuple]:
             raise PipelineConfigError(f"the {kind} schedule deadlocks at step {t}: "
                                       + ", ".join(stuck))
         t += 1
-    ops.sort(key=lambda o: (o.step, o.ipu))
-    return ops, tuple(u for ipu in units for u in ipu if len(u) > 1)
+    fused = tuple(u for ipu in units for u in ipu if len(u) > 1)
+    if fused:  # a unit's later ops were listed when it started
+        ops.sort(key=lambda o: (o.step, o.ipu))
+    return ops, fused
 
 
 def _arrived(op, unit, last, done, t) -> bool:
     """The inputs of ``op`` from outside its unit have arrived by step ``t``."""
     phase, k, m = op
     if phase == "F":
-        needs = (("F", k - 1, m),) if k else ()
-    elif phase == "B":
-        needs = (("F", k, m),) + ((("B", k + 1, m),) if k < last else ())
-    else:
-        needs = (("B", k, m),)
-    return all(d in unit or done.get(d, t + 1) <= t for d in needs)
+        return k == 0 or done.get(("F", k - 1, m), t + 1) <= t or ("F", k - 1, m) in unit
+    if phase == "B":
+        return (done.get(("F", k, m), t + 1) <= t or ("F", k, m) in unit) and (
+            k == last or done.get(("B", k + 1, m), t + 1) <= t or ("B", k + 1, m) in unit)
+    return done.get(("B", k, m), t + 1) <= t or ("B", k, m) in unit
 
 
 def is_count(v, low: int = 1) -> bool:
