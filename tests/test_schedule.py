@@ -688,10 +688,9 @@ def test_every_kind_is_a_valid_schedule(s, t_f, t_b, t_w):
         listed = [a for o, a in zip(s.ops, start) if o.ipu == q]
         assert listed == sorted(listed)
     # steps are the start times when every op (chunk) lasts one unit
-    unit = s.timing(v, v, t_R=v, t_W=v if split else None)[0] if split else \
-        s.timing(v, v, t_R=v)[0]
+    unit_starts = s.timing(v, v, t_R=v, t_W=v if split else None)[0]
     if not s.recomputation:
-        assert unit.tolist() == [o.step for o in s.ops]
+        assert unit_starts.tolist() == [o.step for o in s.ops]
     # the stash: never negative, empty at the end, its peak the schedule's
     tl = s.timeline(t_f[:p], t_b[:p], t_W=t_w[:p])
     for q in range(p):

@@ -142,7 +142,7 @@ def _dualpipev(p, m, v, r):
     s0, s1 = r, 2 * p - 1 - r
     count = defaultdict(int)
     pending: deque = deque()  # B ops whose W waits (WeightGradStore's FIFO)
-    units = []
+    out = []
 
     def forward(stage):
         count["F", stage] += 1
@@ -158,42 +158,42 @@ def _dualpipev(p, m, v, r):
 
     def weight():
         if pending:
-            units.append((pending.popleft(),))
+            out.append((pending.popleft(),))
 
     def pair(f, b):  # _forward_backward_chunk: an overlapped forward and full backward
-        units.append(forward(f) + backward(b))
+        out.append(forward(f) + backward(b))
 
     for _ in range(2 * (p - r - 1)):  # 1: nF0
-        units.append(forward(s0))
+        out.append(forward(s0))
     for _ in range(r + 1):  # 2: nF0F1
-        units += [forward(s0), forward(s1)]
+        out += [forward(s0), forward(s1)]
     for _ in range(p - r - 1):  # 3: nB1W1F1 (zero bubble)
-        units.append(backward(s1, True))
+        out.append(backward(s1, True))
         weight()
-        units.append(forward(s1))
+        out.append(forward(s1))
     for i in range(m - 2 * p + r + 1):  # 4: nF0B1F1B0
         if i == 0 and r == p - 1:  # "We don't overlap these two chunks"
-            units += [forward(s0), backward(s1)]
+            out += [forward(s0), backward(s1)]
         else:
             pair(s0, s1)
         pair(s1, s0)
     for _ in range(p - r - 1):  # 5: nB1F1B0
-        units.append(backward(s1))
+        out.append(backward(s1))
         pair(s1, s0)
     zero_bubble = False
     for i in range(r + 1):  # 6: nB1B0, the second half zero bubble
         if i == (r + 1) // 2 and r % 2 == 1:
             zero_bubble = True
-        units.append(backward(s1, zero_bubble))
+        out.append(backward(s1, zero_bubble))
         if i == (r + 1) // 2 and r % 2 == 0:
             zero_bubble = True
-        units.append(backward(s0, zero_bubble))
+        out.append(backward(s0, zero_bubble))
     for _ in range(p - r - 1):  # 7: nWB0 (zero bubble)
         weight()
-        units.append(backward(s0, True))
+        out.append(backward(s0, True))
     while pending:  # 8: nW
         weight()
-    return units
+    return out
 
 
 _ORDERS = {
