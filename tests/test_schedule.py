@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from ipukit.errors import IpuError, PipelineConfigError
 from ipukit.parallel import KINDS, schedule
+from ipukit.parallel.schedule import BEYOND_GRAPHCORE
 
 
 def steps_as_sets(s):
@@ -391,3 +392,339 @@ def test_gpipe_measures_are_the_papers_formulas():
     assert meas["ideal"] == pytest.approx((p - 1) / m)
     # IPU 0 waits for the other stages between its last F and its first B
     assert meas["idle"][0] == {"dependency": pytest.approx(3 * (p - 1))}
+
+
+# --- the schedules after Graphcore: interleaved 1F1B, ZB-H1, ZB-V, DualPipeV ------------
+# Published figures and the golden cases of shared/reference/pipeline-theory.md §1.3-1.8
+# (zero communication, uniform stages; t_W = 0 unless given; a chunk takes 1/v).
+
+@pytest.mark.parametrize("kind,p,m,v,times,makespan,total,ideal,peak", [
+    # Megatron interleaved 1F1B, t_F = 1, t_B = 2: bubble/ideal = (p-1)/(v m)
+    ("interleaved_1f1b", 4, 8, 2, (1, 2, 0), 28.5, Fraction(3, 19), Fraction(3, 16),
+     (5.5, 4.5, 3.5, 2.5)),
+    ("interleaved_1f1b", 4, 8, 4, (1, 2, 0), 26.25, 0.0857, Fraction(3, 32),
+     (4.75, 4.25, 3.75, 3.25)),
+    ("interleaved_1f1b", 8, 32, 2, (1, 2, 0), 106.5, 0.0986, Fraction(7, 64), None),
+    ("interleaved_1f1b", 4, 4, 2, (1, 2, 0), 16.5, None, Fraction(3, 8), None),
+    # the zero-bubble paper's setting T_F = T_B = T_W = 1
+    ("1f1b", 4, 8, 1, (1, 1, 1), 33, Fraction(9, 33), None, (4, 3, 2, 1)),
+    ("zb_h1", 4, 8, 1, (1, 1, 1), 27, Fraction(3, 27), None, (4, 4, 4, 4)),
+    ("zb_v", 4, 8, 2, (1, 1, 1), 25.5, Fraction(3, 51), None, (4, 4, 4, 4)),
+    ("1f1b", 8, 24, 1, (1, 1, 1), 93, Fraction(21, 93), None, (8, 7, 6, 5, 4, 3, 2, 1)),
+    ("zb_h1", 8, 24, 1, (1, 1, 1), 79, Fraction(7, 79), None, (8,) * 8),
+])
+def test_golden_timings_after_graphcore(kind, p, m, v, times, makespan, total, ideal, peak):
+    s = schedule(kind, p, m, virtual_stages=v if kind == "interleaved_1f1b" else None)
+    t_f, t_b, t_w = times
+    assert s.makespan(t_f, t_b, t_W=t_w) == pytest.approx(makespan, abs=1e-12)
+    b = s.bubble(t_f, t_b, t_W=t_w)
+    if total is not None:
+        assert b["total"] == pytest.approx(float(total), abs=1e-4)
+    if ideal is not None:
+        assert b["ideal"] == pytest.approx(float(ideal), abs=1e-12)
+    if peak:
+        assert s.peak_activations() == peak
+    # the same work for every kind: p IPUs, each m (t_F + t_B + t_W) busy
+    assert b["ideal"] == pytest.approx(makespan / (m * sum(times)) - 1, abs=1e-12)
+
+
+def span_bubble(s, *times, **kw):
+    """The zero-bubble paper's bubble: the longest per-IPU span minus its work."""
+    start, end = s.timing(*times, **kw)
+    spans = []
+    for q in range(s.num_stages):
+        mine = [i for i, o in enumerate(s.ops) if o.ipu == q]
+        spans.append(end[mine].max() - start[mine].min())
+    return max(spans) - sum(end - start) / s.num_stages
+
+
+@pytest.mark.parametrize("p,m,bubbles", [(4, 8, (9, 3, 0)), (8, 24, (21, 7, None))])
+def test_zero_bubble_span_bubbles(p, m, bubbles):
+    # §1.8: span bubbles with unit times: 1F1B (p-1)(T_F+T_B+T_W), ZB-H1 (p-1)(T_F+T_B-T_W),
+    # ZB-V 0 (the paper's Table 2 / the sail-sg README)
+    for kind, want in zip(("1f1b", "zb_h1", "zb_v"), bubbles):
+        if want is not None:
+            assert span_bubble(schedule(kind, p, m), 1, 1, t_W=1) == pytest.approx(want)
+    assert schedule("zb_v", 4, 8).bubble(1, 1, t_W=1)["span"] == 0
+
+
+def test_zero_bubble_papers_profiled_times():
+    # The zero-bubble paper's Table 9 (1.5B model, p = 8, m = 24): T_F = 18.522,
+    # T_B = 18.086, T_W = 9.337 (§1.8): the 1F1B bubble is 7 (T_F+T_B+T_W) = 321.615,
+    # ZB-H1's span bubble 7 (T_F+T_B-T_W) = 190.897.
+    t_f, t_b, t_w = 18.522, 18.086, 9.337
+    one = schedule("1f1b", 8, 24)
+    assert one.makespan(t_f, t_b, t_W=t_w) - 24 * (t_f + t_b + t_w) == pytest.approx(321.615)
+    assert span_bubble(one, t_f, t_b, t_W=t_w) == pytest.approx(7 * (t_f + t_b + t_w))
+    assert span_bubble(schedule("zb_h1", 8, 24), t_f, t_b, t_W=t_w) == \
+        pytest.approx(190.897)
+
+
+def test_dualpipev_bubbles_are_deepseeks():
+    # deepseek-ai/DualPipe README, images/dualpipev.png (4 ranks, 10 micro-batches, one
+    # cell per chunk op): 6, 5, 4 and 3 idle cells inside each device's span; the README's
+    # bubble (PP/2 - 1)(F&B + B - 3W) with PP = 2p stages, F, B (full), W per chunk and,
+    # as the kit runs a pair, F&B = F + B, for T_F = T_B = T_W.
+    s = schedule("dualpipev", 4, 10)
+    start, end = s.timing(2, 2, t_W=2)  # a chunk op: one cell
+    idle = []
+    for q in range(4):
+        mine = [i for i, o in enumerate(s.ops) if o.ipu == q]
+        idle.append(end[mine].max() - start[mine].min() - (end - start)[mine].sum())
+    assert idle == [6, 5, 4, 3]
+    for p, m in ((2, 4), (3, 8), (4, 16), (8, 16), (5, 13)):
+        f, b, w = 0.5, 1.0, 0.5  # t = 1: a chunk half of it; the full B is B + W
+        assert span_bubble(schedule("dualpipev", p, m), 1, 1, t_W=1) == \
+            pytest.approx((2 * p / 2 - 1) * ((f + b) + b - 3 * w))
+
+
+def test_fused_units_start_together_and_send_at_their_end():
+    # DualPipe's _forward_backward_chunk (and a full backward) receives every input, runs,
+    # then sends every output: a unit's outputs leave when its last op ends
+    s = schedule("dualpipev", 3, 8)
+    assert s.fused and all(len(u) in (2, 3) for u in s.fused)
+    start, end = s.timing(1, 2, t_W=0.5)
+    at = {(o.phase, o.stage, o.microbatch): (a, e) for o, a, e in zip(s.ops, start, end)}
+    for unit in s.fused:
+        assert [at[k][0] for k in unit[1:]] == [at[k][1] for k in unit[:-1]]  # in a row
+        unit_end = at[unit[-1]][1]
+        for ph, k, m in unit:  # the next stage's F, the previous stage's B wait for it
+            user = {"F": ("F", k + 1, m), "B": ("B", k - 1, m)}.get(ph)
+            if user in at and user not in unit:
+                assert at[user][0] >= unit_end
+    with_r = schedule("dualpipev", 3, 8, recomputation=True)
+    assert all(u.index(("R",) + k[1:]) == u.index(k) - 1 for u in with_r.fused
+               for k in u if k[0] == "B")
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (8, 24), (3, 5), (6, 6)])
+def test_activation_bytes_are_the_papers(p, m):
+    mb, mw = 1000, 370
+    # ZB paper Table 2: 1F1B p M_B; ZB-H1 worker i (1-based) (p-i+1) M_B + (i-1) M_W
+    assert schedule("1f1b", p, m).peak_activations(mb)[0] == p * mb
+    assert schedule("zb_h1", p, m).peak_activations(mb, mw) == tuple(
+        (p - r) * mb + r * mw for r in range(p))
+    # ZB-V: p M_B on every IPU once the pipeline fills (m >= 2p - 1; kit convention
+    # M_W = M_B: an upper bound)
+    if m >= 2 * p - 1:
+        assert schedule("zb_v", p, m).peak_activations(mb) == (p * mb,) * p
+    # DualPipeV (DeepSeek's README): PP + 1 chunk activations per device, PP = 2p stages
+    if m >= 2 * p:
+        for w in (mb, 0):
+            assert schedule("dualpipev", p, m).peak_activations(mb, w) == \
+                ((2 * p + 1) * mb / 2,) * p
+
+
+def test_activation_bytes_count_chunks():
+    s = schedule("interleaved_1f1b", 4, 8, virtual_stages=2)
+    assert s.peak_activations(bytes_per_microbatch=64) == (352, 288, 224, 160)
+    assert s.peak_activations(64) == tuple(64 * x for x in s.peak_activations())
+    # Megatron / Korthikanti: rank 0 holds p (1 + (p-1)/(p v)) micro-batches
+    for p, v in ((4, 2), (4, 4), (8, 2), (3, 3)):
+        s = schedule("interleaved_1f1b", p, 2 * p, virtual_stages=v)
+        assert s.peak_activations()[0] == pytest.approx(p * (1 + (p - 1) / (p * v)))
+    for bad in (-1, float("nan"), "1k", True):
+        with pytest.raises(PipelineConfigError, match="bytes_per_microbatch"):
+            s.peak_activations(bad)
+    with pytest.raises(PipelineConfigError, match="M_W <= M_B"):
+        schedule("zb_h1", 4, 8).peak_activations(10, 20)
+
+
+def test_unsplit_backward_takes_t_b_plus_t_w():
+    for kind in KINDS + ("interleaved_1f1b",):
+        count = {"grouped": 8, "poptorch": 7}.get(kind, 4)
+        v = 2 if kind == "interleaved_1f1b" else None
+        s = schedule(kind, 4, count, virtual_stages=v)
+        a, b = s.timing(1.5, 2, t_W=0.75), s.timing(1.5, 2.75)
+        assert a[0].tolist() == b[0].tolist() and a[1].tolist() == b[1].tolist()
+    # split kinds: the W ops take t_W, their B ops t_B
+    s = schedule("zb_h1", 3, 4)
+    start, end = s.timing(1, 2, t_W=0.5)
+    assert {(o.phase, e - a) for o, a, e in zip(s.ops, start, end)} == {
+        ("F", 1), ("B", 2), ("W", 0.5)}
+    s = schedule("zb_v", 3, 4)
+    start, end = s.timing([2, 2, 2], 4, t_W=[1, 1, 1])  # chunks: half a stage's time
+    assert {(o.phase, e - a) for o, a, e in zip(s.ops, start, end)} == {
+        ("F", 1), ("B", 2), ("W", 0.5)}
+    with pytest.raises(PipelineConfigError, match="t_W"):
+        s.timing(1, 2, t_W=-1)
+
+
+@pytest.mark.parametrize("kind,n,count,v,match", [
+    ("interleaved_1f1b", 4, 8, None, "virtual_stages is not given.*Use virtual_stages=2"),
+    ("interleaved_1f1b", 4, 8, 1, "virtual_stages is 1.*Use virtual_stages=2"),
+    ("interleaved_1f1b", 1, 4, 2, "pipeline-model-parallel size should be greater than 1"),
+    ("interleaved_1f1b", 4, 6, 2, r"number of microbatches \(6\) is not divisible by "
+                                  r"pipeline-model-parallel-size \(4\).*"
+                                  "Use gradient_accumulation 4 or 8"),
+    ("interleaved_1f1b", 4, 3, 2, r"not divisible.*Use gradient_accumulation 4\."),
+    ("zb_v", 4, 8, 3, "ZBV requires exactly 2 stages per rank, but got 3.*virtual_stages=2"),
+    ("dualpipev", 4, 8, 1, "ZBV requires exactly 2 stages per rank, but got 1"),
+    ("dualpipev", 4, 7, None, "DualPipeV requires at least as many microbatches as stages, "
+                              "but got 7 microbatches and 8 stages.*Use gradient_accumulation"
+                              " 8 or more"),
+    ("zb_h1", 4, 8, 2, "virtual_stages is 2.*zb_h1.*Use virtual_stages=1"),
+    ("grouped", 4, 8, 2, "virtual_stages is 2.*grouped.*Use virtual_stages=1"),
+    ("1f1b", 4, 8, 4, "virtual_stages is 4.*1f1b"),
+    ("zb_v", 4, 8, 2.0, "virtual_stages must be a positive integer"),
+    ("1f1b", 4, 8, 0, "virtual_stages must be a positive integer"),
+])
+def test_each_kind_refuses_what_its_authors_refuse(kind, n, count, v, match):
+    with pytest.raises(PipelineConfigError, match=match):
+        schedule(kind, n, count, virtual_stages=v)
+
+
+def test_what_the_authors_accept():
+    schedule("interleaved_1f1b", 2, 2, virtual_stages=5)
+    schedule("zb_v", 3, 1)  # torch pads to 2p-1 micro-batches and drops the padding
+    schedule("zb_h1", 5, 2)
+    schedule("dualpipev", 1, 2)
+    assert schedule("zb_v", 4, 8).virtual_stages == 2
+    assert schedule("1f1b", 4, 8, virtual_stages=1).virtual_stages == 1
+
+
+def test_chunks_and_placement():
+    s = schedule("interleaved_1f1b", 4, 8, virtual_stages=3)
+    assert s.num_model_stages == 12 and len(s.fifo_depths) == 12
+    assert [s.ipu_of(k) for k in range(12)] == [0, 1, 2, 3] * 3
+    assert [s.chunk(k) for k in range(12)] == [0] * 4 + [1] * 4 + [2] * 4
+    assert all(o.ipu == s.ipu_of(o.stage) for o in s.ops)
+    v = schedule("dualpipev", 3, 6)
+    assert [v.ipu_of(k) for k in range(6)] == [0, 1, 2, 2, 1, 0]
+    assert [v.chunk(k) for k in range(6)] == [0, 0, 0, 1, 1, 1]
+    assert "F0c1" in v.table() and "W0c0" in v.table()
+    assert [sp.label for sp in v.timeline()][:2] == ["F0c0", "F1c0"]
+
+
+def test_inference_runs_the_training_forwards():
+    # the authors' code without a backward (DualPipeV forward_only, Megatron forward_only,
+    # torch eval): the forwards in the training order
+    for kind, v in (("interleaved_1f1b", 2), ("zb_h1", None), ("zb_v", None),
+                    ("dualpipev", None)):
+        train = schedule(kind, 3, 6, virtual_stages=v)
+        infer = schedule(kind, 3, 6, training=False, virtual_stages=v)
+        assert {o.phase for o in infer.ops} == {"F"}
+        for q in range(3):
+            assert [(o.stage, o.microbatch) for o in infer.ops if o.ipu == q] == \
+                [(o.stage, o.microbatch) for o in train.ops if o.ipu == q and o.phase == "F"]
+        assert infer.peak_activations() == (0, 0, 0)
+        assert infer.fifo_depths == (0,) * train.num_model_stages
+
+
+def test_recomputation_with_split_backwards():
+    s = schedule("zb_h1", 3, 5, recomputation=True)
+    for i, o in enumerate(s.ops):
+        if o.phase == "B":
+            assert s.ops[i - 1][1:] == (o.ipu, "R", o.stage, o.microbatch)
+    assert s.makespan(1, 2, t_R=1, t_W=1) > schedule("zb_h1", 3, 5).makespan(1, 2, t_W=1)
+
+
+def test_generation_stays_linear():
+    # issue 27 asks for p = 8, m = 64, v = 4 in under 50 ms (benchmarks/bench_schedule.py
+    # measures it); this guards against a quadratic build with ten times the room.
+    import time
+
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        schedule("interleaved_1f1b", 8, 64, virtual_stages=4)
+        best = min(best, time.perf_counter() - t)
+    assert best < 0.5
+
+
+# --- properties of every kind after Graphcore -----------------------------------------
+
+@st.composite
+def beyond(draw):
+    kind = draw(st.sampled_from(BEYOND_GRAPHCORE))
+    p = draw(st.integers(1, 6))
+    v = None
+    if kind == "interleaved_1f1b":
+        p = max(p, 2)
+        v = draw(st.integers(2, 4))
+        m = p * draw(st.integers(1, 4))
+    elif kind == "dualpipev":
+        m = draw(st.integers(2 * p, 2 * p + 8))
+    else:
+        m = draw(st.integers(1, 14))
+    return schedule(kind, p, m, virtual_stages=v, recomputation=draw(st.booleans()))
+
+
+durations = st.lists(st.floats(0.25, 4), min_size=6, max_size=6)
+
+
+@settings(max_examples=120, deadline=None)
+@given(beyond(), durations, durations, durations)
+def test_every_kind_is_a_valid_schedule(s, t_f, t_b, t_w):
+    p, g, v = s.num_stages, s.gradient_accumulation, s.virtual_stages
+    n = p * v
+    split = s.kind != "interleaved_1f1b"
+    # each F, B (and W) exactly once per (stage, micro-batch), on the stage's IPU
+    keys = [(o.phase, o.stage, o.microbatch) for o in s.ops if o.phase != "R"]
+    assert sorted(keys) == sorted((ph, k, m) for ph in ("FBW" if split else "FB")
+                                  for k in range(n) for m in range(g))
+    placed = {k: (k if k < p else 2 * p - 1 - k) if s.kind in ("zb_v", "dualpipev")
+              else k % p for k in range(n)}
+    assert all(o.ipu == placed[o.stage] for o in s.ops)
+    # timed with random per-IPU durations: dependencies respected, one op per IPU at once
+    start, end = s.timing(t_f[:p], t_b[:p], t_R=t_f[:p], t_W=t_w[:p])
+    at = {(o.phase, o.stage, o.microbatch): (a, e) for o, a, e in zip(s.ops, start, end)}
+    for (ph, k, m), (a, _) in at.items():
+        needs = {"F": [("F", k - 1, m)] if k else [],
+                 "R": [("F", k, m)],
+                 "B": [("R" if s.recomputation else "F", k, m)]
+                 + ([("B", k + 1, m)] if k < n - 1 else []),
+                 "W": [("B", k, m)]}[ph]
+        assert all(at[d][1] <= a + 1e-9 for d in needs), (ph, k, m)
+    for unit in s.fused:  # a unit's outputs leave when its last op ends
+        for ph, k, m in unit:
+            user = {"F": ("F", k + 1, m), "B": ("B", k - 1, m)}.get(ph)
+            if user in at and user not in unit:
+                assert at[user][0] >= at[unit[-1]][1] - 1e-9
+    for q in range(p):
+        mine = sorted((a, e) for o, a, e in zip(s.ops, start, end) if o.ipu == q)
+        assert all(e1 <= a2 + 1e-9 for (_, e1), (a2, _) in zip(mine, mine[1:]))
+        # each IPU runs its ops in the listed order
+        listed = [a for o, a in zip(s.ops, start) if o.ipu == q]
+        assert listed == sorted(listed)
+    # steps are the start times when every op (chunk) lasts one unit
+    unit_starts = s.timing(v, v, t_R=v, t_W=v if split else None)[0]
+    if not s.recomputation:
+        assert unit_starts.tolist() == [o.step for o in s.ops]
+    # the stash: never negative, empty at the end, its peak the schedule's
+    tl = s.timeline(t_f[:p], t_b[:p], t_W=t_w[:p])
+    for q in range(p):
+        samples = [m.bytes["stash"] for m in tl.memory if m.ipu == q]
+        assert min(samples) >= 0 and samples[-1] == 0
+        assert max(samples) == s.peak_activations()[q]
+    live = [0] * n
+    for o in s.ops:
+        live[o.stage] += {"F": 1, "W" if split else "B": -1}.get(o.phase, 0)
+        assert live[o.stage] <= s.fifo_depths[o.stage] + 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(schedules(), st.floats(0.5, 3), st.floats(0.5, 3), st.floats(0, 2))
+def test_unsplit_kinds_unchanged(s, t_f, t_b, t_w):
+    # Graphcore's, GPipe and 1F1B: t_W folds into B; the stash counts whole micro-batches
+    start, end = s.timing(t_f, t_b + t_w)
+    start_w, end_w = s.timing(t_f, t_b, t_W=t_w)
+    assert start.tolist() == start_w.tolist() and end.tolist() == end_w.tolist()
+    assert s.virtual_stages == 1 and s.num_model_stages == s.num_stages
+    live, peak = [0] * s.num_stages, [0] * s.num_stages
+    for o in s.ops:
+        live[o.stage] += {"F": 1, "B": -1}.get(o.phase, 0)
+        peak[o.stage] = max(peak[o.stage], live[o.stage])
+    assert s.peak_activations() == tuple(peak)
+    assert all(type(x) is int for x in s.peak_activations())
+
+
+def test_an_order_that_cannot_run_is_refused_not_hung():
+    from ipukit.parallel.schedule import _timed
+
+    # IPU 0 waits for IPU 1's backward, IPU 1 for IPU 0's second forward: a deadlock
+    units = [[(("F", 0, 0),), (("B", 0, 0),), (("F", 0, 1),), (("B", 0, 1),)],
+             [(("F", 1, 1),), (("F", 1, 0),), (("B", 1, 0),), (("B", 1, 1),)]]
+    with pytest.raises(PipelineConfigError, match="deadlocks at step 1: IPU0 at B0 of stage 0"
+                                                  ", IPU1 at F1 of stage 1"):
+        _timed("test", units, True)

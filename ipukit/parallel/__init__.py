@@ -1,6 +1,7 @@
 """Model parallelism: layers with backward, schedules, the pipeline runner, sharded ops.
 
-``schedule(kind, num_stages, gradient_accumulation)`` gives a pipeline schedule as data;
+``schedule(kind, num_stages, gradient_accumulation)`` gives a pipeline schedule as data
+(Graphcore's, GPipe, 1F1B, and interleaved 1F1B, ZB-H1, ZB-V and DualPipeV);
 ``pipeline(...)`` (TensorFlow-for-IPU) and ``training_model(...)`` with ``Block``,
 ``Stage``, ``PipelinedExecution`` and ``ShardedExecution`` (PopTorch) train a model split
 over IPUs with real arithmetic; ``nn`` and ``optim`` are the layers and optimisers.
@@ -23,9 +24,10 @@ from .pipelining import (
     training_model,
 )
 from .replication import DataLoader, OutputMode, call_cost, combined_batch_size
-from .schedule import KINDS, Op, RecomputationMode, Schedule, schedule
+from .schedule import ALL_KINDS, KINDS, Op, RecomputationMode, Schedule, schedule
 
 __all__ = [
+    "ALL_KINDS",
     "KINDS",
     "Block",
     "CostModel",
