@@ -67,7 +67,7 @@ from ..errors import IpuError, OutOfMemoryError, PipelineConfigError
 from ..target import IPUModel, Target
 from ..timeline import Span, Timeline
 from . import checks, concurrent, replication
-from .schedule import Schedule, is_count, schedule, simulate
+from .schedule import BEYOND_GRAPHCORE, Schedule, is_count, schedule, simulate
 
 REDUCTIONS = ("SUM", "MEAN", "RUNNING_MEAN")
 
@@ -266,6 +266,11 @@ class Pipeline:
                 f"device_mapping {list(device_mapping)} uses IPU {max(mapping)} but the "
                 f"target has {target.num_ipus} IPU(s); use a target with more IPUs"
             )
+        if o.schedule in BEYOND_GRAPHCORE:  # issue 27 point 2 runs them; until then, refuse
+            raise PipelineConfigError(
+                f"pipeline_schedule {o.schedule!r} is a schedule of parallel.schedule() only: "
+                "the pipeline runner does not run it yet; use 'grouped', 'interleaved', "
+                "'sequential', 'poptorch', 'gpipe' or '1f1b'")
         self.schedule: Schedule = schedule(o.schedule, len(stages), o.gradient_accumulation,
                                            training=o.training, recomputation=o.recomputation,
                                            recomputation_mode=o.recomputation_mode)
