@@ -27,9 +27,9 @@ class PrintTensorFmt:
     characters (0: never) are split; elements are padded to a common width. Floats show
     ``digits`` significant digits (0: each element unaligned, as it comes);
     ``float_format`` is ``"auto"``, ``"fixed"``, ``"scientific"`` or ``"none"``.
-    Kit convention: Poplar does not publish its "auto" analysis; ipukit uses fixed
+    (kit convention: Poplar does not publish its "auto" analysis; ipukit uses fixed
     notation, scientific when the largest magnitude reaches 1e8 or the smallest non-zero
-    one is under 1e-4.
+    one is under 1e-4.)
     """
 
     summarise_threshold: int = 1000

@@ -105,9 +105,9 @@ def print_profile_summary(trace, file=None) -> None:
     print("\nExecution:", file=out)
     w("Engine.run calls:", trace.num_runs)
     w("Total cycles:", f"{s['total_cycles']:,} (approx {s['total_us']:,.1f} microseconds)")
-    # Poplar's tile averages (tut6 README). Kit convention: in ipukit's BSP every tile
+    # Poplar's tile averages (tut6 README). (kit convention: in ipukit's BSP every tile
     # spends a step's whole exchange and sync phases in them, so their averages are the
-    # phase totals; sync includes the host synchronisation of each Engine.run call.
+    # phase totals; sync includes the host synchronisation of each Engine.run call.)
     for label, value in (
             ("compute cycles (including idle threads)", s["tile_average_including_idle"]),
             ("compute cycles (excluding idle threads)", s["tile_average_excluding_idle"]),

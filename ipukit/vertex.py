@@ -75,7 +75,7 @@ class Vertex:
     """Base class of codelets (``poplar::Vertex``); subclass it and write ``compute``."""
 
     fields: dict[str, Field] = {}
-    #: Kit convention (see ``engine``): True lets the Engine hand a field it cannot view as
+    #: (kit convention: see ``engine``) True lets the Engine hand a field it cannot view as
     #: (vertices, elements) as a strided (vertices, ...) view of storage, not a copy.
     strided_fields = False
 
@@ -103,9 +103,9 @@ class MultiVertex(Vertex):
     In Poplar, ``MultiVertex::compute(unsigned workerId)`` runs in every worker thread of
     its tile (``MultiVertex::numWorkers()`` of them) and each worker takes its share of
     the work, as PopLibs' element-wise ``BinaryOp1D``, ``UnaryOp1D``, ``Cast1D`` and
-    popnn's ``NonLinearity1D`` do: one vertex per tile instead of one per worker. Kit
-    convention: ``compute(self)`` takes no worker id and does every worker's share at
-    once (the shares are disjoint, so the result is the same).
+    popnn's ``NonLinearity1D`` do: one vertex per tile instead of one per worker
+    (kit convention: ``compute(self)`` takes no worker id and does every worker's share at
+    once; the shares are disjoint, so the result is the same).
 
     Its cycle estimate is the tile's busy time, as PopLibs' estimators give it
     (``numWorkers * workerCycles``): the compile step spreads it evenly over the tile's

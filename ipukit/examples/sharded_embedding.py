@@ -121,7 +121,7 @@ def print_memory(result: ShardedRun) -> None:
 def auto_tiles(vocab: int, channels: int, length: int, ipus: int, bytes_per_tile: int) -> int:
     """Tiles per emulated IPU for ``--emulate``: a power of two from 16 with room for the
     shard's tensors (table, gradients, logits and their softmax temporaries) and the
-    exchange buffers of its matrix products (about 4x the tensors: kit convention)."""
+    exchange buffers of its matrix products (about 4x the tensors) (kit convention)."""
     rows = vocab // ipus
     need = 4 * 4 * (3 * rows * channels + 7 * length * rows + 4 * length * channels)
     tiles = 16

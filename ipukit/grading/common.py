@@ -70,8 +70,8 @@ def device_cycles(eng) -> int:
 
 
 class BusyVertex(ipu.Vertex):
-    """A vertex that only costs cycles: the default estimate (10 + its elements, a kit
-    convention) or one set with ``set_perf_estimate``."""
+    """A vertex that only costs cycles: the default estimate (10 + its elements)
+    (kit convention) or one set with ``set_perf_estimate``."""
 
     x = ipu.Input(ipu.Vector(ipu.FLOAT))
 
