@@ -11,6 +11,8 @@ stages; stage s runs in cycle c iff s <= c < s + G; G + P - 1 cycles: the ramp-u
 ramp-down, the bubble, are paid once per run).
 """
 
+import re
+
 import numpy as np
 import pytest
 
@@ -134,12 +136,23 @@ def test_the_command_prints_the_table_and_saves_the_plot(tmp_path, capsys):
     assert len(out.splitlines()) == 1 + 3 * 2 + 4 + 3 + 3 + 3 + 2
 
 
-def test_bad_options_are_refused():
-    with pytest.raises(SystemExit) as e:
-        study.main(["--batch-size", "0"])
-    assert e.value.code == 2
-    with pytest.raises(SystemExit):
-        study.main(["--accumulation", "4"])  # not an option: named, not misread
+@pytest.mark.parametrize("argv,message", [
+    (["--batch-size", "0"], "0 must be at least 1"),
+    (["--accumulation", "4"], "unrecognized option --accumulation"),
+    (["--gradient-accumulation", "1e9"], "up to 10,000"),
+    # PopART: "depth (gradient accumulation factor) must equal at least the number of
+    # pipeline stages" (7 for 4 IPUs), one line, exit status 2
+    (["--gradient-accumulation", "4"], "greater than or equal to the number of pipeline "
+                                       "stages \\(7\\)"),
+])
+def test_bad_options_are_one_line_and_refused(argv, message, capsys):
+    try:
+        code = study.main(argv)
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert re.search(message, err), err
 
 
 def test_the_full_sweep_is_a_superset_of_the_small_one():

@@ -27,6 +27,7 @@ multiply the images per call but pay an all-reduce per weight update.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -43,6 +44,8 @@ SWEEPS = {
 }
 #: The pipeline's stages (PopART: 2N - 1 for N = 4 IPUs); accumulation must reach them.
 PIPELINE_STAGES = 7
+#: The largest accumulation ``--gradient-accumulation`` takes (kit convention).
+MAX_ACCUMULATION = 10_000
 
 
 def measure(batch_size: int, ga: int, di: int, replicas: int) -> dict:
@@ -162,12 +165,23 @@ def plot(rows: dict[str, list[dict]], path: str) -> None:
     plt.close(fig)
 
 
+def accumulation(text: str) -> int:
+    """An argparse type: a gradient accumulation the study can time (kit convention: up to
+    ``MAX_ACCUMULATION``; every op of the schedule is costed)."""
+    value = positive_int(text)
+    if value > MAX_ACCUMULATION:
+        raise argparse.ArgumentTypeError(
+            f"{value:,} micro-batches: the study costs every op of the schedule, up to "
+            f"{MAX_ACCUMULATION:,}")
+    return value
+
+
 def main(argv=None) -> int:
     parser = Parser(prog="python -m ipukit.examples.pipelining_throughput",
                     description=__doc__.split("\n")[0])
     parser.add_argument("--batch-size", type=positive_int, default=40,
                         help="micro-batch size (the tutorial's 40)")
-    parser.add_argument("--gradient-accumulation", type=positive_int, default=10,
+    parser.add_argument("--gradient-accumulation", type=accumulation, default=10,
                         help="accumulation while device iterations and replicas vary (10)")
     parser.add_argument("--device-iterations", type=positive_int, default=10,
                         help="device iterations while accumulation and replicas vary (10)")
