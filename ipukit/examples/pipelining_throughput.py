@@ -126,11 +126,21 @@ def summary(rows: dict[str, list[dict]]) -> str:
 
 
 def plot(rows: dict[str, list[dict]], path: str) -> None:
-    """Three panels (images/s against accumulation, device iterations, replicas) as PNG."""
+    """The three panels of :func:`figure`, saved as a PNG."""
     import matplotlib  # noqa: PLC0415 - only the plot needs it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig = figure(rows)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def figure(rows: dict[str, list[dict]]):
+    """Three panels: images/s against accumulation, device iterations and replicas, with
+    the plateau and each sweep's limit."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - only the plot needs it
     from matplotlib.ticker import FuncFormatter  # noqa: PLC0415
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
@@ -161,8 +171,7 @@ def plot(rows: dict[str, list[dict]], path: str) -> None:
     fig.suptitle(f"PopTorch's pipelined MNIST on 4 IPUs per replica (ipu2, micro-batch "
                  f"{first['batch_size']}, AdamW): simulated throughput", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def accumulation(text: str) -> int:
