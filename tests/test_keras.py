@@ -179,6 +179,14 @@ def test_sequential_stage_assignment_errors():
                        "pipeline stage"):
         m.set_pipeline_stage_assignment(assignment)
     m.set_pipeline_stage_assignment([0, 1, 1])
+    lines = []
+    m.print_pipeline_stage_assignment_summary(print_fn=lines.append)
+    assert [line.split() for line in lines[1:]] == [["dense", "(Dense)", "0"],
+                                                    ["re_lu", "(ReLU)", "1"],
+                                                    ["dense_1", "(Dense)", "1"]]
+    m.reset_pipeline_stage_assignment()  # no longer pipelined: one IPU
+    assert [a.pipeline_stage for a in m.get_pipeline_stage_assignment()] == [None] * 3
+    m.set_pipeline_stage_assignment([0, 1, 1])
     m.add(nn.ReLU())  # adding a layer invalidates the assignment
     m.set_pipelining_options(gradient_accumulation_steps_per_replica=4)
     m.compile(optim.SGD(0.1), nn.SoftmaxCrossEntropy(), steps_per_execution=4)

@@ -75,9 +75,9 @@ _INCOMPATIBLE = ("outfeed_loss", "outfeed_mask", "batch_serialization_iterations
 class IPUStrategy:
     """``ipu.ipu_strategy.IPUStrategy``: Keras models created in its ``scope()`` run on IPUs.
 
-    Kit convention: the strategy also stands for the configured system (TensorFlow's
-    ``IPUConfig``): ``target`` is the system's IPUs (``auto_select_ipus``; default: as many
-    as the model's shards, rounded up to a power of two, so no replication) and
+    The strategy also stands for the configured system, TensorFlow's ``IPUConfig`` (kit
+    convention): ``target`` is the system's IPUs (``auto_select_ipus``; default: as many as
+    the model's shards, rounded up to a power of two, so no replication) and
     ``allow_recompute`` is ``IPUConfig.allow_recompute``. The replication factor is the
     IPUs ÷ the model's shards rounded up to a power of two, as Graphcore's Keras computes it.
     """
@@ -239,7 +239,7 @@ class _Model:
         self._pipelines: dict = {}
         self.pipeline: Pipeline | None = None  # the runner's pipeline of the last call
         self.last_result = None  # the RunResult of the last execution of fit
-        self._rng = np.random.default_rng(0)  # kit convention: fit's shuffling is seeded
+        self._rng = np.random.default_rng(0)  # fit's shuffling is seeded (kit convention)
         for layer in layers:
             self._add(layer)
 
@@ -568,6 +568,17 @@ def _to_runner(a, repeats: int, ga: int, replicas: int) -> np.ndarray:
     return np.swapaxes(a, 1, 2).reshape((-1,) + a.shape[4:])
 
 
+def _assignment_list(a, count: int, what: str) -> list:
+    """``a`` if it is a list of ``count`` assignments; else Graphcore's error, whose
+    length message ends with ``what`` (``{}``: the count)."""
+    if not isinstance(a, list):
+        raise PipelineConfigError("`pipeline_stage_assignment` needs to be a list")
+    if len(a) != count:
+        raise PipelineConfigError(f"The size of the provided `pipeline_stage_assignment` "
+                                  f"({len(a)}) does not match {what.format(count)}")
+    return a
+
+
 def _steps(value) -> int:
     if not is_count(value):
         raise PipelineConfigError(
@@ -601,14 +612,10 @@ class Sequential(_Model):
         """One pipeline stage per layer: ints or ``SequentialLayerPipelineStageAssignment``s.
         The first layer is in stage 0; each layer is in its predecessor's stage or the
         next one."""
-        a = pipeline_stage_assignment
-        if not isinstance(a, list):
-            raise PipelineConfigError("`pipeline_stage_assignment` needs to be a list")
-        if len(a) != len(self._layers):
-            raise PipelineConfigError(
-                f"The size of the provided `pipeline_stage_assignment` ({len(a)}) does not "
-                f"match the number of layers in the model (currently {len(self._layers)}). "
-                "Each layer in a Sequential model needs to be assigned to a pipeline stage.")
+        a = _assignment_list(
+            pipeline_stage_assignment, len(self._layers),
+            "the number of layers in the model (currently {}). Each layer in a Sequential "
+            "model needs to be assigned to a pipeline stage.")
         if all(isinstance(s, int) and not isinstance(s, bool) for s in a):
             a = [SequentialLayerPipelineStageAssignment(lay, s)
                  for lay, s in zip(self._layers, a)]
@@ -644,7 +651,7 @@ class Sequential(_Model):
 
 class Model(_Model):
     """``tf.keras.Model(inputs, outputs)``, a functional model inside an ``IPUStrategy``
-    scope. Kit convention: one input, one output, a chain of layer calls (the kit's layers
+    scope. One input, one output, a chain of layer calls (kit convention: the kit's layers
     take one tensor each). Layer calls made inside ``PipelineStage`` scopes pipeline it."""
 
     _Assignment = FunctionalLayerPipelineStageAssignment
@@ -674,15 +681,11 @@ class Model(_Model):
     def set_pipeline_stage_assignment(self, pipeline_stage_assignment) -> None:
         """One ``FunctionalLayerPipelineStageAssignment`` per layer call, in order (from
         ``get_pipeline_stage_assignment()``, with their ``pipeline_stage`` set)."""
-        a = pipeline_stage_assignment
-        if not isinstance(a, list):
-            raise PipelineConfigError("`pipeline_stage_assignment` needs to be a list")
-        if len(a) != len(self._layers):
-            raise PipelineConfigError(
-                f"The size of the provided `pipeline_stage_assignment` ({len(a)}) does not "
-                "match the total number of invocations of layers in the model (currently "
-                f"{len(self._layers)}). Each invocation of a layer in a model needs to be "
-                "assigned to a pipeline stage (excluding input layers).")
+        a = _assignment_list(
+            pipeline_stage_assignment, len(self._layers),
+            "the total number of invocations of layers in the model (currently {}). Each "
+            "invocation of a layer in a model needs to be assigned to a pipeline stage "
+            "(excluding input layers).")
         if not all(isinstance(s, FunctionalLayerPipelineStageAssignment) for s in a):
             raise PipelineConfigError(
                 "All elements of `pipeline_stage_assignment` need to be instances of "
