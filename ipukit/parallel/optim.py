@@ -52,7 +52,8 @@ class Optimizer:
         """Update ``params`` in place from ``grads``. A gradient in another dtype than its
         parameter (a ``gradient_accumulation_dtype`` accumulator) is cast to the
         parameter's dtype first: TensorFlow leaves that cast to the optimiser (wrap it in
-        ``MapGradientOptimizer`` with ``tf.cast``), the kit's optimisers make it."""
+        ``MapGradientOptimizer`` with ``tf.cast``); the kit's optimisers make it (kit
+        convention)."""
         for key, p in params.items():  # host parameters stay on the host, device ones there
             g = backend.like(grads[key], p)
             self._update(key, p, g if g.dtype == p.dtype else g.astype(p.dtype))

@@ -30,7 +30,7 @@ of a training model (``Pipeline.run``), and what each costs:
   ``fn(var) -> dtype`` (``var`` a :class:`Variable`: ``.name``, ``.dtype``, ``.shape``).
   As TensorFlow's, the optimiser receives the sums in the accumulator dtype ("a cast is
   needed at some point", ``pipelining_ops.pipeline``); the kit's optimisers cast them to
-  the variable's dtype (:meth:`~ipukit.parallel.optim.Optimizer.step`). float16
+  the variable's dtype (kit convention: :meth:`~ipukit.parallel.optim.Optimizer.step`). float16
   accumulators lose small gradients that float32 ones keep.
 
 >>> import numpy as np
