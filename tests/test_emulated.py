@@ -275,8 +275,8 @@ def test_replicas_ring_with_float16_and_float32_accumulators():
     def make(emulate):
         return pipeline([[nn.Dense(6, 5, rng=1), nn.ReLU()], [nn.Dense(5, 3, rng=3)]], None,
                         gradient_accumulation_count=4, optimizer=optim.SGD(0.1),
-                        gradient_accumulation_dtype=lambda name, value: (
-                            "float16" if name.endswith("bias") else None),
+                        gradient_accumulation_dtype=lambda var: (
+                            "float16" if var.name.endswith("bias") else None),
                         loss=nn.SoftmaxCrossEntropy(), target=target, replication_factor=2,
                         emulate=emulate)
 
@@ -574,8 +574,8 @@ def test_each_stage_zeroes_accumulates_and_updates_all_its_weights_at_once(opt, 
     def make(emulate):
         return pipeline(stages(), None, gradient_accumulation_count=6, optimizer=opt(),
                         reduction_method=reduction, loss=nn.SoftmaxCrossEntropy(),
-                        gradient_accumulation_dtype=lambda name, value: (
-                            "float16" if name.endswith("bias") else None),
+                        gradient_accumulation_dtype=lambda var: (
+                            "float16" if var.name.endswith("bias") else None),
                         target=TARGET, repeat_count=2, emulate=emulate)
 
     (a, pa), (b, pb) = both(make, x, y)

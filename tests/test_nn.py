@@ -168,3 +168,12 @@ def test_runs_on_cupy():
         assert type(dx).__module__.startswith("cupy")
     finally:
         backend.use("numpy")
+
+
+def test_calling_a_layer_is_its_forward_output():
+    # Keras and PyTorch layers are called: layer(x); here the forward's output, no cache
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(4, 3)).astype(np.float32)
+    net = nn.Sequential(nn.Dense(3, 4, rng=0), nn.ReLU(), nn.Dense(4, 2, rng=1))
+    np.testing.assert_array_equal(net(x), net.forward(x)[0])
+    np.testing.assert_array_equal(nn.ReLU()(x), np.maximum(x, 0))

@@ -112,16 +112,28 @@ def test_allreduce_once_per_weight_update_with_ring_bytes_and_cycles(g, di, repl
                                                 + math.ceil(sent / link)}
 
 
+def rts_model(replicas, rts, offload):
+    """On-chip RTS is PopTorch's (``useReplicatedTensorSharding`` with the optimiser state on
+    chip); TensorFlow shards only offloaded state, so the offloaded case is its pipeline."""
+    target = IPUModel(num_ipus=2 * replicas, tiles_per_ipu=1).create_device().target
+    if offload:
+        return pipeline(make_stages(2), None, 4, device_iterations=2,
+                        replication_factor=replicas, optimizer=optim.Adam(0.01),
+                        loss=nn.SoftmaxCrossEntropy(), replicated_optimizer_state_sharding=rts,
+                        offload_optimizer_state=True, target=target)
+    blocks = [Block(f"B{k}", *layers, ipu_id=k) for k, layers in enumerate(make_stages(2))]
+    return training_model(blocks, nn.SoftmaxCrossEntropy(), optim.Adam(0.01),
+                          gradient_accumulation=4, device_iterations=2,
+                          replication_factor=replicas, reduction="SUM", output_mode="all",
+                          replicated_tensor_sharding=rts, target=target)
+
+
 @pytest.mark.parametrize("replicas,offload", [(2, False), (3, False), (4, True)])
 def test_rts_changes_memory_and_communication_not_one_weight(replicas, offload):
     x, y = data(2 * replicas * 4 * MB, seed=replicas)
     runs = {}
     for rts in (False, True):
-        p = pipeline(make_stages(2), None, 4, device_iterations=2, replication_factor=replicas,
-                     optimizer=optim.Adam(0.01), loss=nn.SoftmaxCrossEntropy(),
-                     replicated_optimizer_state_sharding=rts, offload_optimizer_state=offload,
-                     target=IPUModel(num_ipus=2 * replicas, tiles_per_ipu=1)
-                     .create_device().target)
+        p = rts_model(replicas, rts, offload)
         runs[rts] = (p, p.run(x, y))
     (p0, r0), (p1, r1) = runs[False], runs[True]
     for a, b in zip(p0.params.values(), p1.params.values()):
@@ -197,21 +209,65 @@ def test_float16_accumulation_loses_what_float32_keeps():
     assert errors["float16"] > 1e-2 and errors["float16"] > 10 * errors["float32"]
 
 
-def test_accumulation_dtype_per_variable_and_errors():
-    def choose(name, value):
-        return "float64" if name.endswith("bias") else None  # None: the variable's dtype
+class RecordingSGD(optim.SGD):
+    """SGD that records the dtype of every gradient it is handed."""
 
-    p = pipeline(make_stages(2, "float32"), None, 4, optimizer=optim.SGD(0.1),
+    def step(self, params, grads):
+        self.seen = {k: g.dtype.name for k, g in grads.items()}
+        super().step(params, grads)
+
+
+def test_accumulation_dtype_per_variable_and_errors():
+    # graphcore/tensorflow tensorflow/python/ipu/ops/pipelining_ops.py, pipeline():
+    # gradient_accumulation_dtype may be "A callable that takes the variable and returns a
+    # DType"; "The gradients passed to Optimizer.apply_gradients will have the dtype
+    # requested here. If that dtype is different from the variable dtype a cast is needed".
+    seen = []
+
+    def choose(var):
+        seen.append((var.name, var.dtype.name, var.shape))
+        return "float64" if var.name.endswith("bias") else None  # None: the variable's dtype
+
+    opt = RecordingSGD(0.1)
+    p = pipeline(make_stages(2, "float32"), None, 4, optimizer=opt,
                  loss=nn.SoftmaxCrossEntropy(), gradient_accumulation_dtype=choose)
+    assert seen == [("0.0.weight", "float32", (D_IN, 6)), ("0.0.bias", "float32", (6,)),
+                    ("1.weight", "float32", (6, CLASSES)), ("1.bias", "float32", (CLASSES,))]
     assert [{k: d.name for k, d in s.items()} for s in p.accumulation_dtypes] == [
         {"0.weight": "float32", "0.bias": "float64"}, {"weight": "float32", "bias": "float64"}]
+    before = {k: v.copy() for k, v in p.params.items()}
     r = p.run(*data(4 * MB, dtype="float32"))
     w0 = D_IN * 6
     assert {m.gradients for m in r.memory if m.ipu == 0} == {w0 * 4 + 6 * 8}
-    assert all(v.dtype == np.float32 for v in p.params.values())  # cast back for the update
+    # the optimiser is handed the sums in the accumulator dtype; it casts them itself
+    assert opt.seen == {"0.0.weight": "float32", "0.0.bias": "float64",
+                        "1.weight": "float32", "1.bias": "float64"}
+    assert all(v.dtype == np.float32 for v in p.params.values())
+    assert all(not np.array_equal(before[k], v) for k, v in p.params.items())
     with pytest.raises(PipelineConfigError, match="gradient_accumulation_dtype gave 'fp99'"):
         pipeline(make_stages(2), None, 4, optimizer=optim.SGD(0.1),
                  loss=nn.SoftmaxCrossEntropy(), gradient_accumulation_dtype="fp99")
+
+
+def test_tensorflow_refuses_rts_of_on_chip_optimiser_state():
+    # graphcore/tensorflow tensorflow/python/ipu/tests/pipelining_test.py,
+    # testRTSButNoOffloading: replicated_optimizer_state_sharding=True with
+    # offload_weight_update_variables=False raises ValueError "optimizer state must be
+    # offloaded". PopTorch shards on-chip state (useReplicatedTensorSharding).
+    def tf(**kw):
+        return pipeline(make_stages(2), None, 4, replication_factor=2, optimizer=optim.Adam(),
+                        loss=nn.SoftmaxCrossEntropy(), replicated_optimizer_state_sharding=True,
+                        **kw)
+
+    with pytest.raises(PipelineConfigError, match="optimizer state must be offloaded.*"
+                       "offload_optimizer_state at None"):
+        tf(offload_optimizer_state=False)
+    assert tf().options.offload_optimizer_state  # None: offloaded, as TensorFlow
+    assert tf(offload_optimizer_state=True).options.replicated_optimizer_state_sharding
+    assert rts_model(2, True, offload=False).options.replicated_optimizer_state_sharding
+    # an inference pipeline has no optimiser state: the option has no effect
+    pipeline(make_stages(2), None, 4, replicated_optimizer_state_sharding=True,
+             offload_optimizer_state=False)
 
 
 @pytest.mark.parametrize("mode,period,count", [

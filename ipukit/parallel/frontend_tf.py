@@ -60,6 +60,10 @@ def pipeline(computational_stages, device_mapping=None, gradient_accumulation_co
       ``None`` offloads the optimiser state to Streaming Memory in a training pipeline
       (TF: "automatically", which offloads when remote buffers exist; kit convention:
       they always do). PopTorch's ``training_model`` keeps it on chip;
+    * ``replicated_optimizer_state_sharding=True`` shards only offloaded state: with
+      ``offload_optimizer_state=False`` it is an error (``pipelining_test.py``
+      ``testRTSButNoOffloading``: "optimizer state must be offloaded"). PopTorch shards
+      on-chip state too (``training_model(..., replicated_tensor_sharding=True)``);
     * the replica count follows from the IPUs and the shards: ``replication_factor=None``
       with a ``target`` is ``target.num_ipus // (IPUs of one replica)``, which must divide
       evenly ("you must specify a multiple of the number of shards"); 1 without a target;
@@ -93,6 +97,13 @@ def pipeline(computational_stages, device_mapping=None, gradient_accumulation_co
     training = optimizer is not None or loss is not None
     if offload_optimizer_state is None:  # TF's offload_weight_update_variables=None
         offload_optimizer_state = training
+    if replicated_optimizer_state_sharding and training and not offload_optimizer_state:
+        raise PipelineConfigError(
+            "replicated_optimizer_state_sharding=True with offload_optimizer_state=False: "
+            "the optimizer state must be offloaded to be sharded across replicas "
+            "(TensorFlow partitions only offloaded variables). Leave offload_optimizer_state "
+            "at None (TensorFlow's default: offloaded) or set it to True; PopTorch's "
+            "training_model(..., replicated_tensor_sharding=True) shards on-chip state.")
     if replication_factor is None:
         replication_factor = _replicas(stages, device_mapping, target)
     options = PipelineOptions(

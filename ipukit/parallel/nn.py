@@ -74,6 +74,15 @@ class Layer:
         self.params: dict = {}
         self.grads: dict = {}
 
+    def __call__(self, x):
+        """``layer(x)``: the forward's output. On a symbolic tensor (``keras.Input``) the
+        call is recorded instead, as Keras's functional API does (see
+        :mod:`ipukit.parallel.keras`)."""
+        record = getattr(x, "_call_layer", None)
+        if record is not None:
+            return record(self)
+        return self.forward(x)[0]
+
     def forward(self, x):
         raise NotImplementedError
 

@@ -49,8 +49,14 @@ class Optimizer:
         self.state: dict = {}
 
     def step(self, params: dict, grads: dict) -> None:
+        """Update ``params`` in place from ``grads``. A gradient in another dtype than its
+        parameter (a ``gradient_accumulation_dtype`` accumulator) is cast to the
+        parameter's dtype first: TensorFlow leaves that cast to the optimiser (wrap it in
+        ``MapGradientOptimizer`` with ``tf.cast``); the kit's optimisers make it (kit
+        convention)."""
         for key, p in params.items():  # host parameters stay on the host, device ones there
-            self._update(key, p, backend.like(grads[key], p))
+            g = backend.like(grads[key], p)
+            self._update(key, p, g if g.dtype == p.dtype else g.astype(p.dtype))
 
     def _update(self, key, p, g):
         raise NotImplementedError

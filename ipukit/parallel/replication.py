@@ -27,8 +27,11 @@ of a training model (``Pipeline.run``), and what each costs:
   change by one bit.
 * **Accumulation dtype** (TensorFlow's ``gradient_accumulation_dtype``): accumulators in
   the variable's dtype (None), in one dtype for all, or per variable from a callable
-  ``fn(name, value) -> dtype``; the sum is cast back to the variable's dtype for the
-  weight update. float16 accumulators lose small gradients that float32 ones keep.
+  ``fn(var) -> dtype`` (``var`` a :class:`Variable`: ``.name``, ``.dtype``, ``.shape``).
+  As TensorFlow's, the optimiser receives the sums in the accumulator dtype ("a cast is
+  needed at some point", ``pipelining_ops.pipeline``); the kit's optimisers cast them to
+  the variable's dtype (kit convention: :meth:`~ipukit.parallel.optim.Optimizer.step`). float16
+  accumulators lose small gradients that float32 ones keep.
 
 >>> import numpy as np
 >>> from ipukit.parallel import nn, optim, pipeline
@@ -234,11 +237,30 @@ def check_replication(target, ipus_per_replica: int, replication_factor: int,
     return reduction
 
 
+@dataclass(frozen=True)
+class Variable:
+    """What a ``gradient_accumulation_dtype`` callable is given, as TensorFlow gives it the
+    ``tf.Variable``: ``name`` (its key in ``Pipeline.params``, e.g. ``"0.0.bias"``),
+    ``dtype``, ``shape`` and ``value`` (the array itself)."""
+
+    name: str
+    value: object
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.value.dtype)
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.value.shape)
+
+
 def accumulation_dtypes(stages, setting) -> list[dict]:
     """Per stage, ``{parameter name: accumulator dtype}`` for ``gradient_accumulation_dtype``.
 
-    None: the variable's dtype; a dtype: that; a callable ``fn(name, value)``: its answer
-    (None meaning the variable's dtype), with ``name`` the runner's ``"<stage>.<name>"``.
+    None: the variable's dtype; a dtype: that; a callable: ``fn(var)`` with ``var`` a
+    :class:`Variable` (``pipelining_ops.pipeline``: "A callable that takes the variable and
+    returns a DType"), its answer None meaning the variable's dtype.
     """
     out = []
     for s in stages:
@@ -246,7 +268,7 @@ def accumulation_dtypes(stages, setting) -> list[dict]:
         for name, value in s.params.items():
             dt = setting
             if callable(setting) and not isinstance(setting, type):
-                dt = setting(f"{s.index}.{name}", value)
+                dt = setting(Variable(f"{s.index}.{name}", value))
             if dt is None:
                 dt = value.dtype
             try:
@@ -269,11 +291,12 @@ def shard_bounds(size: int, num_shards: int) -> list[tuple[int, int]]:
 
 
 def apply_update(stages, grads: list[list[dict]], optimizer, options) -> None:
-    """Reduce the replicas' accumulated gradients, cast them, run ``optimizer``.
+    """Reduce the replicas' accumulated gradients and run ``optimizer`` on them.
 
     ``grads[replica][stage]`` maps parameter names to accumulators; ``options`` (a
-    ``PipelineOptions``) gives the replica reduction and RTS. With RTS the optimiser sees
-    replica r's shard of every weight (state keys ``"<key>/rts<r>"``).
+    ``PipelineOptions``) gives the replica reduction and RTS. The optimiser gets the sums
+    in the accumulator dtype, as TensorFlow's ``apply_gradients`` does. With RTS the
+    optimiser sees replica r's shard of every weight (state keys ``"<key>/rts<r>"``).
     """
     update, params = {}, {}
     for k, stage in enumerate(stages):
@@ -285,7 +308,7 @@ def apply_update(stages, grads: list[list[dict]], optimizer, options) -> None:
                     total += g[k][name]
                 if options.replica_reduction == "MEAN":
                     total *= 1.0 / len(grads)
-            update[f"{k}.{name}"] = total.astype(stage.params[name].dtype, copy=False)
+            update[f"{k}.{name}"] = total
         params.update({f"{stage.index}.{n}": v for n, v in stage.params.items()})
     r_count = options.replication_factor
     if not (options.replicated_optimizer_state_sharding and r_count > 1):
@@ -393,7 +416,7 @@ def call_cost(p, sample_shape, micro_batch_size: int, dtype="float32") -> CallCo
                     float(io), float(device), p.target.clock_hz)
 
 
-__all__ = ["CallCost", "DataLoader", "OutputMode", "REPLICA_REDUCTIONS",
+__all__ = ["CallCost", "DataLoader", "OutputMode", "REPLICA_REDUCTIONS", "Variable",
            "accumulation_dtypes", "apply_update", "call_cost", "check_output_mode",
            "check_replication", "check_samples", "combined_batch_size", "optimizer_share",
            "outputs_per_call",
