@@ -137,7 +137,8 @@ def grade(path: str | Path, timeout: float = 60, total_timeout: float = TOTAL_TI
 
     timeout = positive_seconds(timeout, "--timeout")
     total_timeout = positive_seconds(total_timeout, "--total-timeout")
-    deadline = time.monotonic() + total_timeout
+    started = time.monotonic()
+    deadline = started + total_timeout
     path = Path(path)
     nb = nbformat.read(path, as_version=4)  # the file is not touched again
     lesson = lesson_of(nb, path)
@@ -171,8 +172,7 @@ def grade(path: str | Path, timeout: float = 60, total_timeout: float = TOTAL_TI
         n = len(nb.cells)
         nb.cells += [p.cell(area / "runtime") for p in plans]
         run = run_notebook(
-            nb, cwd=work, timeout=timeout, total_timeout=max(0.01, deadline - time.monotonic()),
-            env=env, runtime=area / "runtime", judge_cells={n + k: judge.CHANNEL
+            nb, cwd=work, timeout=timeout, total_timeout=total_timeout, started=started, env=env, runtime=area / "runtime", judge_cells={n + k: judge.CHANNEL
                                                               for k in range(len(plans))},
             launcher=sandbox.launcher(sys.executable, [area], limit, landlock=abi > 0))
     finally:

@@ -318,16 +318,19 @@ def _client_class():
 def run_notebook(nb, cwd: str | Path = ".", timeout: float = 60, kernel_name: str = "python3",
                  env: dict | None = None, total_timeout: float | None = None,
                  max_output_bytes: int = MAX_OUTPUT_BYTES, launcher=None,
-                 runtime: str | Path | None = None, judge_cells=None) -> Run:
+                 runtime: str | Path | None = None, judge_cells=None,
+                 started: float | None = None) -> Run:
     """Execute ``nb`` (a NotebookNode, changed in place) in a fresh kernel; see the module.
     ``judge_cells`` maps the index of each cell the grader added to the one MIME type kept
-    from its outputs (besides its error); those cells are never replayed."""
+    from its outputs (besides its error); those cells are never replayed. ``started``: when
+    the total time began (``time.monotonic()``; default now)."""
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     timeout = positive_seconds(timeout, "timeout")
     if total_timeout is not None:
         total_timeout = positive_seconds(total_timeout, "total timeout")
-    deadline = math.inf if total_timeout is None else time.monotonic() + total_timeout
+    started = time.monotonic() if started is None else started
+    deadline = math.inf if total_timeout is None else started + total_timeout
 
     def left() -> float:
         return deadline - time.monotonic()
