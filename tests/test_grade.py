@@ -264,10 +264,10 @@ get_ipython().input_transformers_cleanup.append(forge)""",
     "ast_transformers": """\
 import ast
 class Forge(ast.NodeTransformer):
-    def visit_Constant(self, node):
-        return ast.copy_location(ast.Constant('passed'), node) if node.value == '' else node
     def visit_Attribute(self, node):
         self.generic_visit(node)
+        if node.attr == 'status' and isinstance(node.ctx, ast.Load):  # r.status: 'passed'
+            return ast.copy_location(ast.Constant('passed'), node)
         if node.attr == 'run_trials':  # feedback.run_trials -> a forged one
             return ast.copy_location(ast.parse('lambda ex, cases, f: [{"ok": 0}] * len(cases)',
                                                mode='eval').body, node)
@@ -369,7 +369,7 @@ import sys, threading, time
 def loop():
     while True:
         m = sys.modules.get('ipukit.grading.feedback')
-        if m is not None and not getattr(m._run, 'forged', False):
+        if hasattr(m, '_run') and not getattr(m._run, 'forged', False):
             real = m._run
             def run(ex, body, show, real=real):
                 return real(ex, lambda: None, show)
@@ -615,10 +615,15 @@ for p in (os.path.relpath({str(victim)!r}), {str(victim)!r}, {str(kit_file)!r},
         refused.append(p)
 raise RuntimeError(len(refused))"""])
     before = kit_file.read_bytes()
-    report = quietly(path)
+    try:
+        report = quietly(path)
+    finally:  # should the sandbox fail, the kit is not left changed
+        changed = kit_file.read_bytes() != before
+        kit_file.write_bytes(before)
+        Path("/tmp/ipukit-escape.txt").unlink(missing_ok=True)
     assert report["errors"][0]["error"] == "RuntimeError: 5"
-    assert victim.read_text() == "the real file" and kit_file.read_bytes() == before
-    assert not (tmp_path / "new.txt").exists() and not Path("/tmp/ipukit-escape.txt").exists()
+    assert victim.read_text() == "the real file" and not changed
+    assert not (tmp_path / "new.txt").exists()
     assert report["sandbox"] == f"landlock ABI {sandbox.landlock_abi()}"
 
 
