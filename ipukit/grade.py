@@ -172,8 +172,9 @@ def grade(path: str | Path, timeout: float = 60, total_timeout: float = TOTAL_TI
         n = len(nb.cells)
         nb.cells += [p.cell(area / "runtime") for p in plans]
         run = run_notebook(
-            nb, cwd=work, timeout=timeout, total_timeout=total_timeout, started=started, env=env, runtime=area / "runtime", judge_cells={n + k: judge.CHANNEL
-                                                              for k in range(len(plans))},
+            nb, cwd=work, timeout=timeout, total_timeout=total_timeout, started=started,
+            env=env, runtime=area / "runtime",
+            judge_cells={n + k: judge.CHANNEL for k in range(len(plans))},
             launcher=sandbox.launcher(sys.executable, [area], limit, landlock=abi > 0))
     finally:
         sandbox.end_descendants(keep=before)
