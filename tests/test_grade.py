@@ -662,9 +662,11 @@ def peak_rss_of(proc) -> int:
 
 
 def test_a_1_2_gb_display_message_is_refused_and_the_grader_stays_small(tmp_path):
-    path = notebook(tmp_path / "01_me.ipynb", [
-        "from IPython.display import publish_display_data\n"
-        "publish_display_data({'text/plain': 'x' * 1_200_000_000})",
+    path = notebook(tmp_path / "01_me.ipynb", [  # signed, as publish_display_data sends it
+        "k = get_ipython().kernel\n"  # (JSON-encoding 1.2 GB in the kernel takes ~12 s)
+        "body = b''.join([b'{\"data\": {\"text/plain\": \"', b'x' * 1_200_000_000, "
+        "b'\"}, \"metadata\": {}}'])\n"
+        "k.session.send(k.iopub_socket, 'display_data', content=body, parent=k.get_parent())",
         "print('the next cell runs')"])
     proc = subprocess.Popen([sys.executable, "-m", "ipukit.grade", str(path), "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)

@@ -120,10 +120,13 @@ def test_a_long_list_of_left_out_files_is_cut(tmp_path):
 def test_remove_tree_removes_what_the_kernel_made_read_only(tmp_path):
     (tmp_path / "a" / "b").mkdir(parents=True)
     (tmp_path / "a" / "b" / "f").write_text("x")
-    os.chmod(tmp_path / "a" / "b", 0o500)
+    (tmp_path / "a" / "c").mkdir()
+    (tmp_path / "a" / "c" / "link").symlink_to(tmp_path / "kept")
+    (tmp_path / "kept").write_text("not followed")
+    os.chmod(tmp_path / "a" / "b", 0o000)
     os.chmod(tmp_path / "a", 0o500)
     sandbox.remove_tree(tmp_path / "a")
-    assert not (tmp_path / "a").exists()
+    assert not (tmp_path / "a").exists() and (tmp_path / "kept").read_text() == "not followed"
 
 
 # -- the kit's snapshot -----------------------------------------------------------------------

@@ -27,6 +27,7 @@ True
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import errno
 import hashlib
@@ -338,24 +339,16 @@ def _copy_file(src: str, dst: Path, size: int) -> bool:
 
 
 def remove_tree(path: Path) -> None:
-    """Remove ``path`` whatever the kernel did to its permissions."""
-    def writable_again(func, name, exc):
-        try:
-            os.chmod(os.path.dirname(name), 0o700)
-            os.chmod(name, 0o700, follow_symlinks=False)
-        except OSError:
-            pass
-        try:
-            func(name)
-        except OSError:
-            pass
-
-    if not path.exists():
-        return
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=writable_again)
-    else:
-        shutil.rmtree(path, onerror=writable_again)
+    """Remove ``path`` (links inside are removed, never followed) whatever the kernel did
+    to the permissions of the folders in it."""
+    todo = [str(path)]
+    while todo:  # every folder readable and writable again, top down
+        folder = todo.pop()
+        with contextlib.suppress(OSError):
+            if stat.S_ISDIR(os.lstat(folder).st_mode):
+                os.chmod(folder, 0o700)
+                todo += [e.path for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
+    shutil.rmtree(path, ignore_errors=True)
 
 
 # -- the kit's files ---------------------------------------------------------------------
