@@ -74,6 +74,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .errors import IpuError
+from .examples._cli import non_negative_int, positive_float
 from .grading import judge, sandbox
 from .grading.execute import TOTAL_TIMEOUT, positive_seconds, run_notebook, seconds_arg
 from .grading.feedback import Result, format_scoreboard, load_lesson
@@ -233,27 +234,6 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
-def _seed_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"--seed must be a whole number >= 0, got {text!r}")
-    return value
-
-
-def _megabytes_arg(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"--scratch-limit must be a positive number of MB, "
-                                         f"got {text!r}")
-    return value
-
-
 def main(argv=None, landlock: bool = True) -> int:
     p = argparse.ArgumentParser(prog="python -m ipukit.grade",
                                 description=__doc__.split("\n")[0])
@@ -261,12 +241,12 @@ def main(argv=None, landlock: bool = True) -> int:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--output", type=Path, metavar="FILE",
                    help="also write the JSON report to FILE (atomically)")
-    p.add_argument("--seed", type=_seed_arg, help="draw the cases of this grade again")
+    p.add_argument("--seed", type=non_negative_int, help="draw the cases of a grade again")
     p.add_argument("--timeout", type=seconds_arg, default=60,
                    help="seconds per cell, a positive number (default 60)")
     p.add_argument("--total-timeout", type=seconds_arg, default=TOTAL_TIMEOUT,
                    help=f"seconds for the whole notebook (default {TOTAL_TIMEOUT:g})")
-    p.add_argument("--scratch-limit", type=_megabytes_arg, default=SCRATCH_LIMIT_MB,
+    p.add_argument("--scratch-limit", type=positive_float, default=SCRATCH_LIMIT_MB,
                    metavar="MB", help=f"size limit of the scratch folder and of each file "
                                       f"the notebook writes (default {SCRATCH_LIMIT_MB})")
     args = p.parse_args(argv)

@@ -178,7 +178,7 @@ def test_01_2_cycles_are_worked_out_by_the_judge_from_the_placement():
 
 
 @pytest.mark.parametrize("build, message", [
-    (lambda graph, x, y: None, "build_scale must return a program, got None"),
+    (lambda graph, x, y: None, "return a program, got None"),
     (scale_pieces(short=True), r"x and y with \[4, 4, 4, 4\] elements on tiles 0-3: y\[3\]"),
 ])
 def test_01_1_wrong_answers_name_the_case(build, message):

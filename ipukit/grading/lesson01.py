@@ -139,18 +139,23 @@ def _scale_cases(rng) -> list[dict]:
     return found
 
 
-def _scale_trial(case, build_scale):
-    """The learner's program on one mapping (the learner's kernel): y and its cycles."""
-    what = _scale_what(case["counts"])
-    dev, g, x, y = _mapped_pair(case["counts"])
-    prog = build_scale(g, x, y)
+def _run_on_x(dev, g, prog, what: str, x, read: str):
+    """The learner's program run after writing ``x``: its engine and what ``read`` holds."""
     if not isinstance(prog, ipu.Program):
-        raise Wrong(f"{what}: build_scale must return a program, got {prog!r}")
+        raise Wrong(f"{what}: return a program, got {prog!r}")
     eng = _engine(g, prog, f"{what}: your graph")
     eng.load(dev)
-    eng.write_tensor("x", case["x"])
+    eng.write_tensor("x", x)
     eng.run()
-    return {"y": eng.read_tensor("y"), "cycles": _device_cycles(eng)}
+    return eng, eng.read_tensor(read)
+
+
+def _scale_trial(case, build_scale):
+    """The learner's program on one mapping (the learner's kernel): y and its cycles."""
+    dev, g, x, y = _mapped_pair(case["counts"])
+    eng, got = _run_on_x(dev, g, build_scale(g, x, y), _scale_what(case["counts"]),
+                         case["x"], "y")
+    return {"y": got, "cycles": _device_cycles(eng)}
 
 
 @exercise("01.1", "one superstep: y = 2x on every tile", points=2, budget="cycles", hints=(
@@ -338,14 +343,7 @@ def _ring_trial(case, build_ring_difference):
         g.set_tile_mapping(out[t], t)
     g.create_host_write("x", x)
     g.create_host_read("out", out)
-    prog = build_ring_difference(g, x, out)
-    if not isinstance(prog, ipu.Program):
-        raise Wrong(f"{what}: return a program, got {prog!r}")
-    eng = _engine(g, prog, f"{what}: your graph")
-    eng.load(dev)
-    eng.write_tensor("x", case["x"])
-    eng.run()
-    return eng.read_tensor("out")
+    return _run_on_x(dev, g, build_ring_difference(g, x, out), what, case["x"], "out")[1]
 
 
 @exercise("01.4", "a central difference over a ring of tiles", points=3, hints=(
