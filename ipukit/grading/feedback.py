@@ -417,8 +417,10 @@ def run_trials(ex: Exercise, cases: list[dict], answers: tuple) -> list:
 def judge(ex: Exercise, outputs: list, cases: list[dict]):
     """The verdict on encoded ``outputs`` of ``cases`` (the judge's side): raises
     :class:`Wrong` (or NotImplementedError: not solved yet), or returns what the verdict
-    returns (None or a :class:`Cost`). ``outputs`` is untrusted data: anything that is not
-    what :func:`run_trials` sends, and any verdict that cannot read it, is a wrong answer."""
+    returns (None or a :class:`Cost`). A trial that fails on case k is judged after the
+    verdict on cases 1..k-1, so that the first failing case is the one reported.
+    ``outputs`` is untrusted data: anything that is not what :func:`run_trials` sends, and
+    any verdict that cannot read it, is a wrong answer, never a crash."""
     if not isinstance(outputs, list):
         raise Wrong("the trial gave no readable results")
     decoded = []
@@ -431,21 +433,27 @@ def judge(ex: Exercise, outputs: list, cases: list[dict]):
                 decoded.append(plain.decode(value))
             except (plain.NotPlainData, ValueError, TypeError, RecursionError) as exc:
                 raise Wrong(f"case {k + 1}: the trial's result cannot be read: {exc}") from None
-        elif kind == "not_solved":
+            continue
+        if decoded:  # a wrong answer to an earlier case is the first failing case
+            _verdict(ex, cases[:len(decoded)], decoded)
+        if kind == "not_solved":
             raise NotImplementedError(clipped(value))
-        elif kind == "raised":
+        if kind == "raised":
             raise Wrong(f"your code raised {clipped(value)}")
-        else:
-            raise Wrong(clipped(value))
+        raise Wrong(clipped(value))
     if len(decoded) != len(cases):
         raise Wrong(f"the trial gave {len(decoded)} results for {plural(len(cases), 'case')}")
+    return _verdict(ex, cases, decoded)
+
+
+def _verdict(ex: Exercise, cases: list[dict], decoded: list):
     try:
         return ex.verdict(cases, decoded)
     except (Wrong, NotImplementedError):
         raise
-    except Exception as exc:  # an output of the right kind but not of the right form
-        raise Wrong(f"the check cannot read what your code gave: {type(exc).__name__}: "
-                    f"{clipped(exc)}") from None
+    except Exception as exc:  # what the kernel sent is untrusted: unreadable data only fails
+        raise Wrong(f"the check could not read what your code gave: {type(exc).__name__}: "
+                    f"{clipped(exc, 2000)}") from exc
 
 
 def result_of(ex: Exercise, cases: list[dict], outputs) -> Result:
