@@ -40,7 +40,6 @@ What is not: a notebook may still pass by calling kit code that solves an exerci
 without Landlock the kernel can write wherever the user can (other than the kit, which
 is checked), read this process's memory where ptrace allows it, and reach its stdout;
 processes started through a service (systemd, at) are not this process's descendants.
-Checks not converted to the judged shape yet (``judged``: false) still run in the kernel.
 
 Prints a scoreboard, or with ``--json``::
 
@@ -49,8 +48,8 @@ Prints a scoreboard, or with ``--json``::
      "scratch": {"limit_bytes": …, "copied_files": …, "copied_bytes": …, "left_out": […]},
      "exercises": [{"id": "01.1", "title": …, "status": "passed" | "failed" |
                     "not solved", "points": …, "max_points": …, "message": …,
-                    "star": true, "cost": "★ 1,234 cycles, within the budget of …",
-                    "judged": true}, …],
+                    "star": true, "cost": "★ 1,234 cycles, within the budget of …"},
+                   …],
      "errors": [{"cell": 7, "shown_as": "[5]", "error": …}], "not_run": [12, 13],
      "stopped": …}
 
@@ -153,7 +152,10 @@ def grade(path: str | Path, timeout: float = 60, total_timeout: float = TOTAL_TI
                            "notebook after its lesson, e.g. 01_mine.ipynb, or set its "
                            "metadata ipukit.lesson")
     seed = secrets.randbits(63) if seed is None else int(seed)
-    plans = judge.plans(lesson, seed)
+    try:
+        plans = judge.plans(lesson, seed)
+    except ValueError as exc:
+        raise GradingError(str(exc)) from None
     kit = sandbox.KitSnapshot(KIT)
     abi = sandbox.landlock_abi() if landlock else 0
     sandbox.become_subreaper()
@@ -191,11 +193,9 @@ def grade(path: str | Path, timeout: float = 60, total_timeout: float = TOTAL_TI
             "is read-only to the kernel (Linux with Landlock).")
     not_run = set(run.not_run)
     rows = [p.result(nb.cells[n + k], ran=n + k not in not_run) for k, p in enumerate(plans)]
-    exercises = []
-    for p, r in zip(plans, rows):
-        row = asdict(r)
+    exercises = [asdict(r) for r in rows]
+    for row in exercises:
         row.pop("picture", None)
-        exercises.append({**row, "judged": p.judged})
     errors = [{"cell": i + 1, "shown_as": _prompt(cell), "error": e}
               for i, cell in enumerate(nb.cells[:n])
               if (e := judge.first_error(cell)) is not None]
@@ -269,8 +269,7 @@ def main(argv=None, landlock: bool = True) -> int:
     if args.json:
         print(document)
         return 0
-    rows = [Result(**{k: v for k, v in r.items() if k != "judged"})
-            for r in report["exercises"]]
+    rows = [Result(**r) for r in report["exercises"]]
     print(format_scoreboard(rows, f"Scoreboard for {args.notebook} (lesson {report['lesson']})"))
     for r in rows:
         if r.status != "passed" and r.message:

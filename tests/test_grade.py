@@ -229,7 +229,6 @@ def test_the_solution_scores_full_marks_with_stars_costs_seed_and_sandbox():
     costs = {e["id"]: e["cost"] for e in report["exercises"]}
     assert costs["01.1"].startswith("★ ") and "cycles, within the budget of" in costs["01.1"]
     assert costs["01.2"].startswith("★ ") and costs["01.3"] == costs["01.4"] == ""
-    assert all(e["judged"] for e in report["exercises"])
     assert report["sandbox"] == (f"landlock ABI {sandbox.landlock_abi()}"
                                  if sandbox.landlock_abi() else report["sandbox"])
     assert report["sandbox"].startswith(("landlock ABI ", "none: "))

@@ -33,18 +33,16 @@ def plan():
 
 def test_every_lesson_01_exercise_is_judged_with_the_names_of_its_answers():
     plans = judge.plans("01", seed=1)
-    assert [(p.ex.id, p.judged, p.names) for p in plans] == [
-        ("01.1", True, ("build_scale",)), ("01.2", True, ("place_vertices",)),
-        ("01.3", True, ("superstep_cycles",)), ("01.4", True, ("build_ring_difference",))]
+    assert [(p.ex.id, p.ex.answers) for p in plans] == [
+        ("01.1", ("build_scale",)), ("01.2", ("place_vertices",)),
+        ("01.3", ("superstep_cycles",)), ("01.4", ("build_ring_difference",))]
 
 
-def test_a_check_not_judged_yet_is_called_by_its_parameters_names():
-    from ipukit.grading import lesson03
-
-    ex = lesson03.check_dot_product.exercise
-    if ex.trial is not None:
-        pytest.skip("03.1 is judged now")
-    assert judge.answer_names(ex) == ("PartialDot", "ReduceSum", "build_dot")
+def test_an_exercise_without_a_trial_cannot_be_judged(monkeypatch):
+    ex = Exercise("01.9", "not judged", 1, check="check_x")
+    monkeypatch.setitem(feedback.EXERCISES, "01.9", ex)
+    with pytest.raises(ValueError, match="exercise 01.9 has no judged check"):
+        judge.plans("01", seed=1)
 
 
 def test_the_same_seed_draws_the_same_cases_another_seed_others():
@@ -80,7 +78,7 @@ def test_the_verdict_is_given_on_what_the_cell_sent(plan):
     (sent({"outputs": []}, {"outputs": []}), "the check's results came back more than once"),
     (sent(5), "the check's results cannot be read"),
     (sent({"outputs": [], "extra": 1}), "the check's results cannot be read"),
-    (sent({"legacy": {"status": "passed"}}), "the check's results cannot be read"),
+    (sent({"status": "passed"}), "the check's results cannot be read"),
     (sent({"missing": ["superstep_cycles"]}),
      "the notebook defines no superstep_cycles (the check calls it by this name)"),
     (sent({"outputs": "passed"}), "the trial gave no readable results"),
@@ -115,19 +113,6 @@ def test_a_not_solved_trial_is_not_solved(plan):
 
     r = plan.result(sent({"outputs": outputs_of(stub, plan)}))
     assert (r.status, r.message) == ("not solved", "write it")
-
-
-def test_a_check_not_judged_yet_reports_what_the_kernel_found():
-    ex = Exercise("99.9", "legacy", 3, check="check_x")
-    p = judge.Plan(ex, ("f",), None)
-    assert "check = getattr(importlib.import_module(\"ipukit.grading.lesson99\"), " \
-           "'check_x')" in p.cell(".").source
-    ok = p.result(sent({"legacy": {"status": "passed", "message": "", "star": True,
-                                   "cost": "★ 3 cycles"}}))
-    assert (ok.status, ok.points, ok.star, ok.cost) == ("passed", 3, True, "★ 3 cycles")
-    assert p.result(sent({"legacy": {"status": "won"}})).message == \
-        "the check reported no result"
-    assert p.result(sent({"outputs": []})).message == "the check's results cannot be read"
 
 
 def test_the_judged_checks_of_lesson_01_are_registered_once():

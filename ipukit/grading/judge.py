@@ -14,20 +14,15 @@ judge reads that message only from that cell's own outputs, decodes it as plain 
 hook or a patch in the kernel can change only the data a trial sends back, never the
 cases' private part, the verdict or the score.
 
-Checks not converted to the judged shape yet run in the kernel as before (their result is
-the kernel's word: ``judged`` is False in the report) until they are.
-
->>> from ipukit.grading import feedback, lesson01
->>> [p.judged for p in plans("01", seed=1)]
-[True, True, True, True]
+>>> from ipukit.grading import lesson01
+>>> [p.ex.id for p in plans("01", seed=1)]
+['01.1', '01.2', '01.3', '01.4']
 >>> "_cycles" in plans("01", seed=1)[2].cases[0]  # private: stays here
 True
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +31,7 @@ import nbformat
 import numpy as np
 
 from . import feedback, plain
-from .feedback import FAILED, NOT_SOLVED, PASSED, Exercise, Result
+from .feedback import FAILED, Exercise, Result
 
 #: MIME type of the message a judge's cell sends its trial's outputs in.
 CHANNEL = "application/vnd.ipukit.trial+json"
@@ -53,15 +48,6 @@ def load_all() -> None:
 def case_rng(seed: int, ex: Exercise) -> np.random.Generator:
     """The generator ``ex``'s cases are drawn from in a grade with ``seed``."""
     return np.random.default_rng([seed, *(int(p) for p in ex.id.split("."))])
-
-
-def answer_names(ex: Exercise) -> tuple[str, ...]:
-    """The notebook names a check is called with: ``answers=``, or, for a check not judged
-    yet, its parameters (the kit's check cells pass the functions of those names)."""
-    if ex.answers:
-        return ex.answers
-    module = importlib.import_module(f"ipukit.grading.lesson{ex.lesson}")
-    return tuple(inspect.signature(getattr(module, ex.check)).parameters)
 
 
 _JUDGED = '''\
@@ -83,47 +69,23 @@ def _ipukit_trial():
 _ipukit_trial()
 del _ipukit_trial'''
 
-_LEGACY = '''\
-def _ipukit_check():
-    import importlib
-    from IPython import get_ipython
-    from IPython.display import publish_display_data
-    names = {names!r}
-    ns = get_ipython().user_ns
-    sent = {{"missing": [n for n in names if n not in ns]}}
-    if not sent["missing"]:
-        check = getattr(importlib.import_module("ipukit.grading.lesson{lesson}"), {check!r})
-        r = check(*(ns[n] for n in names), show=False)
-        sent = {{"legacy": {{"status": r.status, "message": r.message, "star": r.star,
-                            "cost": r.cost}}}}
-    publish_display_data({{{mime!r}: sent}})
-_ipukit_check()
-del _ipukit_check'''
-
 
 @dataclass
 class Plan:
-    """One exercise's part of a grade: its cases (None: a check not judged yet), the
-    cell that runs its trial in the kernel, and the verdict on what that cell sent."""
+    """One exercise's part of a grade: its cases, the cell that runs its trial in the
+    kernel, and the verdict on what that cell sent."""
 
     ex: Exercise
-    names: tuple[str, ...]
-    cases: list[dict] | None
-
-    @property
-    def judged(self) -> bool:
-        return self.cases is not None
+    cases: list[dict]
 
     def cell(self, folder: Path):
         """The cell added to the notebook; the public cases go to a file in ``folder``."""
-        fill = dict(names=self.names, lesson=self.ex.lesson, id=self.ex.id, mime=CHANNEL,
-                    check=self.ex.check)
-        if not self.judged:
-            return nbformat.v4.new_code_cell(_LEGACY.format(**fill))
         path = Path(folder) / f"cases-{self.ex.id}.json"
         path.write_text(json.dumps(plain.encode([feedback.public(c) for c in self.cases])),
                         encoding="utf-8")
-        return nbformat.v4.new_code_cell(_JUDGED.format(path=str(path), **fill))
+        return nbformat.v4.new_code_cell(_JUDGED.format(
+            names=self.ex.answers, lesson=self.ex.lesson, id=self.ex.id, mime=CHANNEL,
+            path=str(path)))
 
     def result(self, cell, ran: bool = True) -> Result:
         """The verdict on what ``cell`` sent (the judge's side)."""
@@ -135,19 +97,19 @@ class Plan:
         if error is not None:  # raised, timed out or killed the kernel: never scores
             return _failed(ex, f"the check stopped: {error}")
         sent = [o["data"][CHANNEL] for o in cell.get("outputs", [])
-                if o.get("output_type") == "display_data" and CHANNEL in o.get("data", {})]
+                if o.get("output_type") == "display_data" and isinstance(o.get("data"), dict)
+                and CHANNEL in o["data"]]
         if len(sent) != 1 or not isinstance(sent[0], dict) or len(sent[0]) != 1:
             return _failed(ex, "the check's results did not come back" if not sent else
                            "the check's results came back more than once" if len(sent) > 1
                            else "the check's results cannot be read")
         (kind, value), = sent[0].items()
         if kind == "missing" and isinstance(value, list) and value:
-            return _failed(ex, f"the notebook defines no {', '.join(map(str, value))} (the "
-                               "check calls it by this name)")
-        if kind == "outputs" and self.judged:
+            names = feedback.clipped(", ".join(map(str, value)), 200)
+            return _failed(ex, f"the notebook defines no {names} (the check calls it by this "
+                               "name)")
+        if kind == "outputs":
             return feedback.result_of(ex, self.cases, value)
-        if kind == "legacy" and not self.judged and isinstance(value, dict):
-            return _legacy(ex, value)
         return _failed(ex, "the check's results cannot be read")
 
 
@@ -155,22 +117,15 @@ def _failed(ex: Exercise, message: str) -> Result:
     return Result(ex.id, ex.title, FAILED, 0, ex.points, message)
 
 
-def _legacy(ex: Exercise, found: dict) -> Result:
-    """A result the kernel worked out itself (a check not judged yet)."""
-    status = found.get("status")
-    if status not in (PASSED, FAILED, NOT_SOLVED):
-        return _failed(ex, "the check reported no result")
-    return Result(ex.id, ex.title, status, ex.points if status == PASSED else 0, ex.points,
-                  feedback.clipped(found.get("message", "")),
-                  star=status == PASSED and found.get("star") is True,
-                  cost=feedback.clipped(found.get("cost", ""), 200))
-
-
 def plans(lesson: str, seed: int) -> list[Plan]:
-    """One :class:`Plan` per exercise of ``lesson``, judged ones with their cases drawn."""
-    return [Plan(ex, answer_names(ex), feedback.draw_cases(ex, case_rng(seed, ex))
-                 if ex.trial is not None else None)
-            for ex in feedback.lesson_exercises(lesson)]
+    """One :class:`Plan` per exercise of ``lesson``, its cases drawn from ``seed``; a
+    ValueError names the exercises without a judged check (no ``trial``)."""
+    exercises = feedback.lesson_exercises(lesson)
+    unjudged = [ex.id for ex in exercises if ex.trial is None]
+    if unjudged:
+        raise ValueError(f"exercise {', '.join(unjudged)} has no judged check (cases, trial "
+                         "and verdict): the grader cannot judge it")
+    return [Plan(ex, feedback.draw_cases(ex, case_rng(seed, ex))) for ex in exercises]
 
 
 def first_error(cell) -> str | None:
