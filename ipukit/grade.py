@@ -167,8 +167,7 @@ def grade(path: str | Path, timeout: float = 60, total_timeout: float = TOTAL_TI
         work = area / "work" / (path.resolve().parent.name or "notebook")
         scratch = sandbox.make_scratch(path.resolve().parent, work, limit, deadline,
                                        skip={KIT})
-        for name in ("runtime", "kit"):
-            (area / name).mkdir()
+        (area / "runtime").mkdir()
         if abi == 0:
             kit.copy_to(area / "kit" / KIT.name)
         env = _kernel_env(area, None if abi else area / "kit")
@@ -179,18 +178,11 @@ def grade(path: str | Path, timeout: float = 60, total_timeout: float = TOTAL_TI
             env=env, runtime=area / "runtime",
             judge_cells={n + k: judge.CHANNEL for k in range(len(plans))},
             launcher=sandbox.launcher(sys.executable, [area], limit, landlock=abi > 0))
-    finally:
+    finally:  # also when the kernel would not start: it may have run the learner's code
         sandbox.end_descendants(keep=before)
         sys.dont_write_bytecode = writes_bytecode
         sandbox.remove_tree(area)
-    changed = kit.changes()
-    if changed:
-        kit.restore()
-        raise KitChanged(
-            f"this grade is void: the kit's files changed while the notebook ran "
-            f"({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''}); they were "
-            "restored from the copy taken before it ran. Grade submitted work where the kit "
-            "is read-only to the kernel (Linux with Landlock).")
+        _kit_unchanged(kit)
     not_run = set(run.not_run)
     rows = [p.result(nb.cells[n + k], ran=n + k not in not_run) for k, p in enumerate(plans)]
     exercises = [asdict(r) for r in rows]
@@ -204,6 +196,18 @@ def grade(path: str | Path, timeout: float = 60, total_timeout: float = TOTAL_TI
             "seed": seed, "sandbox": f"landlock ABI {abi}" if abi else _unprotected(landlock),
             "scratch": scratch.report(), "exercises": exercises, "errors": errors,
             "not_run": sorted(i + 1 for i in not_run if i < n), "stopped": run.stopped}
+
+
+def _kit_unchanged(kit) -> None:
+    """KitChanged (after putting the kit's files back) if the notebook changed them."""
+    changed = kit.changes()
+    if changed:
+        kit.restore()
+        raise KitChanged(
+            f"this grade is void: the kit's files changed while the notebook ran "
+            f"({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''}); they were "
+            "restored from the copy taken before it ran. Grade submitted work where the kit "
+            "is read-only to the kernel (Linux with Landlock).")
 
 
 def _unprotected(landlock: bool) -> str:

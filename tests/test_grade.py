@@ -488,6 +488,17 @@ def test_without_landlock_a_rewritten_kit_voids_the_grade_and_is_restored(tmp_pa
     assert report["score"] == 0 and report["sandbox"].startswith("none: Landlock was not")
 
 
+def test_a_kernel_that_never_starts_is_still_checked_for_changes_to_the_kit(tmp_path,
+                                                                         kit_file_kept):
+    """A file beside the notebook runs in place of the kernel (``python -m`` looks in the
+    working folder first), rewrites the kit and exits: the grade is void all the same."""
+    (tmp_path / "ipykernel_launcher.py").write_text(
+        f"open({str(KIT_FILE)!r}, 'a').write('\\nforged = True\\n')\nraise SystemExit(1)")
+    with pytest.raises(grade_module.KitChanged, match="grading/feedback.py"):
+        quietly(notebook(tmp_path / "01_me.ipynb", ["pass"]), landlock=False, total_timeout=20)
+    assert KIT_FILE.read_bytes() == kit_file_kept
+
+
 def test_without_landlock_the_kernel_imports_a_read_only_copy_of_the_kit(tmp_path):
     path = notebook(tmp_path / "01_me.ipynb", [
         "import ipukit, os\nraise RuntimeError(ipukit.__file__ + ' ' + "
