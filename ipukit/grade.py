@@ -1,88 +1,95 @@
 """Grade a learner's notebook: ``python -m ipukit.grade NOTEBOOK.ipynb [--json]
-[--timeout S] [--total-timeout S]``.
+[--output FILE] [--seed N] [--timeout S] [--total-timeout S] [--scratch-limit MB]``.
 
-What is guaranteed:
+What is guaranteed (the README's "Grading a notebook" says it for learners):
 
-* The learner's file and its folder are never modified: the notebook runs in a fresh
-  kernel whose working directory is a scratch copy of the notebook's folder.
-* Grading ends: every cell gets ``--timeout`` seconds (default 60) and the whole run,
-  kernel restarts included, ``--total-timeout`` seconds (default 600); both must be
-  positive numbers. The report lists the cells that did not run. A cell keeps at most
-  1 MB of output.
-* Scores come only from the kit's own checks: after the learner's cells the grader runs
-  the check cells of the kit's ``exercises/NN_*.ipynb`` (NN: the notebook's lesson, from
-  its metadata ``ipukit.lesson`` or its file name), each with ``ipukit.grading`` imported
-  afresh, and each result comes back signed with a key made for this run that appears
-  only in the grader's own cells. Results displayed by the learner's cells, check cells
-  the learner edited or deleted, and patched check functions count for nothing; a check
-  that raised or timed out scores 0. The maximum is the lesson's.
+* **The verdict comes from this process (the judge).** Before any kernel starts it
+  imports the kit and every lesson's checks, and takes the exercises, their answers'
+  names, cases, trials and verdicts from the kit's code (never from notebooks in
+  ``exercises/`` or ``solutions/``). The learner's cells run in a fresh kernel; then, for
+  each exercise, the judge draws the cases with a fresh secret seed, and one cell it adds
+  runs the exercise's trial there on the learner's functions and sends back plain data
+  only (:mod:`ipukit.grading.judge`). Expected results, the verdict and the score are
+  worked out here, so nothing a cell does to the kernel, NumPy, IPython or the display
+  machinery changes them: it can only change the data its own trial sends back. Cycle or
+  byte counts that only the kernel measured earn at most a star. ``--seed N`` draws the
+  same cases again (to reproduce a grade).
+* **The kit is not an input the notebook can change.** Linux with Landlock: the kernel
+  and all it starts can write only beneath the scratch folder (and ``/dev/null``)
+  (:mod:`ipukit.grading.sandbox`), so the kit, the learner's files, ``--output`` and any
+  absolute or ``../`` path are out of its reach. Elsewhere the kernel imports the kit from
+  a read-only copy. In both cases the kit's files are compared with a copy in this
+  process's memory before and after the notebook: a change voids the grade (exit status
+  2, nothing on stdout) and the kit is restored, so nothing carries into the next one.
+* **Process hygiene.** The kernel's stdout and stderr go to ``/dev/null``; ``--json``
+  prints one document, at the end; ``--output FILE`` writes it atomically (a temporary
+  file in the same folder, renamed). This process is a child subreaper and ends every
+  process the notebook started (detached or double-forked ones included) before it
+  reports. Messages from the kernel are bounded before they are read (ZMQ's
+  ``MAXMSGSIZE``); an oversized or malformed one is a named error of its cell.
+* **The scratch folder**: the notebook's folder copied with regular files only (links
+  are not followed), at most ``--scratch-limit`` MB (default 200; what was left out is
+  reported), within the time budget; the kernel's working folder, ``HOME`` and temporary
+  folder are inside it, and so is every file it writes (each at most that size).
+* **Grading ends**: every cell gets ``--timeout`` seconds (default 60) and the whole run
+  ``--total-timeout`` (default 600; the copy, kernel restarts and the checks included).
+  A cell keeps at most 1 MB of output.
 
-What is not: code that runs in the kernel can always cheat in the kernel (it runs before
-the checks and can change what they see, e.g. the emulator they call, or watch the
-grader's cells run), and absolute paths reach outside the scratch copy. For assessed
-work, grade with hidden tests in a sandbox.
+What is not: a notebook may still pass by calling kit code that solves an exercise
+(each check is designed so that the point of the exercise cannot be had that way);
+without Landlock the kernel can write wherever the user can (other than the kit, which
+is checked), read this process's memory where ptrace allows it, and reach its stdout;
+processes started through a service (systemd, at) are not this process's descendants.
 
-Prints a scoreboard, or with ``--json``
-``{"score": 3, "max_score": 5, "exercises": [{"id": "01.1", "title": …, "status":
-"passed" | "failed" | "not solved", "points": …, "max_points": …, "message": …}, …],
-"errors": [{"cell": 7, "shown_as": "[5]", "error": …}], "not_run": [12, 13], "stopped":
-…}``. Cells are numbered as JupyterLab shows them: ``cell`` counts every cell (markdown
-too) from 1, top to bottom; ``shown_as`` is the code cell's prompt after Run All.
-Exit status 0 when the notebook could be graded (whatever the score), 2 when not.
+Prints a scoreboard, or with ``--json``::
+
+    {"notebook": …, "lesson": "01", "score": 3, "max_score": 9, "seed": 123…,
+     "sandbox": "landlock ABI 7" | "none: …",
+     "scratch": {"limit_bytes": …, "copied_files": …, "copied_bytes": …, "left_out": […]},
+     "exercises": [{"id": "01.1", "title": …, "status": "passed" | "failed" |
+                    "not solved", "points": …, "max_points": …, "message": …,
+                    "star": true, "cost": "★ 1,234 cycles, within the budget of …"},
+                   …],
+     "errors": [{"cell": 7, "shown_as": "[5]", "error": …}], "not_run": [12, 13],
+     "stopped": …}
+
+Cells are numbered as JupyterLab shows them: ``cell`` counts every cell (markdown too)
+from 1, top to bottom; ``shown_as`` is the code cell's prompt after Run All. Exit status 0
+when the notebook could be graded (whatever the score), 2 when not.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import hmac
 import json
+import os
 import re
 import secrets
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import asdict
 from pathlib import Path
 
 from .errors import IpuError
-from .grading.execute import (
-    TOTAL_TIMEOUT,
-    positive_seconds,
-    run_notebook,
-    seconds_arg,
-)
-from .grading.feedback import (
-    EXERCISES,
-    FAILED,
-    NOT_SOLVED,
-    PASSED,
-    Result,
-    format_scoreboard,
-    lesson_exercises,
-    load_lesson,
-)
+from .examples._cli import non_negative_int, positive_float
+from .grading import judge, sandbox
+from .grading.execute import TOTAL_TIMEOUT, positive_seconds, run_notebook, seconds_arg
+from .grading.feedback import Result, format_scoreboard, load_lesson
 
-#: The kit's exercise notebooks: their check cells are the ones the grader runs.
-EXERCISE_DIR = Path(__file__).resolve().parents[1] / "exercises"
-SOLUTION_DIR = EXERCISE_DIR.parent / "solutions"
-#: Where the kernel must import the grading code from.
-KIT_GRADING = Path(__file__).resolve().parent / "grading"
-#: MIME type of a signed result, displayed by the grader's report cells only.
-SIGNED_MIME = "application/vnd.ipukit.signed-result+json"
-_SKIPPED = shutil.ignore_patterns(".git", ".venv", ".ipynb_checkpoints", "__pycache__",
-                                  "node_modules")
-
-
-def _NOT_COPIED(folder, names):  # noqa: N802 - a copytree ignore function
-    """Not copied into the scratch folder: caches, and the kit's own package (a notebook
-    graded next to it must import the kit itself, not a copy)."""
-    return set(_SKIPPED(folder, names)) | {
-        n for n in names if (Path(folder) / n).resolve() == KIT_GRADING.parent}
+#: The kit's package: what the kernel must not change.
+KIT = Path(__file__).resolve().parent
+#: Default size limit of the scratch folder (MB).
+SCRATCH_LIMIT_MB = 200
 
 
 class GradingError(IpuError):
     """The notebook cannot be graded (its lesson cannot be told, no kit checks for it)."""
+
+
+class KitChanged(GradingError):
+    """The kit's files changed while the notebook ran: the grade is void."""
 
 
 def lesson_of(nb, path: Path) -> str | None:
@@ -94,138 +101,44 @@ def lesson_of(nb, path: Path) -> str | None:
     return m.group(1) if m else None
 
 
-def kit_checks(lesson: str) -> list[tuple[str, str | None]]:
-    """``(exercise id, check cell source)`` of every exercise of ``lesson``, in order, from
-    the kit's ``exercises/NN_*.ipynb`` (never from the notebook being graded). Where that
-    notebook was edited since it was generated (a learner working in place), the cells are
-    generated afresh from ``solutions/NN_*.ipynb``."""
-    import nbformat
-
-    from .grading.make_exercises import cells_hash, edited, exercise_notebook
-
-    paths = sorted(EXERCISE_DIR.glob(f"{lesson}_*.ipynb"))
-    if not paths or not load_lesson(lesson):
-        raise GradingError(
-            f"lesson {lesson} has no graded exercises in the kit (no {EXERCISE_DIR}/"
-            f"{lesson}_*.ipynb with checks); name the notebook after its lesson, e.g. "
-            "01_mine.ipynb, or set its metadata ipukit.lesson")
-    nb = nbformat.read(paths[0], as_version=4)
-    solution = SOLUTION_DIR / paths[0].name
-    fresh = exercise_notebook(nbformat.read(solution, as_version=4)) if solution.is_file() \
-        else None
-    if fresh is not None and (edited(nb) or cells_hash(nb) != cells_hash(fresh)):
-        nb = fresh
-    elif edited(nb):
-        raise GradingError(f"{paths[0]} was edited since it was generated and there is no "
-                           f"{solution} to take the kit's checks from")
-    cells = [c.source for c in nb.cells if c.cell_type == "code"]
-    found = []
-    for ex in lesson_exercises(lesson):
-        source = next((s for s in cells if ex.check and re.search(rf"\b{ex.check}\(", s)),
-                      None)
-        found.append((ex.id, source))
-    return found
+def _kernel_env(area: Path, kit_copy: Path | None) -> dict:
+    """The kernel's environment: HOME, caches and temporary files in the scratch area."""
+    home = area / "home"
+    env = {"HOME": home, "IPYTHONDIR": home / ".ipython", "MPLCONFIGDIR": home / "matplotlib",
+           "XDG_CACHE_HOME": home / ".cache", "XDG_CONFIG_HOME": home / ".config",
+           "XDG_DATA_HOME": home / ".local" / "share", "XDG_RUNTIME_DIR": area / "runtime",
+           "JUPYTER_RUNTIME_DIR": area / "runtime", "TMPDIR": area / "tmp",
+           "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
+           "IPUKIT_GRADING": "feedback"}
+    for key in ("MPLCONFIGDIR", "TMPDIR", "IPYTHONDIR"):
+        Path(env[key]).mkdir(parents=True, exist_ok=True)
+    _copy_font_cache(Path(env["MPLCONFIGDIR"]))
+    if kit_copy is not None:  # the kit's read-only copy first on the kernel's path
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(kit_copy)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    return {k: str(v) for k, v in env.items()}
 
 
-# The grader's cells. CHECK runs one kit check with ipukit.grading imported afresh and
-# keeps the Result; REPORT (which runs none of the learner's code) signs it with the key.
-_CHECK = '''\
-def _ipukit_check():
-    import builtins, importlib, importlib.util, os, sys
-    from IPython import get_ipython
-    for name in [m for m in sys.modules if m.split(".")[:2] == ["ipukit", "grading"]]:
-        del sys.modules[name]
-    import ipukit.grading as grading
-    from ipukit.grading import feedback
-    where = os.path.realpath(os.path.dirname(grading.__file__))
-    if where != {kit!r}:
-        raise builtins.ImportError("the kernel imports ipukit.grading from " + where +
-                                   ", not from the kit ({kit})")
-    feedback.set_mode("feedback")
-    feedback.reset()
-    ns = builtins.dict(get_ipython().user_ns, grading=grading)
-    if importlib.util.find_spec("ipukit.grading.lesson{lesson}"):
-        ns["lesson{lesson}"] = importlib.import_module("ipukit.grading.lesson{lesson}")
-    code = builtins.compile({source!r}, "<the kit's check of exercise {id}>", "exec")
-    builtins.exec(code, ns)
-    return feedback, feedback.results().get({id!r})
-{var} = _ipukit_check()
-del _ipukit_check'''
-
-_REPORT = '''\
-def _ipukit_report(feedback, r):
-    import builtins, hashlib, hmac, json
-    from IPython.display import publish_display_data
-    ok = (builtins.type(r) is feedback.Result and r.id == {id!r}
-          and builtins.type(r.status) is builtins.str
-          and builtins.type(r.message) is builtins.str)
-    payload = json.dumps({{"id": {id!r}, "status": r.status if ok else "",
-                          "message": r.message[:4000] if ok else "",
-                          "star": ok and r.star is True}})
-    mac = hmac.new({key!r}, payload.encode(), hashlib.sha256).hexdigest()
-    publish_display_data({{{mime!r}: {{"payload": payload, "mac": mac}}}})
-_ipukit_report(*{var})
-del _ipukit_report, {var}'''
+def _copy_font_cache(dest: Path) -> None:
+    """matplotlib's font list, so that a fresh HOME does not rebuild it (half a second)."""
+    cache = os.environ.get("MPLCONFIGDIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "matplotlib")
+    for found in Path(cache).glob("fontlist-*.json"):
+        if found.is_file() and not found.is_symlink() and found.stat().st_size < 2**20:
+            shutil.copyfile(found, dest / found.name)
 
 
-def grader_cells(lesson: str, checks: list[tuple[str, str]], key: bytes) -> list:
-    """Two cells per exercise: the kit's check (imported afresh), then its signed report."""
-    import nbformat
-
-    cells = []
-    for ex_id, source in checks:
-        var = "_ipukit_result_" + ex_id.replace(".", "_")
-        fill = dict(kit=str(KIT_GRADING.resolve()), lesson=lesson, id=ex_id, var=var,
-                    source=source or "", key=key, mime=SIGNED_MIME)
-        cells += [nbformat.v4.new_code_cell(_CHECK.format(**fill)),
-                  nbformat.v4.new_code_cell(_REPORT.format(**fill))]
-    return cells
-
-
-def signed_result(cell, ex_id: str, key: bytes) -> dict | None:
-    """The payload of the report cell's output, if it carries this run's signature."""
-    for out in cell.get("outputs", []):
-        data = out.get("data", {}).get(SIGNED_MIME)
-        if not isinstance(data, dict):
-            continue
-        payload, mac = str(data.get("payload", "")), str(data.get("mac", ""))
-        want = hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()
-        if hmac.compare_digest(want, mac):
-            found = json.loads(payload)
-            if found.get("id") == ex_id:
-                return found
-    return None
-
-
-def _first_error(cell) -> str | None:
-    err = next((o for o in cell.get("outputs", []) if o.get("output_type") == "error"), None)
-    return None if err is None else f"{err.get('ename')}: {err.get('evalue')}"
-
-
-def _score(ex_id: str, source, check, report, key: bytes, not_run: set, a: int) -> Result:
-    ex = EXERCISES[ex_id]
-    if not source:
-        return Result(ex.id, ex.title, FAILED, 0, ex.points, "the kit has no check for it")
-    if a in not_run:
-        return Result(ex.id, ex.title, FAILED, 0, ex.points,
-                      "the check did not run: the notebook's total time limit was reached")
-    error = _first_error(check)
-    if error is not None:  # raised, timed out or killed the kernel: never scores
-        return Result(ex.id, ex.title, FAILED, 0, ex.points, f"the check stopped: {error}")
-    found = signed_result(report, ex_id, key)
-    status = found and found.get("status")
-    if status not in (PASSED, FAILED, NOT_SOLVED):
-        return Result(ex.id, ex.title, FAILED, 0, ex.points, "the check reported no result")
-    return Result(ex.id, ex.title, status, ex.points if status == PASSED else 0, ex.points,
-                  found.get("message", ""), star=status == PASSED and found.get("star") is True)
-
-
-def grade(path: str | Path, timeout: float = 60, total_timeout: float = TOTAL_TIMEOUT) -> dict:
-    """Run and grade the notebook at ``path``; returns the ``--json`` dictionary."""
+def grade(path: str | Path, timeout: float = 60, total_timeout: float = TOTAL_TIMEOUT,
+          seed: int | None = None, scratch_limit_mb: float = SCRATCH_LIMIT_MB,
+          landlock: bool = True) -> dict:
+    """Run and grade the notebook at ``path``; returns the ``--json`` dictionary.
+    ``landlock=False`` grades as where Landlock is missing (for tests)."""
     import nbformat
 
     timeout = positive_seconds(timeout, "--timeout")
     total_timeout = positive_seconds(total_timeout, "--total-timeout")
+    started = time.monotonic()
+    deadline = started + total_timeout
     path = Path(path)
     nb = nbformat.read(path, as_version=4)  # the file is not touched again
     lesson = lesson_of(nb, path)
@@ -233,27 +146,74 @@ def grade(path: str | Path, timeout: float = 60, total_timeout: float = TOTAL_TI
         raise GradingError(
             f"cannot tell which lesson {path.name} belongs to: name it after its lesson "
             "(e.g. 01_mine.ipynb) or set its notebook metadata ipukit.lesson to \"01\"")
-    checks = kit_checks(lesson)
-    key = secrets.token_hex(32).encode()
-    n = len(nb.cells)
-    nb.cells += grader_cells(lesson, checks, key)
-    with tempfile.TemporaryDirectory(prefix="ipukit-grade-") as tmp:
-        scratch = Path(tmp) / "scratch" / (path.resolve().parent.name or "notebook")
-        shutil.copytree(path.resolve().parent, scratch, symlinks=True, ignore=_NOT_COPIED)
-        run = run_notebook(nb, cwd=scratch, timeout=timeout, total_timeout=total_timeout,
-                           env={"IPUKIT_GRADING": "feedback"})
+    judge.load_all()  # every lesson's checks, before any kernel starts
+    if not load_lesson(lesson):
+        raise GradingError(f"lesson {lesson} has no graded exercises in the kit; name the "
+                           "notebook after its lesson, e.g. 01_mine.ipynb, or set its "
+                           "metadata ipukit.lesson")
+    seed = secrets.randbits(63) if seed is None else int(seed)
+    try:
+        plans = judge.plans(lesson, seed)
+    except ValueError as exc:
+        raise GradingError(str(exc)) from None
+    kit = sandbox.KitSnapshot(KIT)
+    abi = sandbox.landlock_abi() if landlock else 0
+    sandbox.become_subreaper()
+    before = sandbox.descendants()
+    limit = int(scratch_limit_mb * 1_000_000)
+    area = Path(tempfile.mkdtemp(prefix="ipukit-grade-"))
+    writes_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        work = area / "work" / (path.resolve().parent.name or "notebook")
+        scratch = sandbox.make_scratch(path.resolve().parent, work, limit, deadline,
+                                       skip={KIT})
+        (area / "runtime").mkdir()
+        if abi == 0:
+            kit.copy_to(area / "kit" / KIT.name)
+        env = _kernel_env(area, None if abi else area / "kit")
+        n = len(nb.cells)
+        nb.cells += [p.cell(area / "runtime") for p in plans]
+        run = run_notebook(
+            nb, cwd=work, timeout=timeout, total_timeout=total_timeout, started=started,
+            env=env, runtime=area / "runtime",
+            judge_cells={n + k: judge.CHANNEL for k in range(len(plans))},
+            launcher=sandbox.launcher(sys.executable, [area], limit, landlock=abi > 0))
+    finally:  # also when the kernel would not start: it may have run the learner's code
+        sandbox.end_descendants(keep=before)
+        sys.dont_write_bytecode = writes_bytecode
+        sandbox.remove_tree(area)
+        _kit_unchanged(kit)
     not_run = set(run.not_run)
-    rows = [_score(ex_id, source, nb.cells[n + 2 * k], nb.cells[n + 2 * k + 1], key, not_run,
-                   n + 2 * k) for k, (ex_id, source) in enumerate(checks)]
-    errors = [{"cell": i + 1, "shown_as": _prompt(cell), "error": e}
-              for i, cell in enumerate(nb.cells[:n]) if (e := _first_error(cell)) is not None]
+    rows = [p.result(nb.cells[n + k], ran=n + k not in not_run) for k, p in enumerate(plans)]
     exercises = [asdict(r) for r in rows]
-    for e in exercises:
-        e.pop("picture", None)
+    for row in exercises:
+        row.pop("picture", None)
+    errors = [{"cell": i + 1, "shown_as": _prompt(cell), "error": e}
+              for i, cell in enumerate(nb.cells[:n])
+              if (e := judge.first_error(cell)) is not None]
     return {"notebook": str(path), "lesson": lesson,
             "score": sum(r.points for r in rows), "max_score": sum(r.max_points for r in rows),
-            "exercises": exercises, "errors": errors,
+            "seed": seed, "sandbox": f"landlock ABI {abi}" if abi else _unprotected(landlock),
+            "scratch": scratch.report(), "exercises": exercises, "errors": errors,
             "not_run": sorted(i + 1 for i in not_run if i < n), "stopped": run.stopped}
+
+
+def _kit_unchanged(kit) -> None:
+    """KitChanged (after putting the kit's files back) if the notebook changed them."""
+    changed = kit.changes()
+    if changed:
+        kit.restore()
+        raise KitChanged(
+            f"this grade is void: the kit's files changed while the notebook ran "
+            f"({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''}); they were "
+            "restored from the copy taken before it ran. Grade submitted work where the kit "
+            "is read-only to the kernel (Linux with Landlock).")
+
+
+def _unprotected(landlock: bool) -> str:
+    why = sandbox.landlock_missing() if landlock else "Landlock was not asked for"
+    return (f"none: {why}; the kernel imported the kit from a read-only copy and the kit's "
+            "files were compared before and after the notebook")
 
 
 def _prompt(cell) -> str:
@@ -262,21 +222,44 @@ def _prompt(cell) -> str:
     return f"[{count}]" if count else "[ ]"
 
 
-def main(argv=None) -> int:
+def write_atomically(path: Path, text: str) -> None:
+    """``text`` into ``path`` through a temporary file in the same folder, renamed over it:
+    a reader sees the old file or the whole new one, never a part."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def main(argv=None, landlock: bool = True) -> int:
     p = argparse.ArgumentParser(prog="python -m ipukit.grade",
                                 description=__doc__.split("\n")[0])
     p.add_argument("notebook", type=Path)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--output", type=Path, metavar="FILE",
+                   help="also write the JSON report to FILE (atomically)")
+    p.add_argument("--seed", type=non_negative_int, help="draw the cases of a grade again")
     p.add_argument("--timeout", type=seconds_arg, default=60,
                    help="seconds per cell, a positive number (default 60)")
     p.add_argument("--total-timeout", type=seconds_arg, default=TOTAL_TIMEOUT,
                    help=f"seconds for the whole notebook (default {TOTAL_TIMEOUT:g})")
+    p.add_argument("--scratch-limit", type=positive_float, default=SCRATCH_LIMIT_MB,
+                   metavar="MB", help=f"size limit of the scratch folder and of each file "
+                                      f"the notebook writes (default {SCRATCH_LIMIT_MB})")
     args = p.parse_args(argv)
     if not args.notebook.is_file():
         print(f"ipukit.grade: no notebook at {args.notebook}", file=sys.stderr)
         return 2
     try:
-        report = grade(args.notebook, timeout=args.timeout, total_timeout=args.total_timeout)
+        report = grade(args.notebook, timeout=args.timeout, total_timeout=args.total_timeout,
+                       seed=args.seed, scratch_limit_mb=args.scratch_limit, landlock=landlock)
     except GradingError as exc:
         print(f"ipukit.grade: could not grade {args.notebook}: {exc}", file=sys.stderr)
         return 2
@@ -284,8 +267,11 @@ def main(argv=None) -> int:
         print(f"ipukit.grade: could not grade {args.notebook}: {type(exc).__name__}: {exc}",
               file=sys.stderr)
         return 2
+    document = json.dumps(report, indent=1, ensure_ascii=False)
+    if args.output:
+        write_atomically(args.output, document + "\n")
     if args.json:
-        print(json.dumps(report, indent=1, ensure_ascii=False))
+        print(document)
         return 0
     rows = [Result(**r) for r in report["exercises"]]
     print(format_scoreboard(rows, f"Scoreboard for {args.notebook} (lesson {report['lesson']})"))

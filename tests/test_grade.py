@@ -1,23 +1,34 @@
-"""``python -m ipukit.grade``: bounded in time, sandboxed, scores only from the kit's own
-checks (issue 11, points 2-5). Each test grades a small notebook in a fresh kernel."""
+"""``python -m ipukit.grade``: bounded in time, sandboxed, scores only from the judge
+(issues 11 and 26). Each test grades a small notebook in a fresh kernel; the attacks of
+issue 26 start from an untouched copy of ``exercises/01`` (honest score 0 of 9) and must
+still score 0."""
 
 import contextlib
-import hashlib
-import hmac
 import io
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
+import uuid
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from ipukit.grade import SIGNED_MIME, GradingError, grade, main, signed_result
+import ipukit.grade as grade_module
+from ipukit.grade import GradingError, grade, main
+from ipukit.grading import sandbox
 from ipukit.grading.execute import TimeLimitError, positive_seconds, run_notebook
 from ipukit.grading.feedback import RESULT_MIME
+from ipukit.grading.make_exercises import edited_exercise
 
 ROOT = Path(__file__).resolve().parents[1]
+EXERCISE_01 = sorted((ROOT / "exercises").glob("01_*.ipynb"))[0]
+SOLUTION_01 = ROOT / "solutions" / "01_ipu_and_bsp.ipynb"
+LANDLOCK = pytest.mark.skipif(sandbox.landlock_abi() == 0, reason=sandbox.landlock_missing())
 SOLVED_01 = [  # lesson 01's 01.1 and 01.2 solved, as a learner writes them
     "import ipukit as ipu\nfrom ipukit import grading\nfrom ipukit.grading import lesson01\n"
     "from ipukit.grading.lesson01 import Scale, reference_placement\n"
@@ -43,10 +54,19 @@ def notebook(path: Path, cells, lesson=None) -> Path:
     return path
 
 
-def cli(*args, timeout=180):
-    proc = subprocess.run([sys.executable, "-m", "ipukit.grade", *map(str, args), "--json"],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    return proc
+def untouched(path: Path, *cells) -> Path:
+    """An untouched copy of exercises/01 with ``cells`` added at its end."""
+    if edited_exercise(EXERCISE_01):
+        pytest.skip(f"{EXERCISE_01} was edited since it was generated (a learner's work)")
+    nb = nbformat.read(EXERCISE_01, as_version=4)
+    nb.cells += [nbformat.v4.new_code_cell(c) for c in cells]
+    nbformat.write(nb, path)
+    return path
+
+
+def cli(*args, timeout=180, **kw):
+    return subprocess.run([sys.executable, "-m", "ipukit.grade", *map(str, args), "--json"],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT, **kw)
 
 
 def graded(*args) -> dict:
@@ -59,7 +79,12 @@ def statuses(report) -> dict:
     return {e["id"]: (e["status"], e["points"]) for e in report["exercises"]}
 
 
-# -- point 2: every grade ends in bounded time ------------------------------------------------
+def quietly(*args, **kw) -> dict:
+    with contextlib.redirect_stdout(io.StringIO()):
+        return grade(*args, **kw)
+
+
+# -- issue 11: every grade ends in bounded time -------------------------------------------------
 
 @pytest.mark.parametrize("bad", ["0", "-1", "nan", "inf", "-inf", "soon"])
 @pytest.mark.parametrize("option", ["--timeout", "--total-timeout"])
@@ -72,13 +97,22 @@ def test_a_time_limit_must_be_positive_finite_seconds(tmp_path, bad, option, cap
         grade(path, **{option[2:].replace("-", "_"): bad})
 
 
+@pytest.mark.parametrize("option, bad", [("--seed", "-1"), ("--seed", "x"),
+                                         ("--scratch-limit", "0"), ("--scratch-limit", "nan")])
+def test_seed_and_scratch_limit_are_checked(tmp_path, option, bad, capsys):
+    path = notebook(tmp_path / "01_me.ipynb", ["pass"])
+    with pytest.raises(SystemExit) as stop:
+        main([str(path), f"{option}={bad}"])
+    assert stop.value.code == 2 and option in capsys.readouterr().err
+
+
 def test_positive_seconds_accepts_fractions():
     assert positive_seconds("2.5") == 2.5 and positive_seconds(1) == 1.0
 
 
 def test_a_fractional_timeout_stops_an_endless_loop(tmp_path):
     path = notebook(tmp_path / "01_me.ipynb", SOLVED_01 + ["while True:\n    pass"])
-    report = graded(path, "--timeout", "2.5")
+    report = quietly(path, timeout=2.5)
     assert report["errors"] == [{"cell": 6, "shown_as": "[6]", "error": "CellTimeoutError: the "
                                  "cell ran longer than 2.5 s and was stopped (an endless "
                                  "loop?)"}]
@@ -89,7 +123,7 @@ def test_the_total_budget_counts_restarts_and_names_the_cells_that_did_not_run(t
     # each dead kernel replays the earlier sleeps: 2 + 4 + 6 + ... s without a budget
     cells = ["import os, time"] + ["time.sleep(2)", "os._exit(1)"] * 6
     path = notebook(tmp_path / "01_me.ipynb", cells)
-    report = graded(path, "--timeout", "30", "--total-timeout", "7")
+    report = quietly(path, timeout=30, total_timeout=7)
     assert report["stopped"] == "the notebook's total time limit of 7 s was reached"
     assert report["not_run"] and report["not_run"] == list(range(report["not_run"][0], 14))
     assert report["not_run"][0] < 13  # the replays took their share of the 7 s
@@ -112,7 +146,7 @@ def test_output_is_capped_per_cell():
     assert nb.cells[3].outputs[0].text == "small\n" and run.not_run == []
 
 
-# -- point 3: a scratch copy of the folder ------------------------------------------------------
+# -- issue 11: a scratch copy of the folder -----------------------------------------------------
 
 def test_relative_writes_and_deletes_do_not_touch_the_notebook_or_its_neighbours(tmp_path):
     neighbour = notebook(tmp_path / "01_someone_else.ipynb", SOLVED_01)
@@ -120,21 +154,21 @@ def test_relative_writes_and_deletes_do_not_touch_the_notebook_or_its_neighbours
         "import os\nos.remove('01_me.ipynb')\nopen('01_someone_else.ipynb', 'w').write('x')"
         "\nopen('new_file.txt', 'w').write('x')"])
     before = {p: p.read_bytes() for p in (path, neighbour)}
-    report = graded(path)
+    report = quietly(path)
     assert report["errors"] == [] and report["score"] == 4
     assert {p: p.read_bytes() for p in (path, neighbour)} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["01_me.ipynb",
                                                            "01_someone_else.ipynb"]
 
 
-# -- point 4: scores only from the grader's own checks ----------------------------------------
+# -- issue 11: scores only from the kit's checks ----------------------------------------------
 
 def test_an_answer_that_shows_passed_and_then_loops_scores_nothing(tmp_path):
     path = notebook(tmp_path / "01_me.ipynb", SOLVED_01[:2] + [
         "def superstep_cycles(*args):\n"
         f"    display({PASSED}, raw=True)\n    while True:\n        pass",
         "lesson01.check_superstep_cycles(superstep_cycles)"])
-    report = graded(path, "--timeout", "3")
+    report = quietly(path, timeout=3)
     assert statuses(report)["01.3"] == ("failed", 0)
     assert report["exercises"][2]["message"].startswith("the check stopped: CellTimeoutError")
 
@@ -155,62 +189,22 @@ def test_patched_check_and_recording_functions_score_nothing(tmp_path):
         f"class Fake:\n    def check_superstep_cycles(self, f):\n"
         f"        display({PASSED}, raw=True)\nlesson01 = Fake()",
         "lesson01.check_superstep_cycles(superstep_cycles)"])
-    report = graded(path)
+    report = quietly(path)
     assert statuses(report) == {"01.1": ("passed", 2), "01.2": ("passed", 2),
                                 "01.3": ("not solved", 0), "01.4": ("failed", 0)}
     assert report["exercises"][2]["message"] == "not yet"
+    assert report["exercises"][3]["message"] == ("the notebook defines no "
+                                                 "build_ring_difference (the check calls it "
+                                                 "by this name)")
 
 
-def test_an_edited_check_cell_in_the_kits_own_exercise_file_scores_nothing(tmp_path,
-                                                                          monkeypatch):
-    """A learner works in exercises/ in place and edits the check cell there."""
-    import ipukit.grade as grade_module
-
-    kit = tmp_path / "kit"
-    (kit / "exercises").mkdir(parents=True)
-    (kit / "solutions").mkdir()
-    for folder in ("exercises", "solutions"):
-        (kit / folder / "01_ipu_and_bsp.ipynb").write_bytes(
-            (ROOT / folder / "01_ipu_and_bsp.ipynb").read_bytes())
-    path = kit / "exercises" / "01_ipu_and_bsp.ipynb"
-    nb = nbformat.read(path, as_version=4)
-    forged = ("import ipukit.grading.feedback as f\nf.run('01.3', lambda: None)"
-              "  # lesson01.check_superstep_cycles(superstep_cycles)")
-    cell = next(c for c in nb.cells if "check_superstep_cycles(" in c.source)
-    cell.source = forged
-    nbformat.write(nb, path)
-    monkeypatch.setattr(grade_module, "EXERCISE_DIR", kit / "exercises")
-    monkeypatch.setattr(grade_module, "SOLUTION_DIR", kit / "solutions")
-    assert dict(grade_module.kit_checks("01"))["01.3"] == \
-        "lesson01.check_superstep_cycles(superstep_cycles)"
-    report = grade(path, timeout=30)
-    assert statuses(report)["01.3"] == ("not solved", 0) and report["score"] == 0
-
-
-def test_only_this_runs_signature_counts():
-    key = b"k" * 64
-    payload = json.dumps({"id": "01.1", "status": "passed", "message": ""})
-
-    def cell(payload, mac):
-        c = nbformat.v4.new_code_cell("")
-        c.outputs = [nbformat.v4.new_output("display_data", data={
-            SIGNED_MIME: {"payload": payload, "mac": mac}})]
-        return c
-
-    good = hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()
-    assert signed_result(cell(payload, good), "01.1", key)["status"] == "passed"
-    assert signed_result(cell(payload, good), "01.2", key) is None  # another exercise
-    assert signed_result(cell(payload, good), "01.1", b"x" * 64) is None  # another run
-    assert signed_result(cell(payload.replace("01.1", "01.2"), good), "01.2", key) is None
-
-
-# -- point 5: the maximum is the notebook's own lesson's ----------------------------------------
+# -- issue 11: the maximum is the notebook's own lesson's --------------------------------------
 
 def test_a_lesson_02_solution_named_01_is_graded_as_lesson_01(tmp_path):
     nb = nbformat.read(ROOT / "solutions" / "02_graphs_tensors_streams.ipynb", as_version=4)
     nb.metadata.pop("ipukit", None)
     nbformat.write(nb, tmp_path / "01_x.ipynb")
-    report = graded(tmp_path / "01_x.ipynb")
+    report = quietly(tmp_path / "01_x.ipynb")
     assert (report["lesson"], report["score"], report["max_score"]) == ("01", 0, 9)
     assert [e["id"] for e in report["exercises"]] == ["01.1", "01.2", "01.3", "01.4"]
 
@@ -223,13 +217,495 @@ def test_a_notebook_whose_lesson_cannot_be_told_is_a_clear_error(tmp_path, name)
     assert ("cannot tell which lesson" if name == "mine.ipynb" else
             "lesson 99 has no graded exercises") in proc.stderr
     with pytest.raises(GradingError):
-        with contextlib.redirect_stdout(io.StringIO()):
-            grade(path)
+        quietly(path)
 
 
-def test_stars_travel_through_the_signed_channel():
-    """Issue 16: a budget exercise passed within its budget carries its star to the CLI."""
-    report = graded(ROOT / "solutions" / "01_ipu_and_bsp.ipynb")
-    assert (report["score"], report["max_score"]) == (9, 9)
+def test_the_solution_scores_full_marks_with_stars_costs_seed_and_sandbox():
+    """Issues 16 and 31: a budget passed within it carries its star and its figure."""
+    report = graded(SOLUTION_01, "--seed", "12345")
+    assert (report["score"], report["max_score"], report["seed"]) == (9, 9, 12345)
     assert {e["id"]: e["star"] for e in report["exercises"]} == {
         "01.1": True, "01.2": True, "01.3": False, "01.4": False}
+    costs = {e["id"]: e["cost"] for e in report["exercises"]}
+    assert costs["01.1"].startswith("★ ") and "cycles, within the budget of" in costs["01.1"]
+    assert costs["01.2"].startswith("★ ") and costs["01.3"] == costs["01.4"] == ""
+    assert report["sandbox"] == (f"landlock ABI {sandbox.landlock_abi()}"
+                                 if sandbox.landlock_abi() else report["sandbox"])
+    assert report["sandbox"].startswith(("landlock ABI ", "none: "))
+
+
+def test_the_same_seed_draws_the_same_cases_and_another_seed_others(tmp_path):
+    # right on every fixed case, wrong on others: only the drawn cases can catch it
+    path = untouched(tmp_path / "01_me.ipynb",
+                     "import math\n"
+                     "def superstep_cycles(sync, bytes_in, bytes_out, compute, bpc=4):\n"
+                     "    busiest = int(np.maximum(bytes_in, bytes_out).max())\n"
+                     "    return sync + math.ceil(busiest / bpc) + int(compute.max()) + "
+                     "int(compute.sum()) % 2")
+    one, again, other = (quietly(path, seed=s) for s in (1, 1, 2))
+    message = [r["exercises"][2]["message"] for r in (one, again, other)]
+    assert message[0] == message[1] and message[0] != message[2]
+    assert one["seed"] == 1 and other["seed"] == 2
+    assert quietly(path)["seed"] not in (1, 2)  # a fresh secret seed otherwise
+
+
+# -- issue 26, score forging: each trick on an untouched exercise still scores 0 ---------------
+
+#: The forgeries: each beat the grader before the judge (9/9, numpy.isclose 5/9). Each
+#: also tries what it can against the judge: rewrite, patch or add to what its cells send.
+TRICKS = {
+    "input_transformers_cleanup": """\
+def forge(lines):
+    src = ''.join(lines).replace('r.status if ok else ""', '"passed"')
+    src = src.replace('feedback.run_trials(', '(lambda ex, cases, f: [{"ok": 0}] * len(cases))(')
+    return src.splitlines(True)
+get_ipython().input_transformers_cleanup.append(forge)""",
+    "ast_transformers": """\
+import ast
+class Forge(ast.NodeTransformer):
+    def visit_Attribute(self, node):
+        self.generic_visit(node)
+        if node.attr == 'status' and isinstance(node.ctx, ast.Load):  # r.status: 'passed'
+            return ast.copy_location(ast.Constant('passed'), node)
+        if node.attr == 'run_trials':  # feedback.run_trials -> a forged one
+            return ast.copy_location(ast.parse('lambda ex, cases, f: [{"ok": 0}] * len(cases)',
+                                               mode='eval').body, node)
+        return node
+get_ipython().ast_transformers.append(Forge())""",
+    "pre_run_cell hook": """\
+import dataclasses
+def hook(info):
+    ns = get_ipython().user_ns
+    for k, v in list(ns.items()):
+        if k.startswith('_ipukit_result_') and isinstance(v, tuple) and v[1] is not None:
+            ns[k] = (v[0], dataclasses.replace(v[1], status='passed'))
+    from ipukit.grading import feedback
+    feedback.run_trials = lambda ex, cases, f: [{"ok": 0} for _ in cases]
+get_ipython().events.register('pre_run_cell', hook)""",
+    "json.dumps patched": """\
+import json
+real_dumps = json.dumps
+def forge(obj):
+    if isinstance(obj, dict):
+        obj = {k: forge(v) for k, v in obj.items()}
+        if 'status' in obj:
+            obj['status'] = 'passed'
+        if isinstance(obj.get('outputs'), list):
+            obj['outputs'] = [{'ok': 0}] * len(obj['outputs'])
+    return obj
+json.dumps = lambda obj, *a, **k: real_dumps(forge(obj), *a, **k)""",
+    "builtins.compile patched": """\
+import builtins
+real_compile = builtins.compile
+def compile(src, filename, mode, *a, **k):
+    if isinstance(src, str) and src.startswith('lesson01.check_'):
+        name = src.split('(')[0].split('.')[1]
+        src = ('from ipukit.grading import feedback as f\\n'
+               f'f.run(next(e.id for e in f.EXERCISES.values() if e.check == {name!r}), '
+               'lambda: None)')
+    if isinstance(src, str) and 'feedback.run_trials(' in src:
+        src = src.replace('feedback.run_trials(', '(lambda ex, c, f: [{"ok": 0}] * len(c))(')
+    return real_compile(src, filename, mode, *a, **k)
+builtins.compile = compile""",
+    "sys.settrace reads the grader's key": """\
+import hashlib, hmac, json, re, sys
+from IPython.display import publish_display_data
+def tracer(frame, event, arg):
+    if event == 'call' and frame.f_code.co_name == '_ipukit_report':
+        consts = frame.f_code.co_consts
+        key = next(c for c in consts if isinstance(c, bytes) and len(c) == 64)
+        ex = next(c for c in consts if isinstance(c, str) and re.fullmatch(r'\\d\\d\\.\\d+', c))
+        payload = json.dumps({'id': ex, 'status': 'passed', 'message': '', 'star': True})
+        mac = hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()
+        publish_display_data({'application/vnd.ipukit.signed-result+json':
+                              {'payload': payload, 'mac': mac}})
+    if event == 'call' and frame.f_code.co_name == '_ipukit_trial':
+        publish_display_data({'application/vnd.ipukit.trial+json':
+                              {'outputs': [{'ok': 0}] * 40}})
+    return None
+sys.settrace(tracer)""",
+    "audit hook reads the grader's cell": """\
+import hashlib, hmac, json, re, sys
+from IPython.display import publish_display_data
+def hook(event, args):
+    if event != 'compile' or not isinstance(args[0], (str, bytes)):
+        return
+    src = args[0].decode() if isinstance(args[0], bytes) else args[0]
+    key = re.search(r"hmac\\.new\\((b'[0-9a-f]{64}')", src)
+    ex = re.search(r"r\\.id == '(\\d\\d\\.\\d+)'", src)
+    if key and ex:
+        payload = json.dumps({'id': ex.group(1), 'status': 'passed', 'message': ''})
+        mac = hmac.new(eval(key.group(1)), payload.encode(), hashlib.sha256).hexdigest()
+        publish_display_data({'application/vnd.ipukit.signed-result+json':
+                              {'payload': payload, 'mac': mac}})
+    if '_ipukit_trial' in src:
+        publish_display_data({'application/vnd.ipukit.trial+json': {'outputs': []}})
+sys.addaudithook(hook)""",
+    "sys.meta_path finder": """\
+import importlib.abc, importlib.util, sys
+class Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != 'ipukit.grading.feedback':
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        real_exec = spec.loader.exec_module
+        def exec_module(module):
+            real_exec(module)
+            real_run = module._run
+            module._run = lambda ex, body, show: real_run(ex, lambda: None, show)
+            module.run_trials = lambda ex, cases, f: [{'ok': 0} for _ in cases]
+        spec.loader.exec_module = exec_module
+        return spec
+sys.meta_path.insert(0, Finder())
+for name in [m for m in sys.modules if m.startswith('ipukit.grading')]:
+    del sys.modules[name]""",
+    "a thread re-patches the recorder": """\
+import sys, threading, time
+def loop():
+    while True:
+        m = sys.modules.get('ipukit.grading.feedback')
+        if hasattr(m, '_run') and not getattr(m._run, 'forged', False):
+            real = m._run
+            def run(ex, body, show, real=real):
+                return real(ex, lambda: None, show)
+            run.forged = True
+            m._run = run
+            m.run_trials = lambda ex, cases, f: [{'ok': 0} for _ in cases]
+        time.sleep(0)
+threading.Thread(target=loop, daemon=True).start()""",
+    "numpy.isclose patched": """\
+import numpy as np
+np.isclose = lambda a, b, *args, **kw: np.ones(np.broadcast(a, b).shape, bool)
+def build_scale(graph, x, y):
+    return ipu.Sequence()
+def build_ring_difference(graph, x, out):
+    return ipu.Sequence()""",
+}
+
+
+@pytest.mark.parametrize("trick", TRICKS)
+def test_a_forging_trick_scores_nothing(tmp_path, trick):
+    report = quietly(untouched(tmp_path / "01_me.ipynb", TRICKS[trick]))
+    assert report["score"] == 0, report["exercises"]
+    assert report["max_score"] == 9 and not any(e["star"] for e in report["exercises"])
+
+
+SHADOW = """\
+import importlib, os, sys
+here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != here]
+del sys.modules['ipukit']
+real = importlib.import_module('ipukit')  # the kit itself, then patched at every import
+import ipukit.grading.feedback as f
+""" + TRICKS["sys.meta_path finder"] + "\n" + TRICKS["a thread re-patches the recorder"]
+
+
+def test_a_shadow_ipukit_package_beside_the_notebook_scores_nothing(tmp_path):
+    (tmp_path / "ipukit").mkdir()
+    (tmp_path / "ipukit" / "__init__.py").write_text(SHADOW)
+    report = quietly(untouched(tmp_path / "01_me.ipynb"))
+    assert report["score"] == 0, report["exercises"]
+
+
+def test_edited_check_cells_in_the_kits_own_solutions_change_nothing(tmp_path, monkeypatch):
+    """A learner working in the repository edits the check cells of solutions/01 (and the
+    exercise notebook there): the judge reads no notebook of the kit."""
+    kit = tmp_path / "kit"
+    for folder, source in (("exercises", EXERCISE_01), ("solutions", SOLUTION_01)):
+        (kit / folder).mkdir(parents=True)
+        nb = nbformat.read(source, as_version=4)
+        for cell in nb.cells:
+            if "lesson01.check_" in cell.source:
+                name = cell.source.split("(")[0].split(".")[1]
+                cell.source = (
+                    "import ipukit.grading.feedback as f\nf.run(next(e.id for e in "
+                    f"f.EXERCISES.values() if e.check == {name!r}), lambda: None)"
+                    f"  # {cell.source}")
+        nbformat.write(nb, kit / folder / "01_ipu_and_bsp.ipynb")
+    # the grader before the judge read these folders (they no longer exist)
+    monkeypatch.setattr(grade_module, "EXERCISE_DIR", kit / "exercises", raising=False)
+    monkeypatch.setattr(grade_module, "SOLUTION_DIR", kit / "solutions", raising=False)
+    path = untouched(tmp_path / "01_me.ipynb")
+    report = quietly(path)
+    assert report["score"] == 0 and statuses(report)["01.3"] == ("not solved", 0)
+
+
+def test_a_learners_extra_notebook_in_the_kits_exercises_changes_nothing(tmp_path):
+    extra = ROOT / "exercises" / f"01_copy_{uuid.uuid4().hex[:8]}.ipynb"
+    nb = nbformat.read(EXERCISE_01, as_version=4)
+    nb.cells[-1].source += "\n# the learner's work"
+    try:
+        nbformat.write(nb, extra)
+        report = graded(untouched(tmp_path / "01_me.ipynb"))
+    finally:
+        extra.unlink(missing_ok=True)
+    assert (report["score"], report["max_score"]) == (0, 9)
+
+
+KIT_FILE = ROOT / "ipukit" / "grading" / "feedback.py"
+REWRITE = f"""\
+from pathlib import Path
+kit = Path({str(KIT_FILE)!r})
+try:
+    with open(kit, 'a') as f:
+        f.write('\\n_forged_run = _run\\n'
+                'def _run(ex, body, show):\\n'
+                '    return _forged_run(ex, lambda: None, show)\\n'
+                'result_of = lambda ex, cases, outputs: _result(ex, "passed", "", None, None)\\n')
+except PermissionError as exc:
+    print('refused:', exc)"""
+
+
+@pytest.fixture
+def kit_file_kept():
+    """Whatever a test's notebook does, the kit's file is as it was afterwards."""
+    before = KIT_FILE.read_bytes()
+    yield before
+    if KIT_FILE.read_bytes() != before:
+        KIT_FILE.write_bytes(before)
+        pytest.fail("the kit's file was left changed")
+
+
+@LANDLOCK
+def test_a_cell_cannot_rewrite_the_kit_and_the_next_notebook_keeps_its_score(tmp_path,
+                                                                              kit_file_kept):
+    report = quietly(untouched(tmp_path / "01_me.ipynb", REWRITE))
+    assert report["score"] == 0 and KIT_FILE.read_bytes() == kit_file_kept
+    assert quietly(untouched(tmp_path / "01_next.ipynb"))["score"] == 0
+
+
+def test_without_landlock_a_rewritten_kit_voids_the_grade_and_is_restored(tmp_path,
+                                                                         kit_file_kept):
+    with pytest.raises(grade_module.KitChanged, match="this grade is void: the kit's files "
+                       r"changed while the notebook ran \(grading/feedback.py\)"):
+        quietly(untouched(tmp_path / "01_me.ipynb", REWRITE), landlock=False)
+    assert KIT_FILE.read_bytes() == kit_file_kept  # restored by the grader
+    report = quietly(untouched(tmp_path / "01_next.ipynb"), landlock=False)
+    assert report["score"] == 0 and report["sandbox"].startswith("none: Landlock was not")
+
+
+def test_a_kernel_that_never_starts_is_still_checked_for_changes_to_the_kit(tmp_path,
+                                                                         kit_file_kept):
+    """A file beside the notebook runs in place of the kernel (``python -m`` looks in the
+    working folder first), rewrites the kit and exits: the grade is void all the same."""
+    (tmp_path / "ipykernel_launcher.py").write_text(
+        f"open({str(KIT_FILE)!r}, 'a').write('\\nforged = True\\n')\nraise SystemExit(1)")
+    with pytest.raises(grade_module.KitChanged, match="grading/feedback.py"):
+        quietly(notebook(tmp_path / "01_me.ipynb", ["pass"]), landlock=False, total_timeout=20)
+    assert KIT_FILE.read_bytes() == kit_file_kept
+
+
+def test_without_landlock_the_kernel_imports_a_read_only_copy_of_the_kit(tmp_path):
+    path = notebook(tmp_path / "01_me.ipynb", [
+        "import ipukit, os\nraise RuntimeError(ipukit.__file__ + ' ' + "
+        "oct(os.stat(ipukit.__file__).st_mode & 0o222))"])
+    error = quietly(path, landlock=False)["errors"][0]["error"]
+    where, writable = error.split(": ", 1)[1].split()
+    assert where.endswith("/kit/ipukit/__init__.py") and "ipukit-grade-" in where
+    assert writable == "0o0"  # no write permission bits (root ignores them: Landlock does not)
+
+
+# -- issue 26, processes and files --------------------------------------------------------------
+
+def alive(marker: str) -> list[int]:
+    """This user's processes whose command line holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+def end(pids) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_one_json_document_and_an_atomic_report_that_nothing_rewrites(tmp_path):
+    """The kernel writes to fd 1 and 2 (and through /proc to the grader's), a detached
+    process and a double fork try to rewrite both reports after the grader exits."""
+    marker = f"ipukit-test-{uuid.uuid4().hex}"
+    out, redirected = tmp_path / "report.json", tmp_path / "stdout.json"
+    writer = (f"import pathlib, time\nfor i in range(60):\n    time.sleep(0.1)\n"
+              f"    for p in ({str(out)!r}, {str(redirected)!r}):\n"
+              f"        try:\n            pathlib.Path(p).write_text('forged')\n"
+              f"        except OSError:\n            pass\n# {marker}")
+    path = untouched(tmp_path / "01_me.ipynb", f"""\
+import os, subprocess, sys
+os.write(1, b'{{"score": 9}}\\n')
+os.write(2, b'{{"score": 9}}\\n')
+for fd in (1, 2):
+    try:
+        with open(f'/proc/{{os.getppid()}}/fd/{{fd}}', 'w') as f:
+            f.write('{{"score": 9}}\\n')
+    except OSError:
+        pass
+subprocess.Popen([sys.executable, '-c', {writer!r}], start_new_session=True,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+if os.fork() == 0:
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, '-c', {writer!r}])
+    os._exit(0)""")
+    try:
+        with open(redirected, "w") as stdout:
+            proc = subprocess.run([sys.executable, "-m", "ipukit.grade", str(path), "--json",
+                                   "--output", str(out)], stdout=stdout, stderr=subprocess.PIPE,
+                                  text=True, timeout=180, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        assert alive(marker) == []  # nothing the notebook started outlives the grader
+        time.sleep(1.5)
+        reports = [json.loads(p.read_text()) for p in (out, redirected)]  # one document each
+    finally:
+        end(alive(marker))
+    assert reports[0] == reports[1] and reports[0]["score"] == 0
+    assert "score" not in proc.stderr
+    assert not list(tmp_path.glob(".report.json.*"))  # no temporary file left
+
+
+def test_every_process_the_notebook_started_is_ended_without_landlock_too(tmp_path):
+    marker = f"ipukit-test-{uuid.uuid4().hex}"
+    sleeper = f"import time\ntime.sleep(60)  # {marker}"
+    path = notebook(tmp_path / "01_me.ipynb", [f"""\
+import os, subprocess, sys
+subprocess.Popen([sys.executable, '-c', {sleeper!r}], start_new_session=True)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, '-c', {sleeper!r}])
+    os._exit(0)
+import time
+while len([p for p in os.listdir('/proc') if p.isdigit() and {marker.encode()!r} in
+           open(f'/proc/{{p}}/cmdline', 'rb').read()]) < 2:
+    time.sleep(0.05)"""])
+    try:
+        quietly(path, landlock=False)
+        assert alive(marker) == []
+    finally:
+        end(alive(marker))
+
+
+def test_the_scratch_copy_never_follows_a_symlinked_folder(tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "data.txt").write_text("the real file")
+    course = tmp_path / "course"
+    course.mkdir()
+    (course / "link").symlink_to(victim, target_is_directory=True)
+    (course / "file_link.txt").symlink_to(victim / "data.txt")
+    path = notebook(course / "01_me.ipynb", [
+        "for p in ('link/data.txt', 'file_link.txt'):\n    try:\n"
+        "        open(p, 'w').write('changed')\n    except OSError:\n        pass"])
+    report = quietly(path)
+    assert (victim / "data.txt").read_text() == "the real file"
+    assert sorted(report["scratch"]["left_out"]) == [
+        "file_link.txt (a symbolic link: not copied)", "link (a symbolic link: not copied)"]
+
+
+@LANDLOCK
+def test_paths_out_of_the_scratch_folder_are_not_writable(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the real file")
+    kit_file = ROOT / "ipukit" / "__init__.py"
+    path = notebook(tmp_path / "01_me.ipynb", [f"""\
+import os
+refused = []
+for p in (os.path.relpath({str(victim)!r}), {str(victim)!r}, {str(kit_file)!r},
+          {str(tmp_path / "new.txt")!r}, '../../../../../../../../tmp/ipukit-escape.txt'):
+    try:
+        open(p, 'a').write('changed')
+    except PermissionError:
+        refused.append(p)
+raise RuntimeError(len(refused))"""])
+    before = kit_file.read_bytes()
+    try:
+        report = quietly(path)
+    finally:  # should the sandbox fail, the kit is not left changed
+        changed = kit_file.read_bytes() != before
+        kit_file.write_bytes(before)
+        Path("/tmp/ipukit-escape.txt").unlink(missing_ok=True)
+    assert report["errors"][0]["error"] == "RuntimeError: 5"
+    assert victim.read_text() == "the real file" and not changed
+    assert not (tmp_path / "new.txt").exists()
+    assert report["sandbox"] == f"landlock ABI {sandbox.landlock_abi()}"
+
+
+def test_a_3_gib_sparse_file_is_left_out_within_the_time_budget(tmp_path):
+    with open(tmp_path / "big.bin", "wb") as f:
+        f.truncate(3 * 2**30)
+    path = notebook(tmp_path / "01_me.ipynb", ["import os\nassert not os.path.exists('big.bin')"])
+    start = time.monotonic()
+    report = quietly(path, total_timeout=5)
+    assert time.monotonic() - start < 5 + 3  # copying it took 18 s
+    assert report["errors"] == [] and report["scratch"]["limit_bytes"] == 200_000_000
+    assert report["scratch"]["left_out"] == [
+        "big.bin (3,221,225,472 bytes: over the scratch limit of 200,000,000)"]
+
+
+def test_home_temporary_files_and_the_working_folder_are_in_the_scratch_area(tmp_path):
+    path = notebook(tmp_path / "01_me.ipynb", [
+        "import os, tempfile\nraise RuntimeError(' '.join([os.environ['HOME'], "
+        "tempfile.gettempdir(), os.getcwd()]))"])
+    home, tmp, cwd = quietly(path)["errors"][0]["error"].split(": ", 1)[1].split()
+    root = Path(home).parent
+    assert root.name.startswith("ipukit-grade-") and not root.exists()  # removed after
+    assert Path(tmp).parent == root and Path(cwd) == root / "work" / tmp_path.name
+
+
+def peak_rss_of(proc) -> int:
+    """The peak resident memory (kB) of ``proc`` alone (not its children), polled."""
+    peak = 0
+    while proc.poll() is None:
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]))
+        time.sleep(0.05)
+    return peak
+
+
+def test_a_1_2_gb_display_message_is_refused_and_the_grader_stays_small(tmp_path):
+    path = notebook(tmp_path / "01_me.ipynb", [  # signed, as publish_display_data sends it
+        "k = get_ipython().kernel\n"  # (JSON-encoding 1.2 GB in the kernel takes ~12 s)
+        "body = b''.join([b'{\"data\": {\"text/plain\": \"', b'x' * 1_200_000_000, "
+        "b'\"}, \"metadata\": {}}'])\n"
+        "k.session.send(k.iopub_socket, 'display_data', content=body, parent=k.get_parent())",
+        "print('the next cell runs')"])
+    proc = subprocess.Popen([sys.executable, "-m", "ipukit.grade", str(path), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    peak = [0]
+    watcher = threading.Thread(target=lambda: peak.__setitem__(0, peak_rss_of(proc)))
+    watcher.start()
+    stdout, stderr = proc.communicate(timeout=240)
+    watcher.join()
+    assert proc.returncode == 0, stderr
+    assert peak[0] < 400_000, f"the grader's peak memory: {peak[0]:,} kB"
+    report = json.loads(stdout)
+    assert report["errors"][0]["error"].startswith(
+        "KernelMessageError: the kernel sent a message larger than 8,388,608 bytes on its "
+        "iopub channel")
+    assert len(report["errors"]) == 1 and report["not_run"] == []
+
+
+def test_malformed_kernel_messages_are_named_errors_of_their_cell(tmp_path):
+    path = untouched(tmp_path / "01_me.ipynb", """\
+import time
+k = get_ipython().kernel
+k.session.send(k.iopub_socket, 'display_data', content={'data': 5, 'metadata': {}},
+               parent=k.get_parent())
+k.session.send(k.iopub_socket, 'stream', content={'name': 'stdout'}, parent=k.get_parent())
+k.iopub_socket.send_multipart([b'<IDS|MSG>', b'bad', b'{', b'{}', b'{}', b'{}'])
+time.sleep(0.5)""", "print('graded on')")
+    report = quietly(path)
+    [error] = report["errors"]
+    assert error["error"].startswith("KernelMessageError: the kernel sent a message the "
+                                     "grader cannot read (display_data: AttributeError")
+    assert report["score"] == 0 and report["not_run"] == []
+    assert all(e["status"] == "not solved" for e in report["exercises"])

@@ -432,3 +432,61 @@ def test_no_lesson_imports_another_lessons_private_helpers(path):
     found = re.findall(r"from \.(?:lesson\d\d|checks) import|import ipukit\.grading\.lesson",
                        path.read_text())
     assert not found, f"{path.name}: {found} (shared helpers live in ipukit.grading.common)"
+
+
+# -- issue 26: judged checks ----------------------------------------------------------------
+
+@pytest.mark.parametrize("lesson", sorted(p.name[:2] for p in (ROOT / "solutions").glob(
+    "[0-9][0-9]_*.ipynb")))
+def test_every_registered_exercise_has_a_trial(lesson):
+    feedback.load_lesson(lesson)
+    exercises = feedback.lesson_exercises(lesson)
+    assert exercises and all(ex.trial is not None and ex.cases is not None and ex.answers
+                             for ex in exercises), [ex.id for ex in exercises
+                                                    if ex.trial is None]
+
+
+def test_plain_data_round_trips_and_refuses_what_is_not():
+    from ipukit.grading import plain
+
+    value = {"a": np.arange(6, dtype=np.float32).reshape(2, 3)[:, ::2], "b": np.bool_(True),
+             "c": [np.int64(3), float("nan"), float("-inf")], "d": np.array(2.5)}
+    back = plain.decode(json.loads(json.dumps(plain.encode(value), allow_nan=False)))
+    assert back["a"].tolist() == [[0.0, 2.0], [3.0, 5.0]] and back["a"].dtype == np.float32
+    assert back["b"] is True and back["c"][0] == 3 and math.isnan(back["c"][1])
+    assert back["c"][2] == -math.inf and back["d"].shape == () and back["d"] == 2.5
+    for bad in (object(), np.array(["x"]), {1: 2}, {"__ndarray__": 1}, {"__float__": 1}):
+        with pytest.raises(plain.NotPlainData):
+            plain.encode(bad)
+    for bad in ({"__float__": "1e999"}, {"__ndarray__": "!!"}, object()):
+        with pytest.raises(plain.NotPlainData):
+            plain.decode(bad)
+
+
+def test_an_array_whose_header_claims_more_than_it_holds_is_refused_unread():
+    import base64
+
+    from ipukit.grading import plain
+
+    buf = io.BytesIO()
+    np.save(buf, np.zeros(4))
+    lie = buf.getvalue().replace(b"'shape': (4,), }", b"'shape': (99999999999,), }")
+    with pytest.raises(plain.NotPlainData, match="that holds"):
+        plain.decode({"__ndarray__": base64.b64encode(lie).decode()})
+
+
+def test_the_judge_turns_unreadable_outputs_into_wrong_answers():
+    ex = lesson01.check_superstep_cycles.exercise
+    cases = feedback.notebook_cases(ex)
+    for outputs, message in [
+            ("x", "the trial gave no readable results"),
+            ([5], "case 1: the trial gave no readable result"),
+            ([{"raised": "ValueError: " + "x" * 10_000}], "your code raised ValueError"),
+            ([{"ok": [1]}] * len(cases), "step '")]:
+        with pytest.raises(feedback.Wrong, match=message) as caught:
+            feedback.judge(ex, outputs, cases)
+        assert len(str(caught.value)) < 4_500
+    feedback.reset()
+    r = feedback.result_of(ex, cases, [{"wrong": "no"}])
+    assert (r.status, r.message) == ("failed", "no")  # no hint: the judge saw no attempt
+    assert feedback.results() == {} and feedback.previous_failures("01.3") == 0

@@ -1,6 +1,8 @@
 """Lesson 01's checks (issue 16): the solution scores full marks, the untouched exercise
 zero, and plausible mistakes in the learner's graphs and placements lose the points."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -122,3 +124,77 @@ def test_docstring_examples_run():
     import doctest
 
     assert doctest.testmod(lesson01).failed == 0
+
+
+# -- the judged contract (issue 26): plain data both ways, points only from the judge --------
+
+import json  # noqa: E402
+
+from ipukit.grading import plain  # noqa: E402
+from tests.lessons import notebook_namespace  # noqa: E402
+
+EXERCISES = {ex_id: getattr(lesson01, check).exercise for ex_id, (check, _) in CALLS.items()}
+
+
+def sent(values):
+    """Trial outputs as they reach the judge."""
+    return json.loads(json.dumps([{"ok": plain.encode(v)} for v in values]))
+
+
+@pytest.mark.parametrize("ex_id", CALLS)
+def test_cases_and_trials_are_plain_data(ex_id):
+    ex = EXERCISES[ex_id]
+    ns = notebook_namespace("solutions", NOTEBOOK)
+    cases = feedback.draw_cases(ex, np.random.default_rng(5))  # plain.encode'd each case
+    assert len(cases) >= 4 and ex.answers == (CALLS[ex_id][1],)
+    outputs = feedback.run_trials(ex, [feedback.public(c) for c in cases],
+                                  tuple(ns[n] for n in ex.answers))
+    assert [list(o) for o in outputs] == [["ok"]] * len(cases)
+    cost = feedback.judge(ex, json.loads(json.dumps(outputs)), cases)  # over the wire
+    assert (cost is not None and cost.star) == (ex_id in ("01.1", "01.2"))
+
+
+def test_01_1_cycles_from_the_kernel_earn_only_the_star():
+    ex = EXERCISES["01.1"]
+    cases = feedback.notebook_cases(ex)
+    right = [{"y": 2 * c["x"], "cycles": 0} for c in cases]
+    assert feedback.judge(ex, sent(right), cases).star  # a forged cycle count: only the star
+    wrong = [{"y": 2 * c["x"] + (k == 3), "cycles": 0} for k, c in enumerate(cases)]
+    drawn = r"x and y with \[[\d, ]+\] elements on tiles 0-\d: y\[0\]"  # case 4: drawn
+    with pytest.raises(feedback.Wrong, match=drawn):
+        feedback.judge(ex, sent(wrong), cases)
+
+
+def test_01_2_cycles_are_worked_out_by_the_judge_from_the_placement():
+    ex = EXERCISES["01.2"]
+    cases = feedback.notebook_cases(ex)
+    greedy = [lesson01.reference_placement(c["cycles"], c["num_tiles"]) for c in cases]
+    assert feedback.judge(ex, sent(greedy), cases).star
+    crowded = [[0] * len(c["cycles"]) for c in cases]  # everything on tile 0
+    with pytest.raises(feedback.Wrong, match="48 vertices on 4 tiles .*: your compute phase"):
+        feedback.judge(ex, sent(crowded), cases)
+    with pytest.raises(feedback.Wrong, match="the tile of a vertex: expected a whole number"):
+        feedback.judge(ex, sent([[0.5] * len(c["cycles"]) for c in cases]), cases)
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda graph, x, y: None, "return a program, got None"),
+    (scale_pieces(short=True), r"x and y with \[4, 4, 4, 4\] elements on tiles 0-3: y\[3\]"),
+])
+def test_01_1_wrong_answers_name_the_case(build, message):
+    r = lesson01.check_scale_superstep(build, show=False)
+    assert r.status == "failed" and re.search(message, r.message), r.message
+
+
+def test_01_4_a_drawn_ring_catches_an_answer_right_on_three_tiles_only():
+    def three(graph, x, out):  # right for T = 3 only: left and right swapped by T - 2
+        tiles = x.shape[0]
+        cs = graph.add_compute_set("difference")
+        for t in range(tiles):
+            graph.add_vertex(cs, Diff, {"left": x[(t - 1) % tiles],
+                                        "right": x[(t + 1 - 3 + tiles) % tiles],
+                                        "out": out[t]}, tile=t)
+        return ipu.Execute(cs)
+
+    r = lesson01.check_ring_difference(three, show=False)
+    assert r.status == "failed" and r.message.startswith("4 tiles, rows of 3: out")

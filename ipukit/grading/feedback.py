@@ -325,32 +325,35 @@ def _not_implemented(exc: BaseException | None) -> NotImplementedError | None:
     return None
 
 
-def _run(ex: Exercise, body, show: bool) -> Result:
-    picture, cost = None, None
+def _outcome(body) -> tuple:
+    """``(status, message, picture, cost)`` of running a check's ``body``."""
     try:
         out = body()
-        if isinstance(out, Result):  # an old-style check that called run() itself
-            return out
-        cost = out if isinstance(out, Cost) else None
-        status, message = PASSED, ""
     except Wrong as exc:
-        status, message, picture = FAILED, str(exc), exc.picture
+        return FAILED, str(exc), exc.picture, None
     except Exception as exc:  # the learner's code raised: report it, never crash the cell
         todo = _not_implemented(exc)
         if todo is not None:
-            status = NOT_SOLVED
-            message = str(todo) or "Replace the `raise NotImplementedError` with your code."
-        else:
-            status = FAILED
-            message = f"your code raised {type(exc).__name__}: {exc}"
+            return (NOT_SOLVED, str(todo) or "Replace the `raise NotImplementedError` with "
+                    "your code.", None, None)
+        return FAILED, f"your code raised {type(exc).__name__}: {exc}", None, None
+    return PASSED, "", None, out if isinstance(out, Cost) else None
+
+
+def _result(ex: Exercise, status: str, message: str, picture, cost) -> Result:
+    return Result(ex.id, ex.title, status, ex.points if status == PASSED else 0, ex.points,
+                  message, star=bool(cost and cost.star), cost=cost.text() if cost else "",
+                  picture=asdict(picture) if picture else None)
+
+
+def _run(ex: Exercise, body, show: bool) -> Result:
+    status, message, picture, cost = _outcome(body)
     if status == FAILED:
         _failures[ex.id] = _failures.get(ex.id, 0) + 1
         hint = ex.hint_after(_failures[ex.id])
         if hint:
             message += ("\nhint: " if not hint.startswith("hint ") else "\n") + hint
-    result = Result(ex.id, ex.title, status, ex.points if status == PASSED else 0, ex.points,
-                    message, star=bool(cost and cost.star), cost=cost.text() if cost else "",
-                    picture=asdict(picture) if picture else None)
+    result = _result(ex, status, message, picture, cost)
     _results[ex.id] = result
     if show:
         _show(result)
@@ -414,32 +417,56 @@ def run_trials(ex: Exercise, cases: list[dict], answers: tuple) -> list:
 def judge(ex: Exercise, outputs: list, cases: list[dict]):
     """The verdict on encoded ``outputs`` of ``cases`` (the judge's side): raises
     :class:`Wrong` (or NotImplementedError: not solved yet), or returns what the verdict
-    returns (None or a :class:`Cost`)."""
+    returns (None or a :class:`Cost`). A trial that fails on case k is judged after the
+    verdict on cases 1..k-1, so that the first failing case is the one reported.
+    ``outputs`` is untrusted data: anything that is not what :func:`run_trials` sends, and
+    any verdict that cannot read it, is a wrong answer, never a crash."""
+    if not isinstance(outputs, list):
+        raise Wrong("the trial gave no readable results")
     decoded = []
     for k, out in enumerate(outputs):
         if not isinstance(out, dict) or len(out) != 1:
             raise Wrong(f"case {k + 1}: the trial gave no readable result")
         kind, value = next(iter(out.items()))
         if kind == "ok":
-            decoded.append(plain.decode(value))
+            try:
+                decoded.append(plain.decode(value))
+            except (plain.NotPlainData, ValueError, TypeError, RecursionError) as exc:
+                raise Wrong(f"case {k + 1}: the trial's result cannot be read: {exc}") from None
             continue
         if decoded:  # a wrong answer to an earlier case is the first failing case
-            ex.verdict(cases[:len(decoded)], decoded)
+            _verdict(ex, cases[:len(decoded)], decoded)
         if kind == "not_solved":
-            raise NotImplementedError(str(value))
-        elif kind == "raised":
-            raise Wrong(f"your code raised {value}")
-        else:
-            raise Wrong(str(value))
+            raise NotImplementedError(clipped(value))
+        if kind == "raised":
+            raise Wrong(f"your code raised {clipped(value)}")
+        raise Wrong(clipped(value))
     if len(decoded) != len(cases):
         raise Wrong(f"the trial gave {len(decoded)} results for {plural(len(cases), 'case')}")
+    return _verdict(ex, cases, decoded)
+
+
+def _verdict(ex: Exercise, cases: list[dict], decoded: list):
     try:
         return ex.verdict(cases, decoded)
     except (Wrong, NotImplementedError):
         raise
     except Exception as exc:  # what the kernel sent is untrusted: unreadable data only fails
         raise Wrong(f"the check could not read what your code gave: {type(exc).__name__}: "
-                    f"{exc}"[:2000]) from exc
+                    f"{clipped(exc, 2000)}") from exc
+
+
+def result_of(ex: Exercise, cases: list[dict], outputs) -> Result:
+    """The judge's :class:`Result` of ``ex`` from the trial's encoded ``outputs`` on
+    ``cases``: nothing is shown or recorded, and no hint is added (the judge has seen no
+    earlier attempt)."""
+    return _result(ex, *_outcome(lambda: judge(ex, outputs, cases)))
+
+
+def clipped(value, limit: int = 4000) -> str:
+    """``str(value)``, at most ``limit`` characters (messages from the kernel are data)."""
+    text = str(value)
+    return text if len(text) <= limit else text[:limit] + " ..."
 
 
 def run(id: str, body, show: bool = True) -> Result:
@@ -588,7 +615,7 @@ def as_ints(values, n: int, what: str) -> list[int]:
 
 def first_mismatch(expected, got, name, rtol=1e-5, atol=1e-6):
     """Raise Wrong naming the first element of ``got`` that differs from ``expected``."""
-    expected, got = np.asarray(expected), np.asarray(got)
+    expected, got = np.asarray(expected), _numbers(got, name)
     if got.shape != expected.shape:
         raise Wrong(f"{name}: expected shape {expected.shape}, got {got.shape}")
     bad = ~np.isclose(got, expected, rtol=rtol, atol=atol)
@@ -599,6 +626,17 @@ def first_mismatch(expected, got, name, rtol=1e-5, atol=1e-6):
                     f"({int(bad.sum())} of {plural(bad.size, 'element')} wrong)\n"
                     f"expected {np.array2string(expected, precision=4)}\n"
                     f"got      {np.array2string(got, precision=4)}")
+
+
+def _numbers(value, name: str) -> np.ndarray:
+    """``value`` as an array of numbers or booleans, or Wrong saying what it is."""
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError):  # a ragged list
+        array = None
+    if array is None or array.dtype.kind not in "biuf":
+        raise Wrong(f"{name}: expected an array of numbers, got {type(value).__name__}")
+    return array
 
 
 def library_error(what: str, exc: Exception) -> str:

@@ -2,8 +2,11 @@
 
 Three of the four exercises are programs: a superstep's graph (01.1, with a cycle
 budget), a placement of vertices on tiles (01.2, with a budget) and a two-neighbour
-stencil over a ring of tiles (01.4). References are NumPy for values and the emulator's
-compiler for cycles, on seeded random cases.
+stencil over a ring of tiles (01.4); 01.3 is a formula. Every check is judged
+(:func:`~ipukit.grading.feedback.exercise`): fixed edge cases and drawn ones, the
+learner's code run on them in the kernel, the verdict from NumPy references and the
+emulator's compiler. Points never rest on a cycle count the kernel measured (01.1's earns
+only the star); 01.2's placement is plain data, so its cycles are worked out by the judge.
 
 >>> from ipukit.grading import lesson01
 >>> r = lesson01.check_placement(lambda cycles, num_tiles: [0] * len(cycles), show=False)
@@ -26,6 +29,7 @@ from .common import engine as _engine
 from .feedback import (
     Cost,
     Wrong,
+    as_int,
     exercise,
     first_mismatch,
     plural,
@@ -86,10 +90,9 @@ class Scale(ipu.Vertex):
 
 # -- 01.1: one superstep, written by you ------------------------------------------------------
 
-def _scale_cases():
-    yield [4, 4, 4, 4]
-    yield [10, 1, 0, 7]
-    yield [13, 6, 2, 25]
+#: Elements per tile of x and y (fixed cases): even; a tile with none and one with one;
+#: runs longer than a tile's 6 workers.
+_SCALE_COUNTS = ([4, 4, 4, 4], [10, 1, 0, 7], [13, 6, 2, 25])
 
 
 def _mapped_pair(counts):
@@ -119,6 +122,42 @@ def _reference_scale(g, x, y):
     return ipu.Execute(cs)
 
 
+def _scale_what(counts) -> str:
+    return f"x and y with {list(counts)} elements on tiles 0-{len(counts) - 1}"
+
+
+def _scale_cases(rng) -> list[dict]:
+    """The fixed mappings and one drawn one, with x; ``_budget``: the reference's cycles."""
+    drawn = rng.integers(0, 20, int(rng.integers(2, 6))).tolist()
+    drawn[int(rng.integers(len(drawn)))] += 1  # never an empty tensor
+    found = []
+    for counts in [*_SCALE_COUNTS, drawn]:
+        _, g, x, y = _mapped_pair(counts)
+        found.append({"counts": [int(c) for c in counts],
+                      "x": rng.normal(size=sum(counts)).astype(np.float32),
+                      "_budget": _device_cycles(ipu.Engine(g, _reference_scale(g, x, y)))})
+    return found
+
+
+def _run_on_x(dev, g, prog, what: str, x, read: str):
+    """The learner's program run after writing ``x``: its engine and what ``read`` holds."""
+    if not isinstance(prog, ipu.Program):
+        raise Wrong(f"{what}: return a program, got {prog!r}")
+    eng = _engine(g, prog, f"{what}: your graph")
+    eng.load(dev)
+    eng.write_tensor("x", x)
+    eng.run()
+    return eng, eng.read_tensor(read)
+
+
+def _scale_trial(case, build_scale):
+    """The learner's program on one mapping (the learner's kernel): y and its cycles."""
+    dev, g, x, y = _mapped_pair(case["counts"])
+    eng, got = _run_on_x(dev, g, build_scale(g, x, y), _scale_what(case["counts"]),
+                         case["x"], "y")
+    return {"y": got, "cycles": _device_cycles(eng)}
+
+
 @exercise("01.1", "one superstep: y = 2x on every tile", points=2, budget="cycles", hints=(
     "Every element of y must be written by exactly one Scale vertex; which tile should "
     "run the vertex that reads x[i]?",
@@ -126,27 +165,19 @@ def _reference_scale(g, x, y):
     "to 6 vertices on a tile cost no more than one, so cut each tile's elements in pieces.",
     "graph.get_tile_mapping(x) gives each tile's (begin, end) runs; cut each run into at "
     "most 6 pieces (np.array_split) and add one Scale vertex per piece on that tile, all "
-    "in one compute set; return ipu.Execute(compute_set)."))
-def check_scale_superstep(build_scale):
+    "in one compute set; return ipu.Execute(compute_set)."),
+    answers=("build_scale",), cases=_scale_cases, trial=_scale_trial)
+def check_scale_superstep(cases, outputs):
     """Exercise 01.1: ``build_scale(graph, x, y)`` → a program with y = 2 x, for x and y
-    mapped alike (unevenly) over the tiles. Budget: one vertex per worker, no exchange."""
-    rng = np.random.default_rng(101)
+    mapped alike (unevenly) over the tiles. Points: y; the star: cycles within one vertex
+    per worker and no exchange (the cycles are the kernel's figure: they earn only the
+    star)."""
     used = budget = 0
-    for counts in _scale_cases():
-        what = f"x and y with {counts} elements on tiles 0-{len(counts) - 1}"
-        dev, g, x, y = _mapped_pair(counts)
-        prog = build_scale(g, x, y)
-        if not isinstance(prog, ipu.Program):
-            raise Wrong(f"{what}: build_scale must return a program, got {prog!r}")
-        eng = _engine(g, prog, f"{what}: your graph")
-        xv = rng.normal(size=sum(counts)).astype(np.float32)
-        eng.load(dev)
-        eng.write_tensor("x", xv)
-        eng.run()
-        first_mismatch(2 * xv, eng.read_tensor("y"), f"{what}: y")
-        used += _device_cycles(eng)
-        _, g2, x2, y2 = _mapped_pair(counts)
-        budget += _device_cycles(ipu.Engine(g2, _reference_scale(g2, x2, y2)))
+    for case, out in zip(cases, outputs):
+        what = _scale_what(case["counts"])
+        first_mismatch(2 * case["x"], out["y"], f"{what}: y")
+        used += _as_int(out["cycles"], f"{what}: the cycles of your program")
+        budget += case["_budget"]
     return Cost(used, budget, "cycle")
 
 
@@ -172,12 +203,15 @@ def reference_placement(cycles, num_tiles: int) -> list[int]:
     return owner
 
 
-def _placement_cases():
-    rng = np.random.default_rng(102)
-    yield [300, 10, 10, 10] * 12, 4  # a round robin puts every 300 on tile 0
-    yield [500] * 10 + [20] * 38, 4  # contiguous chunks put the heavy ones together
-    yield rng.integers(5, 400, 60).tolist(), 3
-    yield (rng.pareto(1.5, 80) * 50 + 5).astype(int).tolist(), 5
+def _placement_cases(rng) -> list[dict]:
+    """Two fixed placements that defeat naive answers, two drawn ones."""
+    fixed = [([300, 10, 10, 10] * 12, 4),  # a round robin puts every 300 on tile 0
+             ([500] * 10 + [20] * 38, 4)]  # contiguous chunks put the heavy ones together
+    drawn = [(rng.integers(5, 400, 60).tolist(), 3),
+             ((rng.pareto(1.5, 80) * 50 + 5).astype(int).tolist(), 5)]
+    return [{"cycles": [int(c) for c in cycles], "num_tiles": num_tiles,
+             "_greedy": _measure(cycles, reference_placement(cycles, num_tiles), num_tiles)}
+            for cycles, num_tiles in fixed + drawn]
 
 
 def _measure(cycles, owner, num_tiles):
@@ -192,6 +226,27 @@ def _measure(cycles, owner, num_tiles):
     return step.tile_compute_cycles.tolist()
 
 
+def _placement_what(cycles, num_tiles) -> str:
+    return f"{plural(len(cycles), 'vertex')} on {plural(num_tiles, 'tile')}"
+
+
+def _owners(owner, cycles, num_tiles) -> list[int]:
+    """``owner`` as a list of one tile number per vertex, or Wrong."""
+    n, what = len(cycles), _placement_what(cycles, num_tiles)
+    if not isinstance(owner, list | tuple | np.ndarray) or len(owner) != n:
+        raise Wrong(f"{what}: return a list of {n} tile numbers, got {owner!r}")
+    owner = [as_int(t, f"{what}: the tile of a vertex") for t in owner]
+    if not all(0 <= t < num_tiles for t in owner):
+        raise Wrong(f"{what}: return {n} tile numbers in 0..{num_tiles - 1}, got {owner!r}")
+    return owner
+
+
+def _placement_trial(case, place_vertices):
+    """The learner's placement of one case (the learner's kernel): a tile per vertex."""
+    cycles, num_tiles = case["cycles"], case["num_tiles"]
+    return _owners(place_vertices(list(cycles), num_tiles), cycles, num_tiles)
+
+
 @exercise("01.2", "place vertices on tiles", points=2, budget="cycles", hints=(
     "The compute phase lasts as long as the busiest tile. Where should the heaviest "
     "vertices go?",
@@ -200,32 +255,25 @@ def _measure(cycles, owner, num_tiles):
     "where it hurts least, is a classic greedy (longest processing time first).",
     "Sort the vertices by cycles, heaviest first; for each, try every tile, compute that "
     "tile's cost with the vertex added (6 x max over workers of sum(cycles[w::6]), the "
-    "tile's vertices in index order) and keep the cheapest tile."))
-def check_placement(place_vertices):
+    "tile's vertices in index order) and keep the cheapest tile."),
+    answers=("place_vertices",), cases=_placement_cases, trial=_placement_trial)
+def check_placement(cases, outputs):
     """Exercise 01.2: ``place_vertices(vertex_cycles, num_tiles)`` → the tile of each
-    vertex. Passes within 25% of a greedy reference's compute phase; ★ within it."""
+    vertex. Passes within 25% of a greedy reference's compute phase; ★ within it. The
+    placement is plain data: the compiler works out its cycles here, for points."""
     used = budget = 0
-    for cycles, num_tiles in _placement_cases():
-        n = len(cycles)
-        what = f"{plural(n, 'vertex')} on {plural(num_tiles, 'tile')}"
-        owner = place_vertices(list(cycles), num_tiles)
-        try:
-            owner = [int(t) for t in owner]
-        except (TypeError, ValueError):
-            raise Wrong(f"{what}: return a list of {n} tile numbers, got {owner!r}") from None
-        if len(owner) != n or not all(0 <= t < num_tiles for t in owner):
-            raise Wrong(f"{what}: return {n} tile numbers in 0..{num_tiles - 1}, got "
-                        f"{owner!r}")
-        mine = _measure(cycles, owner, num_tiles)
-        ref = _measure(cycles, reference_placement(cycles, num_tiles), num_tiles)
+    for case, owner in zip(cases, outputs):
+        cycles, num_tiles, ref = case["cycles"], case["num_tiles"], case["_greedy"]
+        mine = _measure(cycles, _owners(owner, cycles, num_tiles), num_tiles)
         used, budget = used + max(mine), budget + max(ref)
         if max(mine) > 1.25 * max(ref):
             bars = [(f"tile {t}", 0, c, "") for t, c in enumerate(mine)]
             ref_bars = [(f"tile {t}", 0, c, "") for t, c in enumerate(ref)]
-            shown = f"{cycles[:8]}"[:-1] + (", ...]" if n > 8 else "]")
-            raise Wrong(f"{what} (cycles {shown}): your compute phase takes {max(mine):,} "
-                        f"cycles (tile {int(np.argmax(mine))} is the busiest); a greedy "
-                        f"placement takes {max(ref):,}. Get within 25% of it.",
+            shown = f"{cycles[:8]}"[:-1] + (", ...]" if len(cycles) > 8 else "]")
+            raise Wrong(f"{_placement_what(cycles, num_tiles)} (cycles {shown}): your compute "
+                        f"phase takes {max(mine):,} cycles (tile {int(np.argmax(mine))} is "
+                        f"the busiest); a greedy placement takes {max(ref):,}. Get within "
+                        "25% of it.",
                         picture=side_by_side(timeline(bars), timeline(ref_bars),
                                              ("your tiles' compute cycles", "greedy")))
     return Cost(used, budget, "cycle")
@@ -264,7 +312,7 @@ def _superstep_trial(case, superstep_cycles):
 def check_superstep_cycles(cases, outputs):
     """Exercise 01.3: ``superstep_cycles(sync, bytes_in, bytes_out, compute, bpc=4)``."""
     for case, got in zip(cases, outputs):
-        if got != case["_cycles"]:
+        if not isinstance(got, int) or got != case["_cycles"]:
             raise Wrong(f"step '{case['_name']}' (bytes in per tile "
                         f"{case['bytes_in'].tolist()}, out {case['bytes_out'].tolist()}, "
                         f"compute {case['compute'].tolist()}): expected {case['_cycles']} "
@@ -273,6 +321,31 @@ def check_superstep_cycles(cases, outputs):
 
 # -- 01.4: a stencil over a ring of tiles ---------------------------------------------------
 
+def _ring_cases(rng) -> list[dict]:
+    """Rings of 3-5 tiles (fixed) and a drawn one, rows of 1-4 values."""
+    shapes = [(3, 1), (4, 3), (5, 2), (int(rng.integers(3, 8)), int(rng.integers(1, 5)))]
+    return [{"tiles": t, "k": k, "x": rng.normal(size=(t, k)).astype(np.float32)}
+            for t, k in shapes]
+
+
+def _ring_what(case) -> str:
+    return f"{plural(case['tiles'], 'tile')}, rows of {case['k']}"
+
+
+def _ring_trial(case, build_ring_difference):
+    """The learner's program on one ring (the learner's kernel): out."""
+    tiles, k, what = case["tiles"], case["k"], _ring_what(case)
+    dev = _device(tiles)
+    g = ipu.Graph(dev.target)
+    x, out = (g.add_variable(ipu.FLOAT, [tiles, k], nm) for nm in ("x", "out"))
+    for t in range(tiles):
+        g.set_tile_mapping(x[t], t)
+        g.set_tile_mapping(out[t], t)
+    g.create_host_write("x", x)
+    g.create_host_read("out", out)
+    return _run_on_x(dev, g, build_ring_difference(g, x, out), what, case["x"], "out")[1]
+
+
 @exercise("01.4", "a central difference over a ring of tiles", points=3, hints=(
     "Row t of out needs rows t - 1 and t + 1 of x: the neighbouring tiles' data. Who "
     "wraps around at the ends?",
@@ -280,32 +353,17 @@ def check_superstep_cycles(cases, outputs):
     "compute set; connecting a vertex to another tile's row makes the exchange bring it "
     "before the compute phase. On a ring, tile T - 1's right neighbour is tile 0.",
     "For t in range(T): add a vertex on tile t with right = x[(t + 1) % T], left = "
-    "x[(t - 1) % T], out = out[t], whose compute is out = right - left."))
-def check_ring_difference(build_ring_difference):
+    "x[(t - 1) % T], out = out[t], whose compute is out = right - left."),
+    answers=("build_ring_difference",), cases=_ring_cases, trial=_ring_trial)
+def check_ring_difference(cases, outputs):
     """Exercise 01.4: ``build_ring_difference(graph, x, out)`` → a program with
     out[t] = x[t + 1] - x[t - 1] (rows, indices modulo T), row t of x and out on tile t."""
-    rng = np.random.default_rng(104)
-    for tiles, k in [(3, 1), (4, 3), (5, 2)]:
-        what = f"{plural(tiles, 'tile')}, rows of {k}"
-        dev = _device(tiles)
-        g = ipu.Graph(dev.target)
-        x, out = (g.add_variable(ipu.FLOAT, [tiles, k], nm) for nm in ("x", "out"))
-        for t in range(tiles):
-            g.set_tile_mapping(x[t], t)
-            g.set_tile_mapping(out[t], t)
-        g.create_host_write("x", x)
-        g.create_host_read("out", out)
-        prog = build_ring_difference(g, x, out)
-        if not isinstance(prog, ipu.Program):
-            raise Wrong(f"{what}: return a program, got {prog!r}")
-        eng = _engine(g, prog, f"{what}: your graph")
-        xv = rng.normal(size=(tiles, k)).astype(np.float32)
-        eng.load(dev)
-        eng.write_tensor("x", xv)
-        eng.run()
-        got = eng.read_tensor("out")
-        want = np.roll(xv, -1, axis=0) - np.roll(xv, 1, axis=0)
-        if np.allclose(got, -want, atol=1e-6) and not np.allclose(want, 0):
+    for case, got in zip(cases, outputs):
+        what = _ring_what(case)
+        want = np.roll(case["x"], -1, axis=0) - np.roll(case["x"], 1, axis=0)
+        got = np.asarray(got)
+        if (got.shape == want.shape and got.dtype.kind == "f" and not np.allclose(want, 0)
+                and np.allclose(got, -want, atol=1e-6)):
             raise Wrong(f"{what}: out is the negative of what was asked: out[t] = "
                         "x[t + 1] - x[t - 1] (right neighbour minus left)")
         first_mismatch(want, got, f"{what}: out")
