@@ -163,10 +163,11 @@ def build_lite(out: Path, chosen: list[Path], scratch: Path) -> dict:
     federated = [*(assets.extra_wheels()[n] for n in assets.FEDERATED), assets.kernel_extension()]
     config = lite_dir / "jupyter_lite_config.json"
     config.write_text(json.dumps({"LiteBuildConfig": {
-        "ignore_sys_prefix": ["federated_extensions"], "federated_extensions": [str(p) for p in federated]}}))
+        "ignore_sys_prefix": ["federated_extensions"],
+        "federated_extensions": [str(p) for p in federated]}}))
     cmd = [sys.executable, "-m", "jupyterlite_core", "build", "--lite-dir", str(lite_dir),
-           "--output-dir", str(out / "lite"), "--no-sourcemaps", "--no-unused-shared-packages",
-           "--contents", str(contents), "--config", str(config)]
+           "--output-dir", str(out / "lite"), "--no-sourcemaps",
+           "--no-unused-shared-packages", "--contents", str(contents), "--config", str(config)]
     r = subprocess.run(cmd, cwd=scratch, capture_output=True, text=True)
     if r.returncode:
         raise SystemExit(f"error: jupyter lite build failed:\n{(r.stdout + r.stderr)[-3000:]}")
