@@ -16,13 +16,11 @@ The Pyodide assets are fetched once per machine into the cache by the build
 Chromium or Playwright is not installed. Screenshots go to $IPUKIT_SCREENSHOTS.
 """
 
-import functools
-import http.server
+import importlib.util
 import json
 import re
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -32,6 +30,9 @@ from tests.test_browser import CHROMIUM, FLAGS, SHOTS, frame, sync_api
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "tools" / "site" / "build.py"
+_spec = importlib.util.spec_from_file_location("ipukit_site_serve", BUILD.parent / "serve.py")
+site_serve = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(site_serve)
 LESSONS = ["01_ipu_and_bsp", "02_graphs_tensors_streams"]
 V2 = "v2: [7.0000000 6.0000000 4.5000000 2.5000000]"
 
@@ -60,27 +61,10 @@ def site(tmp_path_factory):
     return out
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
-                      ".wasm": "application/wasm", ".mjs": "text/javascript",
-                      ".js": "text/javascript", ".json": "application/json"}
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture(scope="module")
 def server(site):
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                          functools.partial(_Quiet, directory=str(site)))
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_port}"
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join()
+    with site_serve.serve(site) as base:
+        yield base
 
 
 @pytest.fixture
@@ -89,17 +73,8 @@ def browser(server, tmp_path):
     with sync_api.sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(
             str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True,
-            args=FLAGS + ["--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"],
-            viewport={"width": 1300, "height": 900})
-        ctx.refused, ctx.errors = [], []
-
-        def route(r):
-            if r.request.url.startswith(server + "/") or r.request.url.startswith("data:"):
-                r.continue_()
-            else:
-                ctx.refused.append(r.request.url)
-                r.abort()
-        ctx.route("**/*", route)
+            args=FLAGS + site_serve.OFFLINE_FLAGS, viewport={"width": 1300, "height": 900})
+        ctx.refused, ctx.errors = site_serve.refuse_other_hosts(ctx, server), []
         ctx.on("response", lambda r: ctx.errors.append(f"{r.status} {r.url}")
                if r.status >= 400 else None)
         try:

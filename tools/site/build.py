@@ -112,13 +112,15 @@ def build_pages(out: Path, chosen: list[Path]) -> list[dict]:
 
 
 def build_index(out: Path, index: list[dict]) -> None:
+    import mistune
+
     rows = []
     for e in index:
         name = e["name"]
         ex = (f' · <a href="{LITE_NOTEBOOK.format(f"exercises/{name}.ipynb")}">exercises</a>'
               if (ROOT / "exercises" / f"{name}.ipynb").exists() else "")
         rows.append(f'<li><a href="lessons/{name}.html"><b>{html.escape(e["title"])}</b></a>'
-                    f'<p>{html.escape(e["goal"])}</p><p class="ipukit-links">'
+                    f'{mistune.html(e["goal"])}<p class="ipukit-links">'
                     f'<a href="lessons/{name}.html">read</a> · '
                     f'<a href="{LITE_NOTEBOOK.format(f"notebooks/{name}.ipynb")}">'
                     f'run in the browser</a>{ex}</p></li>')
