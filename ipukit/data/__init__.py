@@ -32,7 +32,7 @@ _IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f
 
 
 class MnistData(NamedTuple):
-    """Images as float32 in [0, 1], shape (n, 28, 28); labels np.intp; and where they came from."""
+    """Images as float32 in [0, 1], shape (n, 28, 28); labels int64; and where they came from."""
 
     train_images: np.ndarray
     train_labels: np.ndarray
@@ -102,5 +102,5 @@ def load_mnist(num_train: int = 8000, seed: int = 0) -> MnistData:
     def images(a):
         return a.astype(np.float32) / 255.0
 
-    return MnistData(images(train_x), train_y.astype(np.intp), images(test_x),
-                     test_y.astype(np.intp), source)
+    return MnistData(images(train_x), train_y.astype(np.int64), images(test_x),
+                     test_y.astype(np.int64), source)
