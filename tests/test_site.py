@@ -134,19 +134,13 @@ RUN_CELL = """async ([i, source]) => {
 }"""
 CELL_INDEX = """(text) => window.jupyterapp.shell.currentWidget.content.widgets.findIndex(
     c => c.model.sharedModel.getSource().includes(text))"""
-KERNEL_IDLE = """() => {
-    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-    const k = w && w.sessionContext && w.sessionContext.session
-        && w.sessionContext.session.kernel;
-    return !!k && k.status === 'idle';
-}"""
 
 
 def test_jupyterlite_runs_the_kit_and_its_checks(server, browser):
     page = browser.new_page()
     t0 = time.perf_counter()
     page.goto(f"{server}/lite/notebooks/index.html?path=exercises/{LESSONS[0]}.ipynb")
-    page.wait_for_function(KERNEL_IDLE, timeout=180_000, polling=200)
+    page.wait_for_function(site_serve.KERNEL_IDLE, timeout=180_000, polling=200)
     started = time.perf_counter() - t0
     # the exercise's first check, untouched: the learner's feedback
     first = page.evaluate(CELL_INDEX, "check_scale_superstep(")

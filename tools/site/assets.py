@@ -52,6 +52,14 @@ PINS = {"comm": "0.2.3", "typing-extensions": "4.11.0", "psygnal": "0.16.1",
         # the widget manager's front end only: 3.0.15 is built for JupyterLab 4.4, which
         # jupyterlite-core 0.6.4 runs (3.0.16 and later ask for shared modules ^4.4.6)
         "jupyterlab-widgets": "3.0.15"}
+#: Their wheels' sha256 (PyPI's files), checked every time they are taken from the cache.
+PIN_SHA256 = {
+    "comm": "c615d91d75f7f04f095b30d1c1711babd43bdc6419c1be9886a85f2f4e489417",
+    "typing-extensions": "c1f94d72897edaf4ce775bb7558d5b79d8126906a14ea5ed1635921406c0387a",
+    "psygnal": "93b96894d8c46f0a3c0bfaaf8abe73f0d6db2c20cc6d303624cf08f85abc3c92",
+    "ipywidgets": "764f2602d25471c213919b8a1997df04bef869251db4ca8efba1b76b1bd9f7bb",
+    "anywidget": "c574d9acc6503ad27b37a9acea48f957a8ba7c9c9876cfcb37898931c098ce9d",
+    "jupyterlab-widgets": "d59023d7d7ef71400d51e6fee9a88867f6e65e10a4201605d2d7f3e8f012a31c"}
 #: Front-end extensions of the JupyterLite app, from those wheels (not from this
 #: environment, whose versions may be built for a newer JupyterLab).
 FEDERATED = ["jupyterlab-widgets", "anywidget"]
@@ -192,8 +200,11 @@ def extra_wheels() -> dict[str, Path]:
         version = spec.split("==")[1]
         hits = [p for p in dest.glob("*.whl")
                 if norm(p.name.split("-")[0]) == n and p.name.split("-")[1] == version]
-        if hits:
+        if hits and sha256(hits[0]) == PIN_SHA256[n]:
             found[n] = hits[0]
+        elif hits:
+            hits[0].unlink()
+            raise AssetsUnavailable(f"{hits[0].name}: sha256 is not the pinned {PIN_SHA256[n]}")
     missing = [specs[n] for n in specs if n not in found]
     if missing:
         print(f"fetching {', '.join(missing)} (pure-Python wheels, once per machine)", flush=True)
@@ -228,14 +239,23 @@ def kernel_extension() -> Path:
 
 
 def kernel_wheels() -> dict[str, Path]:
-    """The wheels jupyterlite-pyodide-kernel installs in the kernel as it starts."""
+    """The wheels jupyterlite-pyodide-kernel installs in the kernel as it starts, each
+    checked against the sha256 in its own index (all.json)."""
     folder = kernel_extension() / "static" / "pypi"
-    found = {norm(p.name.split("-")[0]): p for p in folder.glob("*.whl")}
-    missing = set(KERNEL_WHEELS) - set(found)
-    if missing:
-        raise AssetsUnavailable(f"jupyterlite-pyodide-kernel's wheels {sorted(missing)} are "
-                                f"not in {folder} (pip install -e '.[site]')")
-    return {n: found[n] for n in KERNEL_WHEELS}
+    try:
+        index = json.loads((folder / "all.json").read_text())
+    except OSError as e:
+        raise AssetsUnavailable(f"jupyterlite-pyodide-kernel is not installed here ({e}): "
+                                "pip install -e '.[site]'") from e
+    found = {}
+    for name in KERNEL_WHEELS:
+        for files in index[name]["releases"].values():
+            for f in files:
+                path = folder / f["filename"]
+                if sha256(path) != f["digests"]["sha256"]:
+                    raise AssetsUnavailable(f"{path}: sha256 differs from its all.json")
+                found[name] = path
+    return found
 
 
 def imports_of(wheel: Path) -> list[str]:

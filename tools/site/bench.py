@@ -27,7 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from serve import OFFLINE_FLAGS, refuse_other_hosts, serve  # noqa: E402
+from serve import KERNEL_IDLE, OFFLINE_FLAGS, refuse_other_hosts, serve  # noqa: E402
 
 CHROMIUM = os.environ.get("IPUKIT_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -48,12 +48,6 @@ DONE = """() => {
         || o.output_type === 'error').map(o => o.text || (o.ename + ': ' + o.evalue)).join(''));
 }"""
 FONT_CACHE = "Matplotlib is building the font cache; this may take a moment.\n"
-KERNEL_IDLE = """() => {
-    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-    const k = w && w.sessionContext && w.sessionContext.session
-        && w.sessionContext.session.kernel;
-    return !!k && k.status === 'idle';
-}"""
 
 
 def stored_text(path: Path) -> list[str]:

@@ -1,5 +1,6 @@
 """Serve a built site on 127.0.0.1 (a free port) from a thread, for the browser test and
-the benchmark: ``with serve(Path("_site")) as base: ...`` (``base`` is the site's URL)."""
+the benchmark: ``with serve(Path("_site")) as base: ...`` (``base`` is the site's URL); and
+what both ask of a page."""
 
 import contextlib
 import functools
@@ -10,6 +11,15 @@ from pathlib import Path
 #: Chromium's own refusal of every host but the local server (Playwright's routing refuses
 #: them too, and lists them).
 OFFLINE_FLAGS = ["--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"]
+
+
+#: True once the JupyterLite notebook shown has a kernel, and it is idle.
+KERNEL_IDLE = """() => {
+    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+    const k = w && w.sessionContext && w.sessionContext.session
+        && w.sessionContext.session.kernel;
+    return !!k && k.status === 'idle';
+}"""
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
