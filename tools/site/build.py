@@ -81,11 +81,11 @@ def link_targets(page: str, names: set[str]) -> str:
     return re.sub(r'(href=")((?:\.\./)?(?:\w+/)?|\./)?(\d\d_\w+\.ipynb)"', fix, page)
 
 
-def page(title: str, body: str, root: str = "") -> str:
+def page(title: str, body: str) -> str:
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1.0">'
             f'<title>{html.escape(title)}</title>'
-            f'<link rel="stylesheet" href="{root}site.css"></head>'
+            '<link rel="stylesheet" href="site.css"></head>'
             f'<body class="ipukit-page"><main>{body}</main></body></html>\n')
 
 
@@ -157,6 +157,7 @@ def build_lite(out: Path, chosen: list[Path], scratch: Path) -> dict:
     added = assets.stage_pyodide(lite_dir / "static" / "pyodide", scratch / "kit")
     settings = {"@jupyterlite/pyodide-kernel-extension:kernel": {
         "disablePyPIFallback": True, "loadPyodideOptions": {"packages": assets.PRELOAD}}}
+    # exposeAppInBrowser: window.jupyterapp, which the browser test and the benchmark drive
     (lite_dir / "jupyter-lite.json").write_text(json.dumps({
         "jupyter-lite-schema-version": 0,
         "jupyter-config-data": {"appName": "ipukit (JupyterLite)", "exposeAppInBrowser": True,
