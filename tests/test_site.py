@@ -122,7 +122,7 @@ def test_lesson_pages_show_figures_and_a_widget_plays(server, browser, site):
 
 
 #: Run cell ``i`` of the open notebook (or a new last cell, i = -1) with ``source``; the
-#: text of its output area once the kernel is idle again.
+#: text of its output area once the kernel is idle again (an error after 180 s).
 RUN_CELL = """async ([i, source]) => {
     const app = window.jupyterapp, panel = app.shell.currentWidget, nb = panel.content;
     if (i < 0) {
@@ -133,9 +133,11 @@ RUN_CELL = """async ([i, source]) => {
     if (source !== null) nb.widgets[i].model.sharedModel.setSource(source);
     nb.activeCellIndex = i;
     await app.commands.execute('notebook:run-cell');
-    const kernel = panel.sessionContext.session.kernel;
-    while (nb.widgets[i].model.executionCount === null || kernel.status !== 'idle')
+    const kernel = panel.sessionContext.session.kernel, deadline = Date.now() + 180000;
+    while (nb.widgets[i].model.executionCount === null || kernel.status !== 'idle') {
+        if (Date.now() > deadline) throw new Error(`cell ${i} did not finish in 180 s`);
         await new Promise(r => setTimeout(r, 100));
+    }
     return nb.widgets[i].outputArea.node.innerText;
 }"""
 CELL_INDEX = """(text) => window.jupyterapp.shell.currentWidget.content.widgets.findIndex(
