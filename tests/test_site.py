@@ -140,6 +140,14 @@ RUN_CELL = """async ([i, source]) => {
     }
     return nb.widgets[i].outputArea.node.innerText;
 }"""
+#: The shown text of the stored output of the first cell whose source contains ``text``.
+STORED_OUTPUT = """async (text) => {
+    const nb = window.jupyterapp.shell.currentWidget.content;
+    const i = nb.widgets.findIndex(c => c.model.sharedModel.getSource().includes(text));
+    await nb.scrollToItem(i);
+    await new Promise(r => setTimeout(r, 500));
+    return nb.widgets[i].outputArea.node.innerText;
+}"""
 CELL_INDEX = """(text) => window.jupyterapp.shell.currentWidget.content.widgets.findIndex(
     c => c.model.sharedModel.getSource().includes(text))"""
 
@@ -152,6 +160,10 @@ def test_jupyterlite_runs_the_kit_and_its_checks(site, server, browser):
     page.goto(f"{server}/lite/notebooks/index.html?path=exercises/{LESSONS[0]}.ipynb")
     page.wait_for_function(site_serve.KERNEL_IDLE, timeout=180_000, polling=200)
     started = time.perf_counter() - t0
+    # the stored outputs read as in JupyterLab (one string per text, not a list of lines)
+    stored = page.evaluate(STORED_OUTPUT, 'grading.scoreboard("01")')
+    assert stored.startswith("Scoreboard, lesson 01\n") and "\n," not in stored, stored
+    assert re.search(r"^ +01\.4 +a central difference", stored, re.M), stored
     # the exercise's first check, untouched: the learner's feedback
     first = page.evaluate(CELL_INDEX, "check_scale_superstep(")
     imports = page.evaluate(CELL_INDEX, "import ipukit as ipu")

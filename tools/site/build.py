@@ -149,11 +149,16 @@ def build_browser_page(out: Path) -> None:
 
 def build_lite(out: Path, chosen: list[Path], scratch: Path) -> dict:
     lite_dir, contents = scratch / "lite", scratch / "contents"
+    import nbformat
+
     for folder in FOLDERS:
         (contents / folder).mkdir(parents=True)
         for p in chosen:
             if (ROOT / folder / p.name).exists():
-                shutil.copy2(ROOT / folder / p.name, contents / folder / p.name)
+                # as a Jupyter server sends a notebook: each text one string (nbformat's
+                # reader joins the lines); JupyterLite shows a list of lines joined by ","
+                nb = nbformat.read(ROOT / folder / p.name, as_version=4)
+                (contents / folder / p.name).write_text(json.dumps(nb, ensure_ascii=False))
     added = assets.stage_pyodide(lite_dir / "static" / "pyodide", scratch / "kit")
     settings = {"@jupyterlite/pyodide-kernel-extension:kernel": {
         "disablePyPIFallback": True, "loadPyodideOptions": {"packages": assets.PRELOAD}}}
