@@ -62,7 +62,7 @@ def _run(path: Path, checks: bool) -> dict:
 
 
 @pytest.fixture
-def offscreen(monkeypatch):
+def offscreen():
     import matplotlib.pyplot as plt
 
     backend = matplotlib.get_backend()
