@@ -1,10 +1,10 @@
-# Two entry points on a fresh machine: `make lab` and `make test`.
+# Entry points on a fresh machine: `make lab`, `make test` and `make site`.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test bench
+.PHONY: lab test bench site
 
 # Small matrix products stall with BLAS threads on a loaded 2-core machine.
 export OPENBLAS_NUM_THREADS ?= 1
@@ -12,7 +12,7 @@ export OPENBLAS_NUM_THREADS ?= 1
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[lab,test]'
+	$(PY) -m pip install --quiet -e '.[lab,test,site]'
 	touch $(STAMP)
 
 lab: $(STAMP)
@@ -26,3 +26,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
+
+# _site/: the lessons as a website, and _site/lite/ (JupyterLite: the kit on Pyodide, no CDN).
+# Pyodide's runtime and wheels are fetched once per machine into ~/.cache/ipukit-site
+# (IPUKIT_SITE_CACHE), each checked by sha256. Serve: python3 -m http.server -d _site
+site: $(STAMP)
+	$(PY) tools/site/build.py --out _site

@@ -171,7 +171,7 @@ class _Compiler:
         self.steps: list[Step] = []
         # id(program) or compute set -> compiled node; a Copy's layouts -> step, accesses
         self.done, self.copies, self.layout_runs = {}, {}, {}  # layout_runs: _merged_runs
-        v_cs = np.array(graph.v_cs, np.int64)  # each compute set's vertices, in order added
+        v_cs = np.array(graph.v_cs, np.intp)  # each compute set's vertices, in order added
         self.by_cs = np.split(np.argsort(v_cs, kind="stable"), np.cumsum(
             np.bincount(v_cs, minlength=len(graph.compute_sets)))[:-1])
         self.memory = {k: np.zeros(self.t.num_tiles, np.int64)  # added to as compute sets
@@ -242,7 +242,7 @@ class _Compiler:
         t, n, per = self.t, self.t.num_tiles, self.t.tiles_per_ipu
         compute = np.zeros(n, np.int64) if compute is None else compute
         b_in, b_out = ((np.zeros(n) + x).astype(np.int64) for x in (tile_in, tile_out))
-        tiles, pairs = np.asarray(tiles, np.int64).reshape(-1), np.zeros((0, 3), np.int64)
+        tiles, pairs = np.asarray(tiles, np.intp).reshape(-1), np.zeros((0, 3), np.int64)
         inter, link = 0, None
         if transfers is not None and transfers[0].size:  # (np.unique, and its inverse: slow)
             src, dst, nbytes = transfers
@@ -414,7 +414,7 @@ class _Compiler:
         default = cls.cycle_estimate(sizes, *w)  # a MultiVertex: the target's W
         estimates = np.array([default if g.v_perf[v] is None else g.v_perf[v] for v in vids],
                              np.int64)
-        tiles = np.array([g.v_tile[v] for v in vids], np.int64)
+        tiles = np.array([g.v_tile[v] for v in vids], np.intp)
         return VertexGroup(cls, np.array(vids), tiles, estimates, tuple(fields), state)
 
     def _check_races(self, cs, fields, cat, exact=False):
@@ -477,12 +477,12 @@ class _Compiler:
         # Vertices on a tile go round-robin to its 6 workers, a MultiVertex to all W of them
         # (r = W copies, each 1/W of its estimate); each worker issues every 6th cycle, so
         # the tile is busy W x the heaviest worker's load (loads here in 1/W cycles: exact).
-        tiles, est, vids = (np.concatenate([np.zeros(0, np.int64)] + [getattr(gr, a) for gr
+        tiles, est, vids = (np.concatenate([np.zeros(0, np.intp)] + [getattr(gr, a) for gr
                             in groups]) for a in ("tiles", "estimates", "vertex_ids"))
         if all(issubclass(gr.cls, MultiVertex) for gr in groups):  # every worker: the sum
             compute = np.bincount(tiles, est, n_tiles).astype(np.int64)
         else:
-            r = np.concatenate([np.zeros(0, np.int64)] + [np.full(gr.tiles.size, W if issubclass(
+            r = np.concatenate([np.zeros(0, np.intp)] + [np.full(gr.tiles.size, W if issubclass(
                 gr.cls, MultiVertex) else 1) for gr in groups])
             st = np.repeat(tiles[order := np.lexsort((vids, tiles))], r := r[order])
             worker = (np.arange(st.size) - np.searchsorted(st, st)) % W

@@ -56,7 +56,7 @@ class Pool:
         self._new: list = []  # (begins, ends, tiles) not resolved: arrays, or lists of ints
         # The mapping as a step function: the addresses where the tile changes, in order,
         # and the tile before the first of them and after each (-1: unmapped).
-        self._cuts, self._cut_tiles = np.zeros(0, np.int64), np.full(1, -1, np.int64)
+        self._cuts, self._cut_tiles = np.zeros(0, np.intp), np.full(1, -1, np.intp)
 
     def alloc(self, name, shape, values=None) -> Variable:
         var = Variable(name, self.dtype, shape, self.size, math.prod(shape), values)
@@ -70,7 +70,7 @@ class Pool:
         a later mapping of an address wins."""
         if isinstance(begins, np.ndarray):  # arrays as given (joined once, when resolved)
             if begins.size:
-                self._new.append((begins, begins + lengths, np.full(begins.shape, tile, np.int64)))
+                self._new.append((begins, begins + lengths, np.full(begins.shape, tile, np.intp)))
         else:  # one run (set_tile_mapping, often in a loop): ints, to lists
             if not self._new or type(self._new[-1]) is not list:
                 self._new.append([[], [], []])
@@ -87,7 +87,7 @@ class Pool:
         linear mapping) need no painting; the resolved tile changes at every old cut, so
         only the cuts from ``lo`` to ``hi`` are checked for a change."""
         if self._new:
-            (b, e, t), self._new = [np.concatenate([r[i] for r in self._new], dtype=np.int64)
+            (b, e, t), self._new = [np.concatenate([r[i] for r in self._new], dtype=np.intp)
                                     for i in range(3)], []
             cuts, tiles, lo, hi = self._cuts, self._cut_tiles, b.min(), max(e.max(), b.min() + 1)
             (i, j2), (i0, j) = (cuts.searchsorted((lo, hi), s) for s in ("right", "left"))
@@ -106,7 +106,7 @@ class Pool:
         every piece, in order; tile -1 where unmapped."""
         self._resolve()
         cuts, keep = self._cuts, np.flatnonzero(lengths > 0)
-        b = begins[keep].astype(np.int64)
+        b = begins[keep].astype(np.intp)
         e = b + lengths[keep]
         lo, hi = cuts.searchsorted(b, "right"), cuts.searchsorted(e, "left")
         if (hi == lo).all():  # no run crosses a change of tile
@@ -148,7 +148,7 @@ def _paint(b, e, t):
     cuts = np.sort(np.concatenate((b, e)), kind="stable")  # merges runs already in order
     cuts = cuts[firsts(cuts)]  # (np.unique hashes first: slower on these sorted runs)
     lo, hi = cuts.searchsorted(b), cuts.searchsorted(e)
-    tiles = np.full(cuts.size + 1, -1, np.int64)  # tiles[k + 1]: from cuts[k] to cuts[k + 1]
+    tiles = np.full(cuts.size + 1, -1, np.intp)  # tiles[k + 1]: from cuts[k] to cuts[k + 1]
     tiles[1 + _ranges(lo, hi)] = t.repeat(np.maximum(hi - lo, 0))
     change = np.flatnonzero(tiles[1:] != tiles[:-1])
     return cuts[change], np.concatenate(([-1], tiles[change + 1]))

@@ -63,7 +63,7 @@ class Tensor:
 
     @property
     def idx(self) -> np.ndarray:
-        """Every element's address (int64), built on demand: for tests and small tensors."""
+        """Every element's address (np.intp), built on demand: for tests and small tensors."""
         return addresses(self.offset, self.shape, self.strides) if self._idx is None else self._idx
 
     @property
@@ -217,7 +217,7 @@ def contiguous_strides(shape) -> tuple:
     return tuple(reversed(strides))
 
 
-def addresses(offset: int, shape, strides, dtype=np.int64) -> np.ndarray:
+def addresses(offset: int, shape, strides, dtype=np.intp) -> np.ndarray:
     """The address of every element of a region, shape ``shape``."""
     idx = np.full((), offset, dtype)
     for n, st in zip(shape, strides):
@@ -315,7 +315,7 @@ def runs(t: Tensor, keep: int = 0):
     length = math.prod(shape[outer:])
     if length == 0:
         begins = begins[:0]
-    return begins, np.full(begins.size, length, np.int64)
+    return begins, np.full(begins.size, length, np.intp)
 
 
 def index_runs(flat: np.ndarray, row: int, once: bool = False):
@@ -325,7 +325,7 @@ def index_runs(flat: np.ndarray, row: int, once: bool = False):
     new, step = np.ones(flat.size + 1, bool), flat[1:] - flat[:-1]  # a run starts where
     new[1:-1], new[::max(row, 1)] = step > 1 if once else step != 1, True  # the step is not
     first = np.flatnonzero(new)  # 1 (once: 0 or 1), or a row starts; and the end
-    begins = flat[first[:-1]].astype(np.int64)
+    begins = flat[first[:-1]].astype(np.intp)
     return begins, flat[first[1:] - 1] - begins + 1, first[:-1]
 
 

@@ -155,7 +155,7 @@ class Trace:
 
     def executions(self) -> np.ndarray:
         """How many times each compiled step ran."""
-        return np.bincount(np.asarray(self._step_ids, np.int64), minlength=len(self.steps))
+        return np.bincount(np.asarray(self._step_ids, np.intp), minlength=len(self.steps))
 
     def summary(self) -> dict:
         """The profile's numbers as a dict (what ``print_profile_summary`` prints)."""

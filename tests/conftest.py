@@ -54,3 +54,22 @@ def fresh_grading_results():
     feedback.reset()
     yield
     feedback.reset()
+
+
+@pytest.fixture(autouse=True)
+def _wasm32_ints(request):
+    """IPUKIT_WASM32=1 runs every test with NumPy refusing what it refuses on wasm32
+    (tests/wasm32.py): ``IPUKIT_WASM32=1 pytest tests/test_compile.py``."""
+    import os
+
+    mode = os.environ.get("IPUKIT_WASM32")
+    if mode not in ("1", "collect"):
+        yield
+        return
+    from tests.wasm32 import strict_ints
+
+    seen = [] if mode == "collect" else None
+    with strict_ints(seen):
+        yield
+    for where in dict.fromkeys(seen or []):
+        print("wasm32 would refuse:", where, file=sys.stderr)

@@ -357,7 +357,7 @@ class _Stage:
                     f"gradient_accumulation_dtype {dt} for {self.k}.{name}: the emulator "
                     "accumulates in float32 or float16; use emulate=False for others")
         w = self.weights
-        tiles = poputil.tile_of_elements(self.vg, w.all) if values else np.zeros(1, np.int64)
+        tiles = poputil.tile_of_elements(self.vg, w.all) if values else np.zeros(1, np.intp)
         for dt in dict.fromkeys([*types.values(), FLOAT]):
             mine = {n: tuple(v.shape) for n, v in values.items() if types[n] == dt}
             if dt == FLOAT:

@@ -253,7 +253,7 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     return len(conns)
 
 
-_IOTA = [np.zeros(0, np.int64)]
+_IOTA = [np.zeros(0, np.intp)]
 KEEP_IOTA = 1 << 22  #: the most addresses kept (32 MiB); a larger storage makes its own
 
 
@@ -262,9 +262,9 @@ def _iota(start: int, n: int) -> np.ndarray:
     needed): the addresses of a run of storage, which vertices' fields hold, not made."""
     end = start + n
     if end > KEEP_IOTA:
-        return np.arange(start, end, dtype=np.int64)
+        return np.arange(start, end, dtype=np.intp)
     if end > _IOTA[0].size:
-        _IOTA[0] = np.arange(1 << (end - 1).bit_length(), dtype=np.int64)  # a power of 2
+        _IOTA[0] = np.arange(1 << (end - 1).bit_length(), dtype=np.intp)  # a power of 2
         _IOTA[0].flags.writeable = False
     return _IOTA[0][start:end]
 
@@ -576,7 +576,7 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None
     order = np.argsort(key, axis=None, kind="stable")
     sorted_key = key.reshape(-1)[order]
     cuts = np.flatnonzero(np.diff(sorted_key)) + 1
-    starts = np.concatenate([[0], cuts]).astype(np.int64)
+    starts = np.concatenate([[0], cuts]).astype(np.intp)
     counts = np.diff(np.concatenate([starts, [sorted_key.size]]))
     # Stage 1: every tile reduces the elements of each output row it holds to a partial.
     pair_tile = sorted_key[starts] % graph.target.num_tiles

@@ -82,7 +82,7 @@ def map_tensor_linearly(graph, t: Tensor, min_elements_per_tile: int | None = No
         return
     pieces = [(b, e, tile) for tile, intervals in enumerate(mapping) for b, e in intervals]
     if pieces:  # a variable: its intervals are runs of addresses, mapped in one call
-        b, e, tile = (np.array(v, np.int64) for v in zip(*pieces))
+        b, e, tile = (np.array(v, np.intp) for v in zip(*pieces))
         graph.root.pools[t.dtype].map(run[0] + b, e - b, tile + graph._offset)
 
 
@@ -90,7 +90,7 @@ def linear_tiles(graph, t: Tensor, min_elements_per_tile: int | None = None,
                  grain_size: int | None = None) -> np.ndarray:
     """The tile of every element of ``t`` (flat) that :func:`map_tensor_linearly` gives."""
     grain_size, min_elements_per_tile = _linear_defaults(t, min_elements_per_tile, grain_size)
-    out = np.full(t.num_elements(), -1, np.int64)
+    out = np.full(t.num_elements(), -1, np.intp)
     for tile, intervals in enumerate(calc_linear_tile_mapping(graph, t.shape,
                                                               min_elements_per_tile,
                                                               grain_size)):
@@ -184,7 +184,7 @@ def tile_of_elements(graph, t: Tensor) -> np.ndarray:
 def _tile_of_elements(graph, t: Tensor) -> np.ndarray:
     n = t.num_elements()
     if n == 0:
-        return np.full(0, -1, np.int64)
+        return np.full(0, -1, np.intp)
     if single_run(t):  # (a variable, or a slice of one)
         return _tiles(graph, t)
     if t._idx is None and t.strides is not None:
@@ -205,7 +205,7 @@ def _tile_of_elements(graph, t: Tensor) -> np.ndarray:
     order = np.argsort(flat, kind="stable")  # ask in address order, each address once
     ordered = flat[order]
     first = np.r_[True, ordered[1:] != ordered[:-1]]
-    where = np.empty(n, np.int64)
+    where = np.empty(n, np.intp)
     where[order] = np.cumsum(first) - 1
     return _tiles(graph, Tensor(t.graph, t.dtype, ordered[first], t.name))[where]
 
@@ -314,7 +314,7 @@ def vertex_separable(compute):
 
 def take(t: Tensor, positions, name: str = "") -> Tensor:
     """The elements of ``t`` (flat) at ``positions``: a view, as ``concat`` of slices would be."""
-    positions = np.asarray(positions, np.int64)
+    positions = np.asarray(positions, np.intp)
     idx = t.idx.reshape(-1)[positions]
     return Tensor(t.graph, t.dtype, idx, name or f"{t.name}[...]")
 
