@@ -15,7 +15,7 @@ def split(requirement: str) -> tuple[str, str]:
 def test_environment_yml_agrees_with_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     wanted = dict(map(split, project["dependencies"]))
-    for extra in ("lab", "test"):
+    for extra in ("lab", "test", "site"):
         wanted.update(map(split, project["optional-dependencies"][extra]))
     env_lines = (ROOT / "environment.yml").read_text().splitlines()
     deps = env_lines[env_lines.index("dependencies:") + 1:]
