@@ -53,8 +53,18 @@ from matplotlib.ticker import MaxNLocator
 
 from ..errors import IpuError
 from ..parallel.schedule import ALL_KINDS, Schedule, schedule
-from ..report import (NAME_CHARS, OP_STYLE, chunk_band, chunk_colour, chunks, display_name,
-                      figure_text, op_labels, op_name, w_time)
+from ..report import (
+    NAME_CHARS,
+    OP_STYLE,
+    chunk_band,
+    chunk_colour,
+    chunks,
+    display_name,
+    figure_text,
+    op_labels,
+    op_name,
+    w_time,
+)
 from ..timeline import Span, Timeline
 from ._player import LINK, SLOWEST, Widget, esc, mb_colour, new_figure, pack, tint
 
