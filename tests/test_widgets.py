@@ -424,6 +424,8 @@ def test_published_figures_play():
     last = view.num_frames() - 1
     assert view.time(last) == 33.0
     assert [tl.makespan for tl in view.timelines] == [27.0, 33.0]
+    controls = view._payload["meta"]["controls"]  # the selectors show both schedules
+    assert (controls["kind"], controls["compare"], controls["chunks"]) == ("zb_h1", "1f1b", 2)
     assert "B takes t_B + t_W = 2" in view.timelines[1].title
     assert view.timelines[0].title.endswith("t_F 1, t_B 1, t_W 1")
     assert PipelineTimeline(schedule("zb_v", 4, 8)).timelines[0].makespan == 25.5

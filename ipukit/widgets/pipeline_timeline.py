@@ -292,13 +292,18 @@ class PipelineTimeline(Widget):
         self._times = self._frame_times()
         super().__init__(**kwargs)
         if self.has_controls:
-            s = schedule_or_run
-            chunked = s.kind == "interleaved_1f1b"
-            self.settings = {"kind": s.kind, "stages": s.num_stages,
-                             "ga": s.gradient_accumulation, "recompute": s.recomputation,
-                             "compare": self.sources[1].kind if compare is not None else "none",
-                             "chunks": s.virtual_stages if chunked else 2}
+            self.settings = self._first_settings()
             self.observe(self._on_settings, names="settings")
+
+    def _first_settings(self) -> dict:
+        """The controls' settings of the schedules given (chunks: 2 unless an interleaved
+        1F1B schedule holds more)."""
+        s = self.sources[0]
+        chunks = [x.virtual_stages for x in self.sources if x.kind == "interleaved_1f1b"]
+        return {"kind": s.kind, "stages": s.num_stages, "ga": s.gradient_accumulation,
+                "recompute": s.recomputation,
+                "compare": self.sources[1].kind if len(self.sources) > 1 else "none",
+                "chunks": (chunks or [2])[0]}
 
     # -- the model ---------------------------------------------------------------------------
     def _panels(self, sources) -> list[Panel]:
@@ -406,14 +411,8 @@ class PipelineTimeline(Widget):
                          "data": np.asarray(cols[k], "<f8").tobytes()}
         controls = None
         if self.has_controls:
-            st = self.settings or {}
-            s = self.sources[0]
             controls = {"kinds": list(ALL_KINDS), "origins": [ORIGINS[k] for k in ALL_KINDS],
-                        "kind": st.get("kind", s.kind),
-                        "stages": st.get("stages", s.num_stages),
-                        "ga": st.get("ga", s.gradient_accumulation),
-                        "recompute": st.get("recompute", s.recomputation),
-                        "compare": st.get("compare", "none"), "chunks": st.get("chunks", 2)}
+                        **(self.settings or self._first_settings())}
         meta = {"kind": "timeline", "kinds": kinds, "panels": panels,
                 "makespan": float(self._times[-1]), "num_frames": self.num_frames(),
                 "time_unit": self.timelines[0].time_unit, "controls": controls}

@@ -1062,7 +1062,7 @@ function timelineView(meta, A) {
         op && OP_WHAT[k] ? [h("br"), OP_WHAT[k]] : [], h("br"),
         `stage ${p.stage[i] >= 0 ? p.stage[i] : "–"}${chunk} · micro-batch ${p.mb[i] >= 0 ? p.mb[i] : "–"}`,
         h("br"), `start ${fmtTime(p.start[i])} ${u} · duration ${fmtTime(p.dur[i])} ${u}`,
-        h("br"), `${fmt(p.bytes[i])} bytes`,
+        p.bytes[i] || u === "cycles" ? [h("br"), `${fmt(p.bytes[i])} bytes`] : [], // not a schedule's 0
         unit ? [h("br"), `one unit: ${unit.map((j) => opName(p, j)).join(" → ")} (its outputs leave when its last op ends)`] : []];
     },
     select(item) {
