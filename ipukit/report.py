@@ -347,7 +347,7 @@ def _tile_cycles(trace: Trace) -> np.ndarray:
 
 
 # -- the one timeline figure ----------------------------------------------------------------
-#: Colours of span kinds in the timeline figure (F/B/R take their micro-batch's colour).
+#: Colours of span kinds in the timeline figure (F/B/W/R take their micro-batch's colour).
 KIND_COLOURS = {**PHASE_COLOURS, "host": "#56B4E9", "link": "#0072B2", "optimizer": "#117733",
                 "allreduce": "#CC3311", "reducescatter": "#AA4499", "allgather": "#EE7733",
                 "broadcast": "#DDAA33", "reduce": "#882255"}
@@ -420,8 +420,8 @@ def timeline(source, ax=None, title: str | None = None, select=None, rebase: boo
     for s, c in zip(spans, chunk):
         y, x = row[s.ipu], s.start - t0
         if s.kind in OPS:
-            amount, hatch = OP_STYLE[s.kind]
-            colour = 1 - amount * (1 - np.array(to_rgb(palette[max(s.microbatch, 0) % 10])))
+            mix, hatch = OP_STYLE[s.kind]
+            colour = 1 - mix * (1 - np.array(to_rgb(palette[max(s.microbatch, 0) % 10])))
             ax.broken_barh([(x, s.duration)], (y - 0.4, 0.8), color=colour, ec="white",
                            lw=0.5, hatch=hatch)
             ops.setdefault(s.kind, {})[max(s.microbatch, 0) % 10] = colour

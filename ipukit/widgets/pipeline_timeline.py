@@ -310,6 +310,7 @@ class PipelineTimeline(Widget):
         t_F, t_B, t_R, t_W = self.durations
         t_W = w_time([s for s in sources if isinstance(s, Schedule)], t_F, t_W)
         return [_timeline(s, t_F, t_B, t_R, t_W) for s in sources]
+
     def _frame_times(self) -> np.ndarray:
         return np.linspace(0.0, max(tl.makespan for tl in self.timelines), FRAMES)
 
@@ -422,7 +423,7 @@ class PipelineTimeline(Widget):
         c = change["new"]
         kinds = [c["kind"]] + ([c["compare"]] if c.get("compare", "none") != "none" else [])
         try:
-            counts = [int(c[key]) for key in ("stages", "ga", "chunks")]
+            counts = [int(c["stages"]), int(c["ga"]), int(c.get("chunks", 2))]
         except (KeyError, TypeError, ValueError):
             self.error = ("stages, gradient accumulation and chunks must be whole numbers, got "
                           + ", ".join(display_name(repr(c.get(key)), 40)
@@ -476,11 +477,14 @@ class PipelineTimeline(Widget):
                               fontsize=12, family="monospace")
         fig.text(0.08, 1 - 0.3 / height, "Pipeline timeline", fontsize=13, weight="bold",
                  va="center")
-        fig.text(0.08, 1 - 0.6 / height, "colour = micro-batch:", fontsize=8.5, va="center")
         handles, labels = _legend(tls)
-        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(0.19, 1 - 0.6 / height),
-                   ncol=len(labels), frameon=False, fontsize=8.5, handlelength=1.6,
-                   columnspacing=1.2, handler_map={tuple: HandlerTuple(ndivide=None, pad=0)})
+        if labels:  # pipeline ops (an emulated run's compute spans have no micro-batch)
+            fig.text(0.08, 1 - 0.6 / height, "colour = micro-batch:", fontsize=8.5,
+                     va="center")
+            fig.legend(handles, labels, loc="center left", ncol=len(labels), frameon=False,
+                       bbox_to_anchor=(0.19, 1 - 0.6 / height), fontsize=8.5,
+                       handlelength=1.6, columnspacing=1.2,
+                       handler_map={tuple: HandlerTuple(ndivide=None, pad=0)})
 
     def _draw_panel(self, tl: Panel, ax, mem, xmax):
         row = {q: r for r, q in enumerate(tl.ipus)}
@@ -596,7 +600,8 @@ class PipelineTimeline(Widget):
             parts.append(
                 f"<b>{esc(tl.title, NAME_CHARS)}</b>: {esc(measures_text(m))}.<br>At the play "
                 "head: "
-                f"{esc(running) or 'no op running'}. Stashed ({tl.stash_unit}): {esc(stash)}.")
+                f"{esc(running) or 'no op running'}. Stashed ({esc(tl.stash_unit)}"
+                f"{'; ' + esc(tl.stash_note) if tl.stash_note else ''}): {esc(stash)}.")
         return "<br>".join(parts)
 
 
