@@ -736,15 +736,17 @@ def op_point(box, view, span, panel=0):
 
 
 def test_new_schedules_play_with_w_ops_and_chunks(tmp_path):
-    """A ZB-H1 (beside 1F1B) and a ZB-V schedule play offline: the key names the W boxes,
-    the W boxes are drawn with their labels and say what they are on hover, ZB-V's chunks
-    show on its boxes (bands; ``F3c1`` once zoomed in), and nothing errs. The kind
-    selector lists every kind, with where it comes from in each option's tooltip."""
+    """A ZB-H1 (beside 1F1B), a ZB-V and a DualPipeV schedule play offline: the key names
+    the W boxes, the W boxes are drawn with their labels and say what they are on hover,
+    ZB-V's chunks show on its boxes (bands; ``F3c1`` once zoomed in), a DualPipeV op names
+    the unit it runs in, and nothing errs. The kind selector lists every kind, with where
+    it comes from in each option's tooltip."""
     from ipukit.parallel.schedule import ALL_KINDS, schedule
     from ipukit.widgets import PipelineTimeline
 
     views = {"zb_h1": PipelineTimeline(schedule("zb_h1", 4, 8), compare=schedule("1f1b", 4, 8)),
-             "zb_v": PipelineTimeline(schedule("zb_v", 4, 8))}
+             "zb_v": PipelineTimeline(schedule("zb_v", 4, 8)),
+             "dualpipev": PipelineTimeline(schedule("dualpipev", 4, 8))}
     pages = {k: with_controls(v, tmp_path / f"{k}.html") for k, v in views.items()}
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_api.sync_playwright() as p:
@@ -766,7 +768,7 @@ def test_new_schedules_play_with_w_ops_and_chunks(tmp_path):
                 page.mouse.move(*op_point(box, view, ws[0]))
                 tip = w.locator('[role="tooltip"]')
                 tip.wait_for(state="visible", timeout=5000)
-                name = f"W{ws[0].microbatch}" + ("c" if kind == "zb_v" else "")
+                name = f"W{ws[0].microbatch}" + ("" if kind == "zb_h1" else "c")
                 assert tip.inner_text().startswith(name), tip.inner_text()
                 assert "weight gradient" in tip.inner_text()
                 w.screenshot(path=str(SHOTS / f"after_graphcore_{kind}.png"))
@@ -780,6 +782,16 @@ def test_new_schedules_play_with_w_ops_and_chunks(tmp_path):
                 assert "ScheduleInterleaved1F1B" in titles[ALL_KINDS.index("interleaved_1f1b")]
                 compare = w.locator('select[aria-label="compare with"]')
                 assert compare.input_value() == ("1f1b" if kind == "zb_h1" else "none")
+                if kind == "dualpipev":  # a unit's op names the unit's ops, in order
+                    tl = view.timelines[0]
+                    unit = tl.units[0]
+                    page.mouse.move(*op_point(box, view, tl.boxes[unit[1]]))
+                    time.sleep(0.3)
+                    names = " → ".join(tl.name(j) for j in unit)
+                    assert f"one unit: {names}" in tip.inner_text(), tip.inner_text()
+                    assert "backward for the input gradient" in tip.inner_text()
+                    assert keys.all_inner_texts()[-1] == "bracket: ops run as one unit"
+                    w.screenshot(path=str(SHOTS / "after_graphcore_dualpipev_unit.png"))
                 if kind == "zb_v":
                     assert "band: chunk 0…1" in keys.all_inner_texts()[-1]
                     page.evaluate("window.__drawn = []")

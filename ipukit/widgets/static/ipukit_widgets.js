@@ -700,6 +700,7 @@ const OP_NAMES = { F: "F: forward", B: "B: backward", W: "W: weight gradient",
   R: "R: recomputation" };
 const OP_WHAT = { F: "forward", B: "backward", W: "weight gradient (split off the backward)",
   R: "recomputation of the forward" };
+const SPLIT_B = "backward for the input gradient (its W follows)";
 // Chunk c of n's band: light grey for chunk 0, dark for the last (ipukit.report.chunk_colour).
 const chunkColour = (c, n) => {
   const v = Math.round(255 * (0.75 - 0.65 * c / Math.max(n - 1, 1)));
@@ -772,7 +773,8 @@ function timelineView(meta, A) {
     const unitOf = A.unit ? A.unit.subarray(o, o + n) : new Int8Array(n).fill(-1);
     const units = new Map(); // unit id -> its ops, in order
     unitOf.forEach((u, j) => { if (u >= 0) units.set(u, [...(units.get(u) || []), j]); });
-    return { ...p, ipu: A.ipu.subarray(o, o + n), kind: A.kind.subarray(o, o + n),
+    const kind = A.kind.subarray(o, o + n);
+    return { ...p, ipu: A.ipu.subarray(o, o + n), kind, split: kind.some((c) => kinds[c] === "W"),
       stage: A.stage.subarray(o, o + n), mb: A.microbatch.subarray(o, o + n),
       chunk: A.chunk ? A.chunk.subarray(o, o + n) : new Int8Array(n).fill(-1), unitOf, units,
       start: A.start.subarray(o, o + n), dur: A.duration.subarray(o, o + n),
@@ -1059,7 +1061,7 @@ function timelineView(meta, A) {
       const chunk = p.chunk[i] >= 0 ? ` · chunk ${p.chunk[i]} of IPU ${p.ipu[i]}` : "";
       const unit = p.units.get(p.unitOf[i]);
       return [h("b", {}, what), ` on IPU ${p.ipu[i]}${label}`,
-        op && OP_WHAT[k] ? [h("br"), OP_WHAT[k]] : [], h("br"),
+        op && OP_WHAT[k] ? [h("br"), k === "B" && p.split ? SPLIT_B : OP_WHAT[k]] : [], h("br"),
         `stage ${p.stage[i] >= 0 ? p.stage[i] : "–"}${chunk} · micro-batch ${p.mb[i] >= 0 ? p.mb[i] : "–"}`,
         h("br"), `start ${fmtTime(p.start[i])} ${u} · duration ${fmtTime(p.dur[i])} ${u}`,
         p.bytes[i] || u === "cycles" ? [h("br"), `${fmt(p.bytes[i])} bytes`] : [], // not a schedule's 0
