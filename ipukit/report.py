@@ -347,7 +347,7 @@ def _tile_cycles(trace: Trace) -> np.ndarray:
 
 
 # -- the one timeline figure ----------------------------------------------------------------
-#: Colours of span kinds in the timeline figure (F/B/R take their micro-batch's colour).
+#: Colours of span kinds in the timeline figure (F/B/W/R take their micro-batch's colour).
 KIND_COLOURS = {**PHASE_COLOURS, "host": "#56B4E9", "link": "#0072B2", "optimizer": "#117733",
                 "allreduce": "#CC3311", "reducescatter": "#AA4499", "allgather": "#EE7733",
                 "broadcast": "#DDAA33", "reduce": "#882255"}
@@ -355,15 +355,16 @@ KIND_COLOURS = {**PHASE_COLOURS, "host": "#56B4E9", "link": "#0072B2", "optimize
 THIN = ("link", "sync")
 
 
-def as_timeline(source, t_F=1.0, t_B=2.0):
+def as_timeline(source, t_F=1.0, t_B=2.0, t_W=None):
     """A :class:`~ipukit.timeline.Timeline` from a Timeline, a Trace, a Schedule (timed
-    with ``t_F``/``t_B``) or a run (anything with a ``.timeline``)."""
+    with ``t_F``/``t_B``/``t_W``, :func:`w_time` when ``t_W`` is None) or a run (anything
+    with a ``.timeline``)."""
     if isinstance(source, Timeline):
         return source
     if isinstance(source, Trace):
         return source.timeline()
     if hasattr(source, "ops") and hasattr(source, "timeline"):  # a Schedule
-        return source.timeline(t_F, t_B)
+        return source.timeline(t_F, t_B, t_W=w_time([source], t_F, t_W))
     tl = getattr(source, "timeline", None)
     if isinstance(tl, Timeline):
         return tl
@@ -371,24 +372,37 @@ def as_timeline(source, t_F=1.0, t_B=2.0):
                     "a Trace, a Schedule or a pipeline run")
 
 
+def w_time(schedules, t_F, t_W=None):
+    """The W time a figure uses: ``t_W`` if given, else ``t_F`` when one of ``schedules``
+    splits its backward (kit convention: a W op as long as a forward, one matmul per layer
+    each, the zero-bubble paper's T_F = T_B = T_W; the schedule's own default, 0, would
+    draw no W box), else None (0: the unsplit schedules' pictures stay as they were)."""
+    if t_W is None and any(getattr(s, "split", False) for s in schedules):
+        return t_F
+    return t_W
+
+
 def timeline(source, ax=None, title: str | None = None, select=None, rebase: bool = False,
              xmax: float | None = None, t_F=1.0, t_B=2.0, legend: bool = True,
-             measures: bool = True):
+             measures: bool = True, t_W=None):
     """The one timeline figure: one row per IPU, one bar per span (a static Gantt chart).
 
     ``source``: a Timeline, Trace, Schedule or run (:func:`as_timeline`). Forward ops are
-    light and backward ops dark in their micro-batch's colour (R hatched), labelled
-    ``F3 · stage 1``, ``F3 s1``, ``F3`` or ``3``, whichever fits; the legend shows the
-    F, B and R boxes in every micro-batch colour the figure uses. The emulator's sync,
-    exchange and compute take the BSP colours; IPU-Link copies and syncs are thin bars on
-    top of the row. ``select(span)`` keeps some spans (``rebase`` starts the time axis at
-    the first one). The title adds the makespan, bubble and utilisation of
-    :meth:`Timeline.measures` of the spans shown. Returns the axes.
+    light and backward ops dark in their micro-batch's colour, weight-gradient ops (W, of
+    a split backward) striped, recomputations (R) dotted; labelled ``F3 · stage 1``,
+    ``F3 s1``, ``F3`` or ``3``, whichever fits, ``F3c1`` for chunk 1 of an IPU holding
+    several stages (:func:`chunks`), whose boxes also carry a grey band (light: chunk 0,
+    dark: the last). The legend shows the F, B, W and R boxes in every micro-batch colour
+    the figure uses. The emulator's sync, exchange and compute take the BSP colours;
+    IPU-Link copies and syncs are thin bars on top of the row. ``select(span)`` keeps some
+    spans (``rebase`` starts the time axis at the first one). The title adds the makespan,
+    bubble and utilisation of :meth:`Timeline.measures` of the spans shown. Returns the
+    axes.
     """
     from matplotlib.colors import to_rgb  # noqa: PLC0415
     from matplotlib.legend_handler import HandlerTuple  # noqa: PLC0415
 
-    tl = as_timeline(source, t_F, t_B)
+    tl = as_timeline(source, t_F, t_B, t_W)
     spans = [s for s in tl.spans if select is None or select(s)]
     own = ax is None
     ax = _ax(ax, (11, 1.2 + 0.55 * max(tl.num_ipus, 1)))
@@ -401,16 +415,17 @@ def timeline(source, ax=None, title: str | None = None, select=None, rebase: boo
     palette = _plt().get_cmap("tab10").colors
     px = ax.get_window_extent().width * 0.85 / right  # pixels per time unit, about
     char_px = 0.62 * ax.figure.dpi / 72  # a character's width per point of size, about
-    ops, seen = {}, {}  # F/B/R: {micro-batch colour: colour}; other kinds: their colour
-    for s in spans:
+    chunk, count = chunks(spans)
+    ops, seen = {}, {}  # F/B/W/R: {micro-batch colour: colour}; other kinds: their colour
+    for s, c in zip(spans, chunk):
         y, x = row[s.ipu], s.start - t0
         if s.kind in OPS:
-            c = np.array(to_rgb(palette[max(s.microbatch, 0) % 10]))
-            colour = c if s.kind == "B" else 1 - 0.45 * (1 - c)
+            mix, hatch = OP_STYLE[s.kind]
+            colour = 1 - mix * (1 - np.array(to_rgb(palette[max(s.microbatch, 0) % 10])))
             ax.broken_barh([(x, s.duration)], (y - 0.4, 0.8), color=colour, ec="white",
-                           lw=0.5, hatch=".." if s.kind == "R" else None)
+                           lw=0.5, hatch=hatch)
             ops.setdefault(s.kind, {})[max(s.microbatch, 0) % 10] = colour
-            texts = op_labels(s)
+            texts = op_labels(s, c)
         else:
             colour = KIND_COLOURS.get(s.kind, "0.6")
             thin = s.kind in THIN
@@ -428,12 +443,19 @@ def timeline(source, ax=None, title: str | None = None, select=None, rebase: boo
             ax.text(x + s.duration / 2, y, fits[0][0], ha="center", va="center",
                     fontsize=fits[0][1], color="white" if s.kind == "B" else "k",
                     clip_on=True)
+    if count > 1:  # the chunk bands, one collection
+        from matplotlib.collections import PolyCollection  # noqa: PLC0415
+
+        banded = [(s, c) for s, c in zip(spans, chunk) if c >= 0]
+        ax.add_collection(PolyCollection(
+            [chunk_band(s.start - t0, s.end - t0, row[s.ipu], 0.4) for s, _ in banded],
+            facecolors=[chunk_colour(c, count) for _, c in banded], linewidths=0))
     ax.set_yticks(range(len(ipus)), [f"IPU {q}" for q in ipus])
     ax.set_ylim(len(ipus) - 0.5, -0.6)
     ax.set_xlim(0, right)
     ax.set_xlabel("cycles" if tl.clock_hz != 1.0 else "time")
     head = figure_text(title) if title else "Timeline"
-    if measures and any(s.kind in ("F", "B", "R", "compute") for s in spans):
+    if measures and any(s.kind in ("F", "B", "W", "R", "compute") for s in spans):
         shown = [replace(s, start=s.start - t0) for s in spans] if rebase else spans
         m = Timeline(shown, num_ipus=tl.num_ipus).measures()
         head += (f"\nmakespan {m['makespan']:,.0f} · bubble {m['total']:.1%} of total · "
@@ -441,12 +463,15 @@ def timeline(source, ax=None, title: str | None = None, select=None, rebase: boo
     ax.set_title(head, fontsize=9.5, loc="left")
     if legend:
         rect = _plt().Rectangle
-        handles = [tuple(rect((0, 0), 1, 1, fc=c, ec="white", lw=0.3,
-                              hatch=".." if kind == "R" else None)
+        handles = [tuple(rect((0, 0), 1, 1, fc=c, ec="white", lw=0.3, hatch=OP_STYLE[kind][1])
                          for _, c in sorted(colours.items()))
                    for kind, colours in ops.items()]
         handles += [rect((0, 0), 1, 1, color=c) for c in seen.values()]
-        labels = [OPS[k] for k in ops] + [figure_text(k) for k in seen]
+        labels = [op_name(k, "W" in ops) for k in ops] + [figure_text(k) for k in seen]
+        if count > 1:
+            handles.append(tuple(rect((0, 0), 1, 1, color=chunk_colour(c, count))
+                                 for c in range(count)))
+            labels.append(f"band: chunk 0..{count - 1}")
         ax.legend(handles, labels, fontsize=7.5, loc="upper left", bbox_to_anchor=(1.0, 1.0),
                   frameon=False, handler_map={tuple: HandlerTuple(ndivide=None, pad=0)},
                   handlelength=max([2.0] + [0.9 * len(c) for c in ops.values()]),
@@ -456,16 +481,66 @@ def timeline(source, ax=None, title: str | None = None, select=None, rebase: boo
     return ax
 
 
-#: The pipeline ops, as the timeline figure's legend names them.
-OPS = {"F": "F: forward", "B": "B: backward", "R": "R: recomputation"}
+#: The pipeline ops, as the timeline figures' legends name them.
+OPS = {"F": "F: forward", "B": "B: backward", "W": "W: weight gradient",
+       "R": "R: recomputation"}
+#: How an op's box is drawn: its micro-batch's colour mixed with white (1: the colour
+#: itself) and a hatch. The browser draws the same (static/ipukit_widgets.js, OP_STYLE).
+OP_STYLE = {"F": (0.45, None), "B": (1.0, None), "W": (0.7, "////"), "R": (0.45, "..")}
 
 
-def op_labels(span) -> list[str]:
+def op_name(kind: str, split: bool) -> str:
+    """An op's legend entry; B is the input gradient where the backward is split (``split``:
+    W ops are shown)."""
+    if kind == "B" and split:
+        return "B: backward (input grad. if split)"
+    return OPS[kind]
+
+
+def chunks(spans) -> tuple[list[int], int]:
+    """Which of its IPU's stages each pipeline op runs (its chunk: 0 for the IPU's lowest
+    stage, as ``Schedule.chunk``; -1 for other spans, and for all where no IPU holds two
+    stages), and the most stages an IPU holds.
+
+    >>> from ipukit.parallel import schedule
+    >>> spans = schedule("zb_v", 2, 4).timeline().spans  # IPU 0 holds stages 0 and 3
+    >>> sorted({(s.ipu, s.stage, c) for s, c in zip(spans, chunks(spans)[0])})
+    [(0, 0, 0), (0, 3, 1), (1, 1, 0), (1, 2, 1)]
+    """
+    held: dict[int, set] = {}
+    for s in spans:
+        if s.kind in OPS and s.stage >= 0:
+            held.setdefault(s.ipu, set()).add(s.stage)
+    count = max(map(len, held.values()), default=0)
+    if count < 2:
+        return [-1] * len(spans), count
+    rank = {q: {k: i for i, k in enumerate(sorted(ks))} for q, ks in held.items()}
+    return [rank[s.ipu][s.stage] if s.kind in OPS and s.stage >= 0 else -1
+            for s in spans], count
+
+
+def chunk_colour(chunk: int, count: int) -> str:
+    """The grey of chunk ``chunk`` of ``count``: light for chunk 0, dark for the last."""
+    level = 0.75 - 0.65 * chunk / max(count - 1, 1)
+    return f"{level:.3f}"
+
+
+def chunk_band(start, end, y, half) -> list[tuple]:
+    """The corners of a chunk band: the bottom fifth of an op's box (row ``y``, half
+    height ``half``; rows grow downwards)."""
+    return [(start, y + 0.6 * half), (end, y + 0.6 * half), (end, y + half),
+            (start, y + half)]
+
+
+def op_labels(span, chunk: int = -1) -> list[str]:
     """What a pipeline op's box can say, longest first (a figure shows the first that
-    fits): ``F3 · stage 1``, ``F3 s1``, ``F3``, ``3`` (micro-batch 3 of stage 1)."""
+    fits): ``F3 · stage 1``, ``F3 s1``, ``F3``, ``3`` (micro-batch 3 of stage 1); of
+    chunk 1 (``chunk``): ``F3c1 · stage 5``, ``F3c1 s5``, ``F3c1``, ``F3``, ``3``."""
     kind = figure_text(span.kind, 24)
     if span.microbatch < 0:
         return [kind]
     short = f"{kind}{span.microbatch}"
-    staged = [f"{short} · stage {span.stage}", f"{short} s{span.stage}"]
-    return (staged if span.stage >= 0 else []) + [short, str(span.microbatch)]
+    name = short if chunk < 0 else f"{short}c{chunk}"
+    staged = [f"{name} · stage {span.stage}", f"{name} s{span.stage}"]
+    return (staged if span.stage >= 0 else []) + list(dict.fromkeys(
+        [name, short, str(span.microbatch)]))

@@ -25,7 +25,7 @@ from . import timeline_measures
 @dataclass(frozen=True)
 class Span:
     """One thing one IPU did from ``start`` for ``duration``: ``kind`` is "compute",
-    "exchange", "sync", "host" (the emulator), "F"/"B"/"R" (a pipeline op), "link" (an
+    "exchange", "sync", "host" (the emulator), "F"/"B"/"W"/"R" (a pipeline op), "link" (an
     IPU-Link copy), a collective ("allreduce", "reducescatter", "allgather",
     "broadcast", "reduce") or "optimizer"; ``stage``/``microbatch`` are -1 where they do
     not apply, ``bytes`` what it moved, ``label`` what it was (a compute set, a tensor)."""

@@ -707,3 +707,106 @@ def test_what_a_learner_sees(tmp_path):
             assert errors == []
         finally:
             ctx.close()
+
+
+# -- the schedules after Graphcore's (issue 27) ---------------------------------------------
+def with_controls(view, path):
+    """``view``'s saved page with its schedule controls kept (a saved page drops them: no
+    kernel answers them); what a learner's notebook shows, its kind selector included."""
+    from ipukit.widgets._player import script_json
+
+    page = view.to_html()
+    state = view._state()
+    state["_payload"]["meta"]["controls"] = view._payload["meta"]["controls"]
+    start = page.index('type="application/json"')
+    start = page.index(">", start) + 1
+    page = page[:start] + script_json(state) + page[page.index("</script>", start):]
+    path.write_text(f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"></head>'
+                    f"<body>{page}</body></html>\n", encoding="utf-8")
+    return path
+
+
+def op_point(box, view, span, panel=0):
+    """Page coordinates of the middle of ``span``'s box (the layout of timelineView: rows
+    of 30 px from y = 22, time from x = 62 to the width less 20)."""
+    assert panel == 0 and len(view.timelines[0].ipus) <= 8
+    t = span.start + span.duration / 2
+    x = 62 + t / view.time(view.num_frames() - 1) * (box["width"] - 82)
+    return box["x"] + x, box["y"] + 22 + 30 * span.ipu + 10
+
+
+def test_new_schedules_play_with_w_ops_and_chunks(tmp_path):
+    """A ZB-H1 (beside 1F1B), a ZB-V and a DualPipeV schedule play offline: the key names
+    the W boxes, the W boxes are drawn with their labels and say what they are on hover,
+    ZB-V's chunks show on its boxes (bands; ``F3c1`` once zoomed in), a DualPipeV op names
+    the unit it runs in, and nothing errs. The kind selector lists every kind, with where
+    it comes from in each option's tooltip."""
+    from ipukit.parallel.schedule import ALL_KINDS, schedule
+    from ipukit.widgets import PipelineTimeline
+
+    views = {"zb_h1": PipelineTimeline(schedule("zb_h1", 4, 8), compare=schedule("1f1b", 4, 8)),
+             "zb_v": PipelineTimeline(schedule("zb_v", 4, 8)),
+             "dualpipev": PipelineTimeline(schedule("dualpipev", 4, 8))}
+    pages = {k: with_controls(v, tmp_path / f"{k}.html") for k, v in views.items()}
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        ctx = open_chromium(p, tmp_path, offline=True)
+        ctx.add_init_script(RECORD_TEXT)
+        try:
+            for kind, view in views.items():
+                page, w, errors = open_widget(ctx, pages[kind])
+                before, after = plays(w, 1.0)
+                assert after > before, (kind, before, after)
+                keys = w.locator(".ipukit-key")
+                assert w.locator('.ipukit-key[data-op="W"]').inner_text() == \
+                    "W: weight gradient"
+                drawn = page.evaluate("window.__drawn")
+                ws = [b for b in view.timelines[0].boxes if b.kind == "W"]
+                assert len([t for t in drawn if re.fullmatch(r"W\d(c\d)?( s\d)?", t)]) >= \
+                    len(ws) // 2, drawn  # most W boxes carry their name
+                box = w.locator("canvas").bounding_box()
+                page.mouse.move(*op_point(box, view, ws[0]))
+                tip = w.locator('[role="tooltip"]')
+                tip.wait_for(state="visible", timeout=5000)
+                name = f"W{ws[0].microbatch}" + ("" if kind == "zb_h1" else "c")
+                assert tip.inner_text().startswith(name), tip.inner_text()
+                assert "weight gradient" in tip.inner_text()
+                w.screenshot(path=str(SHOTS / f"after_graphcore_{kind}.png"))
+                # every kind in the selector, each with its origin as the tooltip
+                options = w.locator('select[aria-label="schedule"] option')
+                assert options.all_inner_texts() == list(ALL_KINDS)
+                titles = [options.nth(i).get_attribute("title") for i in range(len(ALL_KINDS))]
+                assert "ScheduleZBVZeroBubble" in titles[ALL_KINDS.index("zb_v")]
+                assert "ScheduleDualPipeV" in titles[ALL_KINDS.index("dualpipev")]
+                assert "ScheduleInterleavedZeroBubble" in titles[ALL_KINDS.index("zb_h1")]
+                assert "ScheduleInterleaved1F1B" in titles[ALL_KINDS.index("interleaved_1f1b")]
+                compare = w.locator('select[aria-label="compare with"]')
+                assert compare.input_value() == ("1f1b" if kind == "zb_h1" else "none")
+                if kind == "dualpipev":  # a unit's op names the unit's ops, in order
+                    tl = view.timelines[0]
+                    unit = tl.units[0]
+                    page.mouse.move(*op_point(box, view, tl.boxes[unit[1]]))
+                    time.sleep(0.3)
+                    names = " → ".join(tl.name(j) for j in unit)
+                    assert f"one unit: {names}" in tip.inner_text(), tip.inner_text()
+                    assert "backward for the input gradient" in tip.inner_text()
+                    assert keys.all_inner_texts()[-1] == "bracket: ops run as one unit"
+                    w.screenshot(path=str(SHOTS / "after_graphcore_dualpipev_unit.png"))
+                if kind == "zb_v":
+                    assert "band: chunk 0…1" in keys.all_inner_texts()[-1]
+                    page.evaluate("window.__drawn = []")
+                    page.mouse.move(box["x"] + 200, box["y"] + 60)
+                    for _ in range(4):
+                        page.mouse.wheel(0, -100)
+                    time.sleep(0.4)
+                    drawn = page.evaluate("window.__drawn")
+                    chunked = [t for t in drawn if re.fullmatch(r"[FBW]\dc[01]( s\d)?", t)]
+                    assert {t[3] for t in chunked} == {"0", "1"}, drawn
+                    w.screenshot(path=str(SHOTS / "after_graphcore_zb_v_zoomed.png"))
+                    assert "stashed micro-batches per IPU (a chunk's micro-batch counts " \
+                        "1/2 (kit convention: equal chunks)) (dot: at the play head):" in drawn
+                assert errors == [], (kind, errors)
+                page.close()
+            assert ctx.refused == []
+        finally:
+            ctx.close()

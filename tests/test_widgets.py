@@ -281,7 +281,7 @@ def test_play_head_moves_the_stash_marker():
 def test_settings_rebuild_and_explain_bad_counts():
     view = PipelineTimeline(schedule("grouped", 2, 4))
     assert view.settings == {"kind": "grouped", "stages": 2, "ga": 4, "recompute": False,
-                             "compare": "none"}
+                             "compare": "none", "chunks": 2}
     view.frame = 100
     view.settings = dict(view.settings, stages=3)
     assert "multiple of 6" in view.error  # 4 is not a multiple of 2 x 3
@@ -321,6 +321,223 @@ def test_run_timeline_with_real_durations():
     assert not view.has_controls and view.num_frames() > 10
     view.frame = view.num_frames() - 1
     assert view.time() == pytest.approx(max(r.start + r.duration for r in run.timeline))
+
+
+# -- the schedules after Graphcore's (issue 27): W ops, chunks, units -------------------------
+
+AFTER = [("interleaved_1f1b", 4, 8, 2), ("interleaved_1f1b", 2, 4, 3), ("zb_h1", 4, 8, None),
+         ("zb_h1", 3, 5, None), ("zb_v", 4, 8, None), ("zb_v", 2, 3, None),
+         ("dualpipev", 4, 8, None), ("dualpipev", 3, 6, None)]
+
+
+def v_ipu(kind, p, stage):
+    """The IPU of a model stage, written out here: cyclic c*p + r, or a V (r and 2p-1-r)."""
+    if kind in ("zb_v", "dualpipev"):
+        return stage if stage < p else 2 * p - 1 - stage
+    return stage % p
+
+
+def stash_by_hand(spans, p, v, split):
+    """Each IPU's stash after every op ends, replayed here from the spans: the zero-bubble
+    paper's model with M_W = M_B, a chunk's micro-batch counting 1/v."""
+    from fractions import Fraction
+
+    change = {"F": Fraction(1, v), "B": Fraction(0 if split else -1, v),
+              "W": Fraction(-1, v)}
+    held, out = [Fraction(0)] * p, {q: [] for q in range(p)}
+    for b in sorted(spans, key=lambda b: b.end):
+        held[b.ipu] += change[b.kind]
+        out[b.ipu].append((b.end, held[b.ipu]))
+    return out
+
+
+@pytest.mark.parametrize("kind,p,g,v", AFTER)
+def test_every_new_kind_sends_its_w_ops_chunks_units_and_stash(kind, p, g, v):
+    from ipukit.widgets._player import unpack
+    from ipukit.widgets.pipeline_timeline import ORIGINS
+
+    s = schedule(kind, p, g, virtual_stages=v)
+    view = PipelineTimeline(s)
+    meta, arrays = view._payload["meta"], view._payload["arrays"]
+    split = kind != "interleaved_1f1b"
+    t_w = 1.0 if split else None  # the widget's default: W as long as F where W ops are
+    spans = s.timeline(1.0, 1.0, t_W=t_w).spans
+    n = len(spans)
+    chunks = s.virtual_stages
+    kinds = [meta["kinds"][k] for k in unpack(arrays["kind"])]
+    assert kinds == [b.kind for b in spans]
+    assert kinds.count("W") == (p * chunks * g if split else 0)  # one W per stage and mb
+    assert unpack(arrays["start"]).tolist() == [b.start for b in spans]
+    assert unpack(arrays["duration"]).tolist() == [b.duration for b in spans]
+    # the chunk of every op: its place among its IPU's stages, computed here
+    for b in spans:
+        assert v_ipu(kind, p, b.stage) == b.ipu
+    assert unpack(arrays["chunk"]).tolist() == [b.stage // p if chunks > 1 else -1
+                                                 for b in spans]
+    assert meta["panels"][0]["chunks"] == chunks  # the most stages an IPU holds
+    # DualPipeV's units: ops on one IPU, one right after another, as the schedule fuses
+    unit = unpack(arrays["unit"]).tolist()
+    assert max(unit) + 1 == len(s.fused) and (kind == "dualpipev") == bool(s.fused)
+    for u in range(len(s.fused)):
+        members = [spans[i] for i in range(n) if unit[i] == u]
+        assert len({b.ipu for b in members}) == 1 and len(members) in (2, 3)
+        for a, b in zip(members, members[1:]):
+            assert b.start == pytest.approx(a.end)
+        assert {(b.kind, b.stage, b.microbatch) for b in members} in [
+            set(keys) for keys in s.fused]
+    # the stash: the schedule's own count (chunks 1/v, W frees), replayed here
+    tl = view.timelines[0]
+    for q, events in stash_by_hand(spans, p, chunks, split).items():
+        for t, held in events:
+            assert tl.stash_at(t)[q] == pytest.approx(float(held))
+        times, values = (unpack(arrays[f"mem_{x}_0_{q}"]) for x in "tv")
+        assert values.max() == pytest.approx(max(float(h) for _, h in events))
+        assert values[-1] == 0
+    assert tuple(pytest.approx(float(max(unpack(arrays[f"mem_v_0_{q}"])))) for q in
+                 range(p)) == s.peak_activations()
+    # measures: the schedule's, on the same work
+    m = meta["panels"][0]["measures"]
+    b = s.bubble(1.0, 1.0, t_W=t_w)
+    assert (m["total"], m["ideal"], m["span"]) == pytest.approx(
+        (b["total"], b["ideal"], b["span"]))
+    assert m["utilisation"] == pytest.approx(s.utilisation(1.0, 1.0, t_W=t_w))
+    # the controls offer every kind, each with where it comes from
+    c = meta["controls"]
+    assert c["kind"] == kind and c["kinds"][-4:] == ["interleaved_1f1b", "zb_h1", "zb_v",
+                                                      "dualpipev"]
+    assert c["origins"] == [ORIGINS[k] for k in c["kinds"]]
+    # the same run from the schedule's Timeline: the same boxes, stash and measures
+    other = PipelineTimeline(s.timeline(1.0, 1.0, t_W=t_w))
+    o = other.timelines[0]
+    assert not other.has_controls and o.time_unit == "steps"
+    assert o.stash_unit == "micro-batches" and o.chunk == tl.chunk
+    assert o.measures() == tl.measures()
+    assert all(np.array_equal(o.stash[q][1], tl.stash[q][1]) for q in range(p))
+    assert ("1/2" in o.stash_note) == (chunks == 2)
+
+
+def test_published_figures_play():
+    """The zero-bubble paper's p=4, m=8 with unit F, B and W: 1F1B 33, ZB-H1 27, ZB-V 25.5
+    (the widget's default W time is F's, so the two compare on the same work); Megatron's
+    interleaved v=2 with t_F=1, t_B=2: 28.5 (pipeline-theory.md's case table)."""
+    view = PipelineTimeline(schedule("zb_h1", 4, 8), compare=schedule("1f1b", 4, 8))
+    last = view.num_frames() - 1
+    assert view.time(last) == 33.0
+    assert [tl.makespan for tl in view.timelines] == [27.0, 33.0]
+    controls = view._payload["meta"]["controls"]  # the selectors show both schedules
+    assert (controls["kind"], controls["compare"], controls["chunks"]) == ("zb_h1", "1f1b", 2)
+    assert "B takes t_B + t_W = 2" in view.timelines[1].title
+    assert view.timelines[0].title.endswith("t_F 1, t_B 1, t_W 1")
+    assert PipelineTimeline(schedule("zb_v", 4, 8)).timelines[0].makespan == 25.5
+    il = PipelineTimeline(schedule("interleaved_1f1b", 4, 8, virtual_stages=2), t_B=2)
+    assert il.timelines[0].makespan == 28.5  # no split kind shown: W takes no time
+    assert il.timelines[0].title == ("interleaved_1f1b: 4 IPUs × 2 chunks (8 model stages), "
+                                     "gradient accumulation 8")
+    # an explicit t_W is used as given, also for the unsplit kinds
+    assert PipelineTimeline(schedule("1f1b", 4, 8), t_W=1.0).timelines[0].makespan == 33.0
+
+
+def test_caption_names_chunks_and_fractional_stash():
+    view = PipelineTimeline(schedule("interleaved_1f1b", 4, 8, virtual_stages=2))
+    view.frame = 180  # t = 9.9 (of 22)
+    t = view.time()
+    tl = view.timelines[0]
+    running = [(b.ipu, f"{b.kind}{b.microbatch}c{b.stage // 4}") for b in tl.boxes
+               if b.start <= t < b.end]
+    caption = view.caption()
+    for q, name in running:
+        assert f"IPU {q}: {name}" in caption
+    held = view.stash()
+    assert any(not float(x).is_integer() for x in held.values())  # half micro-batches
+    for q, x in held.items():
+        shown = f"{x:,.0f}" if float(x).is_integer() else f"{x:,.2f}".rstrip("0")
+        assert f"IPU {q}: {shown}" in caption
+
+
+def test_settings_play_the_new_kinds_and_explain_their_rules():
+    view = PipelineTimeline(schedule("grouped", 4, 8))
+    view.settings = dict(view.settings, kind="zb_v")
+    assert view.error == "" and view.timelines[0].title.startswith("zb_v: 4 IPUs × 2 chunks")
+    assert sum(b.kind == "W" for b in view.timelines[0].boxes) == 4 * 2 * 8
+    view.settings = dict(view.settings, kind="interleaved_1f1b", chunks=3, compare="zb_h1")
+    assert view.error == "" and view.sources[0].virtual_stages == 3
+    assert view.sources[1].virtual_stages == 1  # chunks apply to interleaved 1F1B only
+    meta = view._payload["meta"]
+    assert meta["panels"][0]["chunks"] == 3 and meta["controls"]["chunks"] == 3
+    assert view.timelines[1].title.endswith("t_W 1")  # W shown: both take t_W = t_F
+    view.settings = dict(view.settings, kind="dualpipev", ga=4, compare="none")
+    assert view.error.startswith("DualPipeV requires at least as many microbatches as stages")
+    assert view.sources[0].kind == "interleaved_1f1b"  # the last good one kept
+    view.settings = dict(view.settings, kind="interleaved_1f1b", ga=6)
+    assert "is not divisible by pipeline-model-parallel-size (4)" in view.error
+    view.settings = dict(view.settings, chunks=None)  # the browser's NaN
+    assert "must be whole numbers" in view.error
+    view.settings = dict(view.settings, kind="dualpipev", ga=8, chunks=2)
+    assert view.error == "" and view._payload["arrays"]["unit"]
+
+
+def test_a_run_without_memory_frees_its_stash_on_w():
+    from ipukit.timeline import Span
+
+    spans = [Span(0, "F", 0, 1, 0, 0), Span(0, "F", 1, 1, 0, 1), Span(0, "B", 2, 1, 0, 0),
+             Span(0, "W", 3, 1, 0, 0), Span(0, "B", 4, 1, 0, 1), Span(0, "W", 5, 1, 0, 1)]
+    tl = from_run(spans)
+    assert [tl.stash_at(t)[0] for t in (1, 2, 3, 4, 5, 6)] == [1, 2, 2, 1, 1, 0]
+    assert [from_run(spans[:3]).stash_at(t)[0] for t in (2, 3)] == [2, 1]  # no W: B frees
+
+
+def test_static_picture_draws_w_chunks_and_units():
+    """The PNG: W boxes striped (their own collection), a chunk band under every op, one
+    bracket per DualPipeV unit, and a legend entry for each."""
+    from matplotlib.collections import LineCollection
+
+    s = schedule("dualpipev", 4, 8)
+    view = PipelineTimeline(s)
+    view.render()
+    ax = view.panels[0]["curtains"][0].axes
+    ops = view.timelines[0].compute
+    hatched = {c.get_hatch(): len(c.get_paths()) for c in ax.collections if c.get_hatch()}
+    assert hatched == {"////": sum(b.kind == "W" for b in ops)}
+    greys = [c for c in ax.collections if len(c.get_paths()) == len(ops) and not
+             c.get_hatch() and len({tuple(f) for f in c.get_facecolors()}) == 2]
+    assert len(greys) == 1  # the bands: two greys, one per chunk
+    brackets = [c for c in ax.collections if isinstance(c, LineCollection)]
+    assert len(brackets) == 1 and len(brackets[0].get_segments()) == len(s.fused)
+    texts = [t.get_text() for t in view.fig.legends[0].get_texts()]
+    assert texts == ["F: forward", "B: backward (input grad. if split)", "W: weight gradient",
+                     "band: chunk 0..1", "bracket: one unit"]
+
+
+def test_report_timeline_draws_w_and_chunks():
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from ipukit import report
+
+    s = schedule("zb_v", 2, 4)
+    ax = report.timeline(s, t_B=1)
+    spans = s.timeline(1.0, 1.0, t_W=1.0).spans  # report's default W time: F's
+    bars = ax.collections[:len(spans)]
+    assert [c.get_hatch() for c in bars] == [{"W": "////", "R": ".."}.get(b.kind) for b in spans]
+    for bar, b in zip(bars, spans):
+        x, w = bar.get_paths()[0].get_extents().x0, bar.get_paths()[0].get_extents().width
+        assert (x, w) == pytest.approx((b.start, b.duration))
+    bands = ax.collections[len(spans)]
+    greys = {0: "#bfbfbf", 1: "#1a1a1a"}  # chunk 0 light, chunk 1 dark
+    assert [to_hex(f) for f in bands.get_facecolors()] == [greys[b.stage // 2] for b in spans]
+    texts = [t.get_text() for t in ax.texts]
+    chunked = [t for t in texts if "c" in t.split(" ")[0]]
+    assert chunked  # where there is room, the box names its chunk
+    for t in texts:
+        name = t.split(" ")[0]
+        if "c" in name:
+            mb, c = map(int, name[1:].split("c"))
+            assert any(b.kind == name[0] and b.microbatch == mb and b.stage // 2 == c
+                       for b in spans)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["F: forward", "B: backward (input grad. if split)", "W: weight gradient",
+                      "band: chunk 0..1"]
+    plt.close(ax.figure)
 
 
 # -- MemoryMap ----------------------------------------------------------------------------------

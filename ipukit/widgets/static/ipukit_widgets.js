@@ -693,14 +693,90 @@ const IPU_COLOURS = ["#222222", "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E6
   "#56B4E9", "#9E9E00"];
 // IPU j of n's stash line: 8 distinct colours, a dark-to-light ramp for more (as Python's)
 const ipuColour = (j, n) => (n <= 8 ? IPU_COLOURS[j] : magma(0.9 - 0.8 * j / (n - 1)));
+// A pipeline op's box: its micro-batch's colour mixed with white, and a pattern (as
+// ipukit.report.OP_STYLE): F light, B full, W mid and striped, R light and dotted.
+const OP_STYLE = { F: [0.45, ""], B: [1, ""], W: [0.7, "stripes"], R: [0.45, "dots"] };
+const OP_NAMES = { F: "F: forward", B: "B: backward", W: "W: weight gradient",
+  R: "R: recomputation" };
+const OP_WHAT = { F: "forward", B: "backward", W: "weight gradient (split off the backward)",
+  R: "recomputation of the forward" };
+const SPLIT_B = "backward for the input gradient (its W follows)";
+// Chunk c of n's band: light grey for chunk 0, dark for the last (ipukit.report.chunk_colour).
+const chunkColour = (c, n) => {
+  const v = Math.round(255 * (0.75 - 0.65 * c / Math.max(n - 1, 1)));
+  return `rgb(${v},${v},${v})`;
+};
+// A stash count (to 2 decimals: a chunk's micro-batch counts 1/v) or bytes.
+const amount = (x) => Number(x).toLocaleString("en-US", { maximumFractionDigits: 2 });
+
+// White stripes (W) or dots (R) over the box [x, y, w, hh] (g clipped to it).
+function pattern(g, style, x, y, w, hh) {
+  g.save();
+  g.beginPath();
+  g.rect(x, y, w, hh);
+  g.clip();
+  g.strokeStyle = "rgba(255,255,255,0.9)";
+  g.fillStyle = "rgba(255,255,255,0.9)";
+  g.lineWidth = 1.5;
+  if (style === "stripes") {
+    g.beginPath();
+    for (let d = -hh; d < w; d += 5) { g.moveTo(x + d, y + hh); g.lineTo(x + d + hh, y); }
+    g.stroke();
+  } else {
+    for (let yy = y + 2; yy < y + hh; yy += 4) {
+      for (let xx = x + 2 + ((yy - y) % 8 ? 2 : 0); xx < x + w; xx += 4) g.fillRect(xx, yy, 1.2, 1.2);
+    }
+  }
+  g.restore();
+}
+
+// The key above a timeline: the kinds of op shown, the chunk bands and the units' bracket.
+function timelineKey(panels) {
+  const shown = new Set();
+  let chunks = 0;
+  let units = false;
+  for (const p of panels) {
+    for (let i = 0; i < p.num_spans; i++) if (p.mb[i] >= 0) shown.add(p.kinds[p.kind[i]]);
+    chunks = Math.max(chunks, p.chunks || 0);
+    units = units || p.units.size > 0;
+  }
+  const swatch = (style) => h("span", { class: "ipukit-swatch", style });
+  const items = [];
+  for (const [k, [a, pat]] of Object.entries(OP_STYLE)) {
+    if (!shown.has(k)) continue;
+    const bg = mix(MB[0], a);
+    const background = pat === "stripes"
+      ? `repeating-linear-gradient(135deg, ${bg} 0 3px, #fff 3px 4.5px)`
+      : pat === "dots" ? `radial-gradient(#fff 1px, ${bg} 1.2px) 0 0 / 4px 4px` : bg;
+    const name = k === "B" && shown.has("W") ? "B: backward (input gradient if split)" : OP_NAMES[k];
+    items.push(h("span", { class: "ipukit-key", "data-op": k }, swatch({ background }), name));
+  }
+  if (!items.length) return "";
+  if (chunks > 1) {
+    const bands = Array.from({ length: chunks }, (_, c) => swatch({ background: chunkColour(c, chunks),
+      width: "10px", height: "6px" }));
+    items.push(h("span", { class: "ipukit-key", "data-op": "chunk" }, bands,
+      ` band: chunk 0…${chunks - 1} (F3c1: chunk 1)`));
+  }
+  if (units) {
+    items.push(h("span", { class: "ipukit-key", "data-op": "unit" },
+      swatch({ background: "none", borderTop: "2px solid #111", height: "6px" }), "bracket: ops run as one unit"));
+  }
+  return h("div", { class: "ipukit-keys" }, "colour = micro-batch:", items);
+}
 
 function timelineView(meta, A) {
   const panels = meta.panels.map((p, i) => {
     const n = p.num_spans;
     const o = p.offset;
     const kinds = meta.kinds;
-    return { ...p, ipu: A.ipu.subarray(o, o + n), kind: A.kind.subarray(o, o + n),
+    const unitOf = A.unit ? A.unit.subarray(o, o + n) : new Int8Array(n).fill(-1);
+    const units = new Map(); // unit id -> its ops, in order
+    unitOf.forEach((u, j) => { if (u >= 0) units.set(u, [...(units.get(u) || []), j]); });
+    const kind = A.kind.subarray(o, o + n);
+    return { ...p, ipu: A.ipu.subarray(o, o + n), kind, split: kind.some((c) => kinds[c] === "W"),
       stage: A.stage.subarray(o, o + n), mb: A.microbatch.subarray(o, o + n),
+      chunk: A.chunk ? A.chunk.subarray(o, o + n) : new Int8Array(n).fill(-1), unitOf, units,
       start: A.start.subarray(o, o + n), dur: A.duration.subarray(o, o + n),
       bytes: A.bytes.subarray(o, o + n), kinds, index: i,
       memT: p.memory.map((m) => A[`mem_t_${i}_${m.ipu}`]),
@@ -716,20 +792,23 @@ function timelineView(meta, A) {
   let dragged = false;
   const compute = new Set(["F", "B", "R", "W", "compute"]);
   const PHASE = { compute: "#009E73", exchange: "#E69F00", sync: "#8E6BBE", host: "#7f7f7f" };
-  const opName = (p, i) => {
+  const opName = (p, i) => { // F3, F3c1 (chunk 1); else the span's label or kind
     const k = p.kinds[p.kind[i]];
-    if (compute.has(k) && p.mb[i] >= 0) return `${k}${p.mb[i]}`;
+    if (compute.has(k) && p.mb[i] >= 0) return `${k}${p.mb[i]}${p.chunk[i] >= 0 ? `c${p.chunk[i]}` : ""}`;
     return (p.labels && p.labels[i]) || k;
   };
   // What an op's box can say, longest first (as ipukit.report.op_labels): F3 · stage 1,
-  // F3 s1, F3, 3; an op with no micro-batch, its label or kind.
+  // F3 s1, F3, 3 (of chunk 1: F3c1 · stage 5, F3c1 s5, F3c1, F3, 3); an op with no
+  // micro-batch, its label or kind.
   const opLabels = (p, i) => {
     const k = p.kinds[p.kind[i]];
     if (!(compute.has(k) && p.mb[i] >= 0)) return [short(opName(p, i), 60)];
-    const name = `${short(k, 24)}${p.mb[i]}`;
+    const bare = `${short(k, 24)}${p.mb[i]}`;
+    const name = p.chunk[i] >= 0 ? `${bare}c${p.chunk[i]}` : bare;
     const staged = p.stage[i] >= 0 ? [`${name} · stage ${p.stage[i]}`, `${name} s${p.stage[i]}`] : [];
-    return [...staged, name, String(p.mb[i])];
+    return [...new Set([...staged, name, bare, String(p.mb[i])])];
   };
+  const key = timelineKey(panels);
   const timeAt = (k) => (makespan * k) / (N - 1);
   const LEFT = 62;
 
@@ -751,9 +830,7 @@ function timelineView(meta, A) {
   function colourOf(p, i) {
     const k = p.kinds[p.kind[i]];
     if (p.mb[i] < 0 && PHASE[k]) return PHASE[k];
-    if (k === "F") return mix(MB[p.mb[i] % MB.length], 0.45);
-    if (k === "B") return MB[p.mb[i] % MB.length];
-    if (k === "R") return mix(MB[p.mb[i] % MB.length], 0.7);
+    if (OP_STYLE[k]) return mix(MB[Math.max(p.mb[i], 0) % MB.length], OP_STYLE[k][0]);
     if (k === "link") return "#0072B2";
     return "#7f7f7f";
   }
@@ -786,9 +863,15 @@ function timelineView(meta, A) {
       for (let i = 0; i < p.num_spans; i++) {
         if (p.start[i] + p.dur[i] < x0 || p.start[i] > x1) continue;
         const [x, y, w, hh] = spanBox(L, i);
+        const k = p.kinds[p.kind[i]];
         g.fillStyle = colourOf(p, i);
         g.fillRect(x, y, w, hh);
-        if (w >= 6 && compute.has(p.kinds[p.kind[i]])) {
+        if (w >= 4 && OP_STYLE[k] && OP_STYLE[k][1]) pattern(g, OP_STYLE[k][1], x, y, w, hh);
+        if (p.chunk[i] >= 0) { // the chunk: a grey band along the bottom
+          g.fillStyle = chunkColour(p.chunk[i], p.chunks);
+          g.fillRect(x, y + hh * 0.8, w, hh * 0.2);
+        }
+        if (w >= 6 && compute.has(k)) {
           g.strokeStyle = "white";
           g.lineWidth = 1;
           g.strokeRect(x + 0.5, y + 0.5, w - 1, hh - 1);
@@ -796,10 +879,23 @@ function timelineView(meta, A) {
         if (w >= 8 && compute.has(p.kinds[p.kind[i]]) && hh >= 9) { // the longest that fits
           const text = opLabels(p, i).find((t) => g.measureText(t).width <= w - 3);
           if (text) {
-            g.fillStyle = p.kinds[p.kind[i]] === "B" || p.mb[i] < 0 ? "white" : "#1a1a1a";
-            g.fillText(text, x + w / 2, y + hh / 2);
+            g.fillStyle = k === "B" || p.mb[i] < 0 ? "white" : "#1a1a1a";
+            g.fillText(text, x + w / 2, y + (p.chunk[i] >= 0 ? hh * 0.42 : hh / 2));
           }
         }
+      }
+      g.strokeStyle = "#111"; // the ops run as one unit: a bracket over them
+      g.lineWidth = 2;
+      for (const ops of p.units.values()) {
+        const [xa, y] = spanBox(L, ops[0]);
+        const [xb, , wb] = spanBox(L, ops[ops.length - 1]);
+        if (xb + wb < LEFT || xa > W) continue;
+        g.beginPath();
+        g.moveTo(xa + 1, y + 5);
+        g.lineTo(xa + 1, y);
+        g.lineTo(xb + wb - 1, y);
+        g.lineTo(xb + wb - 1, y + 5);
+        g.stroke();
       }
       g.restore();
       g.strokeStyle = "#bbb";
@@ -906,7 +1002,7 @@ function timelineView(meta, A) {
       ctx.textAlign = "right";
       ctx.font = "10px sans-serif";
       const kib = p.stash_unit === "bytes";
-      ctx.fillText(fmt(kib ? top / 1024 : top, kib ? 1 : 0), LEFT - 6, m.y + 9);
+      ctx.fillText(kib ? fmt(top / 1024, 1) : amount(top), LEFT - 6, m.y + 9);
       ctx.fillText("stashed", LEFT - 6, m.y + m.h / 2 + 2);
       ctx.fillText(kib ? "(KiB)" : "(micro-b.)", LEFT - 6, m.y + m.h / 2 + 14);
       ctx.fillText("0", LEFT - 6, m.y + m.h);
@@ -914,7 +1010,8 @@ function timelineView(meta, A) {
       ctx.textAlign = "left";
       ctx.font = "11px sans-serif";
       const ly = m.y - 7;
-      const head = `stashed ${kib ? "KiB" : "micro-batches"} per IPU (dot: at the play head):`;
+      const note = p.stash_note ? ` (${p.stash_note})` : "";
+      const head = `stashed ${kib ? "KiB" : "micro-batches"} per IPU${note} (dot: at the play head):`;
       ctx.fillText(head, LEFT, ly);
       let lx = LEFT + ctx.measureText(head).width + 12;
       for (let j = 0; j < p.memory.length; j++) {
@@ -958,12 +1055,17 @@ function timelineView(meta, A) {
       const i = item.span;
       const k = p.kinds[p.kind[i]];
       const u = meta.time_unit;
-      const what = compute.has(k) && p.mb[i] >= 0 ? `${k}${p.mb[i]}` : k;
+      const op = compute.has(k) && p.mb[i] >= 0;
+      const what = op ? opName(p, i) : k;
       const label = p.labels && p.labels[i] && p.labels[i] !== what ? ` — ${p.labels[i]}` : "";
-      return [h("b", {}, what), ` on IPU ${p.ipu[i]}${label}`, h("br"),
-        `stage ${p.stage[i] >= 0 ? p.stage[i] : "–"} · micro-batch ${p.mb[i] >= 0 ? p.mb[i] : "–"}`,
+      const chunk = p.chunk[i] >= 0 ? ` · chunk ${p.chunk[i]} of IPU ${p.ipu[i]}` : "";
+      const unit = p.units.get(p.unitOf[i]);
+      return [h("b", {}, what), ` on IPU ${p.ipu[i]}${label}`,
+        op && OP_WHAT[k] ? [h("br"), k === "B" && p.split ? SPLIT_B : OP_WHAT[k]] : [], h("br"),
+        `stage ${p.stage[i] >= 0 ? p.stage[i] : "–"}${chunk} · micro-batch ${p.mb[i] >= 0 ? p.mb[i] : "–"}`,
         h("br"), `start ${fmtTime(p.start[i])} ${u} · duration ${fmtTime(p.dur[i])} ${u}`,
-        h("br"), `${fmt(p.bytes[i])} bytes`];
+        p.bytes[i] || u === "cycles" ? [h("br"), `${fmt(p.bytes[i])} bytes`] : [], // not a schedule's 0
+        unit ? [h("br"), `one unit: ${unit.map((j) => opName(p, j)).join(" → ")} (its outputs leave when its last op ends)`] : []];
     },
     select(item) {
       const p = panels[item.panel];
@@ -1006,7 +1108,7 @@ function timelineView(meta, A) {
     dragEnd() { drag = null; },
     wasDragged() { const d = dragged; dragged = false; return d; },
     readout: (k) => `t = ${fmtTime(timeAt(k))} / ${fmtTime(makespan)} ${meta.time_unit}`,
-    header: () => "",
+    header: () => key,
     caption(k) {
       const t = timeAt(k);
       return panels.map((p) => {
@@ -1016,7 +1118,7 @@ function timelineView(meta, A) {
           if (compute.has(kk) && p.start[i] <= t && t < p.start[i] + p.dur[i]) running.push([p.ipu[i], `IPU ${p.ipu[i]}: ${short(opName(p, i), 80)}`]);
         }
         running.sort((a, b) => a[0] - b[0]);
-        const stash = p.memT.map((ts, j) => `IPU ${p.memory[j].ipu}: ${fmt(stashAt(ts, p.memV[j], t))}`).join(", ");
+        const stash = p.memT.map((ts, j) => `IPU ${p.memory[j].ipu}: ${amount(stashAt(ts, p.memV[j], t))}`).join(", ");
         return [h("b", {}, short(p.title)), ` — at the play head: ${running.map((r) => r[1]).join(", ") || "no op running"}. ` +
           `Stashed (${p.stash_unit}): ${stash}.`, h("br")];
       });
@@ -1073,28 +1175,42 @@ function measuresHelp(meta) {
 function timelineControls(model, meta) {
   const c = meta.controls;
   if (!c) return null;
+  const origin = {}; // kind -> where it comes from (the option's tooltip)
+  c.kinds.forEach((k, i) => { origin[k] = (c.origins || [])[i]; });
   const sel = (name, opts, value) => h("select", { "aria-label": name, "data-setting": name },
-    ...opts.map((o) => h("option", { value: String(o), selected: String(o) === String(value) ? "" : null }, String(o))));
+    ...opts.map((o) => h("option", { value: String(o), title: origin[o] || null,
+      selected: String(o) === String(value) ? "" : null }, String(o))));
   const num = (name, value, max) => h("input", { type: "number", min: "1", max: String(max),
     value: String(value), "aria-label": name, "data-setting": name, style: { width: "4.5em" } });
   const kind = sel("schedule", c.kinds, c.kind);
   const stages = num("stages", c.stages, 16);
+  const chunks = num("chunks", c.chunks || 2, 16);
+  chunks.title = "chunks per IPU (virtual_stages) of interleaved_1f1b; zb_v and dualpipev " +
+    "hold 2 (a V), the others 1";
   const ga = num("gradient accumulation", c.ga, 512);
   const rec = h("input", { type: "checkbox", "aria-label": "recomputation", checked: c.recompute ? "" : null });
   const cmp = sel("compare with", ["none", ...c.kinds], c.compare);
   const error = h("span", { class: "ipukit-error" });
+  const tips = () => { // the chosen kinds' origins; chunks only for interleaved 1F1B
+    kind.title = origin[kind.value] || "";
+    cmp.title = origin[cmp.value] || "";
+    chunks.disabled = ![kind.value, cmp.value].includes("interleaved_1f1b");
+  };
+  tips();
   const send = () => {
+    tips();
     model.set("settings", { kind: kind.value, stages: Number(stages.value), ga: Number(ga.value),
-      recompute: rec.checked, compare: cmp.value });
+      recompute: rec.checked, compare: cmp.value, chunks: Number(chunks.value) });
     model.save_changes();
   };
-  for (const e of [kind, stages, ga, rec, cmp]) e.addEventListener("change", send);
+  for (const e of [kind, stages, chunks, ga, rec, cmp]) e.addEventListener("change", send);
   const onError = () => { error.textContent = model.get("error") || ""; };
   model.on("change:error", onError);
   onError();
   const lab = (text, e) => h("label", {}, text, " ", e);
-  return h("div", { class: "ipukit-controls" }, lab("schedule", kind), lab("stages", stages),
-    lab("gradient accumulation", ga), lab("recomputation", rec), lab("compare with", cmp), error);
+  return h("div", { class: "ipukit-controls" }, lab("schedule", kind), lab("stages (IPUs)", stages),
+    lab("chunks", chunks), lab("gradient accumulation", ga), lab("recomputation", rec),
+    lab("compare with", cmp), error);
 }
 
 // ---- MemoryMap -------------------------------------------------------------------------
