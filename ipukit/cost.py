@@ -35,8 +35,13 @@ SYNC_CYCLES = 20
 GLOBAL_SYNC_SECONDS_PER_HOP = 15e-9
 #: One IPU-Link: 128 Gbit/s at 85 % efficiency (poplibs' test model of link bandwidth).
 IPU_LINK_BYTES_PER_SECOND = 128e9 / 8 * 0.85
-#: Host link: PCIe Gen4 x16, 64 GB/s bidirectional (Bow datasheet), i.e. 32 GB/s each way.
-HOST_LINK_BYTES_PER_SECOND = 32e9
+#: Host link of the ``bow`` preset, per IPU, one way. A Bow-2000 reaches its host server
+#: over 100 GbE RoCEv2 through its IPU-Gateway, shared by its 4 IPUs (Bow-2000 datasheet:
+#: "Host-Link - PCIe Gen4 RoCEv2 NIC/SmartNIC Interface"; Bow Pod DA build guide: a 100GbE
+#: RoCEv2 NIC in the server, the IPU-Gateway "disaggregates the server(s) and the four
+#: IPUs ... across a RoCE network"). Kit convention: the line rate, 100 Gbit/s = 12.5 GB/s
+#: each way, with no protocol overhead, split evenly (/ 4) when all 4 IPUs stream.
+HOST_LINK_BYTES_PER_SECOND = 100e9 / 8 / 4
 #: Host link of the ``ipu1`` and ``ipu2`` presets, in bytes per tile-clock cycle, calibrated
 #: to Graphcore's IPUModel: its Poplar tutorial 6 profile (10000x1000 on model-ipu2, tut6
 #: README) moves 40,044,000 B in 6,663,550.8 host exchange cycles (99.7 % of 6,681,766),
@@ -87,7 +92,8 @@ def ipu_link_bytes_per_cycle(target) -> float:
 
 def host_link_bytes_per_cycle(target) -> float:
     """Host link bytes per cycle, one way: the preset's calibrated rate if it has one (the
-    IPUModel's 6 B/cycle on ``ipu1``/``ipu2``), else ``HOST_LINK_BYTES_PER_SECOND``."""
+    IPUModel's 6 B/cycle on ``ipu1``/``ipu2``), else ``HOST_LINK_BYTES_PER_SECOND`` (a
+    Bow IPU's share of its Bow-2000's 100 GbE: 3.125 GB/s, 1.69 B/cycle at 1.85 GHz)."""
     link = getattr(target, "host_link", None)
     return link if link is not None else HOST_LINK_BYTES_PER_SECOND / target.clock_hz
 
@@ -109,7 +115,7 @@ def link_cycles(nbytes, target) -> int:
 
 
 def host_cycles(nbytes, target) -> int:
-    """``nbytes`` over the host link (PCIe), one way."""
+    """``nbytes`` over the host link, one way."""
     return _ceil_div(nbytes, host_link_bytes_per_cycle(target))
 
 
