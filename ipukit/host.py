@@ -544,7 +544,7 @@ def benchmark_dataset(dataset, number_of_epochs: int, elements_per_epoch: int, *
     whether the input pipeline, the host link or the emulated IPU is the bottleneck. The
     host link is ``target``'s (``target.host_link_bytes_per_cycle`` at its clock: pass the
     IPU's, e.g. ``engine.trace.target``); without one, a Bow IPU's share of its Bow-2000's
-    100 GbE (``cost.HOST_LINK_BYTES_PER_SECOND``, 3.125 GB/s; kit convention).
+    100 GbE (``cost.HOST_LINK_BYTES_PER_SECOND``, 3.125 GB/s) (kit convention).
     """
     for what, v in (("number_of_epochs", number_of_epochs),
                     ("elements_per_epoch", elements_per_epoch)):

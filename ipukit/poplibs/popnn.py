@@ -163,8 +163,8 @@ def non_linearity_input_gradient(graph, nl_type, out: Tensor, out_gradient: Tens
 class CalcLoss(Vertex):
     """One sample of the loss layer (``popnn::CalcLoss``): loss, delta and correct.
 
-    A masked label (``MASKED_LABEL_CODE``) gives loss 0, delta 0 and is not correct. Kit
-    convention: PopLibs' LossTest masks only CROSS_ENTROPY_LOSS; ipukit zeroes both."""
+    A masked label (``MASKED_LABEL_CODE``) gives loss 0, delta 0 and is not correct
+    (kit convention: PopLibs' LossTest masks only CROSS_ENTROPY_LOSS; ipukit zeroes both)."""
 
     probs = Input(Vector(FLOAT))
     label = Input(UNSIGNED_INT)

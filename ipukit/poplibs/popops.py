@@ -16,10 +16,10 @@ its cost and memory show up in the profile like anything else.
   of the tile's regions (:func:`map_vertex`). A number operand gives PopLibs'
   ``BroadcastScalar1D`` or ``BroadcastScalar2DData`` by the same rule (kit convention:
   PopLibs picks between those two by their cycle estimates), and a multi-op ``map`` its
-  generated codelet. Kit conventions: a broadcast tensor operand keeps ``BinaryOp1D``/
-  ``2D`` (PopLibs may use its ``BroadcastVectorInner``/``Outer`` vertices there); a
-  MultiVertex takes a region of any size (PopLibs falls back to 2D vertices past what
-  a codelet's loop counts, ``validateRegionSizeForMultiVertex``).
+  generated codelet. A broadcast tensor operand keeps ``BinaryOp1D``/``2D`` (kit
+  convention: PopLibs may use its ``BroadcastVectorInner``/``Outer`` vertices there), and
+  a MultiVertex takes a region of any size (kit convention: PopLibs falls back to 2D
+  vertices past what a codelet's loop counts, ``validateRegionSizeForMultiVertex``).
 * ``scaled_add_to`` (``a += scale * b`` in place), ``fill``, ``zero``, ``cast``. An
   operand that shares elements with the in-place output (``add_in_place(g, x, x, p)``) is
   copied to a temporary first, as PopLibs does, so ``x += x`` gives ``2x``.
@@ -70,9 +70,9 @@ class RowsMultiVertex(MultiVertex):
     the workers take ``poputil.split_regions(rows, grain, W)`` pieces of whole grains.
     The estimate is W x the heaviest piece's cost (10 cycles plus one per element read or
     written), PopLibs' ``numWorkers * workerCycles``: the cycles of one vertex per piece,
-    one piece per worker (kit convention: the 10 + 1 per element). Kit convention:
-    PopLibs' ``Reduce`` is a plain Vertex (one per worker's regions); ipukit's
-    single-width reduces are MultiVertexes too, with the same pieces and cycles.
+    one piece per worker (kit convention: the 10 + 1 per element). PopLibs' ``Reduce`` is
+    a plain Vertex, one per worker's regions (kit convention: ipukit's single-width
+    reduces are MultiVertexes too, with the same pieces and cycles).
     """
 
     #: Rows per grain: ``Target::getVectorWidth`` of the data (float 2) for element-wise.
@@ -99,8 +99,8 @@ def vertex_name(expr: Expr, in_types, out_type, inplace: bool, multi: bool = Tru
     ``UnaryOp2D`` (``InPlace`` variants), ``BroadcastScalar1D`` or ``BroadcastScalar2DData``
     for an operand that is a number, ``Cast1D`` or ``Cast2D``, ``Fill`` or ``Fill2d``. A
     multi-op expression is PopLibs' generated codelet, ``popops::map::...`` with
-    ``_MultiVertex`` for the one-region form (``ExpressionGenerator.cpp``; kit convention:
-    the expression's text stands for PopLibs' generated name).
+    ``_MultiVertex`` for the one-region form (``ExpressionGenerator.cpp``), the
+    expression's text standing for PopLibs' generated name (kit convention).
 
     >>> from ipukit.poplibs.expr import _1, _2
     >>> f = np.dtype("float32")
@@ -128,8 +128,8 @@ def map_vertex(expr: Expr, in_types, out_type, inplace: bool, multi: bool = True
     with ``multi``, the one PopLibs puts on a tile that holds one contiguous region of the
     output (a :class:`RowsMultiVertex`, ``BinaryOp1D``), else the plain Vertex it puts,
     at most one per worker, on a tile with several regions (``BinaryOp2D``), whose estimate
-    is the Vertex default, 10 cycles plus one per element read or written (kit
-    convention; PopLibs' ``BinaryOp2D`` estimator adds a loop per region). PopLibs' fill
+    is the Vertex default, 10 cycles plus one per element read or written (kit convention:
+    PopLibs' ``BinaryOp2D`` estimator adds a loop per region). PopLibs' fill
     vertices are always plain (``Fill`` for one region, ``Fill2d``); the kit names a
     tile's pieces ``Fill2d`` when the tile holds several regions (kit convention).
     See :func:`vertex_name`."""
@@ -212,9 +212,9 @@ def reduce_vertex(op: str, in_type, out_type, update: bool, multi: bool = True) 
     """``popops::Reduce<op>``: ``out[i] = op(in[i*k:(i+1)*k])`` with k = len(in)/len(out).
 
     ``multi``: a :class:`RowsMultiVertex` (one per tile, its workers share the outputs),
-    else a plain Vertex (one per worker). Kit convention: PopLibs' ``Reduce`` is a plain
-    ``Vertex``; ipukit uses the MultiVertex where a compute set has one vertex per tile
-    (one width k), which takes the cycles of one vertex per worker. Where a tile holds rows
+    else a plain Vertex (one per worker). PopLibs' ``Reduce`` is a plain ``Vertex`` (kit
+    convention: ipukit uses the MultiVertex where a compute set has one vertex per tile, of
+    one width k, which takes the cycles of one vertex per worker). Where a tile holds rows
     of several widths (several vertices), plain vertices share its workers round-robin.
     Half partials with a float output are added in float (PopLibs accumulates in float)."""
     key = ("reduce", op, np.dtype(in_type), np.dtype(out_type), update, multi)
