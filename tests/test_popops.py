@@ -561,8 +561,8 @@ def test_a_tile_of_one_region_gets_a_multivertex_and_other_tiles_2d_vertices(op,
     seen = _by_tile(g, first)
     one, two = name.format("1D"), name.format("2D").replace("Scalar2D", "Scalar2DData")
     assert seen[0] == [("popops::" + one, True, 8)]
-    for tile in (1, 2):  # 8 elements in two regions: split_regions(8, 2, 6), 4 pieces of 2
-        assert seen[tile] == [("popops::" + two, False, 2)] * 4
+    for tile in (1, 2):  # 8 elements in two regions: 2 vertices of 2 grains (at least 2)
+        assert seen[tile] == [("popops::" + two, False, 4)] * 2
     got, _ = run(dev, g, prog, out=a if out is None else out)
     np.testing.assert_allclose(got["out"], want(x, x[::-1]), rtol=1e-6)
 
@@ -598,3 +598,25 @@ def test_half_reduced_into_float_adds_in_float(tiles):
     s = popops.reduce(g, t, [1], popops.Operation.ADD, prog, out_type=ipu.FLOAT)
     got, _ = run(dev, g, prog, s=s)
     np.testing.assert_array_equal(got["s"], [120_000.0, 120_000.0])
+
+
+@pytest.mark.parametrize("n, want", [(20, [4] * 5), (6, [6]), (3, [3]), (2, [2]),
+                                     (8, [4, 4]), (30, [6] * 5), (40, [8] * 5),
+                                     (50, [10] * 5), (26, [4, 6, 4, 6, 6])])
+def test_2d_vertices_are_cut_as_poplibs_split_regions_between_workers(n, want):
+    # poplibs lib/poputil/Util.cpp splitRegions(regions, grain 2, 6 workers, min 2 grains),
+    # worked by hand: grains G = ceil(n/2); per vertex max(ceil(G/6), ceil(G/max(1, G//2)))
+    # grains; vertex v takes grains [v*G//V, (v+1)*G//V) of V = ceil(G/that) vertices.
+    # n = 20: G = 10, 2 grains a vertex, 5 vertices of 4; n = 6: G = 3, at least 2 grains
+    # a vertex (3 // 2 = 1 vertex at most): one vertex; n = 50: G = 25, max(5, 3) = 5
+    # grains a vertex, 5 vertices of 10; n = 26: G = 13, 3 grains a vertex, ceil(13 / 3) =
+    # 5 vertices, cut at grains 0, 2, 5, 7, 10, 13: 4, 6, 4, 6 and 6 elements.
+    dev, g, prog = setup(2)
+    a = g.add_variable(ipu.FLOAT, [2 * n], "a")
+    poputil.set_tile_mapping(g, a, [[(0, n // 2), (n, n + n - n // 2)],
+                                    [(n // 2, n), (n + n - n // 2, 2 * n)]])
+    first = len(g.v_cs)
+    popops.exp(g, a, prog)
+    on_tile_0 = [c["in1"].num_elements() for c, t in zip(g.v_conn[first:], g.v_tile[first:])
+                 if t == 0]
+    assert on_tile_0 == want

@@ -263,8 +263,8 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     ``grain``. With ``cls_2d`` and ``regions`` (per tile, the contiguous regions of the
     output it holds: :func:`regions_per_tile`), a tile of one region gets ``cls`` and any
     other tile ``cls_2d``, as PopLibs' element-wise ops choose ``BinaryOp1D`` or
-    ``BinaryOp2D`` (``ElementWise.cpp`` ``binaryOpGeneral``). Returns the number of
-    vertices added.
+    ``BinaryOp2D`` (``ElementWise.cpp`` ``binaryOpGeneral``), its vertices cut as PopLibs
+    cuts them (:func:`_vertices_2d`). Returns the number of vertices added.
     """
     if len(tiles) == 0:
         return 0
@@ -280,8 +280,9 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
         cls if r == 1 else cls_2d for r in regions[on].tolist()]
     lo, hi, at, kind = [], [], [], []  # each vertex's rows [lo, hi), tile and class
     for s, e, tile, k in zip(starts, ends, on, kinds):
+        parts = _workers(graph) if k is not cls_2d else _vertices_2d(e - s, grain, graph)
         pieces = ([(0, e - s)] if issubclass(k, MultiVertex)  # all of its tile's rows
-                  else poputil.split_regions(e - s, grain, _workers(graph)))
+                  else poputil.split_regions(e - s, grain, parts))
         for b, f in pieces:
             lo.append(s + b)
             hi.append(s + f)
@@ -301,6 +302,16 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
         mine = [i for i, c in enumerate(kind) if c is k]
         _add_alike(graph, cs, k, [conns[i] for i in mine], [at[i] for i in mine], fields)
     return len(conns)
+
+
+def _vertices_2d(n: int, grain: int, graph) -> int:
+    """How many 2D vertices PopLibs' element-wise ops put on a tile of ``n`` elements:
+    ``splitRegionsBetweenWorkers(target, regions, grain, 2 * grain)`` (poputil
+    ``Util.cpp`` ``splitRegions``): at most one per worker, at least 2 grains each."""
+    grains = -(-n // grain)
+    most = -(-grains // _workers(graph))  # grains a vertex, one vertex per worker
+    most = builtins.max(most, -(-grains // builtins.max(1, grains // 2)))  # >= 2 grains
+    return -(-grains // most)
 
 
 def _add_alike(graph, cs, cls, conns: list, on: list, fields) -> None:
