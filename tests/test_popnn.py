@@ -185,3 +185,27 @@ def test_softmax_is_poplibs_sequence_of_popops_ops(nl, dtype):
     tol = 1e-6 if dtype == ipu.FLOAT else 2e-3
     np.testing.assert_allclose(eng.read_tensor("p") / scale, e / e.sum(1, keepdims=True),
                                rtol=tol * 10, atol=tol)
+
+
+def test_relu_gradient_is_one_multivertex_on_a_tile_of_one_region():
+    # lib/popnn/NonLinearity.cpp nonLinearityInputGradient: NonLinearityGrad1D (a
+    # MultiVertex) where a tile holds one contiguous region of out, else NonLinearityGrad2D
+    dev = ipu.IPUModel(tiles_per_ipu=3).create_device()
+    g = ipu.Graph(dev.target)
+    x = np.linspace(-3, 3, 16).astype(np.float32)
+    out, dy = make(g, np.maximum(x, 0), "out"), make(g, x * 10, "dy")
+    for t in (out, dy):  # tiles 0 and 2 one region each, tile 1 two
+        poputil.set_tile_mapping(g, t, [[(0, 6)], [(6, 10), (12, 16)], [(10, 12)]])
+    prog = ipu.Sequence()
+    first = len(g.v_cs)
+    grad = popnn.non_linearity_input_gradient(g, popnn.NonLinearityType.RELU, out, dy, prog)
+    on = {t: [c.__name__ for c, tt in zip(g.v_cls[first:], g.v_tile[first:]) if tt == t]
+          for t in (0, 1, 2)}
+    assert on == {0: ["ReluGrad"], 1: ["ReluGrad2D"] * 2, 2: ["ReluGrad"]}
+    assert issubclass(popnn.ReluGrad, ipu.MultiVertex)
+    assert not issubclass(popnn.ReluGrad2D, ipu.MultiVertex)
+    g.create_host_read("grad", grad)
+    eng = ipu.Engine(g, prog)
+    eng.load(dev)
+    eng.run()
+    np.testing.assert_array_equal(eng.read_tensor("grad"), x * 10 * (x > 0))

@@ -122,7 +122,8 @@ def _softmax(graph, t: Tensor, nl: str, prog: Sequence, name: str) -> Tensor:
 
 class ReluGrad(popops.RowsMultiVertex):
     """``popnn::NonLinearityGrad1D`` for RELU: ``in_grad = out_grad * (out > 0)``; a
-    MultiVertex, one per tile, as in PopLibs."""
+    MultiVertex, one on a tile that holds one contiguous region of ``out``, as in PopLibs
+    (``NonLinearity.cpp`` ``nonLinearityInputGradient``)."""
 
     grain = poputil.vector_width(FLOAT)
     out = Input(Vector(FLOAT))
@@ -132,6 +133,16 @@ class ReluGrad(popops.RowsMultiVertex):
     @poputil.vertex_separable
     def compute(self):
         self.in_grad[...] = self.out_grad * (self.out > 0)
+
+
+class ReluGrad2D(Vertex):
+    """``popnn::NonLinearityGrad2D`` for RELU: the plain vertices PopLibs puts, at most one
+    per worker, on a tile that holds several regions of ``out``."""
+
+    out = Input(Vector(FLOAT))
+    out_grad = Input(Vector(FLOAT))
+    in_grad = Output(Vector(FLOAT))
+    compute = ReluGrad.compute
 
 
 def non_linearity_input_gradient(graph, nl_type, out: Tensor, out_gradient: Tensor,
@@ -155,7 +166,8 @@ def non_linearity_input_gradient(graph, nl_type, out: Tensor, out_gradient: Tens
     cs = graph.add_compute_set(name)
     popops.add_per_tile_vertices(graph, cs, ReluGrad, {
         "out": out.flatten(), "out_grad": out_gradient.flatten(), "in_grad": grad.flatten()},
-        tiles, grain=poputil.vector_width(FLOAT))
+        tiles, grain=poputil.vector_width(FLOAT), cls_2d=ReluGrad2D,
+        regions=popops.regions_per_tile(graph, out, tiles))
     prog.add(Execute(cs))
     return grad
 
