@@ -263,7 +263,7 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     ``grain``. With ``cls_2d`` and ``regions`` (per tile, the contiguous regions of the
     output it holds: :func:`regions_per_tile`), a tile of one region gets ``cls`` and any
     other tile ``cls_2d``, as PopLibs' element-wise ops choose ``BinaryOp1D`` or
-    ``BinaryOp2D`` (``ElementWise.cpp`` ``binaryOpGeneral``), its vertices cut as PopLibs
+    ``BinaryOp2D`` (``ElementWise.cpp`` ``binaryOpGeneral``), plain vertices cut as PopLibs
     cuts them (:func:`_vertices_2d`). Returns the number of vertices added.
     """
     if len(tiles) == 0:
@@ -280,7 +280,7 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
         cls if r == 1 else cls_2d for r in regions[on].tolist()]
     lo, hi, at, kind = [], [], [], []  # each vertex's rows [lo, hi), tile and class
     for s, e, tile, k in zip(starts, ends, on, kinds):
-        parts = _workers(graph) if k is not cls_2d else _vertices_2d(e - s, grain, graph)
+        parts = _workers(graph) if cls_2d is None else _vertices_2d(e - s, grain, graph)
         pieces = ([(0, e - s)] if issubclass(k, MultiVertex)  # all of its tile's rows
                   else poputil.split_regions(e - s, grain, parts))
         for b, f in pieces:
