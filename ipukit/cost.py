@@ -4,7 +4,7 @@ Every cycle count in the kit comes from here: the compiler's supersteps (on-tile
 exchange, internal and external sync, IPU-Link and host-link transfers), the pipeline
 runner's compute (FLOPs of the NumPy layers), its link copies and syncs, the sharded
 collectives and the replicas' all-reduce. Poplar does not publish most of these numbers;
-each constant says where it comes from, and an approximation is a *kit convention*.
+each constant says where it comes from, and an approximation is marked (kit convention).
 
 Functions read the module's constants when they are called, so changing one constant
 (say ``IPU_LINK_BYTES_PER_SECOND``) moves every count that depends on it.
@@ -29,29 +29,35 @@ import numpy as np
 
 from .errors import IpuError
 
-#: Cycles of an internal (one-IPU) sync; kit convention (Poplar does not publish it).
+#: Cycles of an internal (one-IPU) sync (kit convention: Poplar does not publish it).
 SYNC_CYCLES = 20
 #: Latency of an external sync per hop between IPUs (poplibs ``setGlobalSyncLatency``).
 GLOBAL_SYNC_SECONDS_PER_HOP = 15e-9
 #: One IPU-Link: 128 Gbit/s at 85 % efficiency (poplibs' test model of link bandwidth).
 IPU_LINK_BYTES_PER_SECOND = 128e9 / 8 * 0.85
-#: Host link: PCIe Gen4 x16, 64 GB/s bidirectional (Bow datasheet), i.e. 32 GB/s each way.
-HOST_LINK_BYTES_PER_SECOND = 32e9
+#: Host link of the ``bow`` preset, per IPU, one way. A Bow-2000 reaches its host server
+#: over 100 GbE RoCEv2 through its IPU-Gateway, shared by its 4 IPUs (Bow-2000 datasheet:
+#: "Host-Link - PCIe Gen4 RoCEv2 NIC/SmartNIC Interface"; Bow Pod DA build guide: a 100GbE
+#: RoCEv2 NIC in the server, the IPU-Gateway "disaggregates the server(s) and the four
+#: IPUs ... across a RoCE network"). The figure is the line rate, 100 Gbit/s = 12.5 GB/s
+#: each way, split evenly (/ 4) when all 4 IPUs stream (kit convention: no protocol
+#: overhead, no IPU using another's share).
+HOST_LINK_BYTES_PER_SECOND = 100e9 / 8 / 4
 #: Host link of the ``ipu1`` and ``ipu2`` presets, in bytes per tile-clock cycle, calibrated
 #: to Graphcore's IPUModel: its Poplar tutorial 6 profile (10000x1000 on model-ipu2, tut6
 #: README) moves 40,044,000 B in 6,663,550.8 host exchange cycles (99.7 % of 6,681,766),
-#: about 6 B/cycle (8 GB/s at 1.33 GHz). Kit convention: ipu1 uses the same per-cycle rate.
+#: about 6 B/cycle (8 GB/s at 1.33 GHz); ipu1 uses the same per-cycle rate (kit convention).
 IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE = 6.0
 #: Host link per preset in bytes per cycle; None means ``HOST_LINK_BYTES_PER_SECOND``.
 HOST_LINK_BYTES_PER_CYCLE = {"ipu1": IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE,
                              "ipu2": IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE, "bow": None}
-#: Fixed cost of one host synchronisation (one ``Engine.run`` call), about 10 µs; kit
-#: convention.
+#: Fixed cost of one host synchronisation (one ``Engine.run`` call), about 10 µs (kit
+#: convention).
 HOST_SYNC_SECONDS = 10e-6
-#: fp32 FLOPs per tile per cycle (AMP unit: 16 MACs = 32 FLOPs); kit convention for the
-#: NumPy runner's layers.
+#: fp32 FLOPs per tile per cycle (AMP unit: 16 MACs = 32 FLOPs) for the NumPy runner's
+#: layers (kit convention).
 FLOPS_PER_CYCLE_PER_TILE = 32
-#: Bytes a tile copies per cycle in an on-tile memcpy; kit convention.
+#: Bytes a tile copies per cycle in an on-tile memcpy (kit convention).
 COPY_BYTES_PER_CYCLE = 8
 
 
@@ -87,7 +93,8 @@ def ipu_link_bytes_per_cycle(target) -> float:
 
 def host_link_bytes_per_cycle(target) -> float:
     """Host link bytes per cycle, one way: the preset's calibrated rate if it has one (the
-    IPUModel's 6 B/cycle on ``ipu1``/``ipu2``), else ``HOST_LINK_BYTES_PER_SECOND``."""
+    IPUModel's 6 B/cycle on ``ipu1``/``ipu2``), else ``HOST_LINK_BYTES_PER_SECOND`` (a
+    Bow IPU's share of its Bow-2000's 100 GbE: 3.125 GB/s, 1.69 B/cycle at 1.85 GHz)."""
     link = getattr(target, "host_link", None)
     return link if link is not None else HOST_LINK_BYTES_PER_SECOND / target.clock_hz
 
@@ -109,7 +116,7 @@ def link_cycles(nbytes, target) -> int:
 
 
 def host_cycles(nbytes, target) -> int:
-    """``nbytes`` over the host link (PCIe), one way."""
+    """``nbytes`` over the host link, one way."""
     return _ceil_div(nbytes, host_link_bytes_per_cycle(target))
 
 
@@ -128,9 +135,9 @@ def flops_cycles(flops, target) -> int:
 #: Ring steps of a collective over R ranks, and the share of the bytes each rank sends.
 RING = {"allreduce": (2, 2), "reducescatter": (1, 1), "allgather": (1, 1)}
 #: Latency of one step of a ring collective: a neighbour exchange over the IPU-Links that
-#: ends in an external sync of the two neighbouring IPUs. Kit convention: Graphcore
-#: publishes no per-step figure for GCL's rings, so a step costs one hop of poplibs'
-#: ``setGlobalSyncLatency`` there and back (2 x 15 ns: 40 cycles on ipu2).
+#: ends in an external sync of the two neighbouring IPUs. A step costs one hop of poplibs'
+#: ``setGlobalSyncLatency`` there and back, 2 x 15 ns: 40 cycles on ipu2 (kit convention:
+#: Graphcore publishes no per-step figure for GCL's rings).
 RING_STEP_SECONDS = 2 * GLOBAL_SYNC_SECONDS_PER_HOP
 
 

@@ -59,6 +59,7 @@ import numpy as np
 from . import cost
 from .errors import IpuError, ProgramError, StreamError
 from .program import Copy, Program, Repeat, Sequence
+from .target import Target
 from .tensor import TYPE_NAMES, Tensor
 
 __all__ = ["DatasetBenchmark", "InfeedQueue", "OutfeedMode", "OutfeedQueue",
@@ -485,6 +486,8 @@ class DatasetBenchmark:
     epochs: tuple[dict, ...]
     bytes_per_element: int
     ipu_elements_per_second: float | None = None
+    #: The host link's bytes per second, one way (``benchmark_dataset``'s ``target``).
+    host_link_bytes_per_second: float = cost.HOST_LINK_BYTES_PER_SECOND
 
     elements = property(lambda self: sum(e["elements_processed"] for e in self.epochs))
     seconds = property(lambda self: sum(e["time_elapsed"] for e in self.epochs))
@@ -499,10 +502,10 @@ class DatasetBenchmark:
 
     @property
     def rates(self) -> dict[str, float]:
-        """Elements/s each part could sustain: the input pipeline (measured), the PCIe host
-        link (``HOST_LINK_BYTES_PER_SECOND``) and, if given, the emulated IPU."""
+        """Elements/s each part could sustain: the input pipeline (measured), the host link
+        (``host_link_bytes_per_second``) and, if given, the emulated IPU."""
         r = {"input pipeline": self.elements_per_second,
-             "host link": cost.HOST_LINK_BYTES_PER_SECOND / max(self.bytes_per_element, 1)}
+             "host link": self.host_link_bytes_per_second / max(self.bytes_per_element, 1)}
         if self.ipu_elements_per_second is not None:
             r["IPU"] = self.ipu_elements_per_second
         return r
@@ -529,7 +532,7 @@ class DatasetBenchmark:
 
 
 def benchmark_dataset(dataset, number_of_epochs: int, elements_per_epoch: int, *,
-                      ipu_elements_per_second: float | None = None,
+                      ipu_elements_per_second: float | None = None, target=None,
                       print_stats: bool = True, do_memcpy: bool = True) -> DatasetBenchmark:
     """``ipu.dataset_benchmark``: how fast the host delivers a dataset's elements.
 
@@ -538,7 +541,10 @@ def benchmark_dataset(dataset, number_of_epochs: int, elements_per_epoch: int, *
     ``elements_per_epoch`` elements (a re-readable dataset starts a new pass each epoch)
     and, with ``do_memcpy``, copies them into a buffer as Poplar would. Give
     ``ipu_elements_per_second`` (e.g. ``simulated_throughput(engine.trace, n)``) to learn
-    whether the input pipeline, the host link or the emulated IPU is the bottleneck.
+    whether the input pipeline, the host link or the emulated IPU is the bottleneck. The
+    host link is ``target``'s (``target.host_link_bytes_per_cycle`` at its clock: pass the
+    IPU's, e.g. ``engine.trace.target``); without one, a Bow IPU's share of its Bow-2000's
+    100 GbE (``cost.HOST_LINK_BYTES_PER_SECOND``, 3.125 GB/s) (kit convention).
     """
     for what, v in (("number_of_epochs", number_of_epochs),
                     ("elements_per_epoch", elements_per_epoch)):
@@ -567,7 +573,12 @@ def benchmark_dataset(dataset, number_of_epochs: int, elements_per_epoch: int, *
         epochs.append({"elements_processed": count, "total_bytes_processed": count * nbytes,
                        "time_elapsed": seconds, "elements_per_second": rate,
                        "bandwidth": rate * nbytes / 1e9})
-    result = DatasetBenchmark(tuple(epochs), nbytes, ipu_elements_per_second)
+    if target is not None and not isinstance(target, Target):
+        raise IpuError(f"benchmark_dataset: target must be an ipu Target (e.g. "
+                       f"engine.trace.target or device.target), got {target!r}")
+    link = (cost.HOST_LINK_BYTES_PER_SECOND if target is None
+            else target.host_link_bytes_per_cycle * target.clock_hz)
+    result = DatasetBenchmark(tuple(epochs), nbytes, ipu_elements_per_second, link)
     if print_stats:
         print(result)
     return result

@@ -122,7 +122,7 @@ def print_profile_summary(trace, file=None) -> None:
     w("  Sync:", f"{s['sync_cycles'] - s['host_sync_cycles']:,}")
     w("  Exchange:", f"{s['exchange_cycles']:,}")
     w("    of which host exchange (stream copies):",
-      f"{s['host_exchange_cycles']:,} ({s['host_bytes']:,} B over PCIe)")
+      f"{s['host_exchange_cycles']:,} ({s['host_bytes']:,} B over the host link)")
     w("  Compute:", f"{s['compute_cycles']:,}")
     w("Total compute cycles (excluding idle threads):",
       f"{s['compute_cycles_excluding_idle']:,}")

@@ -3,7 +3,7 @@
 The presets carry the constants of Graphcore's IPUModel as far as public material shows
 them (see the docs' table): Mk1 ``ipu1``, Mk2 ``ipu2`` (the default) and ``bow``. The
 host link of ``ipu1``/``ipu2`` is calibrated to the IPUModel's tut6 profile (6 B/cycle);
-``bow`` keeps the datasheet's PCIe Gen4 x16 (32 GB/s each way).
+``bow`` charges one IPU's share of a Bow-2000's 100 GbE RoCE host link (``ipukit/cost.py``).
 
 >>> import ipukit as ipu
 >>> t = ipu.IPUModel("ipu2").create_device().target
@@ -64,8 +64,8 @@ class Target:
 
     @property
     def host_link_bytes_per_cycle(self) -> float:
-        """Host link (PCIe) bytes per cycle, one way: the IPUModel-calibrated 6 B/cycle on
-        ``ipu1``/``ipu2``, the datasheet's 32 GB/s on ``bow``."""
+        """Host link bytes per cycle, one way: the IPUModel-calibrated 6 B/cycle on
+        ``ipu1``/``ipu2``; on ``bow`` a quarter of a Bow-2000's 100 GbE (3.125 GB/s)."""
         return cost.host_link_bytes_per_cycle(self)
 
     @property

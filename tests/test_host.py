@@ -76,7 +76,8 @@ def model_cycles(version, k, tiles, spread):
     """H (one Engine.run's host sync, the target's named constant, checked by hand below)
     and B (one accumulator step, from the constants)."""
     clock = PRESETS[version][2]
-    # bytes per cycle, host -> IPU: 6 on ipu1/ipu2 (the IPUModel's), 32 GB/s on bow
+    # bytes per cycle, host -> IPU: 6 on ipu1/ipu2 (the IPUModel's), a quarter of a
+    # Bow-2000's 100 GbE on bow
     link = HOST_LINK_BYTES_PER_CYCLE[version] or HOST_LINK_BYTES_PER_SECOND / clock
     H = ipu.IPUModel(version).create_device().target.host_sync_cycles
     per_tile = k // tiles if spread else k  # floats of x each tile receives from the host
@@ -404,6 +405,18 @@ def test_benchmark_dataset_counts_elements_and_bytes():
     assert r.bytes_per_second == pytest.approx(r.elements_per_second * r.bytes_per_element)
     assert set(r.rates) == {"input pipeline", "host link"}
     assert r.rates["host link"] == HOST_LINK_BYTES_PER_SECOND / r.bytes_per_element
+    assert HOST_LINK_BYTES_PER_SECOND == 100e9 / 8 / 4  # a Bow IPU's share of 100 GbE
+
+
+def test_benchmark_dataset_charges_the_host_link_of_the_target_given():
+    # the ipu2 preset's host link: the IPUModel's 6 B/cycle at 1.33 GHz, 7.98 GB/s
+    t = ipu.IPUModel("ipu2", tiles_per_ipu=4).create_device().target
+    r = host.benchmark_dataset(np.zeros((8, 100), np.float32), 1, 4, target=t,
+                               print_stats=False)
+    assert r.bytes_per_element == 400
+    assert r.rates["host link"] == pytest.approx(6.0 * 1.33e9 / 400)
+    with pytest.raises(ipu.IpuError, match="target must be an ipu Target"):
+        host.benchmark_dataset(np.zeros((8, 100), np.float32), 1, 4, target="ipu2")
 
 
 def test_benchmark_dataset_finds_the_bottleneck(capsys):
@@ -418,10 +431,11 @@ def test_benchmark_dataset_finds_the_bottleneck(capsys):
     fast = host.benchmark_dataset(np.zeros((50, 4), np.float32), 2, 50,
                                   ipu_elements_per_second=1.0, print_stats=False)
     assert fast.bottleneck == "IPU"
-    # A pipeline at 10^6 elements/s of 1 MB each outruns PCIe (32,000 elements/s).
+    # A pipeline at 10^6 elements/s of 1 MB each outruns a Bow IPU's share of 100 GbE
+    # (3.125 GB/s: 3,125 elements/s).
     link = host.DatasetBenchmark(({"elements_processed": 1000, "time_elapsed": 1e-3},),
                                  10**6, ipu_elements_per_second=1e5)
-    assert link.rates["host link"] == 32_000 and link.bottleneck == "host link"
+    assert link.rates["host link"] == 3_125 and link.bottleneck == "host link"
 
 
 def test_benchmark_with_the_simulated_ipu_rate():

@@ -127,3 +127,85 @@ def test_calc_loss_shape_errors_name_tensors():
         popnn.calc_loss(g, probs, y, loss, delta, n, popnn.CROSS_ENTROPY_LOSS)
     with pytest.raises(ipu.IpuError, match="unknown non-linearity"):
         popnn.non_linearity(g, "GELU_NOPE", probs, ipu.Sequence())
+
+
+# poplibs lib/popnn/NonLinearity.cpp softmaxImpl (non-in-place nonLinearity): for the stable
+# variants popops::reduce MAX, popops::sub (a new tensor), for SOFTMAX_SCALED
+# addInPlace(log(SOFTMAX_SCALING)), then expInPlace (SOFTMAX: popops::exp, a new tensor);
+# popops::reduce ADD into FLOAT; invInPlace; for SOFTMAX_SCALED mulInPlace(SOFTMAX_SCALING);
+# for HALF a cast of the inverse sums; mulInPlace of the rows ("invScale"). No divide.
+SOFTMAX_STEPS = {
+    "SOFTMAX": ["UnaryOp EXPONENT", "Reduce ADD", "UnaryOpInPlace INVERSE",
+                "BinaryOpInPlace MULTIPLY"],
+    "SOFTMAX_STABLE": ["Reduce MAX", "BinaryOp SUBTRACT", "UnaryOpInPlace EXPONENT",
+                       "Reduce ADD", "UnaryOpInPlace INVERSE", "BinaryOpInPlace MULTIPLY"],
+    "SOFTMAX_SCALED": ["Reduce MAX", "BinaryOp SUBTRACT", "BroadcastScalarInPlace ADD",
+                       "UnaryOpInPlace EXPONENT", "Reduce ADD", "UnaryOpInPlace INVERSE",
+                       "BroadcastScalarInPlace MULTIPLY", "BinaryOpInPlace MULTIPLY"]}
+
+
+def _op(vertex_type: str) -> str:
+    """'popops::BinaryOp1DInPlace<MULTIPLY,float>' -> 'BinaryOpInPlace MULTIPLY'."""
+    kind, args = vertex_type.removeprefix("popops::").split("<", 1)
+    for form in ("2DData", "1D", "2D"):
+        kind = kind.replace(form, "")
+    return f"{kind} {args.split(',')[0]}"
+
+
+@pytest.mark.parametrize("nl", list(SOFTMAX_STEPS))
+@pytest.mark.parametrize("dtype", [ipu.FLOAT, ipu.HALF])
+def test_softmax_is_poplibs_sequence_of_popops_ops(nl, dtype):
+    # rows of 6 on 4 tiles (each row on one tile: one-stage reduces), so one compute set
+    # per op, in softmaxImpl's order; the values are NumPy's softmax
+    dev = ipu.IPUModel(tiles_per_ipu=4).create_device()
+    g = ipu.Graph(dev.target)
+    x = np.random.default_rng(5).normal(size=(8, 6)).astype(np.float32) * 4
+    t = g.add_variable(dtype, x.shape, "x")
+    poputil.map_tensor_linearly(g, t, 6, 6)
+    g.set_initial_value(t, x.astype(dtype))
+    prog = ipu.Sequence()
+    p = popnn.non_linearity(g, getattr(popnn.NonLinearityType, nl), t, prog, "sm")
+    g.create_host_read("p", p)
+    eng = ipu.Engine(g, prog)
+    eng.load(dev)
+    eng.run()
+    steps = [s for s in eng.trace.steps if s.kind == "compute"]
+    want = SOFTMAX_STEPS[nl] if dtype == ipu.FLOAT else [
+        *SOFTMAX_STEPS[nl][:-1], "Cast float", SOFTMAX_STEPS[nl][-1]]
+    assert [_op(next(iter(s.vertex_types))) for s in steps] == want
+    assert all(len(s.vertex_types) == 1 for s in steps)
+    assert steps[-1].name == "sm/invScale"
+    assert not any("DIVIDE" in v for s in steps for v in s.vertex_types)
+    sums = next(s for s in steps if s.name == "sm/sum")
+    kind = "float" if dtype == ipu.FLOAT else "half"
+    assert set(sums.vertex_types) == {f"popops::Reduce<ADD,{kind}>"}  # into float
+    xs = x.astype(dtype).astype(np.float64)
+    e = np.exp(xs - xs.max(1, keepdims=True))
+    scale = 62000.0 if nl == "SOFTMAX_SCALED" else 1.0
+    tol = 1e-6 if dtype == ipu.FLOAT else 2e-3
+    np.testing.assert_allclose(eng.read_tensor("p") / scale, e / e.sum(1, keepdims=True),
+                               rtol=tol * 10, atol=tol)
+
+
+def test_relu_gradient_is_one_multivertex_on_a_tile_of_one_region():
+    # lib/popnn/NonLinearity.cpp nonLinearityInputGradient: NonLinearityGrad1D (a
+    # MultiVertex) where a tile holds one contiguous region of out, else NonLinearityGrad2D
+    dev = ipu.IPUModel(tiles_per_ipu=3).create_device()
+    g = ipu.Graph(dev.target)
+    x = np.linspace(-3, 3, 16).astype(np.float32)
+    out, dy = make(g, np.maximum(x, 0), "out"), make(g, x * 10, "dy")
+    for t in (out, dy):  # tiles 0 and 2 one region each, tile 1 two
+        poputil.set_tile_mapping(g, t, [[(0, 6)], [(6, 10), (12, 16)], [(10, 12)]])
+    prog = ipu.Sequence()
+    first = len(g.v_cs)
+    grad = popnn.non_linearity_input_gradient(g, popnn.NonLinearityType.RELU, out, dy, prog)
+    on = {t: [c.__name__ for c, tt in zip(g.v_cls[first:], g.v_tile[first:]) if tt == t]
+          for t in (0, 1, 2)}
+    assert on == {0: ["ReluGrad"], 1: ["ReluGrad2D"] * 2, 2: ["ReluGrad"]}
+    assert issubclass(popnn.ReluGrad, ipu.MultiVertex)
+    assert not issubclass(popnn.ReluGrad2D, ipu.MultiVertex)
+    g.create_host_read("grad", grad)
+    eng = ipu.Engine(g, prog)
+    eng.load(dev)
+    eng.run()
+    np.testing.assert_array_equal(eng.read_tensor("grad"), x * 10 * (x > 0))

@@ -80,7 +80,7 @@ def test_broadcast_transposed_and_output_follows_first_operand():
     assert (poputil.tile_of_elements(g, c) == poputil.tile_of_elements(g, a)).all()
     step = next(s for s in eng.trace.steps if s.name == "bias")
     assert step.exchange_cycles > 0  # the row is fetched from other tiles
-    assert set(step.vertex_types) == {"popops::BinaryOp<ADD,float>"}
+    assert set(step.vertex_types) == {"popops::BinaryOp1D<ADD,float>"}  # one region a tile
 
 
 def test_in_place_scaled_add_fill_zero_cast():
@@ -518,3 +518,105 @@ def test_reduce_with_output_checks_its_output():
     popops.reduce_with_output(g, t, half, [1], "ADD", prog)
     got, _ = run(dev, g, prog, half=half)
     np.testing.assert_array_equal(got["half"], [3, 3])
+
+
+# -- one MultiVertex on a tile of one contiguous region, else 2D vertices ---------------------
+# poplibs lib/popops/ElementWise.cpp: binaryOpGeneral ("Single contiguous region, use
+# MultiVertex ("1D")", else popops::BinaryOp2D vertices from splitRegionsBetweenWorkers),
+# unaryOp (UnaryOp1D / UnaryOp2D, the same test), createVertexBinaryOpBroadcastScalar
+# (BroadcastScalar1D / BroadcastScalar2DData); lib/popops/codelets/elemwiseBinaryCodelets.cpp:
+# BinaryOp1D is a MultiVertex, BinaryOp2D a Vertex.
+REGIONS = [[(0, 8)], [(8, 12), (16, 20)], [(12, 16), (20, 24)]]  # tile 0 one region, 1-2 two
+
+
+def _by_tile(g, first):
+    """{tile: [(vertex class name, MultiVertex?, elements of its first field)]}"""
+    seen = {}
+    for vid in range(first, len(g.v_cs)):
+        cls = g.v_cls[vid]
+        n = next(iter(g.v_conn[vid].values())).num_elements()
+        seen.setdefault(g.v_tile[vid], []).append(
+            (cls.__name__, issubclass(cls, ipu.MultiVertex), n))
+    return seen
+
+
+@pytest.mark.parametrize("op, name, want", [
+    (lambda g, a, b, p: popops.add(g, a, b, p), "BinaryOp{}<ADD,float>", lambda x, y: x + y),
+    (lambda g, a, b, p: popops.mul_in_place(g, a, b, p), "BinaryOp{}InPlace<MULTIPLY,float>",
+     lambda x, y: x * y),
+    (lambda g, a, b, p: popops.exp(g, a, p), "UnaryOp{}<EXPONENT,float>",
+     lambda x, y: np.exp(x)),
+    (lambda g, a, b, p: popops.inv_in_place(g, a, p), "UnaryOp{}InPlace<INVERSE,float>",
+     lambda x, y: 1 / x),
+    (lambda g, a, b, p: popops.sub(g, a, 0.5, p), "BroadcastScalar{}<SUBTRACT,float>",
+     lambda x, y: x - 0.5)])
+def test_a_tile_of_one_region_gets_a_multivertex_and_other_tiles_2d_vertices(op, name, want):
+    dev, g, prog = setup(3)
+    x = np.linspace(0.5, 3, 24, dtype=np.float32)
+    a, b = variable(g, x, "a", linear=False), variable(g, x[::-1].copy(), "b", linear=False)
+    for t in (a, b):
+        poputil.set_tile_mapping(g, t, REGIONS)
+    first = len(g.v_cs)
+    out = op(g, a, b, prog)
+    seen = _by_tile(g, first)
+    one, two = name.format("1D"), name.format("2D").replace("Scalar2D", "Scalar2DData")
+    assert seen[0] == [("popops::" + one, True, 8)]
+    for tile in (1, 2):  # 8 elements in two regions: 2 vertices of 2 grains (at least 2)
+        assert seen[tile] == [("popops::" + two, False, 4)] * 2
+    got, _ = run(dev, g, prog, out=a if out is None else out)
+    np.testing.assert_allclose(got["out"], want(x, x[::-1]), rtol=1e-6)
+
+
+def test_regions_are_counted_in_address_order():
+    # an in-place op on a transposed view: tile 0 holds a's rows 0-1, whose addresses form
+    # one region whatever the view's order (PopLibs reorders the output to simplify it,
+    # graph.reorderToSimplify, before getSortedContiguousRegions); tile 1 holds rows 2 and
+    # 4 (two regions), tile 2 row 3 and 5
+    dev, g, prog = setup(3)
+    x = np.arange(24, dtype=np.float32).reshape(6, 4)
+    a = variable(g, x, "a", linear=False)
+    poputil.set_tile_mapping(g, a, [[(0, 8)], [(8, 12), (16, 20)], [(12, 16), (20, 24)]])
+    assert popops.regions_per_tile(g, a.transpose(),
+                                   poputil.tile_of_elements(g, a.transpose())).tolist() == \
+        [1, 2, 2]
+    first = len(g.v_cs)
+    popops.add_in_place(g, a.transpose(), 1.0, prog)
+    seen = _by_tile(g, first)
+    assert [c for c, _, _ in seen[0]] == ["popops::BroadcastScalar1DInPlace<ADD,float>"]
+    assert {c for c, _, _ in seen[1]} == {"popops::BroadcastScalar2DDataInPlace<ADD,float>"}
+    got, _ = run(dev, g, prog, a=a)
+    np.testing.assert_array_equal(got["a"], x + 1)
+
+
+@pytest.mark.parametrize("tiles", [1, 4])  # one stage; rows over two tiles: partials
+def test_half_reduced_into_float_adds_in_float(tiles):
+    # 40 halves of 3000 sum to 120,000, past half's largest value (65,504): a float output
+    # takes the float sum, as PopLibs accumulates half in float (softmax's sums do this)
+    dev, g, prog = setup(tiles)
+    x = np.full((2, 40), 3000, np.float16)
+    t = variable(g, x, "x", dtype=ipu.HALF)
+    s = popops.reduce(g, t, [1], popops.Operation.ADD, prog, out_type=ipu.FLOAT)
+    got, _ = run(dev, g, prog, s=s)
+    np.testing.assert_array_equal(got["s"], [120_000.0, 120_000.0])
+
+
+@pytest.mark.parametrize("n, want", [(20, [4] * 5), (6, [6]), (3, [3]), (2, [2]),
+                                     (8, [4, 4]), (30, [6] * 5), (40, [8] * 5),
+                                     (50, [10] * 5), (26, [4, 6, 4, 6, 6])])
+def test_2d_vertices_are_cut_as_poplibs_split_regions_between_workers(n, want):
+    # poplibs lib/poputil/Util.cpp splitRegions(regions, grain 2, 6 workers, min 2 grains),
+    # worked by hand: grains G = ceil(n/2); per vertex max(ceil(G/6), ceil(G/max(1, G//2)))
+    # grains; vertex v takes grains [v*G//V, (v+1)*G//V) of V = ceil(G/that) vertices.
+    # n = 20: G = 10, 2 grains a vertex, 5 vertices of 4; n = 6: G = 3, at least 2 grains
+    # a vertex (3 // 2 = 1 vertex at most): one vertex; n = 50: G = 25, max(5, 3) = 5
+    # grains a vertex, 5 vertices of 10; n = 26: G = 13, 3 grains a vertex, ceil(13 / 3) =
+    # 5 vertices, cut at grains 0, 2, 5, 7, 10, 13: 4, 6, 4, 6 and 6 elements.
+    dev, g, prog = setup(2)
+    a = g.add_variable(ipu.FLOAT, [2 * n], "a")
+    poputil.set_tile_mapping(g, a, [[(0, n // 2), (n, n + n - n // 2)],
+                                    [(n // 2, n), (n + n - n // 2, 2 * n)]])
+    first = len(g.v_cs)
+    popops.exp(g, a, prog)
+    on_tile_0 = [c["in1"].num_elements() for c, t in zip(g.v_conn[first:], g.v_tile[first:])
+                 if t == 0]
+    assert on_tile_0 == want

@@ -227,9 +227,11 @@ def test_tut6_profile_matches_graphcores_ipu_model_within_10_percent(capsys):
 
 
 def test_host_link_presets():
-    # ipu1/ipu2 model the IPUModel (about 6 B/cycle, tut6 README); bow keeps the Bow
-    # datasheet's PCIe Gen4 x16, 64 GB/s bidirectional = 32 GB/s each way.
+    # ipu1/ipu2 model the IPUModel (about 6 B/cycle, tut6 README); a Bow-2000's 4 IPUs
+    # share its 100 GbE RoCE link to the host (Bow-2000 datasheet, Host-Link; Bow Pod DA
+    # build guide: a 100GbE RoCEv2 NIC): 100e9 / 8 / 4 B/s each when all 4 stream.
     for version in ("ipu1", "ipu2"):
         assert ipu.IPUModel(version).create_device().target.host_link_bytes_per_cycle == 6.0
     bow = ipu.IPUModel("bow").create_device().target
-    assert bow.host_link_bytes_per_cycle == 32e9 / 1.85e9
+    assert bow.host_link_bytes_per_cycle == pytest.approx(100e9 / 8 / 4 / 1.85e9)
+    assert 1.68 < bow.host_link_bytes_per_cycle < 1.69

@@ -107,6 +107,7 @@ UNARY = {
     "ABSOLUTE": lambda xp, a: xp.abs(a),
     "EXPONENT": lambda xp, a: xp.exp(a),
     "LOGARITHM": lambda xp, a: xp.log(a),
+    "INVERSE": lambda xp, a: 1 / a,
     "SQRT": lambda xp, a: xp.sqrt(a),
     "SQUARE": lambda xp, a: a * a,
     "TANH": lambda xp, a: xp.tanh(a),
@@ -137,8 +138,8 @@ def _binary(op):
     return lambda a, b: Expr(op, lift(a), lift(b))
 
 
-Neg, Abs, Exp, Log, Sqrt, Square, Tanh, Sigmoid, Relu = (
-    _unary(op) for op in ("NEGATE", "ABSOLUTE", "EXPONENT", "LOGARITHM", "SQRT", "SQUARE",
-                          "TANH", "SIGMOID", "RELU"))
+Neg, Abs, Exp, Log, Inv, Sqrt, Square, Tanh, Sigmoid, Relu = (
+    _unary(op) for op in ("NEGATE", "ABSOLUTE", "EXPONENT", "LOGARITHM", "INVERSE", "SQRT",
+                          "SQUARE", "TANH", "SIGMOID", "RELU"))
 Add, Sub, Mul, Divide, Max, Min = (
     _binary(op) for op in ("ADD", "SUBTRACT", "MULTIPLY", "DIVIDE", "MAXIMUM", "MINIMUM"))

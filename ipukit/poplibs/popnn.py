@@ -2,17 +2,21 @@
 
 ``non_linearity`` applies RELU, SIGMOID, TANH, HARD_SIGMOID, GELU or SWISH element-wise (a
 ``popops.map``, with ``popnn/NonLinearityDef.hpp``'s formulas) or a softmax over the
-innermost dimension, built from popops as ``lib/popnn/NonLinearity.cpp`` builds it:
-SOFTMAX is ``exp(x)``, an ADD reduce and a divide (no max is subtracted, so large inputs
-overflow to inf/NaN); SOFTMAX_STABLE first subtracts the row's MAX (a reduce, then
-``exp(x - max)``); SOFTMAX_SCALED is the stable one scaled so each row sums to
-``SOFTMAX_SCALING`` = 62000 (PopLibs' ``NonLinearityInternal.hpp``). The steps are compute
-sets, each visible in the profile (ipukit fuses the subtract into the exp and the
-inverse into the divide). ``calc_loss`` is the loss layer of Graphcore's MNIST regression
-demo: from probabilities and labels it writes the per-sample loss and the gradient
-``delta`` and adds the number of correct predictions (arg-max equals label) to
-``num_correct``; a label equal to ``MASKED_LABEL_CODE`` (0xFFFFFFFF; -1 for INT labels)
-gives no loss, a zero delta and is not counted, as in PopLibs.
+innermost dimension, built from popops ops in the order ``softmaxImpl`` in
+``lib/popnn/NonLinearity.cpp`` calls them: SOFTMAX is ``exp``, an ADD reduce of each row
+into float, ``invInPlace`` of the row sums and a ``mulInPlace`` of each row by its
+inverse sum (no max is subtracted, so large inputs overflow to inf/NaN); SOFTMAX_STABLE
+first takes a MAX reduce and subtracts it (``sub``, then ``expInPlace``); SOFTMAX_SCALED
+also adds ``log(SOFTMAX_SCALING)`` before the exp and multiplies the inverse sums by
+``SOFTMAX_SCALING`` = 62000, so each row sums to 62000 (``NonLinearityInternal.hpp``); a
+HALF input's inverse sums are cast to half before the last multiply. Each op is a compute
+set of its own (a reduce one or two), all visible in the profile.
+
+``calc_loss`` is the loss layer of Graphcore's MNIST regression demo: from probabilities
+and labels it writes the per-sample loss and the gradient ``delta`` and adds the number
+of correct predictions (arg-max equals label) to ``num_correct``; a label equal to
+``MASKED_LABEL_CODE`` (0xFFFFFFFF; -1 for INT labels) gives no loss, a zero delta and is
+not counted, as in PopLibs.
 
 >>> import sys, numpy as np, ipukit as ipu
 >>> from ipukit.poplibs import popnn, poputil
@@ -39,7 +43,7 @@ from ..program import Execute, Sequence
 from ..tensor import FLOAT, INT, UNSIGNED_INT, Tensor
 from ..vertex import InOut, Input, Output, Vector, Vertex
 from . import popops, poputil
-from .expr import Exp, Expr, Max, Min, Sigmoid, Tanh, _1, _2
+from .expr import Expr, Max, Min, Sigmoid, Tanh, _1
 
 #: ``popops/EncodingConstants.hpp``: a label with this value is masked (no loss, no delta,
 #: not counted by calcLoss / calcAccuracy). For INT labels it reads as -1.
@@ -90,21 +94,36 @@ def non_linearity(graph, nl_type, t: Tensor, prog: Sequence, debug_name: str = "
                        f"{', '.join([*ELEMENTWISE, *SOFTMAXES])} (popnn.NonLinearityType)")
     if not isinstance(t, Tensor) or t.rank < 1:
         raise IpuError(f"{name}: softmax needs a tensor of rank >= 1, got {t!r}")
+    return _softmax(graph, t, nl, prog, name)
+
+
+def _softmax(graph, t: Tensor, nl: str, prog: Sequence, name: str) -> Tensor:
+    """``softmaxImpl(graph, t, stableAlgo, inPlace=false, scaled, prog)``: popops ops over
+    the innermost dimension, in PopLibs' order."""
     last = t.rank - 1
     if nl == "SOFTMAX":  # PopLibs' fast softmax: no max subtracted
-        e = popops.map(graph, Exp(_1), [t], prog, name + "/exp")
+        e = popops.exp(graph, t, prog, name + "/exp")
     else:
         m = popops.reduce(graph, t, [last], popops.Operation.MAX, prog, name + "/max")
-        shift = float(np.log(SOFTMAX_SCALING)) if nl == "SOFTMAX_SCALED" else 0.0
-        e = popops.map(graph, Exp(_1 - _2 + shift), [t, m.expand(last)], prog, name + "/exp")
-    s = popops.reduce(graph, e, [last], popops.Operation.ADD, prog, name + "/sum")
-    scale = SOFTMAX_SCALING if nl == "SOFTMAX_SCALED" else 1.0
-    return popops.map(graph, _1 * (scale / _2), [e, s.expand(last)], prog, name + "/divide")
+        e = popops.sub(graph, t, m.expand(last), prog, name + "/sub")
+        if nl == "SOFTMAX_SCALED":
+            popops.add_in_place(graph, e, float(np.log(SOFTMAX_SCALING)), prog, name + "/add")
+        popops.exp_in_place(graph, e, prog, name + "/exp")
+    s = popops.reduce(graph, e, [last], popops.Operation.ADD, prog, name + "/sum",
+                      out_type=FLOAT)
+    popops.inv_in_place(graph, s, prog, name + "/inv")
+    if nl == "SOFTMAX_SCALED":
+        popops.mul_in_place(graph, s, SOFTMAX_SCALING, prog, name + "/scale")
+    if t.dtype != FLOAT:
+        s = popops.cast(graph, s, t.dtype, prog, name + "/cast")
+    popops.mul_in_place(graph, e, s.expand(last), prog, name + "/invScale")
+    return e
 
 
 class ReluGrad(popops.RowsMultiVertex):
     """``popnn::NonLinearityGrad1D`` for RELU: ``in_grad = out_grad * (out > 0)``; a
-    MultiVertex, one per tile, as in PopLibs."""
+    MultiVertex, one on a tile that holds one contiguous region of ``out``, as in PopLibs
+    (``NonLinearity.cpp`` ``nonLinearityInputGradient``)."""
 
     grain = poputil.vector_width(FLOAT)
     out = Input(Vector(FLOAT))
@@ -114,6 +133,16 @@ class ReluGrad(popops.RowsMultiVertex):
     @poputil.vertex_separable
     def compute(self):
         self.in_grad[...] = self.out_grad * (self.out > 0)
+
+
+class ReluGrad2D(Vertex):
+    """``popnn::NonLinearityGrad2D`` for RELU: the plain vertices PopLibs puts, at most one
+    per worker, on a tile that holds several regions of ``out``."""
+
+    out = Input(Vector(FLOAT))
+    out_grad = Input(Vector(FLOAT))
+    in_grad = Output(Vector(FLOAT))
+    compute = ReluGrad.compute
 
 
 def non_linearity_input_gradient(graph, nl_type, out: Tensor, out_gradient: Tensor,
@@ -137,7 +166,8 @@ def non_linearity_input_gradient(graph, nl_type, out: Tensor, out_gradient: Tens
     cs = graph.add_compute_set(name)
     popops.add_per_tile_vertices(graph, cs, ReluGrad, {
         "out": out.flatten(), "out_grad": out_gradient.flatten(), "in_grad": grad.flatten()},
-        tiles, grain=poputil.vector_width(FLOAT))
+        tiles, grain=poputil.vector_width(FLOAT), cls_2d=ReluGrad2D,
+        regions=popops.regions_per_tile(graph, out, tiles))
     prog.add(Execute(cs))
     return grad
 
@@ -145,8 +175,8 @@ def non_linearity_input_gradient(graph, nl_type, out: Tensor, out_gradient: Tens
 class CalcLoss(Vertex):
     """One sample of the loss layer (``popnn::CalcLoss``): loss, delta and correct.
 
-    A masked label (``MASKED_LABEL_CODE``) gives loss 0, delta 0 and is not correct. Kit
-    convention: PopLibs' LossTest masks only CROSS_ENTROPY_LOSS; ipukit zeroes both."""
+    A masked label (``MASKED_LABEL_CODE``) gives loss 0, delta 0 and is not correct
+    (kit convention: PopLibs' LossTest masks only CROSS_ENTROPY_LOSS; ipukit zeroes both)."""
 
     probs = Input(Vector(FLOAT))
     label = Input(UNSIGNED_INT)

@@ -5,11 +5,21 @@ public API, appends ``Execute`` to the Sequence it is given and returns a new Te
 its cost and memory show up in the profile like anything else.
 
 * Element-wise ops (``add``, ``sub``, ``mul``, ``div``, ``neg``, ``abs``, ``exp``, ``log``,
-  ``relu``, ...) and ``map`` of an expression built from ``_1``, ``_2``, ... (Poplar's
-  ``popops::expr``). Operands broadcast as in NumPy. The output takes the tile mapping of
-  the first operand of the output's shape, so work happens where the data is; each
-  tile has ONE vertex (a MultiVertex, like PopLibs' ``BinaryOp1D``) whose elements its 6
-  workers share.
+  ``inv``, ``relu``, ...; ``add_in_place``, ``mul_in_place``, ...) and ``map`` of an
+  expression built from ``_1``, ``_2``, ... (Poplar's ``popops::expr``). Operands broadcast
+  as in NumPy. The output takes the tile mapping of the first operand of the output's
+  shape, so work happens where the data is. As PopLibs chooses per tile
+  (``ElementWise.cpp``): a tile that holds ONE contiguous region of the output gets one
+  MultiVertex (``popops::BinaryOp1D<ADD,float>``, ``UnaryOp1D``, ``Cast1D``) whose
+  elements its 6 workers share; a tile with several regions gets plain vertices
+  (``BinaryOp2D``, ``UnaryOp2D``, ``Cast2D``), at most one per worker, each over a share
+  of the tile's regions (:func:`map_vertex`). A number operand gives PopLibs'
+  ``BroadcastScalar1D`` or ``BroadcastScalar2DData`` by the same rule (kit convention:
+  PopLibs picks between those two by their cycle estimates), and a multi-op ``map`` its
+  generated codelet. A broadcast tensor operand keeps ``BinaryOp1D``/``2D`` (kit
+  convention: PopLibs may use its ``BroadcastVectorInner``/``Outer`` vertices there), and
+  a MultiVertex takes a region of any size (kit convention: PopLibs falls back to 2D
+  vertices past what a codelet's loop counts, ``validateRegionSizeForMultiVertex``).
 * ``scaled_add_to`` (``a += scale * b`` in place), ``fill``, ``zero``, ``cast``. An
   operand that shares elements with the in-place output (``add_in_place(g, x, x, p)``) is
   copied to a temporary first, as PopLibs does, so ``x += x`` gives ``2x``.
@@ -43,7 +53,7 @@ import numpy as np
 
 from ..errors import GraphConnectionError, IpuError, type_name
 from ..program import Copy, Execute, Sequence
-from ..tensor import FLOAT, HALF, TYPE_NAMES, Tensor, address_span, as_type, single_run
+from ..tensor import FLOAT, HALF, TYPE_NAMES, Tensor, address_span, as_type, firsts, single_run
 from ..vertex import InOut, Input, MultiVertex, Output, Vector, Vertex
 from . import poputil
 from .expr import BINARY, UNARY, Expr, _1, _2, _3, lift
@@ -57,13 +67,12 @@ class RowsMultiVertex(MultiVertex):
     ``UnaryOp1D`` and ``Cast1D`` share their elements: one vertex per tile.
 
     A row is one element (element-wise ops) or one output with its inputs (``Reduce``);
-    the workers take ``poputil.split_regions(rows, grain, W)`` pieces of whole grains, the
-    pieces popops gave one vertex each before. The estimate is W x the heaviest piece's
-    cost (10 cycles plus one per element read or written), PopLibs' ``numWorkers *
-    workerCycles``: the cycles of one vertex per piece, one piece per worker. Kit
-    convention: PopLibs' ``Fill`` and ``Reduce`` are plain Vertexes (one per worker's
-    regions); ipukit's fill/zero and single-width reduces are MultiVertexes too, with the
-    same pieces and cycles.
+    the workers take ``poputil.split_regions(rows, grain, W)`` pieces of whole grains.
+    The estimate is W x the heaviest piece's cost (10 cycles plus one per element read or
+    written), PopLibs' ``numWorkers * workerCycles``: the cycles of one vertex per piece,
+    one piece per worker (kit convention: the 10 + 1 per element). PopLibs' ``Reduce`` is
+    a plain Vertex, one per worker's regions (kit convention: ipukit's single-width
+    reduces are MultiVertexes too, with the same pieces and cycles).
     """
 
     #: Rows per grain: ``Target::getVectorWidth`` of the data (float 2) for element-wise.
@@ -77,23 +86,57 @@ class RowsMultiVertex(MultiVertex):
         return workers * (10 + sum(sizes[f] // rows * share for f in names))
 
 
-def map_vertex(expr: Expr, in_types, out_type, inplace: bool) -> type:
-    """The codelet evaluating ``expr`` element-wise (one class per expression and types)."""
-    key = ("map", str(expr), tuple(in_types), out_type, inplace)  # (dtypes, not their names)
+#: Binary ops that give the same result with their operands swapped (PopLibs'
+#: ``isBinaryOpCommutative``, for the kit's ops).
+COMMUTATIVE = ("ADD", "MULTIPLY", "MAXIMUM", "MINIMUM")
+
+
+def vertex_name(expr: Expr, in_types, out_type, inplace: bool, multi: bool = True) -> str:
+    """The name of the vertex that evaluates ``expr`` on a tile holding one contiguous
+    region of the output (``multi``) or several, as PopLibs names them (``ElementWise.cpp``
+    ``unaryOp``, ``binaryOpGeneral``, ``createVertexBinaryOpBroadcastScalar``; ``Cast.cpp``;
+    ``Fill.cpp``): ``popops::BinaryOp1D<ADD,float>`` or ``BinaryOp2D``, ``UnaryOp1D`` or
+    ``UnaryOp2D`` (``InPlace`` variants), ``BroadcastScalar1D`` or ``BroadcastScalar2DData``
+    for an operand that is a number, ``Cast1D`` or ``Cast2D``, ``Fill`` or ``Fill2d``. A
+    multi-op expression is PopLibs' generated codelet, ``popops::map::...`` with
+    ``_MultiVertex`` for the one-region form (``ExpressionGenerator.cpp``), the
+    expression's text standing for PopLibs' generated name (kit convention).
+
+    >>> from ipukit.poplibs.expr import _1, _2
+    >>> f = np.dtype("float32")
+    >>> vertex_name(_1 + _2, [f, f], f, False), vertex_name(_1 * 2, [f], f, True, False)
+    ('popops::BinaryOp1D<ADD,float>', 'popops::BroadcastScalar2DDataInPlace<MULTIPLY,float>')
+    """
+    t, place, d = type_name(out_type), "InPlace" if inplace else "", "1D" if multi else "2D"
+    if expr.op == "CONST":
+        return f"popops::Fill{'' if multi else '2d'}<{t}>"
+    if expr.op == "ARG":
+        return f"popops::Cast{d}<{type_name(in_types[0])},{t}>"
+    args = [a.op for a in expr.args]
+    if expr.op in UNARY and args == ["ARG"]:
+        return f"popops::UnaryOp{d}{place}<{expr.op},{t}>"
+    if expr.op in BINARY and set(args) <= {"ARG", "CONST"}:
+        if args[1:] == ["CONST"] or (args[0] == "CONST" and expr.op in COMMUTATIVE
+                                     and not inplace):
+            return f"popops::BroadcastScalar{'1D' if multi else '2DData'}{place}<{expr.op},{t}>"
+        return f"popops::BinaryOp{d}{place}<{expr.op},{t}>"
+    return f"popops::map::{expr}{place}<{t}>" + ("_MultiVertex" if multi else "")
+
+
+def map_vertex(expr: Expr, in_types, out_type, inplace: bool, multi: bool = True) -> type:
+    """The codelet evaluating ``expr`` element-wise (one class per expression and types):
+    with ``multi``, the one PopLibs puts on a tile that holds one contiguous region of the
+    output (a :class:`RowsMultiVertex`, ``BinaryOp1D``), else the plain Vertex it puts,
+    at most one per worker, on a tile with several regions (``BinaryOp2D``), whose estimate
+    is the Vertex default, 10 cycles plus one per element read or written (kit convention:
+    PopLibs' ``BinaryOp2D`` estimator adds a loop per region). PopLibs' fill
+    vertices are always plain (``Fill`` for one region, ``Fill2d``); the kit names a
+    tile's pieces ``Fill2d`` when the tile holds several regions (kit convention).
+    See :func:`vertex_name`."""
+    key = ("map", str(expr), tuple(in_types), out_type, inplace, multi)  # dtypes, not names
     if key in _VERTEX_CACHE:
         return _VERTEX_CACHE[key]
-    if expr.op == "CONST":
-        name = f"popops::Fill<{type_name(out_type)}>"
-    elif expr.op == "ARG":
-        name = f"popops::Cast<{type_name(in_types[0])},{type_name(out_type)}>"
-    elif expr.op in BINARY and all(a.op in ("ARG", "CONST") for a in expr.args):
-        name = f"popops::BinaryOp<{expr.op},{type_name(out_type)}>"
-    elif expr.op in UNARY and expr.args[0].op == "ARG":
-        name = f"popops::UnaryOp<{expr.op},{type_name(out_type)}>"
-    else:
-        name = f"popops::Map<{expr},{type_name(out_type)}>"
-    if inplace:
-        name = name.replace("Op<", "OpInPlace<").replace("Map<", "MapInPlace<")
+    name = vertex_name(expr, in_types, out_type, inplace, multi)
     ns = {"grain": poputil.vector_width(out_type)}
     for i, dt in enumerate(in_types, start=1):
         ns[f"in{i}"] = (InOut if inplace and i == 1 else Input)(Vector(dt))
@@ -109,7 +152,8 @@ def map_vertex(expr: Expr, in_types, out_type, inplace: bool) -> type:
 
     ns["compute"] = compute
     ns["__doc__"] = f"Element-wise {expr} ({name})."
-    cls = type(name, (RowsMultiVertex,), ns)
+    base = RowsMultiVertex if multi and expr.op != "CONST" else Vertex
+    cls = type(name, (base,), ns)
     _VERTEX_CACHE[key] = cls
     return cls
 
@@ -168,18 +212,21 @@ def reduce_vertex(op: str, in_type, out_type, update: bool, multi: bool = True) 
     """``popops::Reduce<op>``: ``out[i] = op(in[i*k:(i+1)*k])`` with k = len(in)/len(out).
 
     ``multi``: a :class:`RowsMultiVertex` (one per tile, its workers share the outputs),
-    else a plain Vertex (one per worker). Kit convention: PopLibs' ``Reduce`` is a plain
-    ``Vertex``; ipukit uses the MultiVertex where a compute set has one vertex per tile
-    (one width k), which takes the cycles of one vertex per worker. Where a tile holds rows
-    of several widths (several vertices), plain vertices share its workers round-robin."""
+    else a plain Vertex (one per worker). PopLibs' ``Reduce`` is a plain ``Vertex`` (kit
+    convention: ipukit uses the MultiVertex where a compute set has one vertex per tile, of
+    one width k, which takes the cycles of one vertex per worker). Where a tile holds rows
+    of several widths (several vertices), plain vertices share its workers round-robin.
+    Half partials with a float output are added in float (PopLibs accumulates in float)."""
     key = ("reduce", op, np.dtype(in_type), np.dtype(out_type), update, multi)
     if key in _VERTEX_CACHE:
         return _VERTEX_CACHE[key]
+    widen = np.dtype(in_type) == HALF and np.dtype(out_type) == FLOAT
 
     @poputil.vertex_separable
     def compute(self):
         n, c = len(self.out), self.out[0].size  # out may be a strided (n, ...) view
-        r = REDUCE_OPS[op](self.xp, _rows(self.xp, self.partials, op, n, c))
+        p = _rows(self.xp, self.partials, op, n, c)
+        r = REDUCE_OPS[op](self.xp, p.astype(FLOAT) if widen else p)
         if update:
             r = REDUCE_OPS[COMBINE_OP.get(op, op)](
                 self.xp, self.xp.stack([self.out.reshape(n, c), r.astype(self.out.dtype)], -1))
@@ -203,7 +250,8 @@ def _workers(graph) -> int:
 
 
 def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
-                          grain: int = 1) -> int:
+                          grain: int = 1, cls_2d: type | None = None,
+                          regions: np.ndarray | None = None) -> int:
     """Add vertices of ``cls`` to ``cs``: the rows of every field that belong to one tile
     go to ONE vertex there when ``cls`` is a :class:`ipukit.MultiVertex` (its workers
     share them), else they are split over the tile's workers (at most 6 vertices per
@@ -212,7 +260,11 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     ``fields`` maps field name to a Tensor whose first dimension has one row per work item
     (its rows are flattened into the vertex's Vector); ``tiles`` gives each item's tile.
     ``grain`` (rows) cuts the pieces of plain vertices; a MultiVertex class has its own
-    ``grain``. Returns the number of vertices added.
+    ``grain``. With ``cls_2d`` and ``regions`` (per tile, the contiguous regions of the
+    output it holds: :func:`regions_per_tile`), a tile of one region gets ``cls`` and any
+    other tile ``cls_2d``, as PopLibs' element-wise ops choose ``BinaryOp1D`` or
+    ``BinaryOp2D`` (``ElementWise.cpp`` ``binaryOpGeneral``), plain vertices cut as PopLibs
+    cuts them (:func:`_vertices_2d`). Returns the number of vertices added.
     """
     if len(tiles) == 0:
         return 0
@@ -222,14 +274,20 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     sorted_tiles = tiles if in_order else tiles[order]
     if not in_order:
         cuts = np.flatnonzero(sorted_tiles[1:] != sorted_tiles[:-1]) + 1
-    starts, multi = [0, *cuts.tolist()], issubclass(cls, MultiVertex)
+    starts = [0, *cuts.tolist()]
     on, ends = sorted_tiles[starts].tolist(), [*starts[1:], len(tiles)]
-    if multi:  # each vertex's rows [lo, hi): all of its tile's
-        lo, hi = starts, ends
-    else:  # the tile's rows split over its workers
-        nw = _workers(graph)
-        lo, hi, on = zip(*[(s + b, s + f, tile) for s, e, tile in zip(starts, ends, on)
-                           for b, f in poputil.split_regions(e - s, grain, nw)])
+    kinds = [cls] * len(on) if cls_2d is None else [
+        cls if r == 1 else cls_2d for r in regions[on].tolist()]
+    lo, hi, at, kind = [], [], [], []  # each vertex's rows [lo, hi), tile and class
+    for s, e, tile, k in zip(starts, ends, on, kinds):
+        parts = _workers(graph) if cls_2d is None else _vertices_2d(e - s, grain, graph)
+        pieces = ([(0, e - s)] if issubclass(k, MultiVertex)  # all of its tile's rows
+                  else poputil.split_regions(e - s, grain, parts))
+        for b, f in pieces:
+            lo.append(s + b)
+            hi.append(s + f)
+            at.append(tile)
+            kind.append(k)
     columns = []  # per field, each vertex's rows of it (in tile order, flattened): a view
     for t in fields.values():
         run = single_run(t)  # (one run of addresses: a slice of _iota, no index array made)
@@ -240,8 +298,26 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
         g, dt, what = t.graph, t.dtype, t.name
         columns.append([Tensor(g, dt, idx[a * w:b * w], what) for a, b in zip(lo, hi)])
     conns = [dict(zip(fields, c)) for c in zip(*columns)]
-    # The first vertex is added (and checked) as any; the rest take the same fields and
-    # types (Vector fields take any length) on tiles up to on[-1]: added in one go.
+    for k in dict.fromkeys(kind):  # each class's vertices, in tile order
+        mine = [i for i, c in enumerate(kind) if c is k]
+        _add_alike(graph, cs, k, [conns[i] for i in mine], [at[i] for i in mine], fields)
+    return len(conns)
+
+
+def _vertices_2d(n: int, grain: int, graph) -> int:
+    """How many 2D vertices PopLibs' element-wise ops put on a tile of ``n`` elements:
+    ``splitRegionsBetweenWorkers(target, regions, grain, 2 * grain)`` (poputil
+    ``Util.cpp`` ``splitRegions``): at most one per worker, at least 2 grains each."""
+    grains = -(-n // grain)
+    most = -(-grains // _workers(graph))  # grains a vertex, one vertex per worker
+    most = builtins.max(most, -(-grains // builtins.max(1, grains // 2)))  # >= 2 grains
+    return -(-grains // most)
+
+
+def _add_alike(graph, cs, cls, conns: list, on: list, fields) -> None:
+    """Vertices of ``cls``: the first is added (and checked) as any; the rest take the
+    same fields and types (Vector fields take any length) on tiles up to on[-1]: added in
+    one go."""
     graph.add_vertex(cs, cls, conns[0], tile=on[0])
     if not (all(cls.fields[name].vector for name in fields)
             and on[-1] < graph.target.num_tiles):
@@ -250,7 +326,21 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     else:
         offset = graph._offset
         graph.root._add_vertices(cs, cls, conns[1:], [tile + offset for tile in on[1:]])
-    return len(conns)
+
+
+def regions_per_tile(graph, t: Tensor, tiles: np.ndarray) -> np.ndarray:
+    """Per tile of ``graph``, how many contiguous regions of ``t``'s elements it holds
+    (runs of consecutive addresses; ``tiles``: the tile of each of t's flat elements):
+    the length of Poplar's ``getSortedContiguousRegions(t, mapping[tile])`` once PopLibs'
+    ``reorderToSimplify`` has put t's elements in address order."""
+    n_tiles = graph.target.num_tiles
+    if single_run(t):  # a variable or a slice of one: flat order is address order
+        return np.bincount(tiles[firsts(tiles)], minlength=n_tiles)
+    addresses = t.idx.reshape(-1)
+    order = np.lexsort((addresses, tiles))
+    tiles, addresses = tiles[order], addresses[order]
+    return np.bincount(tiles[firsts(tiles, addresses - np.arange(tiles.size))],
+                       minlength=n_tiles)
 
 
 _IOTA = [np.zeros(0, np.intp)]
@@ -329,12 +419,13 @@ def map(graph, expr, tensors, prog: Sequence, debug_name: str = "",  # noqa: A00
     if out.num_elements() == 0:
         return out  # nothing to compute: no compute set
     cs = graph.add_compute_set(op)
-    cls = map_vertex(expr, in_types, out_type, inplace)
     fields = {f"in{i + 1}": _flat_as(t, shape) for i, t in enumerate(tensors)}
     if not inplace:
         fields["out"] = out.flatten()
-    add_per_tile_vertices(graph, cs, cls, fields, out_tiles,
-                          grain=poputil.vector_width(out_type))
+    add_per_tile_vertices(graph, cs, map_vertex(expr, in_types, out_type, inplace), fields,
+                          out_tiles, grain=poputil.vector_width(out_type),
+                          cls_2d=map_vertex(expr, in_types, out_type, inplace, multi=False),
+                          regions=regions_per_tile(graph, out, out_tiles))
     prog.add(Execute(cs))
     return out
 
@@ -387,44 +478,49 @@ def _shares_elements(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(mask[a - lo].any())
 
 
-def _binary(op, name):
-    def fn(graph, a: Tensor, b, prog: Sequence, debug_name: str = "") -> Tensor:
-        if isinstance(b, Tensor):
-            return map(graph, Expr(op, _1, _2), [a, b], prog, debug_name or name)
-        return map(graph, Expr(op, _1, lift(b)), [a], prog, debug_name or name)
+def _binary(op, name, inplace=False):
+    def fn(graph, a: Tensor, b, prog: Sequence, debug_name: str = ""):
+        expr, ins = (Expr(op, _1, _2), [a, b]) if isinstance(b, Tensor) else \
+            (Expr(op, _1, lift(b)), [a])
+        out = map(graph, expr, ins, prog, debug_name or name, inplace=inplace)
+        return None if inplace else out  # (Poplar's xInPlace returns nothing)
 
-    fn.__name__ = name
-    fn.__doc__ = (f"``popops::{name}(graph, a, b, prog)``: element-wise {op} of two tensors "
-                  "(or a tensor and a number); returns a new tensor.")
+    fn.__name__ = _snake(name)
+    fn.__doc__ = (f"``popops::{name}(graph, a, b, prog)``: element-wise {op} of a tensor and "
+                  "a tensor (or a number); " + (
+                      "``a`` takes the result." if inplace else "returns a new tensor."))
     return fn
 
 
-def _unary(op, name):
-    def fn(graph, a: Tensor, prog: Sequence, debug_name: str = "") -> Tensor:
-        return map(graph, Expr(op, _1), [a], prog, debug_name or name)
+def _unary(op, name, inplace=False):
+    def fn(graph, a: Tensor, prog: Sequence, debug_name: str = ""):
+        out = map(graph, Expr(op, _1), [a], prog, debug_name or name, inplace=inplace)
+        return None if inplace else out
 
-    fn.__name__ = name
-    fn.__doc__ = f"``popops::{name}(graph, a, prog)``: element-wise {op}; a new tensor."
+    fn.__name__ = _snake(name)
+    fn.__doc__ = f"``popops::{name}(graph, a, prog)``: element-wise {op}; " + (
+        "``a`` takes the result." if inplace else "a new tensor.")
     return fn
 
 
+def _snake(name: str) -> str:
+    return name.replace("InPlace", "_in_place")
+
+
+BINARY_OPS = (("ADD", "add"), ("SUBTRACT", "sub"), ("MULTIPLY", "mul"), ("DIVIDE", "div"),
+              ("MAXIMUM", "max"), ("MINIMUM", "min"))
+UNARY_OPS = (("NEGATE", "neg"), ("ABSOLUTE", "abs"), ("EXPONENT", "exp"),
+             ("LOGARITHM", "log"), ("INVERSE", "inv"), ("SQRT", "sqrt"), ("SQUARE", "square"),
+             ("TANH", "tanh"), ("SIGMOID", "sigmoid"), ("RELU", "relu"))
 add, sub, mul, div, max, min = (  # noqa: A001 - Poplar's names
-    _binary(op, name) for op, name in (("ADD", "add"), ("SUBTRACT", "sub"),
-                                       ("MULTIPLY", "mul"), ("DIVIDE", "div"),
-                                       ("MAXIMUM", "max"), ("MINIMUM", "min")))
-neg, abs, exp, log, sqrt, square, tanh, sigmoid, relu = (  # noqa: A001
-    _unary(op, name) for op, name in (
-        ("NEGATE", "neg"), ("ABSOLUTE", "abs"), ("EXPONENT", "exp"), ("LOGARITHM", "log"),
-        ("SQRT", "sqrt"), ("SQUARE", "square"), ("TANH", "tanh"), ("SIGMOID", "sigmoid"),
-        ("RELU", "relu")))
-
-
-def add_in_place(graph, a: Tensor, b, prog: Sequence, debug_name: str = "") -> None:
-    """``popops::addInPlace(graph, a, b, prog)``: ``a += b``."""
-    if isinstance(b, Tensor):
-        map(graph, _1 + _2, [a, b], prog, debug_name or "addInPlace", inplace=True)
-    else:
-        map(graph, _1 + lift(b), [a], prog, debug_name or "addInPlace", inplace=True)
+    _binary(op, name) for op, name in BINARY_OPS)
+add_in_place, sub_in_place, mul_in_place, div_in_place, max_in_place, min_in_place = (
+    _binary(op, name + "InPlace", inplace=True) for op, name in BINARY_OPS)
+neg, abs, exp, log, inv, sqrt, square, tanh, sigmoid, relu = (  # noqa: A001
+    _unary(op, name) for op, name in UNARY_OPS)
+(neg_in_place, abs_in_place, exp_in_place, log_in_place, inv_in_place, sqrt_in_place,
+ square_in_place, tanh_in_place, sigmoid_in_place, relu_in_place) = (
+    _unary(op, name + "InPlace", inplace=True) for op, name in UNARY_OPS)
 
 
 def scaled_add_to(graph, a: Tensor, b: Tensor, scale, prog: Sequence,
@@ -581,11 +677,12 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None
     # Stage 1: every tile reduces the elements of each output row it holds to a partial.
     pair_tile = sorted_key[starts] % graph.target.num_tiles
     pair_row = sorted_key[starts] // graph.target.num_tiles
-    partials = graph.add_variable(t.dtype, [len(starts)], name + "/partials")
+    acc = FLOAT if out.dtype == FLOAT else t.dtype  # half into float: float partials
+    partials = graph.add_variable(acc, [len(starts)], name + "/partials")
     poputil._map_elements(graph, partials, pair_tile)
     cs1 = graph.add_compute_set(name + "/partials")
     widths = np.unique(counts).tolist()
-    stage1 = reduce_vertex(op, t.dtype, t.dtype, False, multi=len(widths) == 1)
+    stage1 = reduce_vertex(op, t.dtype, acc, False, multi=len(widths) == 1)
     src_flat = src.flatten()
     for c in widths:
         sel = np.flatnonzero(counts == c)
@@ -600,7 +697,7 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None
     row_counts = np.bincount(pair_row, minlength=m)
     row_first = np.concatenate([[0], np.cumsum(row_counts)[:-1]])
     widths = np.unique(row_counts).tolist()
-    cls = reduce_vertex(COMBINE_OP.get(op, op), t.dtype, out.dtype, update,
+    cls = reduce_vertex(COMBINE_OP.get(op, op), acc, out.dtype, update,
                         multi=len(widths) == 1)
     for c in widths:
         rows = np.flatnonzero(row_counts == c)
