@@ -158,6 +158,7 @@ def gantt(bars, rows, end: float, marks=(), width: int = 72):
 
     ``bars``: ``(row, start, end, label)``; ``rows``: the row names, top to bottom;
     ``end``: the right end of the axis (give two charts the same ``end`` to compare them);
+    a bar whose label starts with F is blue, with W (a weight gradient) green, else orange;
     ``marks``: ``(row, time, label)`` drawn as a red stop sign, e.g. where an IPU waits
     for ever. Text: each bar as ``[label]`` cut to its width, ``X`` at a mark.
 
@@ -180,7 +181,7 @@ def gantt(bars, rows, end: float, marks=(), width: int = 72):
         for r, s, e, label in bars:
             if r != row:
                 continue
-            colour = "#4e79a7" if label[:1] == "F" else "#f28e2b"
+            colour = {"F": "#4e79a7", "W": "#59a14f"}.get(label[:1], "#f28e2b")
             divs.append(f"<div title='{_html.escape(label)}: {s:g}-{e:g}' style='position:"
                         f"absolute;left:{s * scale:.1f}px;width:"
                         f"{max(1.0, (e - s) * scale - 1):.1f}px;height:16px;background:"
