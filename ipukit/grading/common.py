@@ -153,6 +153,21 @@ def naming(what: str):
         raise Wrong(f"{what}: your code raised {type(exc).__name__}: {exc}") from None
 
 
+def capped_warmups(num_stages: int, g: int, max_in_flight) -> list[int]:
+    """The warm-up forwards of each stage of 1F1B under per-stage limits (exercises 08.3
+    and 13.2): 1F1B's N - k, but never more than the stage's limit, nor than the stage
+    before it warms up (else the two wait for each other), nor than the g micro-batches.
+
+    >>> capped_warmups(4, 8, [2, 4, 4, 4])
+    [2, 2, 2, 1]
+    """
+    warm, cap = [], g
+    for k in range(num_stages):
+        cap = min(cap, int(max_in_flight[k]))
+        warm.append(min(num_stages - k, cap))
+    return warm
+
+
 def gantt(bars, rows, end: float, marks=(), width: int = 72):
     """A Gantt chart on a fixed time axis, every row drawn (empty ones too).
 

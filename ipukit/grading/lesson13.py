@@ -39,7 +39,7 @@ import numpy as np
 
 from ipukit import cost
 
-from .common import gantt
+from .common import capped_warmups, gantt
 from .feedback import Picture, Wrong, exercise, plural, side_by_side
 
 PHASES = ("F", "B", "W")
@@ -291,28 +291,18 @@ def _span_diagnosis(orders, t, got) -> str:
 def _bubble_diagnosis(orders, t, key, got) -> str:
     dur = {"F": t[0], "B": t[1], "W": t[2]}
     work = [sum(dur[op[0]] for op in o) for o in orders]
-    makespan = reference_measures(orders, *t)["makespan"]
-    mean = sum(work) / len(work)
+    want = reference_measures(orders, *t)
+    makespan, mean = want["makespan"], sum(work) / len(work)
     if key != "span" and _close(got, (makespan - mean) / (makespan if key == "total" else mean)):
         return (". That uses the IPUs' mean work; the ideal time is the busiest IPU's work, "
                 "max over IPUs")
-    if key == "span" and _close(got, reference_measures(orders, *t)["total"]):
+    if key == "span" and _close(got, want["total"]):
         return (". That is the bubble of the whole run; 'span' measures each IPU from its "
                 "first op's start to its last op's end and takes the longest")
     return ""
 
 
 # -- 13.2 ---------------------------------------------------------------------------------
-
-
-def capped_warmups(p: int, m: int, max_in_flight) -> list[int]:
-    """1F1B's warm-up forwards under limits (lesson 08.3): p - r on IPU r, never more
-    than its limit nor than the IPU before it warms up (else the two wait for each other)."""
-    warm, cap = [], m
-    for r in range(p):
-        cap = min(cap, int(max_in_flight[r]))
-        warm.append(min(p - r, cap))
-    return warm
 
 
 def capped_zb_h1(p: int, m: int, max_in_flight) -> list[list[tuple[str, int]]]:
