@@ -1,7 +1,8 @@
 """Every lesson shows, next to the ipukit code, what a learner writes on hardware (issue 18).
 
 Lessons 01-06 show Poplar C++ (a Graph, an Engine, codelets where they have vertices);
-07-12 show PopTorch and/or TensorFlow for IPU. Each such cell labels what ipukit does
+07-12 show PopTorch and/or TensorFlow for IPU; 13 shows TensorFlow for IPU next to
+``torch.distributed.pipelining``. Each such cell labels what ipukit does
 differently with the kit's marker, "(kit convention)". The code is not compiled here: at
 least the Python parses and the C++ brackets balance.
 """
@@ -36,6 +37,9 @@ MUST_SHOW = {
            "replicated_optimizer_state_sharding"],
     "11": ["computational_stages", "device_mapping=[0, [1, 2], 2]", "_ALL_DEVICES"],
     "12": ["_ALL_DEVICES", "pipelining_ops.pipeline", "outfeed_loss"],
+    "13": ["device_mapping=[0, 1, 2, 3, 0, 1, 2, 3]", "PipelineSchedule.Grouped",
+           "ScheduleInterleaved1F1B", "ScheduleInterleavedZeroBubble", "ScheduleZBVZeroBubble",
+           "ScheduleDualPipeV"],
 }
 
 

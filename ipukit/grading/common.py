@@ -153,11 +153,27 @@ def naming(what: str):
         raise Wrong(f"{what}: your code raised {type(exc).__name__}: {exc}") from None
 
 
+def capped_warmups(num_stages: int, g: int, max_in_flight) -> list[int]:
+    """The warm-up forwards of each stage of 1F1B under per-stage limits (exercises 08.3
+    and 13.2): 1F1B's N - k, but never more than the stage's limit, nor than the stage
+    before it warms up (else the two wait for each other), nor than the g micro-batches.
+
+    >>> capped_warmups(4, 8, [2, 4, 4, 4])
+    [2, 2, 2, 1]
+    """
+    warm, cap = [], g
+    for k in range(num_stages):
+        cap = min(cap, int(max_in_flight[k]))
+        warm.append(min(num_stages - k, cap))
+    return warm
+
+
 def gantt(bars, rows, end: float, marks=(), width: int = 72):
     """A Gantt chart on a fixed time axis, every row drawn (empty ones too).
 
     ``bars``: ``(row, start, end, label)``; ``rows``: the row names, top to bottom;
     ``end``: the right end of the axis (give two charts the same ``end`` to compare them);
+    a bar whose label starts with F is blue, with W (a weight gradient) green, else orange;
     ``marks``: ``(row, time, label)`` drawn as a red stop sign, e.g. where an IPU waits
     for ever. Text: each bar as ``[label]`` cut to its width, ``X`` at a mark.
 
@@ -180,7 +196,7 @@ def gantt(bars, rows, end: float, marks=(), width: int = 72):
         for r, s, e, label in bars:
             if r != row:
                 continue
-            colour = "#4e79a7" if label[:1] == "F" else "#f28e2b"
+            colour = {"F": "#4e79a7", "W": "#59a14f"}.get(label[:1], "#f28e2b")
             divs.append(f"<div title='{_html.escape(label)}: {s:g}-{e:g}' style='position:"
                         f"absolute;left:{s * scale:.1f}px;width:"
                         f"{max(1.0, (e - s) * scale - 1):.1f}px;height:16px;background:"

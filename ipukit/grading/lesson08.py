@@ -29,7 +29,7 @@ import numpy as np
 
 from ipukit.parallel import schedule
 
-from .common import gantt
+from .common import capped_warmups, gantt
 from .feedback import Picture, Wrong, as_ints, exercise, plural, side_by_side
 
 
@@ -433,16 +433,6 @@ def _pattern(g: int, warm: list[int]) -> list[list[tuple[str, int]]]:
             order += [("B", m - w), ("F", m)]
         orders.append(order + [("B", m) for m in range(g - w, g)])
     return orders
-
-
-def capped_warmups(num_stages: int, g: int, max_in_flight) -> list[int]:
-    """The warm-up forwards of each stage: 1F1B's N - k, but never more than the stage's
-    limit, nor than the stage before it warms up (else the two wait for each other)."""
-    warm, cap = [], g
-    for k in range(num_stages):
-        cap = min(cap, int(max_in_flight[k]))
-        warm.append(min(num_stages - k, cap))
-    return warm
 
 
 def capped_reference(num_stages: int, g: int, max_in_flight) -> list[list[tuple[str, int]]]:
