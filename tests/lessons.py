@@ -19,10 +19,8 @@ SOLVED_AND_UNTOUCHED = pytest.mark.parametrize(
 
 def kit_notebook(folder: str, name: str) -> Path:
     """The notebook in ``folder`` ("solutions" or "exercises") of the lesson notebook
-    ``name``: ``NN_topic_solutions.ipynb`` or ``NN_topic_exercises.ipynb`` (named before
-    the rename: ``NN_topic.ipynb``)."""
-    renamed = ROOT / folder / lesson_name(name).replace(".ipynb", f"_{folder}.ipynb")
-    return renamed if renamed.exists() else ROOT / folder / name
+    ``name``: ``NN_topic_solutions.ipynb`` or ``NN_topic_exercises.ipynb``."""
+    return ROOT / folder / lesson_name(name).replace(".ipynb", f"_{folder}.ipynb")
 
 
 def notebook_namespace(folder: str, name: str) -> dict:

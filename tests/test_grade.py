@@ -27,7 +27,7 @@ from ipukit.grading.make_exercises import edited_exercise
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISE_01 = sorted((ROOT / "exercises").glob("01_*.ipynb"))[0]
-SOLUTION_01 = ROOT / "solutions" / "01_ipu_and_bsp.ipynb"
+SOLUTION_01 = ROOT / "solutions" / "01_ipu_and_bsp_solutions.ipynb"
 LANDLOCK = pytest.mark.skipif(sandbox.landlock_abi() == 0, reason=sandbox.landlock_missing())
 SOLVED_01 = [  # lesson 01's 01.1 and 01.2 solved, as a learner writes them
     "import ipukit as ipu\nfrom ipukit import grading\nfrom ipukit.grading import lesson01\n"
@@ -201,7 +201,8 @@ def test_patched_check_and_recording_functions_score_nothing(tmp_path):
 # -- issue 11: the maximum is the notebook's own lesson's --------------------------------------
 
 def test_a_lesson_02_solution_named_01_is_graded_as_lesson_01(tmp_path):
-    nb = nbformat.read(ROOT / "solutions" / "02_graphs_tensors_streams.ipynb", as_version=4)
+    nb = nbformat.read(ROOT / "solutions" / "02_graphs_tensors_streams_solutions.ipynb",
+                       as_version=4)
     nb.metadata.pop("ipukit", None)
     nbformat.write(nb, tmp_path / "01_x.ipynb")
     report = quietly(tmp_path / "01_x.ipynb")
@@ -425,7 +426,7 @@ def test_edited_check_cells_in_the_kits_own_solutions_change_nothing(tmp_path, m
                     "import ipukit.grading.feedback as f\nf.run(next(e.id for e in "
                     f"f.EXERCISES.values() if e.check == {name!r}), lambda: None)"
                     f"  # {cell.source}")
-        nbformat.write(nb, kit / folder / "01_ipu_and_bsp.ipynb")
+        nbformat.write(nb, kit / folder / f"01_ipu_and_bsp_{folder}.ipynb")
     # the grader before the judge read these folders (they no longer exist)
     monkeypatch.setattr(grade_module, "EXERCISE_DIR", kit / "exercises", raising=False)
     monkeypatch.setattr(grade_module, "SOLUTION_DIR", kit / "solutions", raising=False)

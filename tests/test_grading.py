@@ -76,26 +76,26 @@ def test_sync_check_notices_a_stale_exercise(tmp_path):
     sol, ex = tmp_path / "solutions", tmp_path / "exercises"
     sol.mkdir()
     ex.mkdir()
-    nb = nbformat.read(ROOT / "solutions" / f"{MINE[0]}.ipynb", as_version=4)
-    nbformat.write(nb, sol / f"{MINE[0]}.ipynb")
+    nb = nbformat.read(ROOT / "solutions" / f"{MINE[0]}_solutions.ipynb", as_version=4)
+    nbformat.write(nb, sol / f"{MINE[0]}_solutions.ipynb")
     stale = exercise_notebook(nb)
     [missing] = sync_problems(sol, ex)
-    assert missing.startswith(f"{ex / MINE[0]}.ipynb is missing")
-    nbformat.write(stale, ex / f"{MINE[0]}.ipynb")
+    assert missing.startswith(f"{ex / MINE[0]}_exercises.ipynb is missing")
+    nbformat.write(stale, ex / f"{MINE[0]}_exercises.ipynb")
     assert sync_problems(sol, ex) == []
     cell = next(c for c in nb.cells if "BEGIN SOLUTION" in c.source)
     cell.source = cell.source.replace("# END SOLUTION", "return 0\n    # END SOLUTION")
-    nbformat.write(nb, sol / f"{MINE[0]}.ipynb")
+    nbformat.write(nb, sol / f"{MINE[0]}_solutions.ipynb")
     assert sync_problems(sol, ex) == []  # solution code may change freely
     cell.source += "\nprint('a new line outside the solution')"
-    nbformat.write(nb, sol / f"{MINE[0]}.ipynb")
+    nbformat.write(nb, sol / f"{MINE[0]}_solutions.ipynb")
     problems = sync_problems(sol, ex)
     assert len(problems) == 1 and "differs from the generated one" in problems[0]
     assert "the generator changed" in problems[0] and "loses nothing" in problems[0]
 
 
 def test_generated_exercise_keeps_everything_but_the_solutions():
-    sol = nbformat.read(ROOT / "solutions" / f"{MINE[2]}.ipynb", as_version=4)
+    sol = nbformat.read(ROOT / "solutions" / f"{MINE[2]}_solutions.ipynb", as_version=4)
     ex = exercise_notebook(sol)
     assert [c.cell_type for c in ex.cells] == [c.cell_type for c in sol.cells]
     for s, e in zip(sol.cells, ex.cells):
@@ -120,7 +120,7 @@ def run_cells(path: Path) -> dict:
 
 @pytest.mark.parametrize("name", MINE)
 def test_every_solution_gets_full_marks(name):
-    results = run_cells(ROOT / "solutions" / f"{name}.ipynb")
+    results = run_cells(ROOT / "solutions" / f"{name}_solutions.ipynb")
     lesson = name[:2]
     expected = {i for i, ex in grading.EXERCISES.items() if ex.lesson == lesson}
     assert len(expected) >= 3 and set(results) == expected
@@ -129,9 +129,10 @@ def test_every_solution_gets_full_marks(name):
 
 @pytest.mark.parametrize("name", MINE)
 def test_every_untouched_exercise_scores_zero_and_says_not_solved(name):
-    if edited_exercise(ROOT / "exercises" / f"{name}.ipynb"):
-        pytest.skip(f"exercises/{name}.ipynb was edited since it was generated (a learner's)")
-    results = run_cells(ROOT / "exercises" / f"{name}.ipynb")
+    path = ROOT / "exercises" / f"{name}_exercises.ipynb"
+    if edited_exercise(path):
+        pytest.skip(f"{path} was edited since it was generated (a learner's)")
+    results = run_cells(path)
     assert len(results) >= 3
     for r in results.values():
         assert (r.status, r.points) == ("not solved", 0)
@@ -307,10 +308,10 @@ def test_cli_grades_a_learner_notebook_in_a_fresh_kernel(tmp_path):
 
 
 def test_cli_scoreboard_of_an_untouched_exercise():
-    if edited_exercise(ROOT / "exercises" / f"{MINE[0]}.ipynb"):
-        pytest.skip(f"exercises/{MINE[0]}.ipynb was edited since it was generated")
+    if edited_exercise(ROOT / "exercises" / f"{MINE[0]}_exercises.ipynb"):
+        pytest.skip(f"exercises/{MINE[0]}_exercises.ipynb was edited since it was generated")
     proc = subprocess.run([sys.executable, "-m", "ipukit.grade",
-                           f"exercises/{MINE[0]}.ipynb"], capture_output=True, text=True,
+                           f"exercises/{MINE[0]}_exercises.ipynb"], capture_output=True, text=True,
                           timeout=180, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     total = next(ln for ln in proc.stdout.splitlines() if ln.strip().startswith("total"))

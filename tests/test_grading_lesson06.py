@@ -21,6 +21,7 @@ from tests.lessons import (
     SOLVED_AND_UNTOUCHED,
     grade_exercises,
     judged_checks_hold,
+    kit_notebook,
     notebook_namespace,
 )
 
@@ -68,8 +69,8 @@ def test_a_check_shows_its_result(capsys):
 
 
 def test_exercises_notebook_is_generated_from_the_solutions():
-    solution = nbformat.read(ROOT / "solutions" / NAME, as_version=4)
-    exercise = nbformat.read(ROOT / "exercises" / NAME, as_version=4)
+    solution = nbformat.read(kit_notebook("solutions", NAME), as_version=4)
+    exercise = nbformat.read(kit_notebook("exercises", NAME), as_version=4)
     assert [(c.cell_type, c.source) for c in exercise.cells] == [
         (c.cell_type, c.source) for c in exercise_notebook(solution).cells]
     assert not any("BEGIN SOLUTION" in c.source for c in exercise.cells)
@@ -291,8 +292,9 @@ def test_raise_mode_raises_after_showing(capsys):
 
 
 def test_grader_cli_scores_the_solutions_in_a_fresh_process():
-    out = subprocess.run([sys.executable, "-m", "ipukit.grade", str(ROOT / "solutions" / NAME),
-                          "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    solution = str(kit_notebook("solutions", NAME))
+    out = subprocess.run([sys.executable, "-m", "ipukit.grade", solution, "--json"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
     report = json.loads(out.stdout)
     assert (report["lesson"], report["score"], report["max_score"]) == ("06", 16, 16)
     assert [(e["id"], e["status"]) for e in report["exercises"]] == [

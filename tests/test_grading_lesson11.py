@@ -10,7 +10,12 @@ import pytest
 from ipukit.grading import feedback, lesson11, plain
 from ipukit.parallel import sharded
 from ipukit.target import IPUModel
-from tests.lessons import ROOT, SOLVED_AND_UNTOUCHED, grade_exercises, judged_checks_hold
+from tests.lessons import (
+    SOLVED_AND_UNTOUCHED,
+    grade_exercises,
+    judged_checks_hold,
+    kit_notebook,
+)
 
 NOTEBOOK = "11_concurrent_sharded_embedding.ipynb"
 CHECKS = {"11.1": ("check_sharded_log_softmax", "sharded_log_softmax"),
@@ -307,7 +312,7 @@ def test_forged_collectives_do_not_pass_right_values():
 
 
 def test_the_intro_says_what_the_checks_do():
-    intro = nbformat.read(ROOT / "solutions" / NOTEBOOK, as_version=4).cells[0].source
+    intro = nbformat.read(kit_notebook("solutions", NOTEBOOK), as_version=4).cells[0].source
     assert "PASSED (green), WRONG (red)" in intro and "NOT SOLVED YET (amber)" in intro
     assert "each\nfailed attempt adds a hint" in intro and not {"✅", "❌", "⏳"} & set(intro)
     wrong = lesson11.check_embedding_grad(lambda ids, dy, v, s: [np.zeros((v // s, 3))] * s)

@@ -11,10 +11,10 @@ from ipukit.grading import lesson12
 from ipukit.parallel import nn, pipeline, sharded
 from ipukit.parallel.concurrent import ShardedSoftmaxCrossEntropy, split_dense
 from tests.lessons import (
-    ROOT,
     SOLVED_AND_UNTOUCHED,
     grade_exercises,
     judged_checks_hold,
+    kit_notebook,
     notebook_namespace,
 )
 
@@ -211,7 +211,7 @@ def test_a_classifier_step_without_collectives_fails():
 
 
 def test_the_intro_says_what_the_checks_do():
-    intro = nbformat.read(ROOT / "solutions" / NOTEBOOK, as_version=4).cells[0].source
+    intro = nbformat.read(kit_notebook("solutions", NOTEBOOK), as_version=4).cells[0].source
     assert "PASSED (green), WRONG (red)" in intro and "NOT SOLVED YET (amber)" in intro
     assert "each\nfailed attempt adds a hint" in intro and not {"✅", "❌", "⏳"} & set(intro)
     assert "hint 1 of 3" in lesson12.check_link_bytes(lambda *a: 0).message

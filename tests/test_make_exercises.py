@@ -331,9 +331,9 @@ def test_names_of_the_three_notebooks_of_a_lesson():
     for name in ["08_pipelining_schedules_solutions.ipynb",
                  "08_pipelining_schedules_exercises.ipynb", "08_pipelining_schedules.ipynb"]:
         assert lesson_name(name) == "08_pipelining_schedules.ipynb"
-    # named before the rename: the same name in both folders
-    assert exercise_name("01_ipu_and_bsp.ipynb") == solution_name("01_ipu_and_bsp.ipynb") \
-        == "01_ipu_and_bsp.ipynb"
+    # a lesson's own name gives its exercise and solution notebooks
+    assert exercise_name("01_ipu_and_bsp.ipynb") == "01_ipu_and_bsp_exercises.ipynb"
+    assert solution_name("01_ipu_and_bsp.ipynb") == "01_ipu_and_bsp_solutions.ipynb"
 
 
 def test_a_solutions_notebook_makes_an_exercises_notebook(tmp_path):
@@ -341,7 +341,7 @@ def test_a_solutions_notebook_makes_an_exercises_notebook(tmp_path):
     sol.mkdir()
     stem = lesson_name(SOLUTION.name).removesuffix(".ipynb")
     nbformat.write(nbformat.read(SOLUTION, as_version=4), sol / f"{stem}_solutions.ipynb")
-    # named by its lesson notebook, as before the rename
+    # named by its lesson notebook
     rc, out = main("--solutions", sol, "--exercises", ex, "--no-execute", f"{stem}.ipynb")
     assert rc == 0 and [p.name for p in ex.iterdir()] == [f"{stem}_exercises.ipynb"]
     assert sync_report(sol, ex) == ([], [])

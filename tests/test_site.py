@@ -45,7 +45,7 @@ def readme_example() -> str:
 
 
 def solution_cell(lesson: str, name: str) -> str:
-    nb = json.loads((ROOT / "solutions" / f"{lesson}.ipynb").read_text())
+    nb = json.loads((ROOT / "solutions" / f"{lesson}_solutions.ipynb").read_text())
     return next("".join(c["source"]) for c in nb["cells"]
                 if c["cell_type"] == "code" and f"def {name}(" in "".join(c["source"]))
 
@@ -118,7 +118,8 @@ def test_lesson_pages_show_figures_and_a_widget_plays(server, browser, site):
                         '.ipynb"]')
     assert lite.count() >= 2  # the nav bars and the lesson's own link
     if site[1] is None:
-        assert (site[0] / "lite" / "files" / "exercises" / f"{LESSONS[0]}.ipynb").exists()
+        exercises = site[0] / "lite" / "files" / "exercises"
+        assert (exercises / f"{LESSONS[0]}_exercises.ipynb").exists()
 
 
 #: Run cell ``i`` of the open notebook (or a new last cell, i = -1) with ``source``; the
@@ -157,7 +158,7 @@ def test_jupyterlite_runs_the_kit_and_its_checks(site, server, browser):
         pytest.skip(site[1])  # "error: the Pyodide assets could not be had: ..." and why
     page = browser.new_page()
     t0 = time.perf_counter()
-    page.goto(f"{server}/lite/notebooks/index.html?path=exercises/{LESSONS[0]}.ipynb")
+    page.goto(f"{server}/lite/notebooks/index.html?path=exercises/{LESSONS[0]}_exercises.ipynb")
     page.wait_for_function(site_serve.KERNEL_IDLE, timeout=180_000, polling=200)
     started = time.perf_counter() - t0
     # the stored outputs read as in JupyterLab (one string per text, not a list of lines)

@@ -5,8 +5,7 @@
     python -m ipukit.grading.make_exercises --check     # exit 1 if the generator changed
 
 Each ``solutions/NN_topic_solutions.ipynb`` becomes ``exercises/NN_topic_exercises.ipynb``
-(the lesson is ``notebooks/NN_topic.ipynb``; until the rename, a solution notebook named
-``NN_topic.ipynb`` gives an exercise notebook of the same name): solution regions become ``raise
+(the lesson is ``notebooks/NN_topic.ipynb``): solution regions become ``raise
 NotImplementedError`` stubs (see :mod:`ipukit.grading.markers`), and the exercise notebook
 is then run in a fresh kernel so that it is stored with the outputs a learner sees on a
 first run (every check saying "not solved yet"), and with the kernel's metadata, so that
@@ -58,25 +57,19 @@ IGNORED_CELL_METADATA = ("execution",)
 COMMAND = "python -m ipukit.grading.make_exercises"
 
 
-def exercise_name(solution_name: str) -> str:
-    """The exercise notebook of a solution notebook, by name.
+def exercise_name(name: str) -> str:
+    """The exercise notebook of a lesson's solution (or lesson) notebook, by name.
 
     >>> exercise_name("08_pipelining_schedules_solutions.ipynb")
     '08_pipelining_schedules_exercises.ipynb'
     """
-    stem = solution_name.removesuffix(".ipynb")
-    if stem.endswith("_solutions"):
-        return stem.removesuffix("_solutions") + "_exercises.ipynb"
-    return solution_name  # named before the rename: the same name in both folders
+    return lesson_name(name).removesuffix(".ipynb") + "_exercises.ipynb"
 
 
-def solution_name(exercise_name: str) -> str:
-    """The solution notebook of an exercise notebook, by name (the inverse of
-    :func:`exercise_name`)."""
-    stem = exercise_name.removesuffix(".ipynb")
-    if stem.endswith("_exercises"):
-        return stem.removesuffix("_exercises") + "_solutions.ipynb"
-    return exercise_name
+def solution_name(name: str) -> str:
+    """The solution notebook of a lesson's exercise (or lesson) notebook, by name (the
+    inverse of :func:`exercise_name`)."""
+    return lesson_name(name).removesuffix(".ipynb") + "_solutions.ipynb"
 
 
 def lesson_name(name: str) -> str:

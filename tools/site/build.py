@@ -117,8 +117,9 @@ def build_index(out: Path, index: list[dict]) -> None:
     rows = []
     for e in index:
         name = e["name"]
-        ex = (f' · <a href="{LITE_NOTEBOOK.format(f"exercises/{name}.ipynb")}">exercises</a>'
-              if (ROOT / "exercises" / f"{name}.ipynb").exists() else "")
+        exercise = f"exercises/{name}_exercises.ipynb"
+        ex = (f' · <a href="{LITE_NOTEBOOK.format(exercise)}">exercises</a>'
+              if (ROOT / exercise).exists() else "")
         rows.append(f'<li><a href="lessons/{name}.html"><b>{html.escape(e["title"])}</b></a>'
                     f'{mistune.html(e["goal"])}<p class="ipukit-links">'
                     f'<a href="lessons/{name}.html">read</a> · '
