@@ -326,7 +326,7 @@ def test_per_tile_vertices_take_each_row_once_on_its_tile(items, k, tiles, sorte
         conn = g.v_conn[vid]
         rows = conn["in1"].idx.reshape(-1, k)[:, 0] // k  # a's rows, by their addresses
         assert (item_tiles[rows] == g.v_tile[vid]).all()
-        assert np.array_equal(conn["in2"].idx, b.transpose().idx[rows].reshape(-1))
+        assert np.array_equal(conn["in2"].idx.reshape(-1), b.transpose().idx[rows].reshape(-1))
         seen.extend(rows.tolist())
     assert sorted(seen) == list(range(items))
     per_tile = np.bincount(g.v_tile[first:], minlength=tiles)
@@ -362,8 +362,8 @@ def test_per_tile_vertices_equal_one_add_vertex_each(virtual, multi):
     bulk, each = graphs
     assert bulk.v_tile == each.v_tile and bulk.v_cls == each.v_cls
     assert min(bulk.v_tile) >= (4 if virtual else 0)
-    assert [{f: t.idx.tolist() for f, t in c.items()} for c in bulk.v_conn] == \
-        [{f: t.idx.tolist() for f, t in c.items()} for c in each.v_conn]
+    assert [{f: t.idx.reshape(-1).tolist() for f, t in c.items()} for c in bulk.v_conn] == \
+        [{f: t.idx.reshape(-1).tolist() for f, t in c.items()} for c in each.v_conn]
     assert bulk.v_perf == each.v_perf and bulk.v_state == each.v_state
 
 

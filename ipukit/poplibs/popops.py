@@ -230,15 +230,18 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
         nw = _workers(graph)
         lo, hi, on = zip(*[(s + b, s + f, tile) for s, e, tile in zip(starts, ends, on)
                            for b, f in poputil.split_regions(e - s, grain, nw)])
-    columns = []  # per field, each vertex's rows of it (in tile order, flattened): a view
+    columns = []  # per field, each vertex's rows of it (in tile order, flattened)
     for t in fields.values():
-        run = single_run(t)  # (one run of addresses: a slice of _iota, no index array made)
-        idx = (_iota(*run) if run else np.ascontiguousarray(t.idx)
-               ).reshape(len(tiles), -1)
+        run, g, dt, what = single_run(t), t.graph, t.dtype, t.name
+        if run and in_order:  # one run of addresses in tile order: each vertex's is a region
+            w = run[1] // len(tiles)
+            columns.append([Tensor(g, dt, (run[0] + a * w, ((b - a) * w,), (1,)), what)
+                            for a, b in zip(lo, hi)])
+            continue
+        idx = (_iota(*run) if run else np.ascontiguousarray(t.idx)).reshape(len(tiles), -1)
         w = idx.shape[1]
         idx = (idx if in_order else idx[order]).reshape(-1)
-        g, dt, what = t.graph, t.dtype, t.name
-        columns.append([Tensor(g, dt, idx[a * w:b * w], what) for a, b in zip(lo, hi)])
+        columns.append([Tensor(g, dt, _region(idx[a * w:b * w]), what) for a, b in zip(lo, hi)])
     conns = [dict(zip(fields, c)) for c in zip(*columns)]
     # The first vertex is added (and checked) as any; the rest take the same fields and
     # types (Vector fields take any length) on tiles up to on[-1]: added in one go.
@@ -251,6 +254,27 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
         offset = graph._offset
         graph.root._add_vertices(cs, cls, conns[1:], [tile + offset for tile in on[1:]])
     return len(conns)
+
+
+def _region(idx: np.ndarray):
+    """A vertex's addresses as a region ``(offset, (R, L), (S, s))`` where they are one (R
+    runs of L addresses s apart, S between runs: a block of columns, a broadcast row),
+    else as they are (an index view): the graph then keeps no address per element, and the
+    compiler and the engine read the field through a view."""
+    if idx.size < 2:
+        return (int(idx[0]), (1,), (1,)) if idx.size else idx
+    step = np.diff(idx)
+    s = int(step[0])
+    breaks = np.flatnonzero(step != s)
+    run = int(breaks[0]) + 1 if breaks.size else idx.size
+    if idx.size % run or s < 0:
+        return idx
+    rows = idx.reshape(-1, run)
+    gap = int(rows[1, 0] - rows[0, 0]) if len(rows) > 1 else 0
+    expect = rows[0, 0] + gap * np.arange(len(rows))[:, None] + s * np.arange(run)
+    if gap < 0 or not np.array_equal(rows, expect):
+        return idx
+    return (int(idx[0]), rows.shape, (gap, s)) if len(rows) > 1 else (int(idx[0]), (run,), (s,))
 
 
 _IOTA = [np.zeros(0, np.int64)]
