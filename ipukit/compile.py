@@ -514,10 +514,11 @@ class _Compiler:
         received, sent, transfers = np.zeros(n_tiles), np.zeros(n_tiles), None
         if any(r[0].size for _, _, r in fields) and (pieces := self._remote_pieces(fields, cat)):
             (code, size, kind), (f, vt, start, end, et) = pieces  # (not when all are local)
-            # a tile sends what its vertices write elsewhere
-            w = np.flatnonzero((kind != "input")[f] & (end > start))  # (pieces of no length:
-            written = (vt[w], et[w], (end - start)[w] * size[f[w]])  # on their vertex's tile,
-            sent = np.bincount(written[0], weights=written[2], minlength=n_tiles)  # _remote_pieces)
+            # a tile sends what its vertices write elsewhere (pieces of no length are on their
+            # vertex's tile, see _remote_pieces)
+            w = np.flatnonzero((kind != "input")[f] & (end > start))
+            written = (vt[w], et[w], (end - start)[w] * size[f[w]])
+            sent = np.bincount(written[0], weights=written[2], minlength=n_tiles)
             # a tile receives each element a field reads once, however many vertices read it
             # (in the order _union_lengths sorts them; pieces only written read nothing)
             rd = (kind != "output")[f]
