@@ -51,6 +51,9 @@ CODELET_CODE_BYTES = 256
 #: run of vertices whose fields step evenly through storage (a region: no index array)
 #: where runs average at least this many elements; otherwise as one gather.
 GATHER_ELEMENTS = 4096
+#: A compute set of at least this many field elements is compared with those planned
+#: before it (:meth:`_Compiler._alike`); a smaller one is planned (as cheap as comparing).
+ALIKE_ELEMENTS = 1 << 12
 
 
 def _record(name: str, fields: str) -> type:
@@ -171,6 +174,7 @@ class _Compiler:
         self.steps: list[Step] = []
         # id(program) or compute set -> compiled node; a Copy's layouts -> step, accesses
         self.done, self.copies, self.layout_runs = {}, {}, {}  # layout_runs: _merged_runs
+        self.alike = {}  # compute sets planned, by what _alike compares
         v_cs = np.array(graph.v_cs, np.int64)  # each compute set's vertices, in order added
         self.by_cs = np.split(np.argsort(v_cs, kind="stable"), np.cumsum(
             np.bincount(v_cs, minlength=len(graph.compute_sets)))[:-1])
@@ -353,6 +357,18 @@ class _Compiler:
             **{"tile_in" if stream.to_device else "tile_out": per_tile})
         return StreamNode(step, stream, access)
 
+    def _moved_step(self, index: int, shift: int, name: str) -> int:
+        """Step ``index`` again, renamed, ``shift`` tiles (whole IPUs) on."""
+        old, per = self.steps[index], self.t.tiles_per_ipu
+        self.steps.append(step := object.__new__(Step))
+        step.__dict__.update(old.__dict__, index=len(self.steps) - 1, name=name,
+                             ipus=tuple(i + shift // per for i in old.ipus),
+                             transfers=old.transfers + np.array([shift, shift, 0]), **{
+                                 k: np.roll(getattr(old, k), shift) for k in (
+                                     "tile_compute_cycles", "tile_bytes_in", "tile_bytes_out",
+                                     "tile_vertices")})
+        return step.index
+
     def _again(self, index: int, name: str) -> int:
         """Step ``index`` again, renamed (``dataclasses.replace`` without its checks: µs)."""
         self.steps.append(step := object.__new__(Step))
@@ -381,9 +397,63 @@ class _Compiler:
             buckets.setdefault(tuple(shape), []).append(v)
         groups = tuple(self._group(key[0], run) for key, vs in buckets.items()
                        for run in self._regular_runs(key[0], vs))
+        like, kept = self._alike(groups)
+        if like is not None:  # its races, exchange and costs are an earlier one's, moved
+            return ExecNode(self._compute_step(cs, groups, None, None, like), groups)
         fields = [(gr, fp, self._merged_runs(fp)) for gr in groups for fp in gr.fields]
         self._check_races(cs, fields, cat := _runs(fields))
-        return ExecNode(self._compute_step(cs, groups, fields, cat), groups)
+        return ExecNode(self._compute_step(cs, groups, fields, cat, kept=kept), groups)
+
+    def _alike(self, groups):
+        """An earlier compute set that is this one on tiles whole IPUs away and, field by
+        field, at shifted addresses over the same (moved) tile mapping, where fields moved
+        by different amounts touch addresses apart: (its step, the tile shift, its exchange
+        buffers) (a model repeated on every IPU, a stage on each shard: planned once), or
+        None and the list to keep this one in (None for a small compute set: checking
+        would cost what planning does)."""
+        key = tuple((gr.cls, gr.estimates.tobytes(), tuple((fp.name, fp.kind, fp.access.shape,
+                     fp.access.rshape, fp.access.rstrides, fp.access.idx is None)
+                     for fp in gr.fields)) for gr in groups)
+        if sum(prod(fp.access.shape) for gr in groups for fp in gr.fields) < ALIKE_ELEMENTS:
+            return None, None
+        for earlier, index, received in self.alike.setdefault(key, []):
+            shift = int(groups[0].tiles[0] - earlier[0].tiles[0]) if groups else 0
+            if shift % self.t.tiles_per_ipu or not all(np.array_equal(
+                    gr.tiles, e.tiles + shift) for gr, e in zip(groups, earlier)) or not (
+                    all(issubclass(gr.cls, MultiVertex) for gr in groups) or np.array_equal(
+                    *(np.argsort(np.concatenate([gr.vertex_ids for gr in x]), kind="stable")
+                      for x in (groups, earlier)))):  # (the same order of vertices per tile)
+                continue
+            hulls = {}  # (type, address shift) -> lowest and highest address, before and now
+            for fa, fb in ((fa, fb) for gr, e in zip(groups, earlier)
+                           for fa, fb in zip(e.fields, gr.fields)):
+                (lo, hi), lo_b = _span(fa.access), _span(fb.access)[0]
+                if fa.access.idx is not None and not np.array_equal(
+                        fb.access.idx, fa.access.idx + (lo_b - lo)):
+                    break
+                h = hulls.setdefault((fa.access.dtype, lo_b - lo), [lo, hi])
+                h[:] = min(h[0], lo), max(h[1], hi)
+            else:
+                if self._moved(hulls, shift):
+                    return (index, shift, received), None
+        return None, self.alike[key]
+
+    def _moved(self, hulls: dict, shift: int) -> bool:
+        """Whether each (type, address shift)'s span is mapped as before, ``shift`` tiles
+        on, and spans of one type moved by different amounts are apart, before and now."""
+        for (dtype, d), (lo, hi) in hulls.items():
+            if lo > hi:
+                continue  # (no addresses)
+            pool = self.g.pools[dtype]
+            (ca, ta), (cb, tb) = pool.steps(lo, hi), pool.steps(lo + d, hi + d)
+            if not (np.array_equal(cb - d, ca) and np.array_equal(tb, ta + shift)):
+                return False
+        for now in (0, 1):
+            spans = sorted((str(t), lo + d * now, hi + d * now) for (t, d), (lo, hi)
+                           in hulls.items() if lo <= hi)
+            if any(a[0] == b[0] and b[1] <= a[2] for a, b in zip(spans, spans[1:])):
+                return False
+        return True
 
     def _merged_runs(self, fp) -> tuple:
         """``fp.access.runs(merged=True)``; a region's are its layout's at offset 0, moved
@@ -492,8 +562,14 @@ class _Compiler:
                                        None if w_vid == o_vid else self.g.describe_vertex(o_vid),
                                        fields[o_slot][1].name, verb)
 
-    def _compute_step(self, cs, groups, fields, cat) -> int:
+    def _compute_step(self, cs, groups, fields, cat, like=None, kept=None) -> int:
         t, n_tiles, W = self.t, self.t.num_tiles, self.t.num_worker_contexts
+        if like is not None:  # (an earlier compute set's step, moved: see _alike)
+            index, shift, received = like
+            self._vertex_memory(groups)
+            self.memory["exchange buffers"] = np.maximum(self.memory["exchange buffers"],
+                                                         np.roll(received, shift))
+            return self._moved_step(index, shift, cs.name)
         # Vertices on a tile go round-robin to its 6 workers, a MultiVertex to all W of them
         # (r = W copies, each 1/W of its estimate); each worker issues every 6th cycle, so
         # the tile is busy W x the heaviest worker's load (loads here in 1/W cycles: exact).
@@ -533,10 +609,21 @@ class _Compiler:
             sent = sent + np.bincount(et[order], weights=read_from * size[f[order]],
                                       minlength=n_tiles)
             transfers = tuple(map(np.append, (et, vt, once), written))
-        mem = self.memory
-        mem["exchange buffers"] = np.maximum(mem["exchange buffers"], received.astype(np.int64))
-        # Memory: vertex state and code on every tile that has vertices.
-        kinds = {}
+        received = received.astype(np.int64)
+        self.memory["exchange buffers"] = np.maximum(self.memory["exchange buffers"], received)
+        index = self._step(cs.name, "compute", sync=cost.sync_cycles(t), compute=compute,
+                           transfers=transfers, tile_out=sent.astype(np.int64),
+                           vertex_cycles=int(est.sum()), vertex_types=self._vertex_memory(
+                               groups), tiles=tiles, tile_vertices=np.bincount(tiles,
+                                                                               minlength=n_tiles))
+        if kept is not None:  # (for compute sets alike to come)
+            kept.append((groups, index, received))
+        return index
+
+    def _vertex_memory(self, groups) -> dict:
+        """Vertex state and code on every tile that has vertices; the vertex types (class
+        name -> instances, cycles)."""
+        kinds, mem, n_tiles = {}, self.memory, self.t.num_tiles
         for gr in groups:
             on = np.bincount(gr.tiles, minlength=n_tiles)
             per_vertex = 4 + sum(VECTOR_FIELD_BYTES if gr.cls.fields[fp.name].vector
@@ -547,10 +634,7 @@ class _Compiler:
             code_on |= on > 0
             inst, cyc = kinds.get(gr.cls.__name__, (0, 0))
             kinds[gr.cls.__name__] = (inst + len(gr.vertex_ids), cyc + int(gr.estimates.sum()))
-        return self._step(cs.name, "compute", sync=cost.sync_cycles(t), compute=compute,
-                          transfers=transfers, tile_out=sent.astype(np.int64),
-                          vertex_cycles=int(est.sum()), vertex_types=kinds, tiles=tiles,
-                          tile_vertices=np.bincount(tiles, minlength=n_tiles))
+        return kinds
 
     def _remote_pieces(self, fields, cat):
         """Every field's address runs (``cat``) cut where the tile changes, keeping the
@@ -628,6 +712,16 @@ def _runs(fields) -> tuple:
     vertex id and tile, begin and length of each."""
     return tuple(np.concatenate(x) for x in zip(*((np.full(b.size, s), gr.vertex_ids[row],
                  gr.tiles[row], b, n) for s, (gr, _, (b, n, row)) in enumerate(fields))))
+
+
+def _span(a: Access) -> tuple[int, int]:
+    """The lowest and the highest address ``a`` reaches (lowest > highest: none)."""
+    if a.idx is not None:
+        return (int(a.idx.min()), int(a.idx.max())) if a.idx.size else (0, -1)
+    if 0 in a.rshape:
+        return 0, -1
+    ends = [(n - 1) * s for n, s in zip(a.rshape, a.rstrides)]
+    return a.offset + sum(min(e, 0) for e in ends), a.offset + sum(max(e, 0) for e in ends)
 
 
 def _union_lengths(key: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> tuple:
