@@ -130,7 +130,8 @@ class Pool:
 
     def steps(self, lo: int, hi: int) -> tuple:
         """The mapping of addresses ``lo`` to ``hi`` (both included): the cuts in between
-        and the tile from each cut on (one more tile than cuts)."""
+        and the tile from each cut on (one more tile than cuts); views, to read before the
+        mapping changes (a mapping at the top of the pool is written in place)."""
         self._resolve()
         i, j = self._cuts.searchsorted((lo, hi), "right")  # the cuts in (lo, hi]
         return self._cuts[i:j], self._cut_tiles[i:j + 1]

@@ -518,3 +518,30 @@ def test_reduce_with_output_checks_its_output():
     popops.reduce_with_output(g, t, half, [1], "ADD", prog)
     got, _ = run(dev, g, prog, half=half)
     np.testing.assert_array_equal(got["half"], [3, 3])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(
+    st.lists(st.integers(0, 50), min_size=0, max_size=9),  # any addresses
+    st.tuples(st.integers(0, 30), st.integers(1, 4), st.integers(1, 5), st.integers(0, 20),
+              st.integers(0, 2))),  # a region: offset, runs, run length, gap, step
+    min_size=1, max_size=6))
+def test_vertex_addresses_become_regions_only_where_they_are_one(chunks):
+    # add_per_tile_vertices connects each vertex to a region (offset, shape, strides) where
+    # its addresses are one, in the same order, else to its index view
+    from ipukit.poplibs.popops import _regions
+    from ipukit.tensor import addresses
+
+    parts = [np.array(c, np.int64) if isinstance(c, list) else
+             addresses(c[0], (c[1], c[2]), (c[3], c[4])).reshape(-1) for c in chunks]
+    n = np.array([p.size for p in parts])
+    hi = np.cumsum(n)
+    for part, layout in zip(parts, _regions(np.concatenate(parts), hi - n, hi)):
+        if isinstance(layout, np.ndarray):
+            assert np.array_equal(layout, part)
+        else:
+            assert min(layout[2]) >= 0 and np.array_equal(addresses(*layout).reshape(-1), part)
+    assert _regions(np.arange(10, 20), np.array([0, 5]), np.array([5, 10])) == [
+        (10, (5,), (1,)), (15, (5,), (1,))]  # runs: 1-D regions
+    assert _regions(np.array([3, 3, 3, 4, 4, 4]), np.array([0]), np.array([6])) == [
+        (3, (2, 3), (1, 0))]  # a broadcast row
