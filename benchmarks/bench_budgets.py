@@ -84,7 +84,7 @@ def reduced_sizes() -> list[tuple[str, float, float]]:
 
     _, tut6_peak = tb._traced(tb._tut6)
     with tb.contextlib.redirect_stdout(tb.io.StringIO()):
-        _, graph, prog = tb.tut6.build(1000, 1000, "ipu2")
+        _, graph, prog = tb.tut6.build(500, 1000, "ipu2")
     gc.collect()
     tracemalloc.start()
     compile_module.compile_graph(graph, [prog])
@@ -93,7 +93,7 @@ def reduced_sizes() -> list[tuple[str, float, float]]:
     features, indices = make_data(2000, 192, 64)
     _, emb_peak = tb._traced(lambda: emulated_sharded.tied_embedding(features, indices, 4,
                                                                      tiles_per_ipu=16))
-    return [("tut6 1000x1000, traced peak", tut6_peak / MiB, tb.TUT6_PEAK / MiB),
+    return [("tut6 500x1000, traced peak", tut6_peak / MiB, tb.TUT6_PEAK / MiB),
             ("its compile, traced beyond what it keeps", (peak - now) / MiB,
              tb.TUT6_COMPILE_TRANSIENT / MiB),
             ("emulated embedding V=2000 C=192 L=64, traced peak", emb_peak / MiB,
