@@ -76,13 +76,12 @@ def reduced_sizes() -> list[tuple[str, float, float]]:
     import gc  # noqa: PLC0415
     import tracemalloc  # noqa: PLC0415
 
-    from tests import test_budgets as tb  # noqa: PLC0415
-
     from ipukit import compile as compile_module  # noqa: PLC0415
     from ipukit.examples.sharded_embedding import make_data  # noqa: PLC0415
     from ipukit.parallel import emulated_sharded  # noqa: PLC0415
+    from tests import test_budgets as tb  # noqa: PLC0415
 
-    _, tut6_peak = tb._traced(tb._tut6)
+    _, tut6_peak = tb.peak_bytes(tb._tut6)
     with tb.contextlib.redirect_stdout(tb.io.StringIO()):
         _, graph, prog = tb.tut6.build(500, 1000, "ipu2")
     gc.collect()
@@ -91,7 +90,7 @@ def reduced_sizes() -> list[tuple[str, float, float]]:
     now, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     features, indices = make_data(2000, 192, 64)
-    _, emb_peak = tb._traced(lambda: emulated_sharded.tied_embedding(features, indices, 4,
+    _, emb_peak = tb.peak_bytes(lambda: emulated_sharded.tied_embedding(features, indices, 4,
                                                                      tiles_per_ipu=16))
     return [("tut6 500x1000, traced peak", tut6_peak / MiB, tb.TUT6_PEAK / MiB),
             ("its compile, traced beyond what it keeps", (peak - now) / MiB,

@@ -27,6 +27,8 @@ from ipukit.examples.sharded_embedding import make_data
 from ipukit.parallel import emulated_sharded
 from ipukit.tutorials import tut6
 
+from .test_scale import peak_bytes
+
 MiB = 2**20
 #: tut6 500 x 1000 on model-ipu2, build + compile + load + run: 32.4 MiB measured at
 #: issue 29's merge (81 MiB with a293742's compile), budget +36%. Full size:
@@ -43,17 +45,6 @@ TUT6_COMPILE_TRANSIENT = 26 * MiB
 EMBEDDING_PEAK = 80 * MiB
 
 
-def _traced(fn):
-    """(what ``fn`` returns, the peak traced bytes while it ran)."""
-    gc.collect()
-    tracemalloc.start()
-    try:
-        out = fn()
-        return out, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 def _tut6(rows=500, cols=1000):
     with contextlib.redirect_stdout(io.StringIO()):  # (the split's cost estimate)
         device, graph, prog = tut6.build(rows, cols, "ipu2")
@@ -68,7 +59,7 @@ def _tut6(rows=500, cols=1000):
 
 
 def test_mid_size_tut6_stays_within_its_memory_budget():
-    (out, vector), peak = _traced(_tut6)
+    (out, vector), peak = peak_bytes(_tut6)
     np.testing.assert_allclose(out, np.full(500, vector.sum()), rtol=1e-6)  # it ran
     assert peak <= TUT6_PEAK, (
         f"tut6 500x1000 peaked at {peak / MiB:.1f} MiB traced, over its {TUT6_PEAK / MiB:.0f}"
@@ -99,7 +90,7 @@ def test_compiling_mid_size_tut6_plans_per_tile_not_per_vertex():
 @pytest.fixture(scope="module")
 def embedding():
     features, indices = make_data(2000, 192, 64)
-    return _traced(lambda: emulated_sharded.tied_embedding(features, indices, 4,
+    return peak_bytes(lambda: emulated_sharded.tied_embedding(features, indices, 4,
                                                            tiles_per_ipu=16))
 
 
