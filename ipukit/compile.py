@@ -262,7 +262,7 @@ class _Compiler:
             src, dst, nbytes = transfers
             key = np.asarray(src, np.int64) * n + dst
             if n * n <= 4 * key.size:  # many moves: counted per pair of tiles, no sort
-                sums = np.bincount(key, weights=nbytes, minlength=n * n)
+                sums = np.bincount(key.astype(np.intp), weights=nbytes, minlength=n * n)
                 pair = np.flatnonzero(sums)  # (moves of no bytes: none)
             else:
                 pair = np.sort(key)
