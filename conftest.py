@@ -15,6 +15,8 @@ never changes them.
 
 from pathlib import Path
 
+import pytest
+
 _EDITED: list[str] = []
 
 #: Output types never compared: stderr carries warnings with per-run temporary paths;
@@ -43,6 +45,19 @@ def pytest_ignore_collect(collection_path, config):
         _EDITED.append(str(path))
         return True
     return None
+
+
+def pytest_sessionfinish(session):
+    """Under pytest-xdist (``make test``) the workers collect: each tells the controller
+    which notebooks it left alone."""
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["ipukit_edited"] = list(_EDITED)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    _EDITED.extend(p for p in getattr(node, "workeroutput", {}).get("ipukit_edited", [])
+                   if p not in _EDITED)
 
 
 def pytest_terminal_summary(terminalreporter):

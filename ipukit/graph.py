@@ -92,14 +92,17 @@ class Pool:
             cuts, tiles, lo, hi = self._cuts, self._cut_tiles, b.min(), max(e.max(), b.min() + 1)
             (i, j2), (i0, j) = (cuts.searchsorted((lo, hi), s) for s in ("right", "left"))
             cat = np.concatenate  # (np.r_ costs tens of µs a call)
-            if not ((e > b).all() and (b[1:] == e[:-1]).all()):  # not runs that cover [lo, hi)
+            order = None if _covers(b, e) else np.argsort(b, kind="stable")
+            if order is not None and _covers(b[order], e[order]):  # such runs, out of order (a
+                b, t = b[order], t[order]  # tensor mapped by columns): sorted, not painted
+            elif order is not None:  # not runs that cover [lo, hi)
                 b, t = _paint(cat(([lo], cuts[i:j], b)), cat((cuts[i:j], [hi], e)),
                               cat((tiles[i:j + 1], t)))
                 k, k_hi = b.searchsorted((lo, hi - 1), "right")  # the cuts in (lo, hi)
                 b, t = cat(([lo], b[k:k_hi])), t[k:k_hi + 1]
             change = firsts(mid := cat((tiles[i0:i0 + 1], t, tiles[j2:j2 + 1])))[1:] - 1
-            self._cuts = cat((cuts[:i0], cat((b, [hi]))[change], cuts[j2:]))
-            self._cut_tiles = cat((tiles[:i0 + 1], mid[change + 1], tiles[j2 + 1:]))
+            self._cuts = _splice(cuts, i0, cat((b, [hi]))[change], cuts[j2:])
+            self._cut_tiles = _splice(tiles, i0 + 1, mid[change + 1], tiles[j2 + 1:])
 
     def pieces(self, begins: np.ndarray, lengths: np.ndarray):
         """Cut address runs where the tile mapping changes: (run, begin, end, tile) of
@@ -108,18 +111,27 @@ class Pool:
         cuts, keep = self._cuts, np.flatnonzero(lengths > 0)
         b = begins[keep].astype(np.intp)
         e = b + lengths[keep]
-        lo, hi = cuts.searchsorted(b, "right"), cuts.searchsorted(e, "left")
+        lo = cuts.searchsorted(b, "right")
+        hi = lo.copy()  # a run crosses the next cut (short runs seldom do): searched again
+        if cuts.size:
+            cross = np.flatnonzero((e > cuts.take(lo, mode="clip")) & (lo < cuts.size))
+            hi[cross] = cuts.searchsorted(e[cross], "left")
         if (hi == lo).all():  # no run crosses a change of tile
             return keep, b, e, self._cut_tiles[lo]
-        run = np.repeat(np.arange(b.size), hi - lo + 1)
-        at = _ranges(lo, hi + 1)  # piece ``at`` of a run: from cut at - 1 to cut at
-        start = np.where(at == lo[run], b[run], cuts[at - 1])
-        end = np.where(at == hi[run], e[run], cuts.take(at, mode="clip"))
+        count = hi - lo + 1
+        run = np.repeat(np.arange(b.size), count)
+        at = _ranges(lo, hi + 1)  # piece ``at`` of a run: from cut at - 1 to cut at,
+        start = cuts[at - 1]  # but from b (its first piece) and to e (its last)
+        end = cuts.take(at, mode="clip")
+        first = np.cumsum(count) - count
+        start[first] = b
+        end[first + count - 1] = e
         return keep[run], start, end, self._cut_tiles[at]
 
     def steps(self, lo: int, hi: int) -> tuple:
         """The mapping of addresses ``lo`` to ``hi`` (both included): the cuts in between
-        and the tile from each cut on (one more tile than cuts)."""
+        and the tile from each cut on (one more tile than cuts); views, to read before the
+        mapping changes (a mapping at the top of the pool is written in place)."""
         self._resolve()
         i, j = self._cuts.searchsorted((lo, hi), "right")  # the cuts in (lo, hi]
         return self._cuts[i:j], self._cut_tiles[i:j + 1]
@@ -134,6 +146,25 @@ class Pool:
         """"element [5] of tensor 'v2'", for error messages."""
         var = self.variables[int(np.searchsorted(self.starts, address, "right")) - 1]
         return element_name(var, int(address) - var.start)
+
+
+def _covers(b: np.ndarray, e: np.ndarray) -> bool:
+    """Whether intervals ``[b, e)`` are runs, in order, each beginning where the one before
+    ends (they cover ``[b[0], e[-1])`` once)."""
+    return bool((e > b).all() and (b[1:] == e[:-1]).all())
+
+
+def _splice(a: np.ndarray, i: int, new: np.ndarray, rest: np.ndarray) -> np.ndarray:
+    """``concatenate((a[:i], new, rest))``; with no ``rest`` (a new variable mapped: the top
+    of the mapping) written into ``a``'s buffer, grown by doubling: a pool of millions of
+    cuts is not copied at every change."""
+    if rest.size:
+        return np.concatenate((a[:i], new, rest))
+    buf, n = a if a.base is None else a.base, i + new.size
+    if buf.size < n:
+        buf = np.concatenate((a[:i], np.empty(max(n, 2 * buf.size) - i, a.dtype)))
+    buf[i:n] = new
+    return buf[:n]
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

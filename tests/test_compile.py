@@ -7,6 +7,8 @@ from hypothesis import strategies as st
 
 import ipukit as ipu
 from ipukit.compile import CODELET_CODE_BYTES, Access
+from ipukit.poplibs import poplin, popops
+from ipukit.poplibs.expr import _1, _2
 
 from .helpers import SumVertex, small
 
@@ -374,3 +376,55 @@ def test_merged_runs_cost_and_race_as_the_runs_in_order(data):
         assert outcome() == merged
     finally:
         Access.runs = runs
+
+
+def _steps(exe) -> list:
+    """Every field of every Step, arrays as lists (to compare two compiles)."""
+    return [{k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in vars(s).items()}
+            for s in exe.steps]
+
+
+def _per_ipu(twist=None, overlap=False):
+    """The same map, and the same matmul, on each of 3 IPUs of 8 tiles (one virtual graph
+    each); ``twist``: IPU 2's operand has one element on another tile; ``overlap``: IPU 2's
+    operands are two views of one variable."""
+    dev = ipu.IPUModel(num_ipus=3, tiles_per_ipu=8).create_device()
+    g, prog = ipu.Graph(dev.target), ipu.Sequence()
+    for s in range(3):
+        vg = g.create_virtual_graph(8 * s, 8 * (s + 1))
+        a = vg.add_variable(ipu.FLOAT, [24, 16], f"a{s}")
+        b = vg.add_variable(ipu.FLOAT, [24, 16], f"b{s}")
+        for t in (a, b):
+            popops.poputil.map_tensor_linearly(vg, t)
+        if twist and s == 2:
+            vg.set_tile_mapping(b[3][5], 7)
+        if overlap and s == 2:
+            b = a.slice([0, 0], [24, 16])
+        popops.map(vg, _1 * _2 + _1, [a, b], prog, f"map {s}")
+        poplin.mat_mul(vg, a, b.transpose(), prog, f"matmul {s}")
+    return dev, g, prog
+
+
+@pytest.mark.parametrize("case", [{}, {"twist": True}, {"overlap": True}])
+def test_compute_sets_alike_take_an_earlier_ones_step_moved(monkeypatch, case):
+    # the step of a compute set planned once and moved (whole IPUs on, every field at
+    # shifted addresses over the same moved mapping) equals planning it; a different
+    # mapping or fields that now overlap are planned
+    import ipukit.compile as c
+
+    _, g, prog = _per_ipu(**case)
+    monkeypatch.setattr(c, "ALIKE_ELEMENTS", 1)
+    reused = []
+    alike = c._Compiler._alike
+    monkeypatch.setattr(c._Compiler, "_alike",
+                        lambda self, groups: reused.append(alike(self, groups)[0]) or
+                        alike(self, groups))
+    moved = ipu.compile_graph(g, [prog])
+    monkeypatch.setattr(c, "ALIKE_ELEMENTS", 2**62)
+    planned = ipu.compile_graph(g, [prog])
+    assert _steps(moved) == _steps(planned)
+    assert all(np.array_equal(moved.memory.categories[k], planned.memory.categories[k])
+               for k in planned.memory.categories)
+    per_ipu = sum(s.kind == "compute" for s in planned.steps) // 3  # the map, the matmul
+    assert per_ipu == 2 and sum(r is not None for r in reused) == per_ipu * (1 if case else 2)
+    assert {s.ipus for s in moved.steps if s.name.startswith("map")} == {(0,), (1,), (2,)}

@@ -187,3 +187,47 @@ def test_resolving_in_steps_gives_the_step_function_of_all_records_at_once(batch
         cuts, tiles = _paint(*(np.array(r, np.int64) for r in zip(*records)))
         assert pool._cuts.tolist() == cuts.tolist()
         assert pool._cut_tiles.tolist() == tiles.tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.tuples(st.integers(1, 6), st.integers(0, 3)), min_size=1,
+                                   max_size=8), st.randoms(use_true_random=False),
+                          st.integers(0, 30), st.booleans()), min_size=1, max_size=6))
+def test_runs_covering_a_span_out_of_order_and_a_growing_top_resolve_as_painting(batches):
+    """A tensor mapped by columns maps runs that cover its span out of order (sorted, not
+    painted); a new variable's mapping at the top of the pool is written into the step
+    function's buffer (not copied): both give the step function one painting gives."""
+    pool, records, top = Pool(np.dtype(np.float32)), [], 0
+    for runs, rng, at, on_top in batches:
+        start = top if on_top else at
+        begins = start + np.cumsum([0] + [n for n, _ in runs[:-1]])
+        order = list(range(len(runs)))
+        rng.shuffle(order)
+        for i in order:
+            pool.map(np.array([begins[i]]), np.array([runs[i][0]]), runs[i][1])
+            records.append((int(begins[i]), int(begins[i]) + runs[i][0], runs[i][1]))
+        pool._resolve()
+        top = max(top, int(begins[-1]) + runs[-1][0])
+        cuts, tiles = _paint(*(np.array(r, np.int64) for r in zip(*records)))
+        assert pool._cuts.tolist() == cuts.tolist()
+        assert pool._cut_tiles.tolist() == tiles.tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40), st.integers(0, 3)),
+                min_size=1, max_size=8),
+       st.lists(st.tuples(st.integers(0, 45), st.integers(0, 12)), min_size=1, max_size=8))
+def test_pieces_cut_runs_where_the_tile_changes(records, asked):
+    # every address of every run asked about, in order, with its tile (-1: unmapped)
+    pool, tile_of = Pool(np.dtype(np.float32)), np.full(64, -1)
+    for a, b, tile in records:
+        a, b = min(a, b), max(a, b)
+        pool.map(a, b - a, tile)
+        tile_of[a:b] = tile
+    begins, lengths = (np.array(x, np.int64) for x in zip(*asked))
+    run, start, end, tile = pool.pieces(begins, lengths)
+    got = [(int(r), a, int(t)) for r, s, e, t in zip(run, start, end, tile) for a in range(s, e)]
+    want = [(r, a, int(tile_of[a])) for r, (b, n) in enumerate(asked) for a in range(b, b + n)]
+    assert got == want
+    assert (end > start).all()  # no empty piece, and a run is cut only where the tile changes
+    assert (tile[1:] != tile[:-1])[run[1:] == run[:-1]].all()

@@ -326,7 +326,7 @@ def test_per_tile_vertices_take_each_row_once_on_its_tile(items, k, tiles, sorte
         conn = g.v_conn[vid]
         rows = conn["in1"].idx.reshape(-1, k)[:, 0] // k  # a's rows, by their addresses
         assert (item_tiles[rows] == g.v_tile[vid]).all()
-        assert np.array_equal(conn["in2"].idx, b.transpose().idx[rows].reshape(-1))
+        assert np.array_equal(conn["in2"].idx.reshape(-1), b.transpose().idx[rows].reshape(-1))
         seen.extend(rows.tolist())
     assert sorted(seen) == list(range(items))
     per_tile = np.bincount(g.v_tile[first:], minlength=tiles)
@@ -362,8 +362,8 @@ def test_per_tile_vertices_equal_one_add_vertex_each(virtual, multi):
     bulk, each = graphs
     assert bulk.v_tile == each.v_tile and bulk.v_cls == each.v_cls
     assert min(bulk.v_tile) >= (4 if virtual else 0)
-    assert [{f: t.idx.tolist() for f, t in c.items()} for c in bulk.v_conn] == \
-        [{f: t.idx.tolist() for f, t in c.items()} for c in each.v_conn]
+    assert [{f: t.idx.reshape(-1).tolist() for f, t in c.items()} for c in bulk.v_conn] == \
+        [{f: t.idx.reshape(-1).tolist() for f, t in c.items()} for c in each.v_conn]
     assert bulk.v_perf == each.v_perf and bulk.v_state == each.v_state
 
 
@@ -620,3 +620,30 @@ def test_2d_vertices_are_cut_as_poplibs_split_regions_between_workers(n, want):
     on_tile_0 = [c["in1"].num_elements() for c, t in zip(g.v_conn[first:], g.v_tile[first:])
                  if t == 0]
     assert on_tile_0 == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(
+    st.lists(st.integers(0, 50), min_size=0, max_size=9),  # any addresses
+    st.tuples(st.integers(0, 30), st.integers(1, 4), st.integers(1, 5), st.integers(0, 20),
+              st.integers(0, 2))),  # a region: offset, runs, run length, gap, step
+    min_size=1, max_size=6))
+def test_vertex_addresses_become_regions_only_where_they_are_one(chunks):
+    # add_per_tile_vertices connects each vertex to a region (offset, shape, strides) where
+    # its addresses are one, in the same order, else to its index view
+    from ipukit.poplibs.popops import _regions
+    from ipukit.tensor import addresses
+
+    parts = [np.array(c, np.int64) if isinstance(c, list) else
+             addresses(c[0], (c[1], c[2]), (c[3], c[4])).reshape(-1) for c in chunks]
+    n = np.array([p.size for p in parts])
+    hi = np.cumsum(n)
+    for part, layout in zip(parts, _regions(np.concatenate(parts), hi - n, hi)):
+        if isinstance(layout, np.ndarray):
+            assert np.array_equal(layout, part)
+        else:
+            assert min(layout[2]) >= 0 and np.array_equal(addresses(*layout).reshape(-1), part)
+    assert _regions(np.arange(10, 20), np.array([0, 5]), np.array([5, 10])) == [
+        (10, (5,), (1,)), (15, (5,), (1,))]  # runs: 1-D regions
+    assert _regions(np.array([3, 3, 3, 4, 4, 4]), np.array([0]), np.array([6])) == [
+        (3, (2, 3), (1, 0))]  # a broadcast row

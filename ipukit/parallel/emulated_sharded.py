@@ -435,8 +435,8 @@ def _by_column_blocks(vg, cs, cls, offsets: Tensor, base: Tensor, field: str, t:
     (size, channels), n = base.shape, t.shape[0]
     for i, c0, c1 in _column_blocks(channels, vg):
         v = vg.add_vertex(cs, cls, {"offsets": offsets,
-                                    "base": base.slice([0, c0], [size, c1]).flatten(),
-                                    field: t.slice([0, c0], [n, c1]).flatten()}, tile=i)
+                                    "base": base.slice([0, c0], [size, c1]),
+                                    field: t.slice([0, c0], [n, c1])}, tile=i)
         vg.set_initial_value(v["rows"], size)
 
 

@@ -288,15 +288,19 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
             hi.append(s + f)
             at.append(tile)
             kind.append(k)
-    columns = []  # per field, each vertex's rows of it (in tile order, flattened): a view
+    columns = []  # per field, each vertex's rows of it (in tile order, flattened)
     for t in fields.values():
-        run = single_run(t)  # (one run of addresses: a slice of _iota, no index array made)
-        idx = (_iota(*run) if run else np.ascontiguousarray(t.idx)
-               ).reshape(len(tiles), -1)
+        run, g, dt, what = single_run(t), t.graph, t.dtype, t.name
+        if run and in_order:  # one run of addresses in tile order: each vertex's is a region
+            w = run[1] // len(tiles)
+            columns.append([Tensor(g, dt, (run[0] + a * w, ((b - a) * w,), (1,)), what)
+                            for a, b in zip(lo, hi)])
+            continue
+        idx = (_iota(*run) if run else np.ascontiguousarray(t.idx)).reshape(len(tiles), -1)
         w = idx.shape[1]
         idx = (idx if in_order else idx[order]).reshape(-1)
-        g, dt, what = t.graph, t.dtype, t.name
-        columns.append([Tensor(g, dt, idx[a * w:b * w], what) for a, b in zip(lo, hi)])
+        columns.append([Tensor(g, dt, layout, what)
+                        for layout in _regions(idx, np.array(lo) * w, np.array(hi) * w)])
     conns = [dict(zip(fields, c)) for c in zip(*columns)]
     for k in dict.fromkeys(kind):  # each class's vertices, in tile order
         mine = [i for i, c in enumerate(kind) if c is k]
@@ -326,6 +330,40 @@ def _add_alike(graph, cs, cls, conns: list, on: list, fields) -> None:
     else:
         offset = graph._offset
         graph.root._add_vertices(cs, cls, conns[1:], [tile + offset for tile in on[1:]])
+
+
+def _regions(idx: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> list:
+    """Each vertex's addresses ``idx[lo:hi]`` as a region ``(offset, (R, L), (S, s))`` where
+    they are one (R runs of L addresses s apart, S between runs: a block of columns, a
+    broadcast row), else as they are (an index view): the graph then keeps no address per
+    element, and the compiler and the engine read the field through a view. Worked out for
+    all vertices at once (NumPy calls per vertex cost ~20 ms of a lesson-08 build)."""
+    if not idx.size:
+        return [idx[a:b] for a, b in zip(lo.tolist(), hi.tolist())]
+    n, first = hi - lo, np.minimum(lo, idx.size - 1)
+    step = np.diff(idx, append=idx[-1:])  # step[j]: from address j to j + 1
+    s = step[first] * (n > 1)  # each vertex's first step
+    at = np.arange(idx.size) - np.repeat(lo, n)  # each address's place in its vertex's
+    bad = np.flatnonzero((step != np.repeat(s, n)) & (at < np.repeat(n, n) - 1))
+    brk = bad[np.minimum(np.searchsorted(bad, lo), bad.size - 1)] if bad.size else hi
+    run = np.where((brk >= lo) & (brk < hi - 1), brk - lo + 1, n).clip(1)  # L, each vertex's
+    gap = idx[np.minimum(lo + run, idx.size - 1)] - idx[first]  # S (the second run's start)
+    expect = np.repeat(idx[first], n) + (np.repeat(gap, n) * (at // np.repeat(run, n))
+                                         + np.repeat(s, n) * (at % np.repeat(run, n)))
+    wrong = np.bincount(np.repeat(np.arange(n.size), n), expect != idx, n.size)
+    ok = (wrong == 0) & (n % run == 0) & (s >= 0) & ((gap >= 0) | (n == run)) & (n > 0)
+    out = []
+    for a, b, k, r, d, e, good in zip(lo.tolist(), hi.tolist(), n.tolist(), run.tolist(),
+                                      gap.tolist(), s.tolist(), ok.tolist()):
+        if not good:
+            out.append(idx[a:b])
+        elif k > r:
+            out.append((int(idx[a]), (k // r, r), (d, e)))
+        else:
+            out.append((int(idx[a]), (k,), (e if k > 1 else 1,)))
+    return out
+
+
 
 
 def regions_per_tile(graph, t: Tensor, tiles: np.ndarray) -> np.ndarray:

@@ -33,7 +33,10 @@ MIN_BYTES_PER_TILE = 128
 KEEP_ANSWERS = 128
 KEEP_ELEMENTS = 1 << 20
 #: Per storage pool, tile_of_elements' answers by the elements asked about: (their index
-#: array, the mapping last seen valid, the address span, its part of the mapping, answer).
+#: array, a weak reference to the mapping last seen valid (the pool's step function, made
+#: anew at each change: a strong one kept every old one alive, 550 MiB at Graphcore's CI
+#: size of the emulated sharded embedding), the address span, its part of the mapping,
+#: answer).
 _KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -168,14 +171,14 @@ def tile_of_elements(graph, t: Tensor) -> np.ndarray:
     key = (graph._offset, graph.target.num_tiles, t.offset, t.shape, t.strides, id(t._idx))
     kept = _KEPT.setdefault(pool, {})
     old = kept.get(key)
-    if old is not None and old[0] is t._idx and (old[1] is pool._cut_tiles
+    if old is not None and old[0] is t._idx and (old[1]() is pool._cut_tiles
                                                   or old[3] == pool.window(*old[2])):
-        kept[key] = (old[0], pool._cut_tiles, *old[2:])
+        kept[key] = (old[0], weakref.ref(pool._cut_tiles), *old[2:])
         return old[4]
     span = address_span(t)
     answer = _tile_of_elements(graph, t)
     answer.flags.writeable = False
-    kept[key] = (t._idx, pool._cut_tiles, span, pool.window(*span), answer)
+    kept[key] = (t._idx, weakref.ref(pool._cut_tiles), span, pool.window(*span), answer)
     if len(kept) > KEEP_ANSWERS:  # the oldest goes: memory stays bounded
         kept.pop(next(iter(kept)))
     return answer
