@@ -271,11 +271,11 @@ class _Compiler:
                 pair = pair[sums > 0]  # (moves of no bytes: none)
             pairs = np.stack([pair // n, pair % n, sums[sums > 0].astype(np.int64)], axis=1)
             b_in += np.bincount(dst, weights=nbytes, minlength=n).astype(np.int64)
-            tiles = np.concatenate([tiles, pairs[:, 0], pairs[:, 1]])  # (each pair once)
+            tiles = np.concatenate([tiles, pairs[:, 0], pairs[:, 1]]).astype(np.intp)  # pairs
             src, dst, nbytes = pairs[:, 0], pairs[:, 1], pairs[:, 2]  # (the rest: per pair)
             if (cross := src // per != dst // per).any():  # bytes between IPUs
                 inter = int(nbytes[cross].sum())
-                pair = src[cross] // per * t.num_ipus + dst[cross] // per
+                pair = (src[cross] // per * t.num_ipus + dst[cross] // per).astype(np.intp)
                 link = cost.link_cycles(int(np.bincount(pair, weights=nbytes[cross]).max()), t)
         ipus = tuple(np.flatnonzero(np.bincount(tiles // per, minlength=t.num_ipus)).tolist()
                      if tiles.size else range(t.num_ipus))

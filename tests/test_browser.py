@@ -466,7 +466,11 @@ def test_opening_a_notebook_does_not_mark_it_unsaved(lab, learners_checkout, tmp
                 assert page.evaluate(f"() => {model}.dirty") is False, name
                 tab = page.locator(".lm-TabBar-tab.jp-mod-current", has_text=path.name)
                 assert "jp-mod-dirty" not in tab.first.get_attribute("class"), name
-            page.locator(".lm-TabBar-tab", has_text=exercise.name).first.click()
+            name = exercise.relative_to(learners_checkout).as_posix()
+            page.goto(f"{base}/lab/tree/{name}?token={token}")
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+            page.wait_for_function(KERNEL_READY, timeout=90_000, polling=200)
+            time.sleep(0.5)
             before = exercise.stat().st_mtime_ns
             page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
             deadline = time.time() + 30

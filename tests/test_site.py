@@ -115,7 +115,7 @@ def test_lesson_pages_show_figures_and_a_widget_plays(server, browser, site):
     # the lesson's links: the next lesson's page, its exercise in JupyterLite
     assert page.locator(f'nav a[rel="next"][href="{LESSONS[1]}.html"]').count() == 2
     lite = page.locator(f'a[href="../lite/notebooks/index.html?path=exercises/{LESSONS[0]}'
-                        '.ipynb"]')
+                        '_exercises.ipynb"]')
     assert lite.count() >= 2  # the nav bars and the lesson's own link
     if site[1] is None:
         exercises = site[0] / "lite" / "files" / "exercises"

@@ -158,8 +158,8 @@ def _check_pieces(pieces, name: str, n: int, what: str) -> None:
         if (piece < 0).any():
             raise Wrong(f"{what}: PartialDot vertex {p}'s field {name} is connected to data "
                         f"that is not part of the tensor {name}")
-    seen = np.bincount(np.concatenate([np.asarray(p).reshape(-1) for p in pieces]),
-                       minlength=n)[:n]
+    every = np.concatenate([np.asarray(p, np.intp).reshape(-1) for p in pieces])
+    seen = np.bincount(every, minlength=n)[:n]  # (intp: bincount's index type on wasm32)
     bad = np.flatnonzero(seen != 1)
     if bad.size:
         i = int(bad[0])

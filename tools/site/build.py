@@ -35,6 +35,12 @@ LITE_NOTEBOOK = "lite/notebooks/index.html?path={}"
 FOLDERS = ("notebooks", "exercises", "solutions")
 
 
+def in_folder(folder: str, lesson: Path) -> str:
+    """The name of ``lesson``'s notebook in ``folder``: ``NN_topic.ipynb`` in notebooks/,
+    ``NN_topic_exercises.ipynb`` in exercises/, ``NN_topic_solutions.ipynb`` in solutions/."""
+    return lesson.name if folder == "notebooks" else f"{lesson.stem}_{folder}.ipynb"
+
+
 def lessons(selected=None) -> list[Path]:
     found = sorted(ROOT.glob("notebooks/[0-9][0-9]_*.ipynb"))
     if selected:
@@ -59,9 +65,9 @@ def nav(lesson: Path, prev: Path | None, nxt: Path | None, root="../") -> str:
         links.append(f'<a href="{prev.stem}.html" rel="prev">← {prev.name[:2]}</a>')
     links.append(f'<a href="{root}{LITE_NOTEBOOK.format("notebooks/" + lesson.name)}">'
                  "run this lesson in the browser</a>")
-    if (ROOT / "exercises" / lesson.name).exists():
-        links.append(f'<a href="{root}{LITE_NOTEBOOK.format("exercises/" + lesson.name)}">'
-                     "its exercises</a>")
+    exercise = "exercises/" + in_folder("exercises", lesson)
+    if (ROOT / exercise).exists():
+        links.append(f'<a href="{root}{LITE_NOTEBOOK.format(exercise)}">its exercises</a>')
     if nxt:
         links.append(f'<a href="{nxt.stem}.html" rel="next">next: {nxt.name[:2]} →</a>')
     return f'<nav class="ipukit-nav">{" · ".join(links)}</nav>'
@@ -155,11 +161,12 @@ def build_lite(out: Path, chosen: list[Path], scratch: Path) -> dict:
     for folder in FOLDERS:
         (contents / folder).mkdir(parents=True)
         for p in chosen:
-            if (ROOT / folder / p.name).exists():
+            name = in_folder(folder, p)
+            if (ROOT / folder / name).exists():
                 # as a Jupyter server sends a notebook: each text one string (nbformat's
                 # reader joins the lines); JupyterLite shows a list of lines joined by ","
-                nb = nbformat.read(ROOT / folder / p.name, as_version=4)
-                (contents / folder / p.name).write_text(json.dumps(nb, ensure_ascii=False))
+                nb = nbformat.read(ROOT / folder / name, as_version=4)
+                (contents / folder / name).write_text(json.dumps(nb, ensure_ascii=False))
     added = assets.stage_pyodide(lite_dir / "static" / "pyodide", scratch / "kit")
     settings = {"@jupyterlite/pyodide-kernel-extension:kernel": {
         "disablePyPIFallback": True, "loadPyodideOptions": {"packages": assets.PRELOAD}}}
