@@ -107,15 +107,16 @@ def test_a_lesson_lists_the_kit_conventions_it_states(path):
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name[:2])
-def test_a_lesson_links_its_exercises_and_solutions(path):
-    """Links carry the names after the rename; the target exists under either name."""
+def test_a_lesson_links_its_exercises_and_solutions_and_they_link_back(path):
+    """Issue 31: the three notebooks of a lesson link each other both ways."""
     text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells)
     stem = path.stem
     for folder in ("exercises", "solutions"):
         link = f"](../{folder}/{stem}_{folder}.ipynb)"
         assert link in text, f"{path.name} does not link {folder}/{stem}_{folder}.ipynb"
-        renamed, before = ROOT / folder / f"{stem}_{folder}.ipynb", ROOT / folder / path.name
-        assert renamed.exists() or before.exists(), f"no {folder} notebook for {path.name}"
+        other = ROOT / folder / f"{stem}_{folder}.ipynb"
+        back = nbformat.read(other, as_version=4).cells[0].source
+        assert f"](../notebooks/{path.name})" in back, f"{other.name} does not link its lesson"
 
 
 def marker_texts():
