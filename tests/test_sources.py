@@ -138,7 +138,7 @@ NOT_YET = (
     "ipukit/parallel/emulated.py", "ipukit/parallel/emulated_collectives.py",
     "ipukit/parallel/emulated_sharded.py", "ipukit/parallel/frontend_poptorch.py",
     "ipukit/parallel/frontend_tf.py", "ipukit/parallel/runner.py",
-    "ipukit/parallel/schedule.py", "ipukit/poplibs/poputil.py",
+    "ipukit/parallel/schedule.py",
 )
 
 

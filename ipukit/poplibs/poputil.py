@@ -304,9 +304,9 @@ def vertex_separable(compute):
     """Mark a kit codelet's ``compute`` as vertex-separable: each vertex's outputs depend on
     its own fields only, so the engine skips its first-run check (the first and last
     vertex run alone against their group, which catches a learner's ``x.sum()`` without
-    ``axis=-1``). Kit convention, not Poplar's: only the kit's own PopLibs codelets carry
+    ``axis=-1``) (kit convention: not Poplar's; only the kit's own PopLibs codelets carry
     it, and tests/test_poputil.py proves every one of them separable, running it batched
-    and one vertex at a time (``Engine(per_vertex=True)``) on random data. A subclass
+    and one vertex at a time (``Engine(per_vertex=True)``) on random data). A subclass
     that overrides ``compute`` (a learner's) is checked again; a marked ``compute`` calls
     no method a subclass could override, so a subclass that keeps it stays separable.
     Separable also assumes the vertices are connected as the kit's op connects them
