@@ -450,13 +450,13 @@ def test_concurrent_inference_joins_the_members_outputs():
     # scored: the sharded softmax cross-entropy of the concurrent last stage, forward only
     from ipukit.parallel import PipelineOptions
     from ipukit.parallel.concurrent import ShardedSoftmaxCrossEntropy
-    from ipukit.parallel.runner import Pipeline
+    from ipukit.parallel.emulated import build
 
     y = np.random.default_rng(14).integers(0, 4, 24)
     st = [[nn.Dense(4, 8, rng=1), nn.ReLU()], split_dense(nn.Dense(8, 4, rng=2), 2)]
-    a, b = (Pipeline(st, [0, [1, 2]], PipelineOptions(gradient_accumulation=12, training=False,
-                                                       emulate=e),
-                     None, ShardedSoftmaxCrossEntropy(), target).run(x, y)
+    a, b = (build(st, [0, [1, 2]], PipelineOptions(gradient_accumulation=12, training=False,
+                                                    emulate=e),
+                  None, ShardedSoftmaxCrossEntropy(), target).run(x, y)
             for e in (False, True))
     np.testing.assert_allclose(b.losses, a.losses, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(b.outputs, a.outputs, rtol=1e-4, atol=1e-6)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from ..errors import PipelineConfigError
 from ..target import Target
-from . import checks, nn
+from . import nn
+from .emulated import build
 from .runner import Pipeline, PipelineOptions
 
 
@@ -88,6 +89,22 @@ class ShardedExecution(PipelinedExecution):
     schedule_kind = "sequential"
 
 
+def _blocks(value) -> list:
+    """A list of Blocks (``poptorch`` models are lists of ``Block``s here)."""
+    items = [value] if isinstance(value, Block) else value
+    try:
+        items = list(items)
+    except TypeError:
+        items = [value]
+    bad = [b for b in items if not isinstance(b, Block)]
+    if isinstance(value, Block) or bad or not items:
+        raise PipelineConfigError(
+            f"training_model needs a list of Blocks, e.g. [Block('B1', ...), Block('B2', ...)]"
+            f", got {value!r}"[:400]
+        )
+    return items
+
+
 def _auto_stages(blocks: list[Block]) -> PipelinedExecution:
     """``AutoStage.SameAsIpu``: consecutive blocks on one IPU form a stage; ids ascend."""
     stages: list[Stage] = []
@@ -123,7 +140,7 @@ def training_model(blocks, loss, optimizer, strategy: PipelinedExecution | None 
     ``TensorLocationSettings().useReplicatedTensorSharding(True)`` for the optimiser state.
     ``emulate=True`` runs the stages as Poplar programs on the emulator (:mod:`.emulated`).
     """
-    blocks = checks.blocks(blocks, Block)
+    blocks = _blocks(blocks)
     strategy = strategy or _auto_stages(blocks)
     layers, mapping = strategy.resolve(blocks)
     options = PipelineOptions(
@@ -135,7 +152,7 @@ def training_model(blocks, loss, optimizer, strategy: PipelinedExecution | None 
         replicated_optimizer_state_sharding=replicated_tensor_sharding,
         output_mode=output_mode, output_return_period=output_return_period,
         emulate=emulate)
-    return Pipeline(layers, mapping, options, optimizer, loss, target)
+    return build(layers, mapping, options, optimizer, loss, target)
 
 
 def inference_model(blocks, strategy: PipelinedExecution | None = None,
@@ -153,10 +170,10 @@ def inference_model(blocks, strategy: PipelinedExecution | None = None,
     run per call), as PopART runs them. ``emulate=True`` runs the forward stages as Poplar
     programs on the emulator (:mod:`.emulated`).
     """
-    blocks = checks.blocks(blocks, Block)
+    blocks = _blocks(blocks)
     strategy = strategy or _auto_stages(blocks)
     layers, mapping = strategy.resolve(blocks)
     options = PipelineOptions(
         gradient_accumulation=device_iterations, schedule=strategy.schedule_kind,
         replication_factor=replication_factor, training=False, emulate=emulate)
-    return Pipeline(layers, mapping, options, None, loss, target)
+    return build(layers, mapping, options, None, loss, target)

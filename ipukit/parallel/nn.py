@@ -24,12 +24,17 @@ Dense) and :class:`SoftmaxCrossEntropy`. Parameters are float32 by default; pass
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
 from .. import backend
 from ..errors import IpuError
-from .schedule import is_count
+
+
+def is_count(v, low: int = 1) -> bool:
+    """``v`` is an integer (Python's or NumPy's, not a bool) of at least ``low``."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= low
 
 
 def check_size(value, what: str) -> int:

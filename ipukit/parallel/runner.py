@@ -66,8 +66,9 @@ from ..cost import CostModel
 from ..errors import IpuError, OutOfMemoryError, PipelineConfigError
 from ..target import IPUModel, Target
 from ..timeline import Span, Timeline
-from . import checks, concurrent, replication
-from .schedule import BEYOND_GRAPHCORE, Schedule, is_count, schedule, simulate
+from . import checks, concurrent, nn, replication
+from .nn import is_count
+from .schedule import BEYOND_GRAPHCORE, Schedule, schedule, simulate
 
 REDUCTIONS = ("SUM", "MEAN", "RUNNING_MEAN")
 
@@ -99,7 +100,7 @@ class PipelineOptions:
     output_return_period: int = 1
     recomputation_mode: object = None  # a schedule.RecomputationMode (None: Auto)
     training: bool = True  # False: an inference pipeline, forward stages only
-    emulate: bool = False  # run the stages as Poplar programs on the emulator (emulated.py)
+    emulate: bool = False  # Poplar programs on the emulator (the emulated package)
 
     def __post_init__(self):
         reduction = str(self.reduction).upper()
@@ -242,8 +243,13 @@ class PipelineStage:
 class Pipeline:
     """Stages, a schedule and an optimiser; ``run`` trains, ``predict`` infers.
 
-    Built by :func:`pipeline` (TensorFlow) or :func:`training_model` (PopTorch).
+    Built by :func:`pipeline` (TensorFlow) or :func:`training_model` (PopTorch). This
+    class runs NumPy arithmetic; ``emulate=True`` builds its subclass
+    :class:`~ipukit.parallel.emulated.EmulatedPipeline`, which runs Poplar programs.
     """
+
+    #: Whether this class runs ``PipelineOptions(emulate=True)`` (the emulator's subclass).
+    emulates = False
 
     def __init__(self, stages, device_mapping, options: PipelineOptions, optimizer, loss,
                  target: Target | None = None):
@@ -256,6 +262,12 @@ class Pipeline:
         if options.training:
             checks.optimizer_and_loss(optimizer, loss)
         self.options = o = options
+        if o.emulate != self.emulates:
+            which = "ipukit.parallel.emulated.EmulatedPipeline" if o.emulate else "Pipeline"
+            raise PipelineConfigError(
+                f"PipelineOptions(emulate={o.emulate}) runs in {which}, not "
+                f"{type(self).__name__}: build it with pipeline(..., emulate={o.emulate}) or "
+                f"training_model(..., emulate={o.emulate}), which choose the class")
         stage_ipus = _check_mapping(device_mapping, stages)  # a tuple of IPUs per stage
         mapping = [max(q) for q in stage_ipus]  # each stage's highest IPU
         if target is None:
@@ -366,11 +378,7 @@ class Pipeline:
         >>> m.run(x, y).losses.shape  # runs them: (runs, replicas, micro-batches)
         (1, 1, 4)
         """
-        if self.options.emulate:
-            from . import emulated  # noqa: PLC0415 - emulated.py imports this module
-            emulated.compile(self, x, labels)
-        else:
-            self._inputs(x, labels)
+        self._inputs(x, labels)
 
     def _inputs(self, x, labels):
         """``run``'s and ``compile``'s checks, made first: ``x`` and ``labels`` as arrays
@@ -382,7 +390,9 @@ class Pipeline:
             x, labels = checks.samples(x, labels)
         mb = replication.check_samples(self.options, len(x),
                                        len(x if labels is None else labels))
-        self._shapes((mb,) + tuple(np.shape(x)[1:]))
+        shapes = self._shapes((mb,) + tuple(np.shape(x)[1:]))
+        if labels is not None and self.loss is not None:  # every label, before any step
+            nn.check_labels(labels, (len(labels), shapes[-1][-1]))
         return x, labels, mb
 
     def run(self, x, labels=None) -> RunResult:
@@ -394,9 +404,6 @@ class Pipeline:
         stage's outputs in ``outputs``, shaped ``(repeat, replica, microbatch, batch, ...)``
         (and the losses when it has a loss and ``labels``).
         """
-        if self.options.emulate:
-            from . import emulated  # noqa: PLC0415 - emulated.py imports this module
-            return emulated.run(self, x, labels)
         x, labels, mb = self._inputs(x, labels)
         if not self.options.training:
             return self._infer(x, labels, mb)

@@ -78,6 +78,7 @@ import numpy as np
 from ..errors import PipelineConfigError, PipelineConfigTypeError
 from ..timeline import MemorySample, Span, Timeline
 from . import schedule_orders as orders_of
+from .nn import is_count
 
 #: The schedules the pipeline runner runs (Graphcore's, GPipe and 1F1B).
 KINDS = ("grouped", "interleaved", "sequential", "poptorch", "gpipe", "1f1b")
@@ -603,11 +604,6 @@ def _arrived(op, unit, last, done, t) -> bool:
         return (done.get(("F", k, m), t + 1) <= t or ("F", k, m) in unit) and (
             k == last or done.get(("B", k + 1, m), t + 1) <= t or ("B", k + 1, m) in unit)
     return done.get(("B", k, m), t + 1) <= t or ("B", k, m) in unit
-
-
-def is_count(v, low: int = 1) -> bool:
-    """``v`` is an integer (Python's or NumPy's, not a bool) of at least ``low``."""
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= low
 
 
 def _check_count(kind, n, g, training):
