@@ -128,7 +128,8 @@ def training_model(blocks, loss, optimizer, strategy: PipelinedExecution | None 
                    recomputation: bool = False, offload_optimizer_state: bool = False,
                    target: Target | None = None,
                    replicated_tensor_sharding: bool = False, output_mode="final",
-                   output_return_period: int = 1, emulate: bool = False) -> Pipeline:
+                   output_return_period: int = 1, emulate: bool = False,
+                   pipeline_schedule: str | None = None) -> Pipeline:
     """``poptorch.trainingModel``: ``blocks`` split into stages by ``strategy``.
 
     ``options.Training.gradientAccumulation``, ``options.deviceIterations`` and
@@ -139,12 +140,24 @@ def training_model(blocks, loss, optimizer, strategy: PipelinedExecution | None 
     default, as for PopTorch's training models). ``replicated_tensor_sharding`` plays
     ``TensorLocationSettings().useReplicatedTensorSharding(True)`` for the optimiser state.
     ``emulate=True`` runs the stages as Poplar programs on the emulator (:mod:`.emulated`).
+    ``pipeline_schedule`` runs a :class:`PipelinedExecution` with another schedule of
+    :func:`~ipukit.parallel.schedule` (``"1f1b"``, ``"zb_h1"``, ...; the blocks' IPUs
+    must be where it places its stages). (kit convention: PopTorch pipelines with PopART's
+    schedule only; the kit lets its models run the others, to compare them.)
     """
     blocks = _blocks(blocks)
     strategy = strategy or _auto_stages(blocks)
     layers, mapping = strategy.resolve(blocks)
+    kind = strategy.schedule_kind
+    if pipeline_schedule is not None:
+        if isinstance(strategy, ShardedExecution):
+            raise PipelineConfigError(
+                f"pipeline_schedule={pipeline_schedule!r} with ShardedExecution, which runs "
+                "one stage at a time: pass a PipelinedExecution (or no strategy) to pipeline "
+                "the stages with another schedule")
+        kind = pipeline_schedule
     options = PipelineOptions(
-        gradient_accumulation=gradient_accumulation, schedule=strategy.schedule_kind,
+        gradient_accumulation=gradient_accumulation, schedule=kind,
         reduction=reduction, recomputation=recomputation,
         offload_optimizer_state=offload_optimizer_state,
         replication_factor=replication_factor, repeat_count=device_iterations,

@@ -67,6 +67,7 @@ from ..errors import IpuError, OutOfMemoryError, PipelineConfigError
 from ..target import IPUModel, Target
 from ..timeline import Span, Timeline
 from . import checks, concurrent, nn, replication
+from . import schedule_orders as orders_of
 from .nn import is_count
 from .schedule import BEYOND_GRAPHCORE, Schedule, schedule, simulate
 
@@ -278,14 +279,7 @@ class Pipeline:
                 f"device_mapping {list(device_mapping)} uses IPU {max(mapping)} but the "
                 f"target has {target.num_ipus} IPU(s); use a target with more IPUs"
             )
-        if o.schedule in BEYOND_GRAPHCORE:  # issue 27 point 2 runs them; until then, refuse
-            raise PipelineConfigError(
-                f"pipeline_schedule {o.schedule!r} is a schedule of parallel.schedule() only: "
-                "the pipeline runner does not run it yet; use 'grouped', 'interleaved', "
-                "'sequential', 'poptorch', 'gpipe' or '1f1b'")
-        self.schedule: Schedule = schedule(o.schedule, len(stages), o.gradient_accumulation,
-                                           training=o.training, recomputation=o.recomputation,
-                                           recomputation_mode=o.recomputation_mode)
+        self.schedule: Schedule = _schedule_for(o, stage_ipus)
         # TF's check flattens the mapping as given: _ALL_DEVICES (-1) is one more device
         given = range(len(stages)) if device_mapping is None else device_mapping
         used = [q for d in given
@@ -486,6 +480,7 @@ class Pipeline:
         acc = [dict() for _ in self.stages]
         seen = [0] * len(self.stages)
         acts, grads, restored = {}, {}, {}
+        waiting = {}  # (stage, micro-batch) -> what its W needs, from its B (split schedules)
         losses = np.zeros(len(xs))
         stash = []
         for op in sched.ops:
@@ -507,20 +502,29 @@ class Pipeline:
                     restored[(k, m)] = cache
                 else:
                     fifos[k].push(m, inp if self.recomputation else cache)
-            else:
+            elif op.phase == "B":
                 cache = restored.pop((k, m)) if self.recomputation else fifos[k].pop(m)
                 if k == last:
                     cache, lcache = cache
                     dy = self.loss.backward(lcache)
                 else:
                     dy = grads.pop((k, m))
-                net.zero_grad()
-                dx = net.backward(dy, cache)
+                if sched.split:  # the input gradient now, the weights' at its W
+                    dx, waiting[(k, m)] = net.backward_input(dy, cache)
+                else:
+                    net.zero_grad()
+                    dx = net.backward(dy, cache)
+                    self._accumulate(acc[k], net.grads, seen[k], self.accumulation_dtypes[k])
+                    seen[k] += 1
                 if k > 0:
                     grads[(k - 1, m)] = dx
+            else:  # W: the weight gradients of micro-batch m
+                net.zero_grad()
+                net.backward_weight(waiting.pop((k, m)))
                 self._accumulate(acc[k], net.grads, seen[k], self.accumulation_dtypes[k])
                 seen[k] += 1
             held = fifos[k].nbytes + sum(_nbytes(c) for (j, _), c in restored.items() if j == k)
+            held += sum(_nbytes(c) for (j, _), c in waiting.items() if j == k)
             stash.append(held)
         if self.reduction == "MEAN":
             for a in acc:
@@ -547,23 +551,19 @@ class Pipeline:
             if isinstance(s.net, concurrent.Concurrent):  # members and their collectives
                 loss = self.loss if s is self.stages[-1] else None
                 programs[s.index] = s.net.program(shape, dtype, loss)
-            flops.append(s.net.flops(shape))
+            f, b = s.net.flops(shape)
+            w = s.net.weight_flops(shape) if sched.split else 0  # W's part of the backward
+            flops.append({"F": f, "R": f, "B": b - w, "W": w})
             sent.append(math.prod(out) * np.dtype(dtype).itemsize)  # F's out = B's in
         lf, lb = self.loss.flops(shapes[-1]) if self.loss is not None else (0, 0)
-        flops[-1] = (flops[-1][0] + lf, flops[-1][1] + lb)
-        in_bytes = [0] + sent[:-1]  # bytes B_k sends back = stage k's input
+        flops[-1].update(F=flops[-1]["F"] + lf, R=flops[-1]["R"] + lf, B=flops[-1]["B"] + lb)
         ipus = [self.stages[o.stage].ipus for o in sched.ops]
         dur, nbytes = [], []
         for o in sched.ops:
             k = o.stage
             prog = programs[k][o.phase] if k in programs else None
-            dur.append(prog.duration if prog else cm.compute(flops[k][o.phase == "B"]))
-            to = k + 1 if o.phase == "F" else k - 1
-            dest = self.stages[to].ipus[0] if o.phase != "R" and 0 <= to < len(self.stages) \
-                else None  # a stage's input (or gradient) lands on its first IPU
-            each = prog.sends if prog else [sent[k] if o.phase == "F" else in_bytes[k]]
-            nbytes.append([b if dest not in (None, q) else 0  # per IPU of the op
-                           for q, b in zip(self.stages[k].ipus, each)])
+            dur.append(prog.duration if prog else cm.compute(flops[k][o.phase]))
+            nbytes.append(self._sends(o, prog, sent, programs))
         send = [cm.link(max(b)) for b in nbytes]
         sync = cm.sync_cycles if sched.lockstep else 0.0
         start, end = simulate(sched, dur, ipus, send, sync)
@@ -586,6 +586,23 @@ class Pipeline:
             for t in step_end.values():
                 timeline.extend(Span(q, "sync", t, sync) for q in self.ipus)
         return start, end, max(step_end.values()) + sync
+
+    def _sends(self, o, prog, sent, programs) -> list[int]:
+        """Bytes each IPU of op ``o``'s stage sends to other IPUs after it: F, its output
+        to the next stage's first IPU (a concurrent stage's members their own shards); B,
+        its input gradient back, from its (first) IPU, to the stage before, whose
+        concurrent members get the gradient of their own output shard each."""
+        k, stages = o.stage, self.stages
+        to = k + 1 if o.phase == "F" else k - 1
+        if o.phase not in ("F", "B") or not 0 <= to < len(stages):
+            return [0] * len(stages[k].ipus)
+        if o.phase == "F":  # each member's output (or the stage's) to the next stage
+            each = prog.sends if prog else [sent[k]]
+            return [b if q != stages[to].ipus[0] else 0 for q, b in zip(stages[k].ipus, each)]
+        parts = programs[to]["F"].sends if to in programs else [sent[to]]  # per receiver
+        first = stages[k].ipus[0]  # where the stage's input gradient is (reduced)
+        out = sum(b for q, b in zip(stages[to].ipus, parts) if q != first)
+        return [out] + [0] * (len(stages[k].ipus) - 1)
 
     def _shapes(self, shape) -> list[tuple]:
         """The input shape, then each stage's output shape; a mismatch names the stage."""
@@ -667,6 +684,41 @@ class Pipeline:
                 t += cycles
             done = max(done, t)
         return done
+
+
+def _schedule_for(o: PipelineOptions, stage_ipus: list[tuple[int, ...]]) -> Schedule:
+    """The schedule of ``o`` for stages on ``stage_ipus``. The schedules after Graphcore's
+    run the same number of stages (chunks) on each of p IPUs, placed as the kind places
+    them (:meth:`Schedule.ipu_of`), and the device mapping must be that placement."""
+    n, kind, g = len(stage_ipus), o.schedule, o.gradient_accumulation
+    common = dict(training=o.training, recomputation=o.recomputation,
+                  recomputation_mode=o.recomputation_mode)
+    if kind not in BEYOND_GRAPHCORE:
+        return schedule(kind, n, g, **common)
+    given = [list(q) if len(q) > 1 else q[0] for q in stage_ipus]
+    if any(len(q) > 1 for q in stage_ipus):
+        raise PipelineConfigError(
+            f"pipeline_schedule {kind!r} with a concurrent stage (device_mapping {given}): "
+            "the runner runs the schedules after Graphcore's with one IPU per stage; map "
+            "each stage to one IPU, or use '1f1b', 'gpipe' or Graphcore's schedules")
+    if kind in orders_of.V_SHAPED:
+        v, rule = 2, "two stages on each IPU in a V: IPU r holds stages r and 2p-1-r"
+    elif kind == "interleaved_1f1b":
+        v, rule = n // (max(given) + 1), ("several stages (chunks) on each of p IPUs: chunk "
+                                          "c of IPU r is stage c*p + r")
+    else:
+        v, rule = 1, "one stage on each IPU: stage k on IPU k"
+    p = max(1, n // max(v, 1))
+    placement = [orders_of.stage_ipu(kind, p, k) for k in range(n)]
+    example = [orders_of.stage_ipu(kind, 2, k) for k in range(2 if kind == "zb_h1" else 4)]
+    fits = n == p * v and (v >= 2 or kind == "zb_h1")  # whole chunks on every IPU
+    if not fits or given != placement:
+        fix = (f"use device_mapping={placement}" if fits else
+               f"e.g. {len(example)} stages on 2 IPUs: device_mapping={example}")
+        raise PipelineConfigError(
+            f"pipeline_schedule {kind!r} runs {rule}, but device_mapping is {given} for {n} "
+            f"stages: {fix}")
+    return schedule(kind, p, g, virtual_stages=v, **common)
 
 
 #: TensorFlow's ``pipelining_ops._ALL_DEVICES``: a stage mapped to every IPU.

@@ -53,18 +53,22 @@ def conv_forward(vg, layer, x, w, b, prog, name) -> Tensor:
     return y
 
 
-def conv_backward(vg, layer, x, w, dy, out, prog, name, first):
-    """nn.Conv2D's weight and bias gradients into ``out`` (two tensors), and its input
-    gradient (None when ``first``)."""
+def conv_weight_grad(vg, layer, x, dy, out, prog, name) -> None:
+    """nn.Conv2D's weight and bias gradients into ``out`` (two tensors)."""
+    bsz, _, h, wd = x.shape
+    k, cout = layer.k, layer.cout
+    dy2 = dy.dim_shuffle([1, 0, 2, 3]).reshape([cout, bsz * (h - k + 1) * (wd - k + 1)])
+    poplin.mat_mul_with_output(vg, dy2, im2col(x, k).transpose(), out[0].reshape([cout, -1]),
+                               prog, name + "/weight")
+    bias_grad(vg, dy, [0, 2, 3], out[1], prog, name + "/bias")
+
+
+def conv_input_grad(vg, layer, x, w, dy, prog, name) -> Tensor:
+    """nn.Conv2D's input gradient: the weights times ``dy``, then a col2im of adds."""
     bsz, c, h, wd = x.shape
     k, cout = layer.k, layer.cout
     ho, wo = h - k + 1, wd - k + 1
     dy2 = dy.dim_shuffle([1, 0, 2, 3]).reshape([cout, bsz * ho * wo])
-    poplin.mat_mul_with_output(vg, dy2, im2col(x, k).transpose(), out[0].reshape([cout, -1]),
-                               prog, name + "/weight")
-    bias_grad(vg, dy, [0, 2, 3], out[1], prog, name + "/bias")
-    if first:
-        return None
     dcols = poplin.mat_mul(vg, w.reshape([cout, -1]).transpose(), dy2, prog, name + "/input")
     dcols = dcols.reshape([c, k * k, bsz, ho, wo])
     dx = linear(vg, FLOAT, x.shape, name + "/input grad")

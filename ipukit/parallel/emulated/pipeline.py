@@ -11,12 +11,13 @@ compiles and loads it; :class:`EmulatedPipeline` is the runner's
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 
 from ... import backend
-from ...engine import Engine
-from ...errors import IpuError
+from ...engine import MAX_EMULATED_STEPS, Engine
+from ...errors import IpuError, PipelineConfigError
 from ...graph import Graph
 from ...program import Copy, Sequence
 from ...target import Device, Target
@@ -71,13 +72,32 @@ class Emulation:
                 g.add_device_to_host_fifo(pre + "losses", FLOAT, 1),
                 None if self.training else g.add_device_to_host_fifo(
                     pre + "outputs", FLOAT, math.prod(self.out_shape))))
-        self.ops, programs = self._unroll()
+        for s in (s for stages in self.replicas for s in stages):  # what each F stashes
+            s.stash = [] if not self.training else (
+                [s.input] + ([s.labels] if s.last else []) if p.recomputation else s.saved)
+        self.ops = p.schedule.ops
+        firsts = self._firsts()
+        zero = Sequence(*(s.zero_program() for st in self.replicas for s in st))
+        #: The steps program 0 emulates in one pipeline run, counted before it is built.
+        kinds = Counter((op.phase, op.stage, i in firsts) for i, op in enumerate(self.ops))
+        self.steps = leaves(zero) + p.replication_factor * sum(
+            n * self._op_steps(*kind) for kind, n in kinds.items())
+        if self.steps > MAX_EMULATED_STEPS:
+            per = (self.steps - leaves(zero)) / p.gradient_accumulation
+            raise PipelineConfigError(
+                f"gradient_accumulation_count={p.gradient_accumulation} with emulate=True "
+                f"would emulate {self.steps:,} steps (compute sets, copies and stream copies) "
+                f"in each pipeline run, about {per:,.0f} per micro-batch; the emulator stops "
+                f"at {MAX_EMULATED_STEPS:,} a run (debug.maxEmulatedSteps, about 10 us a "
+                "step). Use a gradient_accumulation_count of at most "
+                f"{int((MAX_EMULATED_STEPS - leaves(zero)) // per):,} with emulate=True, or "
+                "emulate=False (the NumPy runner)")
+        programs = self._unroll(firsts)
         if not self.training:  # program 0 runs every op
             self.counts = [0] + [leaves(q) for q in programs]
             self.engine = Engine(g, [Sequence(*programs)])
             self.engine.load(self.device)
             return
-        zero = Sequence(*(s.zero_program() for st in self.replicas for s in st))
         update = self._all_reduce()
         rts = p.replication_factor if (p.replicated_optimizer_state_sharding
                                        and p.replication_factor > 1) else 1
@@ -119,36 +139,45 @@ class Emulation:
                                     bounds=replication.shard_bounds)
         return prog
 
-    def _unroll(self):
+    def _firsts(self) -> set[int]:
+        """The ops that write a stage's accumulators first in a step (its first B, or its
+        first W in a split schedule): they copy instead of adding."""
+        phase = "W" if self.pipeline.schedule.split else "B"
+        out, seen = set(), set()
+        for i, op in enumerate(self.ops):
+            if self.training and op.phase == phase and op.stage not in seen:
+                seen.add(op.stage)
+                out.add(i)
+        return out
+
+    def _unroll(self, firsts: set[int]) -> list[Sequence]:
         """One program per schedule op, with its FIFO and inbox slots fixed in advance."""
         p, st = self.pipeline, self.stages
         fifo_slots = [Slots() for _ in st]
+        wfifo_slots = [Slots() for _ in st]  # what W needs, from B to W (split schedules)
         inbox = [Slots() for _ in st]  # activations waiting for stage k
         gradbox = [Slots() for _ in st]  # gradients waiting for stage k
-        plan, backward = [], set()  # backward: the stages whose first B is planned
-        for op in p.schedule.ops:
-            plan.append((op, slots := self._plan_op(op, fifo_slots[op.stage], inbox,
-                                                    gradbox)))
-            if op.phase == "B" and op.stage not in backward:
-                backward.add(op.stage)
-                slots["first"] = True  # the stage's first B of a step
+        plan = []
+        for i, op in enumerate(self.ops):
+            slots = self._plan_op(op, fifo_slots[op.stage], wfifo_slots[op.stage], inbox,
+                                  gradbox)
+            slots["first"] = i in firsts
+            plan.append(slots)
         for s in (s for stages in self.replicas for s in stages):  # buffers, sizes known
-            s.stash = [] if not self.training else (
-                [s.input] + ([s.labels] if s.last else []) if p.recomputation else s.saved)
-            cap = fifo_slots[s.k].size
             pre = f"{s.pre}stage{s.k}"
-            s.fifo = [buffer(s.vg_of(t), t, cap, f"{pre}/stash FIFO {t.name}")
+            s.fifo = [buffer(s.vg_of(t), t, fifo_slots[s.k].size, f"{pre}/stash FIFO {t.name}")
                       for t in s.stash]
+            s.wfifo = [buffer(s.vg, t, wfifo_slots[s.k].size, f"{pre}/W stash {t.name}")
+                       for t in s.wsaved] if p.schedule.split else []
             s.inbox = buffer(s.vg, s.input, inbox[s.k].size, f"{pre}/inbox") \
                 if s.k else None
             s.gradbox = buffer(s.vg, s.dy, gradbox[s.k].size, f"{pre}/grad inbox") \
                 if s.dy is not None else None
-        programs = [Sequence(*(self._op_program(op, slots, rep)
-                               for rep in range(p.replication_factor)))
-                    for op, slots in plan]
-        return [op for op, _ in plan], programs
+        return [Sequence(*(self._op_program(op, slots, rep)
+                           for rep in range(p.replication_factor)))
+                for op, slots in zip(self.ops, plan)]
 
-    def _plan_op(self, op, fifo, inbox, gradbox) -> dict:
+    def _plan_op(self, op, fifo, wfifo, inbox, gradbox) -> dict:
         k, m, last = op.stage, op.microbatch, len(self.stages) - 1
         slots = {}
         if op.phase == "F":
@@ -160,6 +189,8 @@ class Emulation:
                 slots["send"] = inbox[k + 1].put(m)
         elif op.phase == "R":
             slots["pop"] = fifo.take(m)
+        elif op.phase == "W":
+            slots["wpop"] = wfifo.take(m)
         else:
             if not self.pipeline.recomputation:
                 slots["pop"] = fifo.take(m)
@@ -167,6 +198,8 @@ class Emulation:
                 slots["dy"] = gradbox[k].take(m)
             if k > 0:
                 slots["send"] = gradbox[k - 1].put(m)
+            if self.pipeline.schedule.split:
+                slots["wpush"] = wfifo.put(m)
         return slots
 
     def _op_program(self, op, slots, rep) -> Sequence:
@@ -197,10 +230,35 @@ class Emulation:
         if op.phase == "B":
             if "dy" in slots:
                 prog.add(Copy(s.gradbox[slots["dy"]], s.dy))
-            prog.add(s.first_backward if slots.get("first") else s.backward)
+            prog.add(s.first_backward if slots["first"] else s.backward)
+            for t, f in zip(s.wsaved, s.wfifo):  # what the W needs, kept till it runs
+                prog.add(Copy(t, f[slots["wpush"]]))
             if "send" in slots:
                 prog.add(Copy(s.dx, stages[s.k - 1].gradbox[slots["send"]]))
+        if op.phase == "W":
+            for t, f in zip(s.wsaved, s.wfifo):
+                prog.add(Copy(f[slots["wpop"]], t))
+            prog.add(s.first_weight if slots["first"] else s.weight)
         return prog
+
+    def _op_steps(self, phase: str, k: int, first: bool) -> int:
+        """The steps (copies, compute sets) of the program of an op of ``phase`` on stage
+        ``k`` on one replica, counted as :meth:`_op_program` builds it, from the stage's
+        programs alone."""
+        s, last = self.stages[k], len(self.stages) - 1
+        split = self.pipeline.schedule.split
+        if phase == "W":
+            return len(s.wsaved) + leaves(s.first_weight if first else s.weight)
+        pops = len(s.stash) if phase == "R" or (
+            phase == "B" and not self.pipeline.recomputation) else 0
+        if phase == "B":
+            return (pops + (k < last) + leaves(s.first_backward if first else s.backward)
+                    + (len(s.wsaved) if split else 0) + (k > 0))
+        n = pops + leaves(s.forward) + (s.last and not self.training)  # R, or F: and
+        if phase == "F":  # its input, the labels and the loss, its stash, its sends
+            n += 1 + 2 * (s.last and self.scored) + len(s.stash)
+            n += len(s.sends(self.stages[k + 1].input)) if k < last else 0
+        return n
 
     # -- running --------------------------------------------------------------------------
     def run(self, xs, ys):
@@ -320,8 +378,12 @@ def run(p, x, labels) -> EmulatedRunResult:
     ops = tuple(OpSteps(o.run, o.phase, o.stage, o.microbatch, o.ipu, o.first, o.end)
                 for o in ops)
     origin = float(trace._starts[start])  # the host sync of this call
-    sizes = [(s.ipu, bytes_of(emu, s)) for s in emu.stages]
-    timeline = timeline_of(emu, trace, ops, origin, sizes)
+    per_ipu: dict[int, tuple] = {}  # the stages on each IPU (chunks share one)
+    for s in emu.stages:
+        per_ipu[s.ipu] = tuple(a + b for a, b in zip(per_ipu.get(s.ipu, (0,) * 4),
+                                                     bytes_of(emu, s)))
+    sizes = list(per_ipu.items())
+    timeline = timeline_of(emu, trace, ops, origin, sizes, start)
     memory = tuple(MemoryRecord(0.0, q, *b) for q, b in sizes)
     cycles = float(trace.total_cycles - trace._starts[start]) if len(trace) > start else 0.0
     outputs = results if results is not None else replication.select_outputs(

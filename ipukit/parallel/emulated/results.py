@@ -51,26 +51,26 @@ class EmulatedRunResult(RunResult):
     origin: float = 0.0  # the trace cycle where this run's timeline starts
 
     def steps_of(self, phase: str, stage: int, microbatch: int, run: int = 0) -> list[Step]:
-        """The supersteps (compute sets, copies, stream copies) of one F, B or R op."""
+        """The supersteps (compute sets, copies, stream copies) of one F, B, W or R op."""
         for o in self.op_steps:
             if (o.phase, o.stage, o.microbatch, o.run) == (phase, stage, microbatch, run):
                 return steps_of(self.trace, o)
         raise IpuError(f"no {phase} op of stage {stage} on micro-batch {microbatch} in run "
                        f"{run}; the schedule's ops are (phase, stage, micro-batch) with phase "
-                       "F, B or R")
+                       "F, B, W or R")
 
     def op_of(self, span) -> OpSteps:
-        """The schedule op (and its trace events) behind an F, B or R timeline record."""
-        op = next((o for o in self.op_steps if o.phase == span.kind and span.kind in "FBR"
+        """The schedule op (and its trace events) behind an F, B, W or R timeline record."""
+        op = next((o for o in self.op_steps if o.phase == span.kind and span.kind in "FBWR"
                    and o.stage == span.stage and o.microbatch == span.microbatch
                    and self._start(o, span.ipu) == span.start), None)
         if op is None:
-            raise IpuError(f"{span!r} is not an F, B or R span of this emulated run; pass "
-                           "one of result.timeline's records with kind F, B or R")
+            raise IpuError(f"{span!r} is not an F, B, W or R span of this emulated run; "
+                           "pass one of result.timeline's records with kind F, B, W or R")
         return op
 
     def span_steps(self, span) -> list[Step]:
-        """The supersteps behind a timeline record (an F, B or R span of this run)."""
+        """The supersteps behind a timeline record (an F, B, W or R span of this run)."""
         return steps_of(self.trace, self.op_of(span))
 
     def _start(self, o: OpSteps, ipu: int) -> float:
@@ -95,12 +95,20 @@ def _stage_ipus(stage) -> list[int]:
     return [m.ipu for m in getattr(stage, "members", [stage])]
 
 
-def timeline_of(emu, trace, ops, t0, sizes) -> Timeline:
-    """F/B/R spans from the trace events each op made (on its IPU's clock), the IPU-Link
-    copies among them, and each IPU's weight update; memory: ``sizes``, each stage's
-    ``(ipu, bytes by category)``."""
+def timeline_of(emu, trace, ops, t0, sizes, first: int) -> Timeline:
+    """The run from its trace events (``first`` on), on each IPU's clock: per op an F, B,
+    W or R span on each IPU of its stage (its steps there), each copy between IPUs on
+    every IPU it involves (its external ``"sync"``, then the ``"link"``, whose ``bytes``
+    the sender's span carries), each IPU's weight update (``"optimizer"``) and the host
+    syncs of ``Engine.run`` (``"host"``), so that ``measures()`` says why an IPU was idle;
+    memory: ``sizes``, each IPU's ``(ipu, bytes by category)``."""
     spans = []
     ipus = sorted({s.ipu for st in emu.replicas for s in st})
+    for i, t in zip(trace._step_ids[first:], trace._starts[first:]):
+        st = trace.steps[i]
+        if st.kind == "host":
+            spans += [Span(q, "host", float(t - t0), float(st.cycles), label=st.name)
+                      for q in st.ipus]
     for o in ops:
         if o.phase == "optimizer":
             for q in ipus:
@@ -115,10 +123,17 @@ def timeline_of(emu, trace, ops, t0, sizes) -> Timeline:
                                       o.microbatch))
         for i, t in zip(trace._step_ids[o.first:o.end], trace._starts[o.first:o.end]):
             st = trace.steps[i]
-            if st.inter_ipu_bytes and (o.ipu in st.ipus or o.phase == "optimizer"):
-                spans.append(Span(st.ipus[0] if o.ipu < 0 else o.ipu, "link", float(t - t0),
-                                  float(st.cycles), o.stage, o.microbatch,
-                                  int(st.inter_ipu_bytes), st.name))
+            if not st.inter_ipu_bytes or not (o.ipu in st.ipus or o.phase == "optimizer"):
+                continue
+            sender = o.ipu if o.ipu in st.ipus else st.ipus[0]
+            at = float(t - t0)
+            for q in st.ipus:
+                if st.sync_cycles:
+                    spans.append(Span(q, "sync", at, float(st.sync_cycles), o.stage,
+                                      o.microbatch, label=st.name))
+                spans.append(Span(q, "link", at + st.sync_cycles,
+                                  float(st.cycles - st.sync_cycles), o.stage, o.microbatch,
+                                  int(st.inter_ipu_bytes) if q == sender else 0, st.name))
     parts = ("weights", "stash", "gradients", "optimizer")
     memory = [MemorySample(0.0, q, dict(zip(parts, b))) for q, b in sizes]
     return Timeline(spans, memory, emu.target.clock_hz)
@@ -129,7 +144,7 @@ def bytes_of(emu, s) -> tuple[int, int, int, int]:
     def size(ts):
         return sum(t.num_elements() * t.dtype.itemsize for t in ts)
 
-    bufs = list(s.fifo) + [b for b in (s.inbox, s.gradbox) if b is not None]
+    bufs = s.fifo + s.wfifo + [b for b in (s.inbox, s.gradbox) if b is not None]
     state = [t for (key, rep), st in (emu.opt.state.items() if emu.opt else ())
              if key.startswith(f"{s.k}.") and rep == 0 and key.rpartition("/rts")[2] in ("", "0")
              for t in st.values()]

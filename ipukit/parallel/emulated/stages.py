@@ -25,8 +25,9 @@ from . import sharded as es
 from .collectives import Shards
 from .layers import (
     bias_grad,
-    conv_backward,
     conv_forward,
+    conv_input_grad,
+    conv_weight_grad,
     layers_of,
     maxpool_backward,
     param_key,
@@ -90,7 +91,9 @@ class Stage:
         if self.last and emu.scored:
             self._build_loss()
         self.backward = self.first_backward = Sequence()  # (first: a step's first B)
-        self.written: set = set()  # accumulator types the first B writes (not zeroed)
+        self.weight = self.first_weight = Sequence()  # W, of a split schedule
+        self.wsaved: list[Tensor] = []  # what B leaves for W (split schedules)
+        self.written: set = set()  # accumulator types the first gradients write (not zeroed)
         self.dy = self.dx = None
         if emu.training:
             self.dy = None if self.last else linear(vg, FLOAT, self.output.shape,
@@ -192,36 +195,64 @@ class Stage:
 
     # -- backward -----------------------------------------------------------------------
     def _build_backward(self) -> Tensor | None:
-        vg, prog, k, p = self.vg, Sequence(), self.k, self.emu.pipeline
+        """The backward of one micro-batch, layer by layer from the last: each layer's
+        weight gradients (written where the weights are) and its input gradient, then
+        the accumulation. A split schedule runs them as two ops: ``backward`` (B) the
+        input gradients alone, ``weight`` (W) the weight gradients and the accumulation,
+        from what B left in ``wsaved`` (each weighted layer's input and output gradient:
+        the zero-bubble paper's M_W)."""
+        vg, k, p = self.vg, self.k, self.emu.pipeline
         pre = f"{self.pre}stage{k}"
         dy = self.dlogits if self.last else self.dy
         layers = layers_of(self.net)
+        inputs, weights = [], []  # per layer from the last: its B part and its W part
+        self.wsaved: list[Tensor] = []
         for i in reversed(range(len(layers))):
             layer, x, y = layers[i], self.acts[i], self.acts[i + 1]
             name = f"{pre}/{i}.{type(layer).__name__}/grad"
             first = i == 0 and k == 0  # nothing to send back: skip the input gradient
             keys = [self.prefix + param_key(self.net, i, s) for s in ("weight", "bias")]
+            bp, wp = Sequence(), Sequence()
+            inputs.append(bp)
+            weights.append(wp)
             if isinstance(layer, (nn.Dense, nn.Conv2D)):
                 w, (gw, gb) = self.params[keys[0]], (self.grads.views[n] for n in keys)
+                self.wsaved += [t for t in (x, dy) if not any(t is u for u in self.wsaved)]
             if isinstance(layer, nn.Dense):
-                poplin.mat_mul_with_output(vg, x.transpose(), dy, gw, prog, name + "/weight")
-                bias_grad(vg, dy, [0], gb, prog, name + "/bias")
-                dy = None if first else poplin.mat_mul(vg, dy, w.transpose(), prog,
+                poplin.mat_mul_with_output(vg, x.transpose(), dy, gw, wp, name + "/weight")
+                bias_grad(vg, dy, [0], gb, wp, name + "/bias")
+                dy = None if first else poplin.mat_mul(vg, dy, w.transpose(), bp,
                                                        name + "/input")
             elif isinstance(layer, nn.ReLU):
                 dy = popnn.non_linearity_input_gradient(vg, popnn.NonLinearityType.RELU, y,
-                                                        dy, prog, name)
+                                                        dy, bp, name)
             elif isinstance(layer, nn.Conv2D):
-                dy = conv_backward(vg, layer, x, w, dy, (gw, gb), prog, name, first)
+                conv_weight_grad(vg, layer, x, dy, (gw, gb), wp, name)
+                dy = None if first else conv_input_grad(vg, layer, x, w, dy, bp, name)
             elif isinstance(layer, nn.MaxPool2D):
-                dy = None if first else maxpool_backward(vg, x, dy, prog, name)
+                dy = None if first else maxpool_backward(vg, x, dy, bp, name)
             else:  # Flatten
                 dy = dy.reshape(x.shape)
             if dy is None:
                 break
-        # one op per type over every accumulator and (float) gradient (mergeVarUpdate); a
-        # step's first B of a lone stage copies them to float accumulators (nothing to zero)
-        self.backward, self.first_backward = Sequence(prog), Sequence(prog)
+        accumulate, first_accumulate = self._accumulation()
+        if p.schedule.split:
+            self.backward = self.first_backward = Sequence(*inputs)
+            self.weight = Sequence(*weights, accumulate)
+            self.first_weight = Sequence(*weights, first_accumulate)
+        else:  # each layer's weight gradients, then its input gradient
+            both = [q for pair in zip(weights, inputs) for q in pair]
+            self.backward = Sequence(*both, accumulate)
+            self.first_backward = Sequence(*both, first_accumulate)
+        return dy
+
+    def _accumulation(self) -> tuple[Sequence, Sequence]:
+        """A micro-batch's gradients added into the accumulators: one op per type over
+        every accumulator and (float) gradient (mergeVarUpdate); and the same for a
+        step's first gradients, which a lone stage copies to its float accumulators
+        (nothing to zero)."""
+        vg, p, pre = self.vg, self.emu.pipeline, f"{self.pre}stage{self.k}"
+        every, first = Sequence(), Sequence()
         for (dt, _), rows in by_type((self.accs[n], self.grads.views[n])
                                      for n in self.params).items():
             acc, g = flat(a for a, _ in rows), flat(g for _, g in rows)
@@ -235,17 +266,18 @@ class Stage:
                            step, f"{pre}/running mean{of_type(dt)}", inplace=True)
             else:
                 popops.add_in_place(vg, acc, g, step, name)
-            self.backward.add(step)
+            every.add(step)
             if p.reduction != "RUNNING_MEAN" and dt == FLOAT and not self.prefix:
-                self.first_backward.add(Copy(g, acc))
+                first.add(Copy(g, acc))
                 self.written.add(dt)
             else:
-                self.first_backward.add(step)
+                first.add(step)
         if p.reduction == "RUNNING_MEAN":  # (after the running means, which read n)
-            popops.add_in_place(vg, self.count, 1.0, step := Sequence(), f"{pre}/count")
-            self.backward.add(step)
-            self.first_backward.add(step)
-        return dy
+            step = Sequence()
+            popops.add_in_place(vg, self.count, 1.0, step, f"{pre}/count")
+            every.add(step)
+            first.add(step)
+        return every, first
 
     # -- once per run -------------------------------------------------------------------
     def zero_program(self) -> Sequence:
@@ -301,6 +333,7 @@ class ConcurrentStage:
         pre = f"{self.pre}stage{self.k}"
         self.forward, self.backward = Sequence(), Sequence()
         self.first_backward = self.backward  # (its members zero their accumulators)
+        self.wsaved: list[Tensor] = []  # (the runner splits no concurrent backward)
         for m in self.members[1:]:
             self.forward.add(Copy(self.input, m.input))  # to_all
         for m in self.members:
