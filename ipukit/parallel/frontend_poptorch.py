@@ -179,8 +179,8 @@ def inference_model(blocks, strategy: PipelinedExecution | None = None,
     error otherwise (``Compiler.cpp``); each call takes micro-batch size ×
     device_iterations × replication_factor samples and ``run(x).outputs`` holds the last
     stage's outputs per micro-batch. ``loss`` (optional) also scores ``run(x, labels)``.
-    Kit convention: the device iterations are the pipeline's micro-batches (one pipeline
-    run per call), as PopART runs them. ``emulate=True`` runs the forward stages as Poplar
+    (kit convention: the device iterations are the pipeline's micro-batches, one pipeline
+    run per call, as PopART runs them.) ``emulate=True`` runs the forward stages as Poplar
     programs on the emulator (:mod:`.emulated`).
     """
     blocks = _blocks(blocks)

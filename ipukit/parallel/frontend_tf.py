@@ -59,8 +59,8 @@ def pipeline(computational_stages, device_mapping=None, gradient_accumulation_co
       checked against the schedule (``pipeline_util.cc``);
     * ``offload_optimizer_state`` is ``offload_weight_update_variables``: its default
       ``None`` offloads the optimiser state to Streaming Memory in a training pipeline
-      (TF: "automatically", which offloads when remote buffers exist; kit convention:
-      they always do). PopTorch's ``training_model`` keeps it on chip;
+      (TF: "automatically", which offloads when remote buffers exist; (kit convention:
+      they always do)). PopTorch's ``training_model`` keeps it on chip;
     * ``replicated_optimizer_state_sharding=True`` shards only offloaded state: with
       ``offload_optimizer_state=False`` it is an error (``pipelining_test.py``
       ``testRTSButNoOffloading``: "optimizer state must be offloaded"). PopTorch shards

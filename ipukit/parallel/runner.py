@@ -31,8 +31,8 @@ The result has the per-micro-batch losses and two plain records:
   end of a lock-step step), ``"allreduce"`` (gradients reduced across replicas, ring
   all-reduce; with RTS ``"reducescatter"`` and ``"allgather"``), ``"optimizer"`` (the
   weight update, plus streaming offloaded state in and out of Streaming Memory, timed at
-  the host link's bandwidth: a kit convention). ``stage`` and
-  ``microbatch`` are -1 where they do not apply. Replicas run the same timeline on their
+  the host link's bandwidth (kit convention)). ``stage`` and ``microbatch`` are -1
+  where they do not apply. Replicas run the same timeline on their
   own IPUs; the spans are replica 0's. ``timeline.measures()`` gives the bubble and each
   IPU's idle time by cause.
 * ``memory``: a tuple of :class:`MemoryRecord` ``(time, ipu, weights, stash, gradients,
@@ -358,8 +358,8 @@ class Pipeline:
         (``Engine``) and loads them on the emulated device, once per micro-batch shape (a
         second call for the same shape does nothing). With ``emulate=False`` there is
         nothing to compile: it checks the inputs and the stages' shapes, as ``run`` does
-        first, and builds nothing. Kit convention: TensorFlow compiles on the first call of
-        the pipeline's function; pipelines from :func:`pipeline` take this call too.
+        first, and builds nothing. (kit convention: TensorFlow compiles on the first call of
+        the pipeline's function; pipelines from :func:`pipeline` take this call too.)
 
         >>> from ipukit.parallel import nn, optim, training_model, Block
         >>> import numpy as np
@@ -728,9 +728,9 @@ ALL_DEVICES = -1
 def _all_devices(stage_layers, ipus: tuple[int, ...]) -> tuple[int, ...]:
     """The IPUs of a stage mapped to ``_ALL_DEVICES`` on a pipeline of ``ipus``.
 
-    Kit convention: a stage given as one list per IPU (``[[f0], [f1]]``) is a concurrent
+    (kit convention: a stage given as one list per IPU (``[[f0], [f1]]``) is a concurrent
     stage over the pipeline's IPUs, member s on IPU s (how the concurrent-pipelines example
-    shards inside its ``_ALL_DEVICES`` stage); any other stage computes on the lowest IPU.
+    shards inside its ``_ALL_DEVICES`` stage); any other stage computes on the lowest IPU.)
     """
     members = list(stage_layers) if isinstance(stage_layers, (list, tuple)) else []
     if len(members) == len(ipus) > 1 and all(isinstance(m, (list, tuple)) for m in members):

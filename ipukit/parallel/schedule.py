@@ -98,10 +98,10 @@ class RecomputationMode(enum.Enum):
     ``RecomputeAndBackpropagateInterleaved`` for Sequential (``pipeline_util.cc``
     ``GetPipelineRecomputationMode``). ``RecomputeThenBackpropagate`` is supported by
     Grouped and Interleaved, ``RecomputeAndBackpropagateInterleaved`` by Grouped and
-    Sequential. Kit convention: both modes run one R op (the stage's whole forward) before
+    Sequential. (kit convention: both modes run one R op (the stage's whole forward) before
     each B op; TensorFlow's interleaved mode also lowers the peak liveness inside a stage,
-    which the kit does not model. For the PopTorch, GPipe and 1F1B schedules, which TF does
-    not have, ``Auto`` is ``RecomputeThenBackpropagate``.
+    which the kit does not model.) For the PopTorch, GPipe and 1F1B schedules, which TF
+    does not have, ``Auto`` is ``RecomputeThenBackpropagate``.
     """
 
     Auto = "Auto"

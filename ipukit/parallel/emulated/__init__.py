@@ -27,9 +27,9 @@ compute set per type (``stage0/zero accumulators``, ``stage0/accumulate``,
 accumulators of each type are one variable each, each weight's a view of it, so the
 concatenation is one region; PopART concatenates separate tensors.) The backward writes
 the gradients where their weights are, so a micro-batch is accumulated without exchange.
-(kit convention, not PopART's, which zeroes its accumulators after each update: with SUM
-and MEAN a stage's first gradient of a step is copied into its float accumulators, so
-they need no zeroing.) MEAN's 1/G is folded into the optimiser's step, as PopART folds
+(kit convention: with SUM and MEAN a stage's first gradient of a step is copied into its
+float accumulators, so they need no zeroing; PopART zeroes its accumulators after each
+update.) MEAN's 1/G is folded into the optimiser's step, as PopART folds
 the accumulation factor into its optimiser scalars.
 
 Replicas are copies of the stages on their own IPUs; their gradients are all-reduced by

@@ -329,11 +329,11 @@ def compile(p, x, labels) -> Emulation:  # noqa: A001 - PopTorch's name
 
     The programs hold the optimiser's settings as constants: when they have changed since
     the build (``model.optimizer.lr = 0.01``, or another optimiser), it builds them again.
-    Kit convention: PopTorch keeps the learning rate (and every setting passed to the
+    (kit convention: PopTorch keeps the learning rate (and every setting passed to the
     optimiser's constructor) in device variables; a change reaches the IPU, without a
     recompile, when the model's ``setOptimizer(optimizer)`` is called, and changing a
     constant setting after compiling is an error. The kit has no ``setOptimizer``: a
-    changed setting applies from the next call, on the emulator as in the NumPy runner.
+    changed setting applies from the next call, on the emulator as in the NumPy runner.)
 
     >>> from ipukit.parallel import nn, optim, training_model, Block
     >>> m = training_model([Block("A", nn.Dense(4, 3, rng=1), ipu_id=0)],
