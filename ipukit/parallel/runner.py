@@ -16,7 +16,10 @@ forward and backward of every micro-batch in the schedule's order: activations g
 next stage (an IPU-Link copy when it is on another IPU), each stage stashes what its
 backward needs in a FIFO of the schedule's depth (plus its output buffer) and restores it
 in order, or with ``recomputation`` stashes only its input and recomputes the forward
-(an ``"R"`` op) right before the backward. Gradients are accumulated per stage with the
+(an ``"R"`` op) right before the backward. The schedules after Graphcore's run several
+stages on one IPU (placed as the schedule places them) and, split, each backward as a B
+op (the input gradient, ``Layer.backward_input``) and a later W op (the weight
+gradients, ``Layer.backward_weight``). Gradients are accumulated per stage with the
 reduction method, summed or averaged over replicas, and the optimiser is applied once per
 run (replicas, RTS, accumulation dtype and output modes: :mod:`.replication`).
 
@@ -25,8 +28,8 @@ The result has the per-micro-batch losses and two plain records:
 * ``timeline``: a :class:`~ipukit.timeline.Timeline` of :class:`~ipukit.timeline.Span`
   ``(ipu, kind, start, duration, stage, microbatch, bytes, label)``, times in cycles of
   the target's clock (the one record of time, as ``Trace.timeline()``; iterating it gives
-  its spans). ``kind`` is ``"F"``, ``"B"``,
-  ``"R"`` (compute: FLOPs ÷ the IPU's FLOPs per cycle), ``"link"`` (an activation or
+  its spans). ``kind`` is ``"F"``, ``"B"``, ``"W"`` (the weight gradients of a split
+  backward), ``"R"`` (compute: FLOPs ÷ the IPU's FLOPs per cycle), ``"link"`` (an activation or
   gradient sent over IPU-Links after the op, ``bytes`` ÷ link bandwidth), ``"sync"`` (the
   end of a lock-step step), ``"allreduce"`` (gradients reduced across replicas, ring
   all-reduce; with RTS ``"reducescatter"`` and ``"allgather"``), ``"optimizer"`` (the

@@ -80,9 +80,10 @@ from ..timeline import MemorySample, Span, Timeline
 from . import schedule_orders as orders_of
 from .nn import is_count
 
-#: The schedules the pipeline runner runs (Graphcore's, GPipe and 1F1B).
+#: Graphcore's schedules, GPipe and 1F1B: one stage per IPU, each backward one op.
 KINDS = ("grouped", "interleaved", "sequential", "poptorch", "gpipe", "1f1b")
-#: The schedules after Graphcore's (:mod:`.schedule_orders`): as data and timed only.
+#: The schedules after Graphcore's (:mod:`.schedule_orders`): several stages (chunks) per
+#: IPU, or the backward split into B and W. The runner runs them all.
 BEYOND_GRAPHCORE = ("interleaved_1f1b", "zb_h1", "zb_v", "dualpipev")
 ALL_KINDS = KINDS + BEYOND_GRAPHCORE
 #: Graphcore's lock-step schedules; the others are asynchronous.
