@@ -147,7 +147,7 @@ def bench_emulated(repeats=3, calls=5):
 def bench_build(repeats=5):
     """The first call alone, split: ``Engine`` (compile and load) and the rest (building the
     stages from PopLibs ops, and one run)."""
-    from ipukit.parallel import emulated  # noqa: PLC0415
+    from ipukit.parallel.emulated import pipeline as emulated  # noqa: PLC0415
 
     d = load_mnist()
     x = (d.train_images[:256].reshape(256, 784) / 255).astype(np.float32)

@@ -26,10 +26,15 @@ VERTEX_AXIS = ("every field has a leading vertex axis (scalars (n,), Vectors (n,
                "self.x.sum()) and write outputs with self.field[...] = value")
 
 
+#: Poplar's names of ipukit's five element types (tensor.py's FLOAT, HALF, INT,
+#: UNSIGNED_INT and BOOL).
+TYPE_NAMES = {np.dtype(np.float32): "float", np.dtype(np.float16): "half",
+              np.dtype(np.int32): "int", np.dtype(np.uint32): "unsigned int",
+              np.dtype(np.bool_): "bool"}
+
+
 def type_name(dtype) -> str:
     """Poplar's name of an element type: "float", "half", "int", "unsigned int", "bool"."""
-    from .tensor import TYPE_NAMES  # noqa: PLC0415 - tensor.py imports this module
-
     return TYPE_NAMES[np.dtype(dtype)]
 
 
@@ -524,9 +529,9 @@ class ProgramError(IpuError):
 
     @classmethod
     def bad_predicate(cls, where, t):
-        from .tensor import Tensor  # noqa: PLC0415 - tensor.py imports this module
-
-        got = f"{t.name} of shape {t.shape}" if isinstance(t, Tensor) else repr(t)
+        name, shape = getattr(t, "name", None), getattr(t, "shape", None)  # a Tensor's
+        got = f"{name} of shape {shape}" if isinstance(name, str) and shape is not None \
+            else repr(t)
         return cls(f"{where} predicate must be a one-element tensor, got {got}")
 
     # -- compiling programs (compile.py) ---------------------------------------------------

@@ -31,7 +31,8 @@ from .errors import (
 )
 from .target import Device, Target
 from .tensor import Tensor, as_type, contiguous_strides, firsts, runs, single_run
-from .vertex import Vertex
+from .vertex import FieldRef, Vertex, VertexRef
+from .virtual_graph import VirtualTiles
 
 
 @dataclass
@@ -203,27 +204,6 @@ class ComputeSet:
 
     def __repr__(self):
         return f"ComputeSet('{self.name}')"
-
-
-class VertexRef:
-    """``poplar::VertexRef``; ``v["field"]`` is a field reference for ``connect``."""
-
-    __slots__ = ("graph", "id")
-
-    def __init__(self, graph, id_):
-        self.graph, self.id = graph, id_
-
-    def __getitem__(self, field: str) -> FieldRef:
-        return FieldRef(self, field)
-
-    def __repr__(self):
-        return f"VertexRef({self.graph.describe_vertex(self.id)})"
-
-
-@dataclass(frozen=True)
-class FieldRef:
-    vertex: VertexRef
-    field: str
 
 
 @dataclass(frozen=True)
@@ -479,8 +459,6 @@ class Graph:
         virtual graph per IPU (``lower = ipu * tiles_per_ipu``) is how TensorFlow's IPU
         backend builds its shards.
         """
-        from .virtual_graph import VirtualGraph  # noqa: PLC0415 - it subclasses Graph
-
         return VirtualGraph(self, lower_tile, upper_tile)
 
 
@@ -515,3 +493,8 @@ def _shape(shape, name) -> tuple:
     if not all(isinstance(s, numbers.Integral) and s >= 0 for s in shape):
         raise IpuError.bad_shape(name, shape)
     return tuple(int(s) for s in shape)
+
+
+class VirtualGraph(VirtualTiles, Graph):
+    """A :class:`Graph` over a range of its parent's tiles (``Graph::createVirtualGraph``):
+    :class:`~ipukit.virtual_graph.VirtualTiles` over the parent's storage."""

@@ -196,10 +196,10 @@ def execution_trace(trace: Trace, ax=None, run: int | None = None, max_labels: i
 
 
 def span_supersteps(result, span, max_steps: int = 40):
-    """An emulated run's timeline (F/B/R per IPU) above the supersteps of one ``span``.
+    """An emulated run's timeline (F/B/W/R per IPU) above the supersteps of one ``span``.
 
     ``result`` is what ``pipeline(..., emulate=True).run`` returns; ``span`` one of its
-    F, B or R timeline records. The lower panel draws the op's steps (compute sets, copies
+    F, B, W or R timeline records. The lower panel draws the op's steps (compute sets, copies
     and stream copies, in order) split into sync, exchange and compute, on the same cycle
     axis as the trace. Returns the figure.
     """
@@ -211,7 +211,8 @@ def span_supersteps(result, span, max_steps: int = 40):
     rows = max(4.3, 0.2 * len(ids))  # inches: a readable line for every step's name
     fig, (top, low) = plt.subplots(2, 1, figsize=(10, rows * 1.5 + 0.5),
                                    gridspec_kw={"height_ratios": [1, 2]})
-    colours = {"F": "#56B4E9", "B": "#D55E00", "R": "#F0E442", "optimizer": "#999999"}
+    colours = {"F": "#56B4E9", "B": "#D55E00", "W": "#CC79A7", "R": "#F0E442",
+               "optimizer": "#999999"}
     for rec in result.timeline:
         if rec.kind in colours:
             chosen = rec is span or rec == span

@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from .errors import GraphConnectionError, IpuError
+from .errors import TYPE_NAMES, GraphConnectionError, IpuError
 
 FLOAT = np.dtype(np.float32)
 HALF = np.dtype(np.float16)
@@ -28,9 +28,6 @@ UNSIGNED_INT = np.dtype(np.uint32)
 BOOL = np.dtype(np.bool_)
 
 _BYTE = np.zeros(1, np.uint8)  # the stand-in storage of Tensor._numpy_view
-
-TYPE_NAMES = {FLOAT: "float", HALF: "half", INT: "int", UNSIGNED_INT: "unsigned int",
-              BOOL: "bool"}
 
 
 def as_type(dtype) -> np.dtype:

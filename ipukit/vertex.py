@@ -20,6 +20,7 @@ with ``axis=-1``; ``self.xp`` is the array module (NumPy or CuPy).
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 
 from .errors import CodeletError
 from .tensor import as_type
@@ -125,3 +126,24 @@ class MultiVertex(Vertex):
         IPU preset): the :class:`Vertex` default applied to a share of ceil(n / W)
         elements per field."""
         return workers * super().cycle_estimate({f: -(-n // workers) for f, n in sizes.items()})
+
+
+class VertexRef:
+    """``poplar::VertexRef``; ``v["field"]`` is a field reference for ``connect``."""
+
+    __slots__ = ("graph", "id")
+
+    def __init__(self, graph, id_):
+        self.graph, self.id = graph, id_
+
+    def __getitem__(self, field: str) -> FieldRef:
+        return FieldRef(self, field)
+
+    def __repr__(self):
+        return f"VertexRef({self.graph.describe_vertex(self.id)})"
+
+
+@dataclass(frozen=True)
+class FieldRef:
+    vertex: VertexRef
+    field: str

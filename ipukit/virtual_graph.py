@@ -15,18 +15,19 @@ import dataclasses
 import numbers
 
 from .errors import TileMappingError
-from .graph import ComputeSet, Graph, VertexRef
 from .tensor import Tensor
+from .vertex import VertexRef
 
 
-class VirtualGraph(Graph):
-    """A :class:`Graph` over a range of its parent's tiles (``Graph::createVirtualGraph``).
+class VirtualTiles:
+    """What makes a :class:`~ipukit.graph.Graph` a virtual graph (graph.py's
+    ``VirtualGraph`` is this and a Graph): a range of its parent's tiles.
 
     Its ``target`` has ``upper - lower`` tiles (one IPU's worth or whole IPUs); tile ``t``
     here is tile ``lower + t`` of the parent. Everything else is the parent's.
     """
 
-    def __init__(self, parent: Graph, lower_tile: int, upper_tile: int):  # noqa: D107
+    def __init__(self, parent, lower_tile: int, upper_tile: int):  # noqa: D107
         base = parent.target
         ok = all(isinstance(t, numbers.Integral) for t in (lower_tile, upper_tile)) and \
             0 <= lower_tile < upper_tile <= base.num_tiles
@@ -55,13 +56,13 @@ class VirtualGraph(Graph):
         return getattr(self.__dict__["_parent"], name)
 
     @property
-    def root(self) -> Graph:
+    def root(self):
         return self.__dict__["_parent"]
 
     def _parent_tile(self, tile, what) -> int:
         return self._offset + self.target.check_tile(tile, what)
 
-    def add_compute_set(self, name: str = "") -> ComputeSet:
+    def add_compute_set(self, name: str = ""):
         return self.root.add_compute_set(name)
 
     def add_vertex(self, cs, vertex_class, connections=None, tile=None) -> VertexRef:

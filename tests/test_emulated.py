@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import ipukit as ipu
+from ipukit.errors import IpuError, PipelineConfigError
 from ipukit.parallel import nn, optim
 from ipukit.parallel.emulated import steps_of
 from ipukit.parallel.pipelining import Block, pipeline, training_model
@@ -64,6 +65,178 @@ def test_every_schedule_equals_the_numpy_runner(kind):
     assert not np.allclose(pa.params["0.0.weight"], stages()[0][0].params["weight"])  # trained
     ops = [(o.phase, o.stage, o.microbatch) for o in b.op_steps if o.run == 0 and o.stage >= 0]
     assert ops == [(o.phase, o.stage, o.microbatch) for o in pa.schedule.ops]
+
+
+#: The schedules after Graphcore's on 4 IPUs of 4 tiles: stages placed as each kind does.
+AFTER = [("interleaved_1f1b", [0, 1, 2, 0, 1, 2]), ("zb_h1", [0, 1, 2]),
+         ("zb_v", [0, 1, 2, 2, 1, 0]), ("dualpipev", [0, 1, 2, 2, 1, 0])]
+
+
+def model(n):
+    return ([[nn.Dense(6, 8, rng=1), nn.ReLU()]]
+            + [[nn.Dense(8, 8, rng=k), nn.ReLU()] for k in range(2, n)] + [[nn.Dense(8, 3)]])
+
+
+@pytest.mark.parametrize("reduction,recomputation", [("SUM", False), ("RUNNING_MEAN", True),
+                                                     ("MEAN", False)])
+@pytest.mark.parametrize("kind,mapping", AFTER)
+def test_schedules_after_graphcore_equal_the_numpy_runner(kind, mapping, reduction,
+                                                          recomputation):
+    """Virtual stages (several on one IPU) and split backwards run on the emulator: the
+    losses and updated weights equal the NumPy runner's; a W op is compute sets of its
+    own, writing the weight gradients, and the B op before it computes the input
+    gradient only."""
+    x, y = data(6 * 2, seed=21)
+
+    def make(emulate):
+        return pipeline(model(len(mapping)), mapping, gradient_accumulation_count=6,
+                        pipeline_schedule=kind, reduction_method=reduction,
+                        recomputation=recomputation, optimizer=optim.SGD(0.1, momentum=0.5),
+                        loss=nn.SoftmaxCrossEntropy(), target=TARGET, repeat_count=2,
+                        emulate=emulate)
+
+    pair = both(make, x, y)
+    assert_same(pair)
+    (a, pa), (b, pb) = pair
+    ops = [(o.phase, o.stage, o.microbatch) for o in b.op_steps if o.run == 0 and o.stage >= 0]
+    assert ops == [(o.phase, o.stage, o.microbatch) for o in pb.schedule.ops]
+    for k, q in enumerate(mapping):  # stage k computes on IPU mapping[k]'s tiles
+        tiles = {t // TARGET.tiles_per_ipu for s in b.steps_of("F", k, 0)
+                 if s.kind == "compute" for t in np.flatnonzero(s.tile_compute_cycles)}
+        assert tiles == {q}
+    names = {ph: [s.name for s in b.steps_of(ph, 1, 2) if s.kind == "compute"]
+             for ph in ("B", "W")[:1 + pb.schedule.split]}
+    if pb.schedule.split:
+        assert names["W"] and all("/weight" in n or "/bias" in n or "accumulate" in n
+                                  or "running mean" in n or "/count" in n for n in names["W"])
+        assert any("/weight" in n for n in names["W"])
+        assert not any("/weight" in n or "/bias" in n for n in names["B"])
+        assert any("/input" in n for n in names["B"])
+        w = next(sp for sp in b.timeline if sp.kind == "W" and sp.stage == 1)
+        assert b.span_steps(w) == b.steps_of("W", 1, w.microbatch)
+    else:
+        assert any("/weight" in n for n in names["B"])
+
+
+def lesson08(kind, emulate, target):
+    """Lesson 08's MNIST blocks (its L0 the biggest), pipelined by ``kind``."""
+    blocks = [Block("L0", nn.Dense(784, 256, rng=0), nn.ReLU(), ipu_id=0),
+              Block("L1", nn.Dense(256, 256, rng=1), nn.ReLU(), ipu_id=1),
+              Block("L2", nn.Dense(256, 256, rng=2), nn.ReLU(), ipu_id=2),
+              Block("L3", nn.Dense(256, 10, rng=3), ipu_id=3)]
+    return training_model(blocks, nn.SoftmaxCrossEntropy(), optim.SGD(0.5),
+                          gradient_accumulation=8, target=target, emulate=emulate,
+                          pipeline_schedule=kind)
+
+
+def test_emulated_zb_h1_idles_less_than_1f1b_on_lesson_08s_model():
+    """The smaller bubble from the trace: the same model and micro-batches, ZB-H1's IPUs
+    wait less on each other than 1F1B's, and the run ends sooner."""
+    target = ipu.IPUModel("ipu2", num_ipus=4, tiles_per_ipu=16).create_device().target
+    rng = np.random.default_rng(9)
+    x, y = rng.random((8 * 32, 784), dtype=np.float32), rng.integers(0, 10, 8 * 32)
+    runs = {kind: lesson08(kind, True, target).run(x, y) for kind in ("1f1b", "zb_h1")}
+    m = {kind: r.timeline.measures() for kind, r in runs.items()}
+    wait = {kind: {q: idle.get("dependency", 0.0) for q, idle in mm["idle"].items()}
+            for kind, mm in m.items()}
+    for q in range(4):
+        assert wait["zb_h1"][q] < wait["1f1b"][q], q
+    assert m["zb_h1"]["makespan"] < m["1f1b"]["makespan"]
+    idle = {kind: sum(sum(i.values()) for i in mm["idle"].values()) for kind, mm in m.items()}
+    assert idle["zb_h1"] < idle["1f1b"]
+    # from the trace: each IPU's clock is busy with W ops where 1F1B's waited
+    w = [sp for sp in runs["zb_h1"].timeline if sp.kind == "W"]
+    assert {sp.ipu for sp in w} == {0, 1, 2, 3} and len(w) == 4 * 8
+
+
+def test_the_idle_time_of_each_ipu_says_why():
+    """Every moment of every IPU is work (F, B, W), or idle for a reason: the host sync of
+    ``Engine.run``, an IPU-Link copy's sync and transfer, the weight update, or waiting
+    for another IPU (a dependency). From the trace, per IPU."""
+    x, y = data(6 * 2, seed=22)
+    p = pipeline(model(3), None, gradient_accumulation_count=6, pipeline_schedule="zb_h1",
+                 optimizer=optim.SGD(0.1), loss=nn.SoftmaxCrossEntropy(), target=TARGET,
+                 repeat_count=2, emulate=True)
+    r = p.run(x, y)
+    m = r.timeline.measures()
+    for q in range(3):
+        assert m["busy"][q] + sum(m["idle"][q].values()) == pytest.approx(m["makespan"])
+        assert {"host", "sync", "link", "optimizer", "dependency"} <= set(m["idle"][q]), q
+        host = [s for s in r.trace.executed_steps() if s.kind == "host"]
+        assert m["idle"][q]["host"] == pytest.approx(sum(s.cycles for s in host))
+    copies = [s for s in r.trace.executed_steps() if s.inter_ipu_bytes]
+    syncs = sum(s.sync_cycles for s in copies if 0 in s.ipus)
+    assert m["idle"][0]["sync"] == pytest.approx(syncs)  # IPU 0's copies' external syncs
+    assert sum(sp.bytes for sp in r.timeline if sp.kind == "link") == sum(
+        s.inter_ipu_bytes for s in copies)  # each copy's bytes once, on its sender
+
+
+@pytest.mark.parametrize("kind", ["grouped", "1f1b", "zb_h1", "dualpipev"])
+@pytest.mark.parametrize("training", [True, False])
+def test_the_steps_of_a_run_are_counted_before_it_is_built(kind, training):
+    mapping = [0, 1, 1, 0] if kind == "dualpipev" else None
+    x, y = data(12 * 2, seed=23)
+    p = pipeline(model(4 if mapping else 3), mapping, gradient_accumulation_count=12,
+                 pipeline_schedule=kind, optimizer=optim.SGD(0.1) if training else None,
+                 loss=nn.SoftmaxCrossEntropy() if training else None, target=TARGET,
+                 recomputation=training and kind == "1f1b", replication_factor=1,
+                 emulate=True)
+    p.run(x, y if training else None)
+    emu = next(iter(p._emulations.values()))
+    assert emu.steps == emu.counts[0] + sum(emu.counts[1:1 + len(emu.ops)])  # what ran
+
+
+def test_a_run_too_long_to_emulate_is_refused_before_it_is_built(monkeypatch):
+    """Issue 26: gradient_accumulation_count=199998 with emulate=True sat in compile for
+    minutes before the engine's step guard; the count comes first now."""
+    from ipukit.parallel.emulated import pipeline as emulated_pipeline
+
+    def make(g):
+        return pipeline([[nn.Dense(4, 8, rng=1), nn.ReLU()], [nn.Dense(8, 3, rng=2)]],
+                        [0, 1], gradient_accumulation_count=g, pipeline_schedule="1f1b",
+                        optimizer=optim.SGD(0.1), loss=nn.SoftmaxCrossEntropy(),
+                        target=TARGET, replication_factor=1, emulate=True)
+
+    small = make(4)
+    small.run(np.ones((4, 4), np.float32), np.arange(4) % 3)
+    need = next(iter(small._emulations.values())).steps
+
+    def not_reached(*args, **kwargs):
+        raise AssertionError("built or compiled before the step count was checked")
+
+    with monkeypatch.context() as m:
+        m.setattr(emulated_pipeline.Emulation, "_unroll", not_reached)
+        m.setattr(emulated_pipeline, "Engine", not_reached)
+        g = 199998
+        with pytest.raises(PipelineConfigError, match=r"gradient_accumulation_count=199998 "
+                           r"with emulate=True would emulate [\d,]+ steps.*stops at "
+                           r"1,000,000.*at most [\d,]+ with emulate=True, or emulate=False"):
+            make(g).run(np.ones((g, 4), np.float32), np.arange(g) % 3)
+        m.setattr(emulated_pipeline, "MAX_EMULATED_STEPS", need - 1)  # one step too many
+        with pytest.raises(PipelineConfigError, match=f"would emulate {need:,} steps"):
+            make(4).run(np.ones((4, 4), np.float32), np.arange(4) % 3)
+    monkeypatch.setattr(emulated_pipeline, "MAX_EMULATED_STEPS", need)  # just fits: runs
+    make(4).run(np.ones((4, 4), np.float32), np.arange(4) % 3)
+
+
+@pytest.mark.parametrize("bad", [-1, 7, -3])
+@pytest.mark.parametrize("emulate", [False, True])
+def test_bad_labels_are_refused_before_anything_runs(bad, emulate, monkeypatch):
+    """Issue 26: emulated, labels of -1 trained with loss 0.0, 7 of 3 classes blamed a
+    codelet, -3 was reported as 4294967293; now both runners say what nn.check_labels
+    says, before building."""
+    from ipukit.parallel.emulated import pipeline as emulated_pipeline
+
+    monkeypatch.setattr(emulated_pipeline, "Emulation", None)  # never built
+    x, y = data(6, seed=24)
+    y[4] = bad
+    p = pipeline(stages(), None, gradient_accumulation_count=6, optimizer=optim.SGD(0.1),
+                 loss=nn.SoftmaxCrossEntropy(), target=TARGET, emulate=emulate)
+    before = {k: np.array(v) for k, v in p.params.items()}
+    with pytest.raises(IpuError, match=rf"^labels hold {bad}, outside 0..2 \(the 3 classes "):
+        p.run(x, y)
+    for k, v in p.params.items():
+        np.testing.assert_array_equal(v, before[k])
 
 
 @pytest.mark.parametrize("reduction", ["SUM", "MEAN", "RUNNING_MEAN"])
@@ -145,7 +318,7 @@ def test_the_trace_holds_every_op_as_supersteps():
     local = [s for s in r.span_steps(span) if tuple(s.ipus) == (2,)]
     assert span.duration == sum(s.cycles for s in local)  # stage 2 has nothing to wait for
     BSPView(r.trace)  # the widget takes the whole run
-    with pytest.raises(ipu.IpuError, match="not an F, B or R span"):
+    with pytest.raises(ipu.IpuError, match="not an F, B, W or R span"):
         r.span_steps(next(t for t in r.timeline if t.kind == "optimizer"))
 
 
@@ -402,7 +575,7 @@ def test_inference_pipelines_equal_the_numpy_runner(kind):
     assert {o.phase for o in b.op_steps} == {"F"}  # no backward, no weight update
     names = [s.name for s in b.trace.executed_steps()]
     assert not any("stash FIFO" in n or "grad" in n for n in names)
-    assert {sp.kind for sp in b.timeline} <= {"F", "link"}
+    assert {sp.kind for sp in b.timeline} <= {"F", "link", "sync", "host"}
     for k in pa.params:  # weights untouched
         np.testing.assert_array_equal(pb.params[k], pa.params[k])
     f = next(sp for sp in b.timeline if sp.kind == "F" and sp.stage == 1)
@@ -450,13 +623,13 @@ def test_concurrent_inference_joins_the_members_outputs():
     # scored: the sharded softmax cross-entropy of the concurrent last stage, forward only
     from ipukit.parallel import PipelineOptions
     from ipukit.parallel.concurrent import ShardedSoftmaxCrossEntropy
-    from ipukit.parallel.runner import Pipeline
+    from ipukit.parallel.emulated import build
 
     y = np.random.default_rng(14).integers(0, 4, 24)
     st = [[nn.Dense(4, 8, rng=1), nn.ReLU()], split_dense(nn.Dense(8, 4, rng=2), 2)]
-    a, b = (Pipeline(st, [0, [1, 2]], PipelineOptions(gradient_accumulation=12, training=False,
-                                                       emulate=e),
-                     None, ShardedSoftmaxCrossEntropy(), target).run(x, y)
+    a, b = (build(st, [0, [1, 2]], PipelineOptions(gradient_accumulation=12, training=False,
+                                                    emulate=e),
+                  None, ShardedSoftmaxCrossEntropy(), target).run(x, y)
             for e in (False, True))
     np.testing.assert_allclose(b.losses, a.losses, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(b.outputs, a.outputs, rtol=1e-4, atol=1e-6)

@@ -197,12 +197,3 @@ def test_training_model_of_a_single_block():
         training_model(b, nn.SoftmaxCrossEntropy(), optim.SGD(0.1))
     with pytest.raises(PipelineConfigError, match=r"list of Blocks.*Dense"):
         training_model([nn.Dense(4, 3)], nn.SoftmaxCrossEntropy(), optim.SGD(0.1))
-
-
-@pytest.mark.parametrize("kind", ["interleaved_1f1b", "zb_h1", "zb_v", "dualpipev"])
-def test_the_runner_refuses_a_schedule_it_cannot_run_yet(kind):
-    stages = [nn.Dense(4, 4), nn.Dense(4, 3)]
-    with pytest.raises(PipelineConfigError, match=f"pipeline_schedule '{kind}' is a schedule "
-                       "of parallel.schedule.. only"):
-        pipeline(stages, None, 8, kind, optimizer=optim.SGD(0.1),
-                 loss=nn.SoftmaxCrossEntropy())

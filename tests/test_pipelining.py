@@ -86,6 +86,118 @@ def test_pipelined_weights_equal_gradient_accumulation(kind, n, g, recomputation
     assert any(rec.kind == "R" for rec in r.timeline) == recomputation
 
 
+#: The schedules after Graphcore's: a model of p*v stages placed as the kind places them.
+AFTER_GRAPHCORE = [("interleaved_1f1b", [0, 1, 2, 0, 1, 2], 6),  # chunk c of IPU r: c*p + r
+                   ("interleaved_1f1b", [0, 1, 0, 1, 0, 1], 4),
+                   ("zb_h1", [0, 1, 2], 5), ("zb_h1", [0, 1, 2, 3], 8),
+                   ("zb_v", [0, 1, 2, 2, 1, 0], 4), ("zb_v", [0, 1, 1, 0], 3),  # the V
+                   ("dualpipev", [0, 1, 1, 0], 4), ("dualpipev", [0, 1, 2, 2, 1, 0], 7)]
+
+
+@pytest.mark.parametrize("kind,mapping,g", AFTER_GRAPHCORE)
+@pytest.mark.parametrize("recomputation,replicas", [(False, 1), (True, 2)])
+def test_schedules_after_graphcore_equal_gradient_accumulation(kind, mapping, g,
+                                                                recomputation, replicas):
+    rng = np.random.default_rng(len(mapping) * 10 + g)
+    x = rng.normal(size=(replicas * g * MB, D_IN))
+    y = rng.integers(0, CLASSES, len(x))
+    stages = make_stages(len(mapping))
+    expected = reference(stages, x, y, g, replicas, "SUM", 0.1)
+    p = pipeline(stages, mapping, g, kind, optimizer=optim.SGD(0.1),
+                 loss=nn.SoftmaxCrossEntropy(), recomputation=recomputation,
+                 replication_factor=replicas)
+    r = p.run(x, y)
+    for got, want in zip(p.params.values(), expected):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+    s = p.schedule
+    assert s.num_model_stages == len(mapping) and s.num_stages == max(mapping) + 1
+    work = [rec for rec in r.timeline if rec.kind in "FBWR"]
+    assert {(rec.stage, rec.ipu) for rec in work} == set(enumerate(mapping))
+    # split schedules run each backward as B then W, each timed with its own FLOPs
+    phases = [rec.kind for rec in work if rec.stage == 1 and rec.microbatch == 0]
+    assert phases == ["F"] + ["R"] * recomputation + (["B", "W"] if s.split else ["B"])
+    if s.split:
+        w = next(rec for rec in work if rec.kind == "W" and rec.stage == 0)
+        b = next(rec for rec in work if rec.kind == "B" and rec.stage == 0)
+        dense = p.stages[0].net.layers[0]  # stage 0: Dense, ReLU
+        product = 2 * MB * dense.in_features * dense.out_features  # x.T @ dy, or dy @ W.T
+        assert w.duration == p.cost.compute(product)
+        assert b.duration == p.cost.compute(product + MB * dense.out_features)  # and ReLU
+
+
+def test_zb_h1_idles_less_than_1f1b_on_the_same_model():
+    """The bubble from the runner's timeline: the same work, less waiting per IPU."""
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(8 * 32, 512)).astype(np.float32), rng.integers(0, 10, 8 * 32)
+    idle, busy = {}, {}
+    for kind in ("1f1b", "zb_h1"):
+        stages = [[nn.Dense(512, 512, rng=k), nn.ReLU()] for k in range(3)]
+        r = pipeline(stages + [[nn.Dense(512, 10, rng=3)]], None, 8, kind,
+                     optimizer=optim.SGD(0.1), loss=nn.SoftmaxCrossEntropy()).run(x, y)
+        m = r.timeline.measures()
+        idle[kind] = {q: m["idle"][q].get("dependency", 0) for q in m["idle"]}
+        busy[kind] = m["busy"]
+    assert busy["1f1b"] == pytest.approx(busy["zb_h1"], rel=1e-2)  # B + W: the backward
+    assert all(idle["zb_h1"][q] <= idle["1f1b"][q] for q in range(4))
+    assert sum(idle["zb_h1"].values()) < sum(idle["1f1b"].values())
+
+
+@pytest.mark.parametrize("kind,mapping,message", [
+    ("zb_v", None, r"IPU r holds stages r and 2p-1-r.*device_mapping=\[0, 1, 1, 0\]"),
+    ("zb_v", [0, 1, 2], r"e.g. 4 stages on 2 IPUs: device_mapping=\[0, 1, 1, 0\]"),
+    ("interleaved_1f1b", [0, 1, 2, 3], r"chunk c of IPU r is stage c\*p \+ r.*"
+                                       r"device_mapping=\[0, 1, 0, 1\]"),
+    ("interleaved_1f1b", [0, 0, 1, 1], r"use device_mapping=\[0, 1, 0, 1\]"),
+    ("zb_h1", [0, 0, 1, 1], r"stage k on IPU k.*use device_mapping=\[0, 1, 2, 3\]"),
+    ("dualpipev", [0, [1, 2], 0], "with a concurrent stage"),
+])
+def test_schedules_after_graphcore_place_their_stages(kind, mapping, message):
+    from ipukit.parallel.concurrent import split_dense
+
+    stages = make_stages(4 if mapping is None else len(mapping), "float32")
+    if mapping and isinstance(mapping[1], list):
+        stages[1] = split_dense(nn.Dense(6, 8), 2)
+    with pytest.raises(PipelineConfigError, match=message):
+        pipeline(stages, mapping, 8, kind, optimizer=optim.SGD(0.1),
+                 loss=nn.SoftmaxCrossEntropy())
+
+
+def test_training_model_runs_another_schedule():
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(size=(6 * MB, D_IN)), rng.integers(0, CLASSES, 6 * MB)
+    stages = make_stages(3)
+    expected = reference(stages, x, y, 6, 1, "MEAN", 0.1)
+    blocks = [Block(f"B{k}", *s, ipu_id=k) for k, s in enumerate(stages)]
+    m = training_model(blocks, nn.SoftmaxCrossEntropy(), optim.SGD(0.1),
+                       gradient_accumulation=6, pipeline_schedule="zb_h1")
+    m.run(x, y)
+    assert m.schedule.kind == "zb_h1"
+    for got, want in zip(m.params.values(), expected):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+    with pytest.raises(PipelineConfigError, match="ShardedExecution, which runs one stage"):
+        training_model(blocks, nn.SoftmaxCrossEntropy(), optim.SGD(0.1),
+                       ShardedExecution("B0", "B1", "B2"), gradient_accumulation=6,
+                       pipeline_schedule="zb_h1")
+
+
+def test_a_concurrent_stage_gets_the_gradient_of_each_members_shard():
+    """Issue 27 point 4: the stage after a concurrent stage sends each member the gradient
+    of its own output shard; a member on the sender's IPU gets its shard without a link."""
+    from ipukit.parallel.concurrent import split_dense
+
+    rng = np.random.default_rng(8)
+    x, y = rng.normal(size=(4 * MB, D_IN)), rng.integers(0, CLASSES, 4 * MB)
+    first = split_dense(nn.Dense(D_IN, 6, rng=1), 2)  # shards of 3 columns on IPUs 0, 1
+    p = pipeline([first, [nn.ReLU(), nn.Dense(6, CLASSES, rng=2)]], [[0, 1], 1], 4,
+                 "1f1b", optimizer=optim.SGD(0.1), loss=nn.SoftmaxCrossEntropy())
+    r = p.run(x, y)
+    shard = MB * 3 * 8  # float64
+    back = [rec for rec in r.timeline if rec.kind == "link" and rec.stage == 1]
+    assert [rec.bytes for rec in back] == [shard] * 4  # to IPU 0 only, not the whole 6 columns
+    forward = [rec for rec in r.timeline if rec.kind == "link" and rec.stage == 0]
+    assert {(rec.ipu, rec.bytes) for rec in forward} == {(0, shard)}  # IPU 1's stays there
+
+
 @pytest.mark.parametrize("reduction", ["SUM", "MEAN", "RUNNING_MEAN"])
 def test_reduction_methods(reduction):
     rng = np.random.default_rng(1)

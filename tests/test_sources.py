@@ -133,13 +133,7 @@ def marker_texts():
 #: Files that still spell the marker otherwise, by path prefix: ipukit/, exercises/ and
 #: solutions/ are other branches' to edit (issue 31). Once one is fixed its xfail passes,
 #: which fails (strict): then remove it from this list.
-NOT_YET = (
-    "ipukit/compile.py", "ipukit/engine.py", "ipukit/errors.py",
-    "ipukit/parallel/emulated.py", "ipukit/parallel/emulated_collectives.py",
-    "ipukit/parallel/emulated_sharded.py", "ipukit/parallel/frontend_poptorch.py",
-    "ipukit/parallel/frontend_tf.py", "ipukit/parallel/runner.py",
-    "ipukit/parallel/schedule.py",
-)
+NOT_YET = ("ipukit/compile.py", "ipukit/engine.py", "ipukit/errors.py")
 
 
 def marker_cases():

@@ -12,7 +12,7 @@ contributions) are checked against a dense NumPy reference.
     python -m ipukit.examples.sharded_embedding --emulate
 
 ``--emulate`` builds the same stage as Poplar programs on the emulator, one virtual graph
-per IPU (:mod:`ipukit.parallel.emulated_sharded`), and runs the same checks.
+per IPU (:mod:`ipukit.parallel.emulated.sharded`), and runs the same checks.
 
 >>> features, indices = make_data(20, 3, 7)
 >>> indices.tolist()
@@ -158,7 +158,7 @@ def _main(args) -> int:
     features, indices = make_data(args.vocab_size, args.feature_size, args.sequence_length)
     features = features.astype(dtype)
     if args.emulate:
-        from ..parallel import emulated_sharded  # noqa: PLC0415 - only with --emulate
+        from ..parallel.emulated import sharded as emulated_sharded  # noqa: PLC0415 - --emulate
 
         tiles = args.tiles_per_ipu or auto_tiles(args.vocab_size, args.feature_size,
                                                  args.sequence_length, args.ipus,

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import IpuError, PipelineConfigError
 from . import nn, optim
-from .schedule import is_count
+from .nn import is_count
 
 
 def optimizer_and_loss(optimizer, loss) -> None:
@@ -62,19 +62,3 @@ def batch_size(value) -> int:
     if not is_count(value):
         raise PipelineConfigError(f"batch_size must be a positive whole number, got {value!r}")
     return int(value)
-
-
-def blocks(value, Block) -> list:  # noqa: N803 - the class, passed in to avoid a cycle
-    """A list of Blocks (``poptorch`` models are lists of ``Block``s here)."""
-    items = [value] if isinstance(value, Block) else value
-    try:
-        items = list(items)
-    except TypeError:
-        items = [value]
-    bad = [b for b in items if not isinstance(b, Block)]
-    if isinstance(value, Block) or bad or not items:
-        raise PipelineConfigError(
-            f"training_model needs a list of Blocks, e.g. [Block('B1', ...), Block('B2', ...)]"
-            f", got {value!r}"[:400]
-        )
-    return items

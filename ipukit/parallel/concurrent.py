@@ -51,7 +51,7 @@ from .. import backend, cost
 from ..errors import PipelineConfigError
 from ..target import Target
 from ..timeline import Span, Timeline
-from . import nn, sharded
+from . import collectives, nn
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class Program:
     sends: tuple[int, ...] = ()  # bytes each IPU sends on when the next op is elsewhere
 
 
-class StageLog(sharded.CollectiveLog):
+class StageLog(collectives.CollectiveLog):
     """A :class:`~ipukit.parallel.sharded.CollectiveLog` that also times compute.
 
     :meth:`compute` advances the clock by the slowest shard's compute, so collectives
@@ -87,7 +87,7 @@ class StageLog(sharded.CollectiveLog):
 
     def take(self) -> Program:
         """The spans so far, in time order, as a Program; then reset."""
-        moved = [replace(r, kind=sharded.TIMELINE_KINDS[r.kind]) for r in self.records]
+        moved = [replace(r, kind=collectives.TIMELINE_KINDS[r.kind]) for r in self.records]
         spans = sorted(self.compute_records + moved, key=lambda r: (r.start, r.ipu))
         program = Program(self.now, Timeline(spans, clock_hz=self.target.clock_hz))
         self.records, self.compute_records, self.now = [], [], 0
@@ -156,7 +156,7 @@ class Concurrent(nn.Layer):
     def forward(self, x):
         """``to_all(x)``, then every member on its copy; returns Shards (the log restarts)."""
         self.log.take()
-        x_parts, to_all_backward = sharded.to_all(x, self.log, "stage input")
+        x_parts, to_all_backward = collectives.to_all(x, self.log, "stage input")
         self.log.compute([m.flops(x.shape)[0] for m in self.members], "F", "members")
         outs, caches = zip(*(m.forward(xs) for m, xs in zip(self.members, x_parts)))
         return Shards(outs, self.log), (list(caches), to_all_backward, x.shape)
@@ -228,8 +228,8 @@ def as_layer(member, index: int) -> nn.Layer:
 def split_dense(dense: nn.Dense, num_shards: int) -> list[nn.Dense]:
     """``dense`` cut by output columns into ``num_shards`` members (``sharded.matmul``
     with the bias sharded alike): member s holds columns ``s*M/S .. (s+1)*M/S``."""
-    cols = sharded.check_even(dense.out_features, num_shards,
-                              f"{dense!r}'s output columns")
+    cols = collectives.check_even(dense.out_features, num_shards,
+                                  f"{dense!r}'s output columns")
     members = []
     for s in range(num_shards):
         part = slice(s * cols, (s + 1) * cols)
@@ -260,9 +260,9 @@ class ShardedSoftmaxCrossEntropy:
                 "nn.SoftmaxCrossEntropy"
             )
         xp, log = backend.get_xp(), logits.log
-        label_parts, _ = sharded.to_all(xp.asarray(labels).astype(xp.int32), log, "labels")
+        label_parts, _ = collectives.to_all(xp.asarray(labels).astype(xp.int32), log, "labels")
         log.compute([self.flops(p.shape)[0] for p in logits], "F", "cross-entropy")
-        ce, backward = sharded.log_softmax_cross_entropy(list(logits), label_parts, log)
+        ce, backward = collectives.log_softmax_cross_entropy(list(logits), label_parts, log)
         return ce.mean(), (backward, list(logits), log)  # the logits' bytes: the stash
 
     def backward(self, cache, scale=1.0):

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from ..errors import PipelineConfigError
 from ..target import Target
-from . import checks, nn
+from . import nn
+from .emulated import build
 from .runner import Pipeline, PipelineOptions
 
 
@@ -88,6 +89,22 @@ class ShardedExecution(PipelinedExecution):
     schedule_kind = "sequential"
 
 
+def _blocks(value) -> list:
+    """A list of Blocks (``poptorch`` models are lists of ``Block``s here)."""
+    items = [value] if isinstance(value, Block) else value
+    try:
+        items = list(items)
+    except TypeError:
+        items = [value]
+    bad = [b for b in items if not isinstance(b, Block)]
+    if isinstance(value, Block) or bad or not items:
+        raise PipelineConfigError(
+            f"training_model needs a list of Blocks, e.g. [Block('B1', ...), Block('B2', ...)]"
+            f", got {value!r}"[:400]
+        )
+    return items
+
+
 def _auto_stages(blocks: list[Block]) -> PipelinedExecution:
     """``AutoStage.SameAsIpu``: consecutive blocks on one IPU form a stage; ids ascend."""
     stages: list[Stage] = []
@@ -111,7 +128,8 @@ def training_model(blocks, loss, optimizer, strategy: PipelinedExecution | None 
                    recomputation: bool = False, offload_optimizer_state: bool = False,
                    target: Target | None = None,
                    replicated_tensor_sharding: bool = False, output_mode="final",
-                   output_return_period: int = 1, emulate: bool = False) -> Pipeline:
+                   output_return_period: int = 1, emulate: bool = False,
+                   pipeline_schedule: str | None = None) -> Pipeline:
     """``poptorch.trainingModel``: ``blocks`` split into stages by ``strategy``.
 
     ``options.Training.gradientAccumulation``, ``options.deviceIterations`` and
@@ -122,12 +140,24 @@ def training_model(blocks, loss, optimizer, strategy: PipelinedExecution | None 
     default, as for PopTorch's training models). ``replicated_tensor_sharding`` plays
     ``TensorLocationSettings().useReplicatedTensorSharding(True)`` for the optimiser state.
     ``emulate=True`` runs the stages as Poplar programs on the emulator (:mod:`.emulated`).
+    ``pipeline_schedule`` runs a :class:`PipelinedExecution` with another schedule of
+    :func:`~ipukit.parallel.schedule` (``"1f1b"``, ``"zb_h1"``, ...; the blocks' IPUs
+    must be where it places its stages). (kit convention: PopTorch pipelines with PopART's
+    schedule only; the kit lets its models run the others, to compare them.)
     """
-    blocks = checks.blocks(blocks, Block)
+    blocks = _blocks(blocks)
     strategy = strategy or _auto_stages(blocks)
     layers, mapping = strategy.resolve(blocks)
+    kind = strategy.schedule_kind
+    if pipeline_schedule is not None:
+        if isinstance(strategy, ShardedExecution):
+            raise PipelineConfigError(
+                f"pipeline_schedule={pipeline_schedule!r} with ShardedExecution, which runs "
+                "one stage at a time: pass a PipelinedExecution (or no strategy) to pipeline "
+                "the stages with another schedule")
+        kind = pipeline_schedule
     options = PipelineOptions(
-        gradient_accumulation=gradient_accumulation, schedule=strategy.schedule_kind,
+        gradient_accumulation=gradient_accumulation, schedule=kind,
         reduction=reduction, recomputation=recomputation,
         offload_optimizer_state=offload_optimizer_state,
         replication_factor=replication_factor, repeat_count=device_iterations,
@@ -135,7 +165,7 @@ def training_model(blocks, loss, optimizer, strategy: PipelinedExecution | None 
         replicated_optimizer_state_sharding=replicated_tensor_sharding,
         output_mode=output_mode, output_return_period=output_return_period,
         emulate=emulate)
-    return Pipeline(layers, mapping, options, optimizer, loss, target)
+    return build(layers, mapping, options, optimizer, loss, target)
 
 
 def inference_model(blocks, strategy: PipelinedExecution | None = None,
@@ -149,14 +179,14 @@ def inference_model(blocks, strategy: PipelinedExecution | None = None,
     error otherwise (``Compiler.cpp``); each call takes micro-batch size ×
     device_iterations × replication_factor samples and ``run(x).outputs`` holds the last
     stage's outputs per micro-batch. ``loss`` (optional) also scores ``run(x, labels)``.
-    Kit convention: the device iterations are the pipeline's micro-batches (one pipeline
-    run per call), as PopART runs them. ``emulate=True`` runs the forward stages as Poplar
+    (kit convention: the device iterations are the pipeline's micro-batches, one pipeline
+    run per call, as PopART runs them.) ``emulate=True`` runs the forward stages as Poplar
     programs on the emulator (:mod:`.emulated`).
     """
-    blocks = checks.blocks(blocks, Block)
+    blocks = _blocks(blocks)
     strategy = strategy or _auto_stages(blocks)
     layers, mapping = strategy.resolve(blocks)
     options = PipelineOptions(
         gradient_accumulation=device_iterations, schedule=strategy.schedule_kind,
         replication_factor=replication_factor, training=False, emulate=emulate)
-    return Pipeline(layers, mapping, options, None, loss, target)
+    return build(layers, mapping, options, None, loss, target)

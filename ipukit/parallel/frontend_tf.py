@@ -21,8 +21,9 @@ import numbers
 
 from ..errors import PipelineConfigError, PipelineConfigTypeError
 from ..target import Target
+from .emulated import build
+from .nn import is_count
 from .runner import ALL_DEVICES, ORDER_HINT, Pipeline, PipelineOptions, _check_mapping
-from .schedule import is_count
 
 #: TensorFlow's name for a stage on every IPU (``pipelining_ops._ALL_DEVICES``).
 _ALL_DEVICES = ALL_DEVICES
@@ -58,8 +59,8 @@ def pipeline(computational_stages, device_mapping=None, gradient_accumulation_co
       checked against the schedule (``pipeline_util.cc``);
     * ``offload_optimizer_state`` is ``offload_weight_update_variables``: its default
       ``None`` offloads the optimiser state to Streaming Memory in a training pipeline
-      (TF: "automatically", which offloads when remote buffers exist; kit convention:
-      they always do). PopTorch's ``training_model`` keeps it on chip;
+      (TF: "automatically", which offloads when remote buffers exist; (kit convention:
+      they always do)). PopTorch's ``training_model`` keeps it on chip;
     * ``replicated_optimizer_state_sharding=True`` shards only offloaded state: with
       ``offload_optimizer_state=False`` it is an error (``pipelining_test.py``
       ``testRTSButNoOffloading``: "optimizer state must be offloaded"). PopTorch shards
@@ -117,7 +118,7 @@ def pipeline(computational_stages, device_mapping=None, gradient_accumulation_co
         gradient_accumulation_dtype=gradient_accumulation_dtype,
         output_mode=output_mode, output_return_period=output_return_period,
         recomputation_mode=recomputation_mode, training=training, emulate=emulate)
-    return Pipeline(stages, device_mapping, options, optimizer, loss, target)
+    return build(stages, device_mapping, options, optimizer, loss, target)
 
 
 def _replicas(stages, device_mapping, target) -> int:

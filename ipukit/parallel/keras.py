@@ -52,9 +52,10 @@ from .. import backend
 from ..errors import PipelineConfigError
 from ..target import IPUModel, Target
 from . import checks, nn
+from .emulated import build
 from .frontend_tf import pipeline as tf_pipeline
+from .nn import is_count
 from .runner import Pipeline, PipelineOptions
-from .schedule import is_count
 
 _STRATEGIES: list = []  # the IPUStrategy scopes entered, innermost last
 _STAGE: list = []  # the PipelineStage scope entered (at most one)
@@ -501,8 +502,8 @@ class _Model:
                 offload_optimizer_state=ga > 1 if offload is None else bool(offload),
                 replication_factor=replicas, repeat_count=repeats,
                 gradient_accumulation_dtype=kwargs.get("dtype"), emulate=c["emulate"])
-            p = Pipeline(stages, None, options, c["optimizer"], c["loss"],
-                         self.strategy.target_for(1))
+            p = build(stages, None, options, c["optimizer"], c["loss"],
+                      self.strategy.target_for(1))
         self._pipelines[key] = p
         return p
 

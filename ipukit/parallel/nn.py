@@ -7,8 +7,13 @@ methods, micrograd style but with whole arrays:
   in the layer, so many micro-batches can be in flight at once (a pipeline stashes the
   caches, exactly what Graphcore's FIFOs hold).
 * ``backward(dy, cache) -> dx``: adds this micro-batch's weight gradients into ``grads``.
+  It is two halves, which a zero-bubble schedule runs as two ops:
+  ``backward_input(dy, cache) -> (dx, saved)`` (B, the input gradient, which the stage
+  before waits for) and ``backward_weight(saved)`` (W, the weight gradients, which only
+  the optimizer step needs).
 
-``flops(x_shape) -> (forward, backward)`` and ``out_shape(x_shape)`` feed the cost model.
+``flops(x_shape) -> (forward, backward)``, ``weight_flops(x_shape)`` (W's part of the
+backward) and ``out_shape(x_shape)`` feed the cost model.
 Layers cover PopTorch's pipelining-tutorial network (Conv2D, MaxPool2D, ReLU, Flatten,
 Dense) and :class:`SoftmaxCrossEntropy`. Parameters are float32 by default; pass
 ``dtype="float64"`` for gradient checks. Initialisation follows PyTorch (uniform in
@@ -24,12 +29,17 @@ Dense) and :class:`SoftmaxCrossEntropy`. Parameters are float32 by default; pass
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
 from .. import backend
 from ..errors import IpuError
-from .schedule import is_count
+
+
+def is_count(v, low: int = 1) -> bool:
+    """``v`` is an integer (Python's or NumPy's, not a bool) of at least ``low``."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= low
 
 
 def check_size(value, what: str) -> int:
@@ -87,13 +97,33 @@ class Layer:
         raise NotImplementedError
 
     def backward(self, dy, cache):
-        raise NotImplementedError
+        """The input gradient; adds this micro-batch's weight gradients into ``grads``."""
+        dx, saved = self.backward_input(dy, cache)
+        self.backward_weight(saved)
+        return dx
+
+    def backward_input(self, dy, cache):
+        """B of a split backward: ``(dx, saved)``, ``saved`` what :meth:`backward_weight`
+        needs of this micro-batch."""
+        raise IpuError(
+            f"{self!r} has no split backward: a zero-bubble schedule (zb_h1, zb_v, "
+            "dualpipev) runs B (the input gradient) and W (the weight gradients) as two ops; "
+            "give the layer backward_input(dy, cache) -> (dx, saved) and "
+            "backward_weight(saved), or use a schedule that does not split the backward")
+
+    def backward_weight(self, saved) -> None:
+        """W of a split backward: adds the weight gradients of ``saved`` into ``grads``
+        (a layer without weights has none)."""
 
     def out_shape(self, shape: tuple) -> tuple:
         return tuple(shape)
 
     def flops(self, shape: tuple) -> tuple[int, int]:
         return 0, 0
+
+    def weight_flops(self, shape: tuple) -> int:
+        """The FLOPs of the weight gradients, part of ``flops(shape)[1]``."""
+        return 0
 
     def zero_grad(self) -> None:
         xp = backend.get_xp()
@@ -129,11 +159,14 @@ class Dense(Layer):
         x = _dev(x)
         return x @ self.params["weight"] + self.params["bias"], x
 
-    def backward(self, dy, x):
+    def backward_input(self, dy, x):
         dy = _dev(dy)
+        return dy @ self.params["weight"].T, (x, dy)
+
+    def backward_weight(self, saved):
+        x, dy = saved
         self._accumulate("weight", x.T @ dy)
         self._accumulate("bias", dy.sum(axis=0))
-        return dy @ self.params["weight"].T
 
     def out_shape(self, shape):
         if len(shape) != 2 or shape[1] != self.in_features:
@@ -144,6 +177,9 @@ class Dense(Layer):
     def flops(self, shape):
         f = 2 * shape[0] * self.in_features * self.out_features
         return f, 2 * f
+
+    def weight_flops(self, shape):
+        return self.flops(shape)[0]  # x.T @ dy, as many as the forward's product
 
     def __repr__(self):
         return f"Dense({self.in_features}, {self.out_features})"
@@ -157,8 +193,8 @@ class ReLU(Layer):
         mask = x > 0
         return x * mask, mask
 
-    def backward(self, dy, mask):
-        return _dev(dy) * mask
+    def backward_input(self, dy, mask):
+        return _dev(dy) * mask, None
 
     def flops(self, shape):
         n = math.prod(shape)
@@ -172,8 +208,8 @@ class Flatten(Layer):
         x = _dev(x)
         return x.reshape(x.shape[0], -1), x.shape
 
-    def backward(self, dy, shape):
-        return _dev(dy).reshape(shape)
+    def backward_input(self, dy, shape):
+        return _dev(dy).reshape(shape), None
 
     def out_shape(self, shape):
         return (shape[0], math.prod(shape[1:]))
@@ -218,23 +254,26 @@ class Conv2D(Layer):
         y = (w2 @ cols).reshape(x.shape[0], self.cout, ho, wo)
         return y + self.params["bias"][None, :, None, None], (cols, x.shape)
 
-    def backward(self, dy, cache):
+    def backward_input(self, dy, cache):
         xp = backend.get_xp()
         cols, shape = cache
         dy = _dev(dy)
         b, c, h, w = shape
         k, ho, wo = self.k, dy.shape[2], dy.shape[3]
         dy2 = dy.reshape(b, self.cout, ho * wo)
-        dw = (dy2 @ cols.transpose(0, 2, 1)).sum(axis=0)  # batched matmul, then sum
-        self._accumulate("weight", dw.reshape(self.params["weight"].shape))
-        self._accumulate("bias", dy2.sum(axis=(0, 2)))
         w2 = self.params["weight"].reshape(self.cout, -1)
         dcols = (w2.T @ dy2).reshape(b, c, k * k, ho, wo)
         dx = xp.zeros(shape, dtype=dy.dtype)
         for i in range(k):
             for j in range(k):
                 dx[:, :, i:i + ho, j:j + wo] += dcols[:, :, i * k + j]
-        return dx
+        return dx, (cols, dy2)
+
+    def backward_weight(self, saved):
+        cols, dy2 = saved
+        dw = (dy2 @ cols.transpose(0, 2, 1)).sum(axis=0)  # batched matmul, then sum
+        self._accumulate("weight", dw.reshape(self.params["weight"].shape))
+        self._accumulate("bias", dy2.sum(axis=(0, 2)))
 
     def out_shape(self, shape):
         if len(shape) != 4 or shape[1] != self.cin or min(shape[2:]) < self.k:
@@ -246,6 +285,9 @@ class Conv2D(Layer):
         _, _, ho, wo = self.out_shape(shape)
         f = 2 * shape[0] * self.cout * ho * wo * self.cin * self.k * self.k
         return f, 2 * f
+
+    def weight_flops(self, shape):
+        return self.flops(shape)[0]  # dy2 @ cols.T, as many as the forward's product
 
     def __repr__(self):
         return f"Conv2D({self.cin}, {self.cout}, {self.k})"
@@ -264,12 +306,12 @@ class MaxPool2D(Layer):
         y = xp.take_along_axis(win, idx[..., None], axis=-1)[..., 0]
         return y, (idx, x.shape)
 
-    def backward(self, dy, cache):
+    def backward_input(self, dy, cache):
         xp = backend.get_xp()
         idx, (b, c, h, w) = cache
         win = (xp.arange(4) == idx[..., None]) * _dev(dy)[..., None]
         return (win.reshape(b, c, h // 2, w // 2, 2, 2).transpose(0, 1, 2, 4, 3, 5)
-                .reshape(b, c, h, w))
+                .reshape(b, c, h, w)), None
 
     def out_shape(self, shape):
         return (shape[0], shape[1], shape[2] // 2, shape[3] // 2)
@@ -302,10 +344,21 @@ class Sequential(Layer):
             caches.append(cache)
         return x, caches
 
-    def backward(self, dy, caches):
+    def backward(self, dy, caches):  # each layer's own backward (split or not)
         for layer, cache in zip(reversed(self.layers), reversed(caches)):
             dy = layer.backward(dy, cache)
         return dy
+
+    def backward_input(self, dy, caches):
+        saved = []
+        for layer, cache in zip(reversed(self.layers), reversed(caches)):
+            dy, s = layer.backward_input(dy, cache)
+            saved.append(s)
+        return dy, saved[::-1]
+
+    def backward_weight(self, saved):
+        for layer, s in zip(self.layers, saved):
+            layer.backward_weight(s)
 
     def zero_grad(self):
         for layer in self.layers:
@@ -322,6 +375,13 @@ class Sequential(Layer):
             f, b = layer.flops(shape)
             fwd, bwd, shape = fwd + f, bwd + b, layer.out_shape(shape)
         return fwd, bwd
+
+    def weight_flops(self, shape):
+        total = 0
+        for layer in self.layers:
+            total += layer.weight_flops(shape)
+            shape = layer.out_shape(shape)
+        return total
 
     def __repr__(self):
         return f"Sequential({', '.join(map(repr, self.layers))})"

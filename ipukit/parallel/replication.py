@@ -59,7 +59,7 @@ import numpy as np
 
 from .. import cost as cost_model
 from ..errors import PipelineConfigError
-from .schedule import is_count
+from .nn import is_count
 
 REPLICA_REDUCTIONS = ("SUM", "MEAN")
 #: Bytes of one label (int32) and of one returned loss (float32) on the host link.

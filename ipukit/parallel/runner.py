@@ -16,7 +16,10 @@ forward and backward of every micro-batch in the schedule's order: activations g
 next stage (an IPU-Link copy when it is on another IPU), each stage stashes what its
 backward needs in a FIFO of the schedule's depth (plus its output buffer) and restores it
 in order, or with ``recomputation`` stashes only its input and recomputes the forward
-(an ``"R"`` op) right before the backward. Gradients are accumulated per stage with the
+(an ``"R"`` op) right before the backward. The schedules after Graphcore's run several
+stages on one IPU (placed as the schedule places them) and, split, each backward as a B
+op (the input gradient, ``Layer.backward_input``) and a later W op (the weight
+gradients, ``Layer.backward_weight``). Gradients are accumulated per stage with the
 reduction method, summed or averaged over replicas, and the optimiser is applied once per
 run (replicas, RTS, accumulation dtype and output modes: :mod:`.replication`).
 
@@ -25,14 +28,14 @@ The result has the per-micro-batch losses and two plain records:
 * ``timeline``: a :class:`~ipukit.timeline.Timeline` of :class:`~ipukit.timeline.Span`
   ``(ipu, kind, start, duration, stage, microbatch, bytes, label)``, times in cycles of
   the target's clock (the one record of time, as ``Trace.timeline()``; iterating it gives
-  its spans). ``kind`` is ``"F"``, ``"B"``,
-  ``"R"`` (compute: FLOPs ÷ the IPU's FLOPs per cycle), ``"link"`` (an activation or
+  its spans). ``kind`` is ``"F"``, ``"B"``, ``"W"`` (the weight gradients of a split
+  backward), ``"R"`` (compute: FLOPs ÷ the IPU's FLOPs per cycle), ``"link"`` (an activation or
   gradient sent over IPU-Links after the op, ``bytes`` ÷ link bandwidth), ``"sync"`` (the
   end of a lock-step step), ``"allreduce"`` (gradients reduced across replicas, ring
   all-reduce; with RTS ``"reducescatter"`` and ``"allgather"``), ``"optimizer"`` (the
   weight update, plus streaming offloaded state in and out of Streaming Memory, timed at
-  the host link's bandwidth: a kit convention). ``stage`` and
-  ``microbatch`` are -1 where they do not apply. Replicas run the same timeline on their
+  the host link's bandwidth (kit convention)). ``stage`` and ``microbatch`` are -1
+  where they do not apply. Replicas run the same timeline on their
   own IPUs; the spans are replica 0's. ``timeline.measures()`` gives the bubble and each
   IPU's idle time by cause.
 * ``memory``: a tuple of :class:`MemoryRecord` ``(time, ipu, weights, stash, gradients,
@@ -66,8 +69,10 @@ from ..cost import CostModel
 from ..errors import IpuError, OutOfMemoryError, PipelineConfigError
 from ..target import IPUModel, Target
 from ..timeline import Span, Timeline
-from . import checks, concurrent, replication
-from .schedule import BEYOND_GRAPHCORE, Schedule, is_count, schedule, simulate
+from . import checks, concurrent, nn, replication
+from . import schedule_orders as orders_of
+from .nn import is_count
+from .schedule import BEYOND_GRAPHCORE, Schedule, schedule, simulate
 
 REDUCTIONS = ("SUM", "MEAN", "RUNNING_MEAN")
 
@@ -99,7 +104,7 @@ class PipelineOptions:
     output_return_period: int = 1
     recomputation_mode: object = None  # a schedule.RecomputationMode (None: Auto)
     training: bool = True  # False: an inference pipeline, forward stages only
-    emulate: bool = False  # run the stages as Poplar programs on the emulator (emulated.py)
+    emulate: bool = False  # Poplar programs on the emulator (the emulated package)
 
     def __post_init__(self):
         reduction = str(self.reduction).upper()
@@ -242,8 +247,13 @@ class PipelineStage:
 class Pipeline:
     """Stages, a schedule and an optimiser; ``run`` trains, ``predict`` infers.
 
-    Built by :func:`pipeline` (TensorFlow) or :func:`training_model` (PopTorch).
+    Built by :func:`pipeline` (TensorFlow) or :func:`training_model` (PopTorch). This
+    class runs NumPy arithmetic; ``emulate=True`` builds its subclass
+    :class:`~ipukit.parallel.emulated.EmulatedPipeline`, which runs Poplar programs.
     """
+
+    #: Whether this class runs ``PipelineOptions(emulate=True)`` (the emulator's subclass).
+    emulates = False
 
     def __init__(self, stages, device_mapping, options: PipelineOptions, optimizer, loss,
                  target: Target | None = None):
@@ -256,6 +266,12 @@ class Pipeline:
         if options.training:
             checks.optimizer_and_loss(optimizer, loss)
         self.options = o = options
+        if o.emulate != self.emulates:
+            which = "ipukit.parallel.emulated.EmulatedPipeline" if o.emulate else "Pipeline"
+            raise PipelineConfigError(
+                f"PipelineOptions(emulate={o.emulate}) runs in {which}, not "
+                f"{type(self).__name__}: build it with pipeline(..., emulate={o.emulate}) or "
+                f"training_model(..., emulate={o.emulate}), which choose the class")
         stage_ipus = _check_mapping(device_mapping, stages)  # a tuple of IPUs per stage
         mapping = [max(q) for q in stage_ipus]  # each stage's highest IPU
         if target is None:
@@ -266,14 +282,7 @@ class Pipeline:
                 f"device_mapping {list(device_mapping)} uses IPU {max(mapping)} but the "
                 f"target has {target.num_ipus} IPU(s); use a target with more IPUs"
             )
-        if o.schedule in BEYOND_GRAPHCORE:  # issue 27 point 2 runs them; until then, refuse
-            raise PipelineConfigError(
-                f"pipeline_schedule {o.schedule!r} is a schedule of parallel.schedule() only: "
-                "the pipeline runner does not run it yet; use 'grouped', 'interleaved', "
-                "'sequential', 'poptorch', 'gpipe' or '1f1b'")
-        self.schedule: Schedule = schedule(o.schedule, len(stages), o.gradient_accumulation,
-                                           training=o.training, recomputation=o.recomputation,
-                                           recomputation_mode=o.recomputation_mode)
+        self.schedule: Schedule = _schedule_for(o, stage_ipus)
         # TF's check flattens the mapping as given: _ALL_DEVICES (-1) is one more device
         given = range(len(stages)) if device_mapping is None else device_mapping
         used = [q for d in given
@@ -352,8 +361,8 @@ class Pipeline:
         (``Engine``) and loads them on the emulated device, once per micro-batch shape (a
         second call for the same shape does nothing). With ``emulate=False`` there is
         nothing to compile: it checks the inputs and the stages' shapes, as ``run`` does
-        first, and builds nothing. Kit convention: TensorFlow compiles on the first call of
-        the pipeline's function; pipelines from :func:`pipeline` take this call too.
+        first, and builds nothing. (kit convention: TensorFlow compiles on the first call of
+        the pipeline's function; pipelines from :func:`pipeline` take this call too.)
 
         >>> from ipukit.parallel import nn, optim, training_model, Block
         >>> import numpy as np
@@ -366,11 +375,7 @@ class Pipeline:
         >>> m.run(x, y).losses.shape  # runs them: (runs, replicas, micro-batches)
         (1, 1, 4)
         """
-        if self.options.emulate:
-            from . import emulated  # noqa: PLC0415 - emulated.py imports this module
-            emulated.compile(self, x, labels)
-        else:
-            self._inputs(x, labels)
+        self._inputs(x, labels)
 
     def _inputs(self, x, labels):
         """``run``'s and ``compile``'s checks, made first: ``x`` and ``labels`` as arrays
@@ -382,7 +387,9 @@ class Pipeline:
             x, labels = checks.samples(x, labels)
         mb = replication.check_samples(self.options, len(x),
                                        len(x if labels is None else labels))
-        self._shapes((mb,) + tuple(np.shape(x)[1:]))
+        shapes = self._shapes((mb,) + tuple(np.shape(x)[1:]))
+        if labels is not None and self.loss is not None:  # every label, before any step
+            nn.check_labels(labels, (len(labels), shapes[-1][-1]))
         return x, labels, mb
 
     def run(self, x, labels=None) -> RunResult:
@@ -394,9 +401,6 @@ class Pipeline:
         stage's outputs in ``outputs``, shaped ``(repeat, replica, microbatch, batch, ...)``
         (and the losses when it has a loss and ``labels``).
         """
-        if self.options.emulate:
-            from . import emulated  # noqa: PLC0415 - emulated.py imports this module
-            return emulated.run(self, x, labels)
         x, labels, mb = self._inputs(x, labels)
         if not self.options.training:
             return self._infer(x, labels, mb)
@@ -479,6 +483,7 @@ class Pipeline:
         acc = [dict() for _ in self.stages]
         seen = [0] * len(self.stages)
         acts, grads, restored = {}, {}, {}
+        waiting = {}  # (stage, micro-batch) -> what its W needs, from its B (split schedules)
         losses = np.zeros(len(xs))
         stash = []
         for op in sched.ops:
@@ -500,20 +505,29 @@ class Pipeline:
                     restored[(k, m)] = cache
                 else:
                     fifos[k].push(m, inp if self.recomputation else cache)
-            else:
+            elif op.phase == "B":
                 cache = restored.pop((k, m)) if self.recomputation else fifos[k].pop(m)
                 if k == last:
                     cache, lcache = cache
                     dy = self.loss.backward(lcache)
                 else:
                     dy = grads.pop((k, m))
-                net.zero_grad()
-                dx = net.backward(dy, cache)
+                if sched.split:  # the input gradient now, the weights' at its W
+                    dx, waiting[(k, m)] = net.backward_input(dy, cache)
+                else:
+                    net.zero_grad()
+                    dx = net.backward(dy, cache)
+                    self._accumulate(acc[k], net.grads, seen[k], self.accumulation_dtypes[k])
+                    seen[k] += 1
                 if k > 0:
                     grads[(k - 1, m)] = dx
+            else:  # W: the weight gradients of micro-batch m
+                net.zero_grad()
+                net.backward_weight(waiting.pop((k, m)))
                 self._accumulate(acc[k], net.grads, seen[k], self.accumulation_dtypes[k])
                 seen[k] += 1
             held = fifos[k].nbytes + sum(_nbytes(c) for (j, _), c in restored.items() if j == k)
+            held += sum(_nbytes(c) for (j, _), c in waiting.items() if j == k)
             stash.append(held)
         if self.reduction == "MEAN":
             for a in acc:
@@ -540,23 +554,19 @@ class Pipeline:
             if isinstance(s.net, concurrent.Concurrent):  # members and their collectives
                 loss = self.loss if s is self.stages[-1] else None
                 programs[s.index] = s.net.program(shape, dtype, loss)
-            flops.append(s.net.flops(shape))
+            f, b = s.net.flops(shape)
+            w = s.net.weight_flops(shape) if sched.split else 0  # W's part of the backward
+            flops.append({"F": f, "R": f, "B": b - w, "W": w})
             sent.append(math.prod(out) * np.dtype(dtype).itemsize)  # F's out = B's in
         lf, lb = self.loss.flops(shapes[-1]) if self.loss is not None else (0, 0)
-        flops[-1] = (flops[-1][0] + lf, flops[-1][1] + lb)
-        in_bytes = [0] + sent[:-1]  # bytes B_k sends back = stage k's input
+        flops[-1].update(F=flops[-1]["F"] + lf, R=flops[-1]["R"] + lf, B=flops[-1]["B"] + lb)
         ipus = [self.stages[o.stage].ipus for o in sched.ops]
         dur, nbytes = [], []
         for o in sched.ops:
             k = o.stage
             prog = programs[k][o.phase] if k in programs else None
-            dur.append(prog.duration if prog else cm.compute(flops[k][o.phase == "B"]))
-            to = k + 1 if o.phase == "F" else k - 1
-            dest = self.stages[to].ipus[0] if o.phase != "R" and 0 <= to < len(self.stages) \
-                else None  # a stage's input (or gradient) lands on its first IPU
-            each = prog.sends if prog else [sent[k] if o.phase == "F" else in_bytes[k]]
-            nbytes.append([b if dest not in (None, q) else 0  # per IPU of the op
-                           for q, b in zip(self.stages[k].ipus, each)])
+            dur.append(prog.duration if prog else cm.compute(flops[k][o.phase]))
+            nbytes.append(self._sends(o, prog, sent, programs))
         send = [cm.link(max(b)) for b in nbytes]
         sync = cm.sync_cycles if sched.lockstep else 0.0
         start, end = simulate(sched, dur, ipus, send, sync)
@@ -579,6 +589,23 @@ class Pipeline:
             for t in step_end.values():
                 timeline.extend(Span(q, "sync", t, sync) for q in self.ipus)
         return start, end, max(step_end.values()) + sync
+
+    def _sends(self, o, prog, sent, programs) -> list[int]:
+        """Bytes each IPU of op ``o``'s stage sends to other IPUs after it: F, its output
+        to the next stage's first IPU (a concurrent stage's members their own shards); B,
+        its input gradient back, from its (first) IPU, to the stage before, whose
+        concurrent members get the gradient of their own output shard each."""
+        k, stages = o.stage, self.stages
+        to = k + 1 if o.phase == "F" else k - 1
+        if o.phase not in ("F", "B") or not 0 <= to < len(stages):
+            return [0] * len(stages[k].ipus)
+        if o.phase == "F":  # each member's output (or the stage's) to the next stage
+            each = prog.sends if prog else [sent[k]]
+            return [b if q != stages[to].ipus[0] else 0 for q, b in zip(stages[k].ipus, each)]
+        parts = programs[to]["F"].sends if to in programs else [sent[to]]  # per receiver
+        first = stages[k].ipus[0]  # where the stage's input gradient is (reduced)
+        out = sum(b for q, b in zip(stages[to].ipus, parts) if q != first)
+        return [out] + [0] * (len(stages[k].ipus) - 1)
 
     def _shapes(self, shape) -> list[tuple]:
         """The input shape, then each stage's output shape; a mismatch names the stage."""
@@ -662,6 +689,41 @@ class Pipeline:
         return done
 
 
+def _schedule_for(o: PipelineOptions, stage_ipus: list[tuple[int, ...]]) -> Schedule:
+    """The schedule of ``o`` for stages on ``stage_ipus``. The schedules after Graphcore's
+    run the same number of stages (chunks) on each of p IPUs, placed as the kind places
+    them (:meth:`Schedule.ipu_of`), and the device mapping must be that placement."""
+    n, kind, g = len(stage_ipus), o.schedule, o.gradient_accumulation
+    common = dict(training=o.training, recomputation=o.recomputation,
+                  recomputation_mode=o.recomputation_mode)
+    if kind not in BEYOND_GRAPHCORE:
+        return schedule(kind, n, g, **common)
+    given = [list(q) if len(q) > 1 else q[0] for q in stage_ipus]
+    if any(len(q) > 1 for q in stage_ipus):
+        raise PipelineConfigError(
+            f"pipeline_schedule {kind!r} with a concurrent stage (device_mapping {given}): "
+            "the runner runs the schedules after Graphcore's with one IPU per stage; map "
+            "each stage to one IPU, or use '1f1b', 'gpipe' or Graphcore's schedules")
+    if kind in orders_of.V_SHAPED:
+        v, rule = 2, "two stages on each IPU in a V: IPU r holds stages r and 2p-1-r"
+    elif kind == "interleaved_1f1b":
+        v, rule = n // (max(given) + 1), ("several stages (chunks) on each of p IPUs: chunk "
+                                          "c of IPU r is stage c*p + r")
+    else:
+        v, rule = 1, "one stage on each IPU: stage k on IPU k"
+    p = max(1, n // max(v, 1))
+    placement = [orders_of.stage_ipu(kind, p, k) for k in range(n)]
+    example = [orders_of.stage_ipu(kind, 2, k) for k in range(2 if kind == "zb_h1" else 4)]
+    fits = n == p * v and (v >= 2 or kind == "zb_h1")  # whole chunks on every IPU
+    if not fits or given != placement:
+        fix = (f"use device_mapping={placement}" if fits else
+               f"e.g. {len(example)} stages on 2 IPUs: device_mapping={example}")
+        raise PipelineConfigError(
+            f"pipeline_schedule {kind!r} runs {rule}, but device_mapping is {given} for {n} "
+            f"stages: {fix}")
+    return schedule(kind, p, g, virtual_stages=v, **common)
+
+
 #: TensorFlow's ``pipelining_ops._ALL_DEVICES``: a stage mapped to every IPU.
 ALL_DEVICES = -1
 
@@ -669,9 +731,9 @@ ALL_DEVICES = -1
 def _all_devices(stage_layers, ipus: tuple[int, ...]) -> tuple[int, ...]:
     """The IPUs of a stage mapped to ``_ALL_DEVICES`` on a pipeline of ``ipus``.
 
-    Kit convention: a stage given as one list per IPU (``[[f0], [f1]]``) is a concurrent
+    (kit convention: a stage given as one list per IPU (``[[f0], [f1]]``) is a concurrent
     stage over the pipeline's IPUs, member s on IPU s (how the concurrent-pipelines example
-    shards inside its ``_ALL_DEVICES`` stage); any other stage computes on the lowest IPU.
+    shards inside its ``_ALL_DEVICES`` stage); any other stage computes on the lowest IPU.)
     """
     members = list(stage_layers) if isinstance(stage_layers, (list, tuple)) else []
     if len(members) == len(ipus) > 1 and all(isinstance(m, (list, tuple)) for m in members):

@@ -78,10 +78,12 @@ import numpy as np
 from ..errors import PipelineConfigError, PipelineConfigTypeError
 from ..timeline import MemorySample, Span, Timeline
 from . import schedule_orders as orders_of
+from .nn import is_count
 
-#: The schedules the pipeline runner runs (Graphcore's, GPipe and 1F1B).
+#: Graphcore's schedules, GPipe and 1F1B: one stage per IPU, each backward one op.
 KINDS = ("grouped", "interleaved", "sequential", "poptorch", "gpipe", "1f1b")
-#: The schedules after Graphcore's (:mod:`.schedule_orders`): as data and timed only.
+#: The schedules after Graphcore's (:mod:`.schedule_orders`): several stages (chunks) per
+#: IPU, or the backward split into B and W. The runner runs them all.
 BEYOND_GRAPHCORE = ("interleaved_1f1b", "zb_h1", "zb_v", "dualpipev")
 ALL_KINDS = KINDS + BEYOND_GRAPHCORE
 #: Graphcore's lock-step schedules; the others are asynchronous.
@@ -97,10 +99,10 @@ class RecomputationMode(enum.Enum):
     ``RecomputeAndBackpropagateInterleaved`` for Sequential (``pipeline_util.cc``
     ``GetPipelineRecomputationMode``). ``RecomputeThenBackpropagate`` is supported by
     Grouped and Interleaved, ``RecomputeAndBackpropagateInterleaved`` by Grouped and
-    Sequential. Kit convention: both modes run one R op (the stage's whole forward) before
+    Sequential. (kit convention: both modes run one R op (the stage's whole forward) before
     each B op; TensorFlow's interleaved mode also lowers the peak liveness inside a stage,
-    which the kit does not model. For the PopTorch, GPipe and 1F1B schedules, which TF does
-    not have, ``Auto`` is ``RecomputeThenBackpropagate``.
+    which the kit does not model.) For the PopTorch, GPipe and 1F1B schedules, which TF
+    does not have, ``Auto`` is ``RecomputeThenBackpropagate``.
     """
 
     Auto = "Auto"
@@ -603,11 +605,6 @@ def _arrived(op, unit, last, done, t) -> bool:
         return (done.get(("F", k, m), t + 1) <= t or ("F", k, m) in unit) and (
             k == last or done.get(("B", k + 1, m), t + 1) <= t or ("B", k + 1, m) in unit)
     return done.get(("B", k, m), t + 1) <= t or ("B", k, m) in unit
-
-
-def is_count(v, low: int = 1) -> bool:
-    """``v`` is an integer (Python's or NumPy's, not a bool) of at least ``low``."""
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= low
 
 
 def _check_count(kind, n, g, training):

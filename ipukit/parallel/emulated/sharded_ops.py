@@ -1,20 +1,20 @@
-""":mod:`.sharded`'s ops on the emulator: ``CollectiveLog(..., emulate=True)``.
+""":mod:`ipukit.parallel.sharded`'s ops on the emulator: ``CollectiveLog(..., emulate=True)``.
 
 Each call of a sharded op (and of its ``backward``) builds one Poplar graph with a virtual
 graph per IPU of the log (``graph.create_virtual_graph``), writes the shards it is given
 to their IPUs, runs, and reads the results back: the same values as the NumPy path. The
 work on each shard is PopLibs-style ops (``poplin.mat_mul``, popops maps and reductions)
-and the vertices of :mod:`.emulated_sharded` (masked lookup, scatter-add, take_last, the
-fused cross-entropy backward), built by that module's builders; the collectives are its
-inter-IPU ``Copy`` programs plus popops reductions.
+and the vertices of :mod:`.sharded` (masked lookup, scatter-add, take_last, the fused
+cross-entropy backward), built by that module's builders; the collectives are the
+inter-IPU ``Copy`` programs plus popops reductions of :mod:`.collectives`.
 
 The log keeps every call's ``ipu.Trace`` (``log.traces``, the latest as ``log.trace``:
 ``BSPView(log.trace)`` works); its ``records`` hold one span per collective and IPU whose
 duration is the cycles of that collective's copies and reductions in the trace, and
 ``log.timeline()`` adds each IPU's compute, exchange and sync from the traces, the calls
-laid end to end on ``log.now``. Kit convention: a backward is its own call, so the
+laid end to end on ``log.now``. (kit convention: a backward is its own call, so the
 tensors it reads (the forward's inputs or outputs) are written to the IPUs again; on an
-IPU they would stay in tile memory. The emulator runs float32 and 32-bit integers.
+IPU they would stay in tile memory.) The emulator runs float32 and 32-bit integers.
 
 >>> import numpy as np
 >>> from ipukit.parallel import sharded
@@ -34,21 +34,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import to_numpy
-from ..engine import Engine
-from ..errors import IpuError
-from ..graph import Graph
-from ..poplibs import poplin, popops, poputil
-from ..poplibs.expr import Exp, _1, _2, _3
-from ..program import Sequence
-from ..target import Device
-from ..tensor import FLOAT, INT, Tensor
-from ..timeline import Span
-from . import emulated_sharded as es
-from .emulated import _leaves
+from ...backend import to_numpy
+from ...engine import Engine
+from ...errors import IpuError
+from ...graph import Graph
+from ...poplibs import poplin, popops, poputil
+from ...poplibs.expr import Exp, _1, _2, _3
+from ...program import Sequence
+from ...target import Device
+from ...tensor import FLOAT, INT, Tensor
+from ...timeline import Span
+from ..collectives import _check_parts
+from . import sharded as es
+from .collectives import Shards
+from .tensors import leaves
 
 
-class _LoggedShards(es._Shards):
+class LoggedShards(Shards):
     """:class:`~.emulated_sharded._Shards` noting, per collective, its kind, label, bytes
     each shard sends and which of the program's steps it is (to time it from the trace)."""
 
@@ -58,31 +60,31 @@ class _LoggedShards(es._Shards):
         self._depth = 0
 
     def _noted(self, kind, label, sent, build):
-        first, self._depth = _leaves(self.prog), self._depth + 1
+        first, self._depth = leaves(self.prog), self._depth + 1
         try:
             out = build()
         finally:
             self._depth -= 1
         if not self._depth:
-            self.notes.append((kind, label, sent, first, _leaves(self.prog)))
+            self.notes.append((kind, label, sent, first, leaves(self.prog)))
         return out
 
     def broadcast(self, t, name):
         n, count = _nbytes(t), len(self.vgs)
         sent = [n * (count - 1)] + [0] * (count - 1)
-        return self._noted("broadcast", name, sent, lambda: super(_LoggedShards, self)
+        return self._noted("broadcast", name, sent, lambda: super(LoggedShards, self)
                            .broadcast(t, name))
 
     def reduce_onto_first(self, parts, name, op=None):
         sent = [0] + [_nbytes(parts[0])] * (len(parts) - 1)
-        return self._noted("reduce_add", name, sent, lambda: super(_LoggedShards, self)
+        return self._noted("reduce_add", name, sent, lambda: super(LoggedShards, self)
                            .reduce_onto_first(parts, name, op))
 
     def all_reduce(self, parts, name, op=None):
         t = parts[0]
         sent = es.ring_bytes_sent(t.num_elements(), t.dtype.itemsize, len(parts))  # GCL's ring
         kind = "all_reduce_add" if op is None else "all_reduce_max"
-        return self._noted(kind, name, sent, lambda: super(_LoggedShards, self)
+        return self._noted(kind, name, sent, lambda: super(LoggedShards, self)
                            .all_reduce(parts, name, op))
 
 
@@ -110,8 +112,8 @@ class _Call:
         self.graph = Graph(log.target)
         tpi = log.target.tiles_per_ipu
         self.prog = Sequence()
-        self.sh = _LoggedShards([self.graph.create_virtual_graph(q * tpi, (q + 1) * tpi)
-                                 for q in log.ipus], self.prog)
+        self.sh = LoggedShards([self.graph.create_virtual_graph(q * tpi, (q + 1) * tpi)
+                                for q in log.ipus], self.prog)
         self.vgs = self.sh.vgs
         self._writes: list[tuple[str, np.ndarray]] = []
         self._reads: list[tuple[str, np.dtype]] = []
@@ -196,8 +198,6 @@ def to_all(x, log, name):
     parts = _one(call, call.sh.broadcast(call.put([x], name)[0], name), x)
 
     def backward(grads: list):
-        from .sharded import _check_parts  # noqa: PLC0415 - sharded imports this module
-
         _check_parts(grads, log, f"{name} gradient", parts[0].ndim)
         _check_float(grads, f"{name} gradient")
         c = _Call(log)

@@ -1,0 +1,420 @@
+"""A pipeline built once as Poplar programs and run on the emulator:
+``pipeline(..., emulate=True)``.
+
+:class:`Emulation` builds the stages (:mod:`.stages`) on one graph, unrolls the
+schedule into one program per op (its FIFO and inbox slots fixed in advance), adds the
+replicas' all-reduce (:mod:`.collectives`) and the optimizer step (:mod:`.optimizer`),
+compiles and loads it; :class:`EmulatedPipeline` is the runner's
+:class:`~ipukit.parallel.runner.Pipeline` whose ``compile`` and ``run`` do this.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+
+from ... import backend
+from ...engine import MAX_EMULATED_STEPS, Engine
+from ...errors import IpuError, PipelineConfigError
+from ...graph import Graph
+from ...program import Copy, Sequence
+from ...target import Device, Target
+from ...tensor import FLOAT, UNSIGNED_INT
+from .. import replication
+from ..runner import MemoryRecord, Pipeline, PipelineOptions
+from . import collectives
+from .optimizer import Optimizer
+from .results import EmulatedRunResult, OpSteps, bytes_of, timeline_of
+from .stages import ConcurrentStage, Stage
+from .tensors import Slots, buffer, leaves
+
+
+class Emulation:
+    """A pipeline built once as Poplar programs for one micro-batch shape; ``run`` trains.
+
+    With replication every replica is a copy of the stages on its own IPUs; each op runs
+    on every replica, and the accumulated gradients are all-reduced by inter-IPU copies
+    and adds before the weight update (with RTS: reduced, updated and gathered by shard).
+    An inference pipeline (``training=False``) builds the forward stages only: its F ops
+    run in the schedule's order, nothing is stashed, the last stage's outputs go to the
+    host over an outfeed (and its losses too when ``scored``: a loss and labels).
+    """
+
+    def __init__(self, pipeline, micro_batch: int, sample_shape: tuple, scored: bool = True):
+        p = self.pipeline = pipeline
+        self.key = (micro_batch, tuple(sample_shape), scored)  # what compile() built it for
+        self.settings = _settings(p.optimizer) if p.options.training else None
+        self.training = p.options.training
+        self.scored = self.training or scored
+        if p.replication_factor > 1 and any(len(s.ipus) > 1 for s in p.stages):
+            raise IpuError("replicated pipelines with a concurrent stage are not emulated "
+                           "yet; use emulate=False, or replication_factor=1")
+        self.target = p.target
+        self.ipus_per_replica = max(q for s in p.stages for q in s.ipus) + 1
+        self.device = Device(p.target)
+        self.graph = g = Graph(p.target)
+        shapes = p._shapes((micro_batch,) + tuple(sample_shape))
+        self.replicas = [[(ConcurrentStage if len(s.ipus) > 1 else Stage)(self, s, shape, rep)
+                          for s, shape in zip(p.stages, shapes)]
+                         for rep in range(p.replication_factor)]
+        self.stages = self.replicas[0]
+        self.opt = Optimizer(self, p.optimizer) if self.training else None
+        n_in = math.prod(self.stages[0].input.shape)
+        self.out_shape = () if self.training else tuple(self.stages[-1].result.shape)
+        self.streams = []
+        for rep in range(p.replication_factor):
+            pre = self.replicas[rep][0].pre
+            self.streams.append((
+                g.add_host_to_device_fifo(pre + "samples", FLOAT, n_in),
+                g.add_host_to_device_fifo(pre + "labels", UNSIGNED_INT, micro_batch),
+                g.add_device_to_host_fifo(pre + "losses", FLOAT, 1),
+                None if self.training else g.add_device_to_host_fifo(
+                    pre + "outputs", FLOAT, math.prod(self.out_shape))))
+        for s in (s for stages in self.replicas for s in stages):  # what each F stashes
+            s.stash = [] if not self.training else (
+                [s.input] + ([s.labels] if s.last else []) if p.recomputation else s.saved)
+        self.ops = p.schedule.ops
+        firsts = self._firsts()
+        zero = Sequence(*(s.zero_program() for st in self.replicas for s in st))
+        #: The steps program 0 emulates in one pipeline run, counted before it is built.
+        kinds = Counter((op.phase, op.stage, i in firsts) for i, op in enumerate(self.ops))
+        self.steps = leaves(zero) + p.replication_factor * sum(
+            n * self._op_steps(*kind) for kind, n in kinds.items())
+        if self.steps > MAX_EMULATED_STEPS:
+            per = (self.steps - leaves(zero)) / p.gradient_accumulation
+            raise PipelineConfigError(
+                f"gradient_accumulation_count={p.gradient_accumulation} with emulate=True "
+                f"would emulate {self.steps:,} steps (compute sets, copies and stream copies) "
+                f"in each pipeline run, about {per:,.0f} per micro-batch; the emulator stops "
+                f"at {MAX_EMULATED_STEPS:,} a run (debug.maxEmulatedSteps, about 10 us a "
+                "step). Use a gradient_accumulation_count of at most "
+                f"{int((MAX_EMULATED_STEPS - leaves(zero)) // per):,} with emulate=True, or "
+                "emulate=False (the NumPy runner)")
+        programs = self._unroll(firsts)
+        if not self.training:  # program 0 runs every op
+            self.counts = [0] + [leaves(q) for q in programs]
+            self.engine = Engine(g, [Sequence(*programs)])
+            self.engine.load(self.device)
+            return
+        update = self._all_reduce()
+        rts = p.replication_factor if (p.replicated_optimizer_state_sharding
+                                       and p.replication_factor > 1) else 1
+        update.add(Sequence(*(s.update_program(self.opt, rts)
+                              for st in self.replicas for s in st)))
+        if rts > 1:
+            update.add(self._all_gather())
+        self.counts = [leaves(zero)] + [leaves(q) for q in programs] + [leaves(update)]
+        # program 0 zeroes the accumulators and runs every op; program 1 updates weights
+        self.engine = Engine(g, [Sequence(zero, *programs), update])
+        self.engine.load(self.device)
+
+    def _all_reduce(self) -> Sequence:
+        """Sum (or average) the replicas' accumulators: GCL's ring all-reduce
+        (``allReduceCrossReplica``, :func:`.collectives.ring_all_reduce`) over every
+        stage's accumulators at once, each ring step one inter-IPU ``Copy`` of all of them
+        and one in-place add. With RTS only the reduce-scatter (replica r's shard r of each
+        accumulator reduced, the shards of :func:`.replication.shard_bounds`): each replica
+        then updates its shard and :meth:`_all_gather` sends the shards round."""
+        p, prog = self.pipeline, Sequence()
+        count = p.replication_factor
+        if count == 1:
+            return prog
+        parts = [[acc for s in stages for acc in s.accs.values()] for stages in self.replicas]
+        scale = 1.0 / count if p.replica_reduction == "MEAN" else None
+        if p.replicated_optimizer_state_sharding:
+            collectives.ring_reduce_scatter(parts, prog, "gradients",
+                                            bounds=replication.shard_bounds, scale=scale)
+        else:
+            collectives.ring_all_reduce(parts, prog, "gradients", scale=scale)
+        return prog
+
+    def _all_gather(self) -> Sequence:
+        """RTS: every replica's updated shard of each weight sent round GCL's ring
+        (``allGatherCrossReplica``, :func:`.collectives.ring_all_gather`)."""
+        prog = Sequence()
+        collectives.ring_all_gather([[w for s in stages for w in s.params.values()]
+                                     for stages in self.replicas], prog, "weights",
+                                    bounds=replication.shard_bounds)
+        return prog
+
+    def _firsts(self) -> set[int]:
+        """The ops that write a stage's accumulators first in a step (its first B, or its
+        first W in a split schedule): they copy instead of adding."""
+        phase = "W" if self.pipeline.schedule.split else "B"
+        out, seen = set(), set()
+        for i, op in enumerate(self.ops):
+            if self.training and op.phase == phase and op.stage not in seen:
+                seen.add(op.stage)
+                out.add(i)
+        return out
+
+    def _unroll(self, firsts: set[int]) -> list[Sequence]:
+        """One program per schedule op, with its FIFO and inbox slots fixed in advance."""
+        p, st = self.pipeline, self.stages
+        fifo_slots = [Slots() for _ in st]
+        wfifo_slots = [Slots() for _ in st]  # what W needs, from B to W (split schedules)
+        inbox = [Slots() for _ in st]  # activations waiting for stage k
+        gradbox = [Slots() for _ in st]  # gradients waiting for stage k
+        plan = []
+        for i, op in enumerate(self.ops):
+            slots = self._plan_op(op, fifo_slots[op.stage], wfifo_slots[op.stage], inbox,
+                                  gradbox)
+            slots["first"] = i in firsts
+            plan.append(slots)
+        for s in (s for stages in self.replicas for s in stages):  # buffers, sizes known
+            pre = f"{s.pre}stage{s.k}"
+            s.fifo = [buffer(s.vg_of(t), t, fifo_slots[s.k].size, f"{pre}/stash FIFO {t.name}")
+                      for t in s.stash]
+            s.wfifo = [buffer(s.vg, t, wfifo_slots[s.k].size, f"{pre}/W stash {t.name}")
+                       for t in s.wsaved] if p.schedule.split else []
+            s.inbox = buffer(s.vg, s.input, inbox[s.k].size, f"{pre}/inbox") \
+                if s.k else None
+            s.gradbox = buffer(s.vg, s.dy, gradbox[s.k].size, f"{pre}/grad inbox") \
+                if s.dy is not None else None
+        return [Sequence(*(self._op_program(op, slots, rep)
+                           for rep in range(p.replication_factor)))
+                for op, slots in zip(self.ops, plan)]
+
+    def _plan_op(self, op, fifo, wfifo, inbox, gradbox) -> dict:
+        k, m, last = op.stage, op.microbatch, len(self.stages) - 1
+        slots = {}
+        if op.phase == "F":
+            if k > 0:
+                slots["in"] = inbox[k].take(m)
+            if self.training:  # inference stashes nothing
+                slots["push"] = fifo.put(m)
+            if k < last:
+                slots["send"] = inbox[k + 1].put(m)
+        elif op.phase == "R":
+            slots["pop"] = fifo.take(m)
+        elif op.phase == "W":
+            slots["wpop"] = wfifo.take(m)
+        else:
+            if not self.pipeline.recomputation:
+                slots["pop"] = fifo.take(m)
+            if k < last:
+                slots["dy"] = gradbox[k].take(m)
+            if k > 0:
+                slots["send"] = gradbox[k - 1].put(m)
+            if self.pipeline.schedule.split:
+                slots["wpush"] = wfifo.put(m)
+        return slots
+
+    def _op_program(self, op, slots, rep) -> Sequence:
+        stages = self.replicas[rep]
+        s = stages[op.stage]
+        x_stream, y_stream, loss_stream, out_stream = self.streams[rep]
+        prog = Sequence()
+        if "pop" in slots:
+            for t, f in zip(s.stash, s.fifo):
+                prog.add(Copy(f[slots["pop"]], t))
+        if op.phase == "F":
+            prog.add(Copy(x_stream, s.input) if s.k == 0
+                     else Copy(s.inbox[slots["in"]], s.input))
+            if s.last and self.scored:
+                prog.add(Copy(y_stream, s.labels))
+        if op.phase in ("F", "R"):
+            prog.add(s.forward)
+            if s.last and op.phase == "F" and self.scored:
+                prog.add(Copy(s.loss, loss_stream))
+            if s.last and out_stream is not None:
+                prog.add(Copy(s.result, out_stream))
+        if "push" in slots:
+            for t, f in zip(s.stash, s.fifo):
+                prog.add(Copy(t, f[slots["push"]]))
+        if op.phase == "F" and "send" in slots:
+            for c in s.sends(stages[s.k + 1].inbox[slots["send"]]):
+                prog.add(c)
+        if op.phase == "B":
+            if "dy" in slots:
+                prog.add(Copy(s.gradbox[slots["dy"]], s.dy))
+            prog.add(s.first_backward if slots["first"] else s.backward)
+            for t, f in zip(s.wsaved, s.wfifo):  # what the W needs, kept till it runs
+                prog.add(Copy(t, f[slots["wpush"]]))
+            if "send" in slots:
+                prog.add(Copy(s.dx, stages[s.k - 1].gradbox[slots["send"]]))
+        if op.phase == "W":
+            for t, f in zip(s.wsaved, s.wfifo):
+                prog.add(Copy(f[slots["wpop"]], t))
+            prog.add(s.first_weight if slots["first"] else s.weight)
+        return prog
+
+    def _op_steps(self, phase: str, k: int, first: bool) -> int:
+        """The steps (copies, compute sets) of the program of an op of ``phase`` on stage
+        ``k`` on one replica, counted as :meth:`_op_program` builds it, from the stage's
+        programs alone."""
+        s, last = self.stages[k], len(self.stages) - 1
+        split = self.pipeline.schedule.split
+        if phase == "W":
+            return len(s.wsaved) + leaves(s.first_weight if first else s.weight)
+        pops = len(s.stash) if phase == "R" or (
+            phase == "B" and not self.pipeline.recomputation) else 0
+        if phase == "B":
+            return (pops + (k < last) + leaves(s.first_backward if first else s.backward)
+                    + (len(s.wsaved) if split else 0) + (k > 0))
+        n = pops + leaves(s.forward) + (s.last and not self.training)  # R, or F: and
+        if phase == "F":  # its input, the labels and the loss, its stash, its sends
+            n += 1 + 2 * (s.last and self.scored) + len(s.stash)
+            n += len(s.sends(self.stages[k + 1].input)) if k < last else 0
+        return n
+
+    # -- running --------------------------------------------------------------------------
+    def run(self, xs, ys):
+        """Train on ``xs[r, replica, m]`` for every pipeline run ``r``; returns the losses
+        ``(repeat, replica, micro-batch)``, per op the trace events it made, and (inference)
+        the last stage's outputs ``(repeat, replica, micro-batch, ...)``, else None."""
+        p, eng, training = self.pipeline, self.engine, self.training
+        for st in self.replicas:
+            for s in st:
+                for name in s.params:
+                    eng.write_tensor(f"{s.pre}{s.k}.{name}",
+                                     backend.to_numpy(p.stages[s.k].params[name]))
+        steps = self.opt.write(eng) if training else {}
+        f0 = [o.microbatch for o in self.ops if o.phase == "F" and o.stage == 0]
+        fl = [o.microbatch for o in self.ops if o.phase == "F" and o.stage == len(p.stages) - 1]
+        shape = (p.repeat_count, p.replication_factor, p.gradient_accumulation)
+        losses = np.zeros(shape if self.scored else shape[:2] + (0,))
+        outputs = None if training else np.zeros(shape + self.out_shape, np.float32)
+        records = []
+        for r in range(p.repeat_count):
+            outs, results = [], []
+            for rep, st in enumerate(self.replicas):
+                pre = st[0].pre
+                eng.connect_stream(pre + "samples",
+                                   np.ascontiguousarray(xs[r, rep][f0], np.float32))
+                if self.scored:
+                    eng.connect_stream(pre + "labels",
+                                       np.ascontiguousarray(ys[r, rep][fl]).astype(np.uint32))
+                    outs.append(np.zeros(len(fl), np.float32))
+                    eng.connect_stream(pre + "losses", outs[-1])
+                if not training:
+                    results.append(np.zeros((len(fl),) + self.out_shape, np.float32))
+                    eng.connect_stream(pre + "outputs", results[-1])
+            pos = len(eng.trace) + 1 + self.counts[0]  # after the host sync and the zeroing
+            eng.run(0)
+            if training:
+                self.opt.before_update(eng, steps, r)
+                eng.run(1)
+            for rep, out in enumerate(outs):
+                losses[r, rep, fl] = out
+            for rep, out in enumerate(results):
+                outputs[r, rep, fl] = out
+            for i, op in enumerate(self.ops):
+                n = self.counts[i + 1]
+                records.append(OpSteps(r, op.phase, op.stage, op.microbatch,
+                                       self.stages[op.stage].ipu, pos, pos + n))
+                pos += n
+            if training:
+                records.append(OpSteps(r, "optimizer", -1, -1, -1, pos + 1,
+                                       pos + 1 + self.counts[-1]))
+        if not training:
+            return losses, records, outputs
+        self.opt.read(eng, steps, p.repeat_count)
+        xp = backend.get_xp()
+        for s in self.stages:
+            for name in s.params:
+                p.stages[s.k].params[name][...] = xp.asarray(eng.read_tensor(f"{s.k}.{name}"))
+        return losses, records, None
+
+
+
+
+
+def compile(p, x, labels) -> Emulation:  # noqa: A001 - PopTorch's name
+    """``Pipeline.compile`` on the emulator: the :class:`Emulation` for inputs shaped like
+    ``x`` (and ``labels``), built, compiled and loaded once per micro-batch shape and kept
+    on the pipeline, so ``run`` finds it ready (PopTorch's ``PoplarExecutor.compile``).
+
+    The programs hold the optimiser's settings as constants: when they have changed since
+    the build (``model.optimizer.lr = 0.01``, or another optimiser), it builds them again.
+    (kit convention: PopTorch keeps the learning rate (and every setting passed to the
+    optimiser's constructor) in device variables; a change reaches the IPU, without a
+    recompile, when the model's ``setOptimizer(optimizer)`` is called, and changing a
+    constant setting after compiling is an error. The kit has no ``setOptimizer``: a
+    changed setting applies from the next call, on the emulator as in the NumPy runner.)
+
+    >>> from ipukit.parallel import nn, optim, training_model, Block
+    >>> m = training_model([Block("A", nn.Dense(4, 3, rng=1), ipu_id=0)],
+    ...                    nn.SoftmaxCrossEntropy(), optim.SGD(0.1),
+    ...                    gradient_accumulation=2, emulate=True)
+    >>> x, y = np.ones((4, 4), np.float32), np.arange(4) % 3
+    >>> emu = compile(m, x, y)
+    >>> emu.key, compile(m, x, y) is emu  # (micro-batch, sample shape, scored): kept
+    ((2, (4,), True), True)
+    >>> m.optimizer.lr = 0.01
+    >>> compile(m, x, y) is emu  # a new learning rate: built again
+    False
+    """
+    x, labels, mb = p._inputs(x, labels)
+    scored = p.options.training or (p.loss is not None and labels is not None)
+    key = (mb, tuple(np.shape(x)[1:]), scored)
+    cache = p.__dict__.setdefault("_emulations", {})
+    if key not in cache or (p.options.training
+                            and cache[key].settings != _settings(p.optimizer)):
+        cache[key] = Emulation(p, *key)
+    return cache[key]
+
+
+def _settings(opt) -> tuple:
+    """What the programs bake in of an optimiser: which one it is and every setting (its
+    ``lr``, ``momentum``, ``betas``, ...), not its state (that goes to the device at every
+    call)."""
+    return (id(opt), type(opt), {k: v for k, v in vars(opt).items() if k != "state"})
+
+
+def run(p, x, labels) -> EmulatedRunResult:
+    """``Pipeline.run`` on the emulator (``pipeline(..., emulate=True)``); an inference
+    pipeline's scores ``labels`` when it has a loss (``labels`` may be None)."""
+    emu = compile(p, x, labels)
+    mb, sample_shape, scored = emu.key
+    shape = (p.repeat_count, p.replication_factor, p.gradient_accumulation, mb)
+    xs = np.asarray(x).reshape(shape + sample_shape)
+    ys = np.asarray(labels).reshape(shape) if scored else None
+    start = len(emu.engine.trace)
+    losses, ops, results = emu.run(xs, ys)
+    trace = emu.engine.trace
+    ops = tuple(OpSteps(o.run, o.phase, o.stage, o.microbatch, o.ipu, o.first, o.end)
+                for o in ops)
+    origin = float(trace._starts[start])  # the host sync of this call
+    per_ipu: dict[int, tuple] = {}  # the stages on each IPU (chunks share one)
+    for s in emu.stages:
+        per_ipu[s.ipu] = tuple(a + b for a, b in zip(per_ipu.get(s.ipu, (0,) * 4),
+                                                     bytes_of(emu, s)))
+    sizes = list(per_ipu.items())
+    timeline = timeline_of(emu, trace, ops, origin, sizes, start)
+    memory = tuple(MemoryRecord(0.0, q, *b) for q, b in sizes)
+    cycles = float(trace.total_cycles - trace._starts[start]) if len(trace) > start else 0.0
+    outputs = results if results is not None else replication.select_outputs(
+        losses, p.output_mode, p.output_return_period)
+    return EmulatedRunResult(losses, timeline, memory, cycles, 0, p.target.clock_hz, outputs,
+                             trace, ops, origin)
+
+
+class EmulatedPipeline(Pipeline):
+    """A :class:`~ipukit.parallel.runner.Pipeline` whose ``compile`` and ``run`` build its
+    stages as Poplar programs and run them on the emulator (``PipelineOptions(emulate=True)``:
+    ``pipeline(..., emulate=True)``, ``training_model(..., emulate=True)``). The result is
+    an :class:`~.results.EmulatedRunResult`; ``predict`` and ``cycles_per_run`` are the
+    runner's."""
+
+    emulates = True
+
+    def compile(self, x, labels=None) -> None:  # noqa: A003 - PopTorch's name
+        compile(self, x, labels)
+
+    compile.__doc__ = Pipeline.compile.__doc__
+
+    def run(self, x, labels=None) -> EmulatedRunResult:
+        """``Pipeline.run`` on the emulator; an inference pipeline scores ``labels`` when
+        it has a loss (``labels`` may be None)."""
+        return run(self, x, labels)
+
+
+def build(stages, device_mapping, options: PipelineOptions, optimizer, loss,
+          target: Target | None = None) -> Pipeline:
+    """The runner's :class:`Pipeline` for ``options`` (NumPy arithmetic), or with
+    ``options.emulate`` its :class:`EmulatedPipeline` (Poplar programs)."""
+    kind = EmulatedPipeline if options.emulate else Pipeline
+    return kind(stages, device_mapping, options, optimizer, loss, target)
