@@ -245,19 +245,49 @@ class _Compiler:
 
     # -- steps ----------------------------------------------------------------------------
     def _step(self, name, kind, sync=0, compute=None, transfers=None, host_bytes=0,
-              tile_in=0, tile_out=0, tiles=(), **extra) -> int:
-        """Record a superstep. Bytes in per tile: ``transfers`` (element moves: source
-        tiles, destination tiles, bytes; the step keeps their sums per pair of tiles) plus
-        ``tile_in``; bytes out: ``tile_out``, what each tile sends (the exchange
-        broadcasts: an element read by many tiles is sent once).
-        ``tiles`` and the transfers' ends are the tiles taking part: the step involves
-        (and syncs) their IPUs only; every IPU when there are none (IPU-level task
+              tile_in=0, tile_out=0, tiles=(), results=None, **extra) -> int:
+        """Record a superstep: sync, exchange in, compute, then, given ``results`` (a
+        compute set's outputs held on other tiles: moves as ``transfers``), exchange out
+        (Graphcore: "Exchange inputs, Compute, Exchange outputs"). Bytes in per tile:
+        ``transfers`` (element moves: source tiles, destination tiles, bytes; the step
+        keeps their sums per pair of tiles) plus ``tile_in``; bytes out: ``tile_out``, what
+        each tile sends (the exchange broadcasts: an element read by many tiles is sent
+        once). ``tiles`` and the transfers' ends are the tiles taking part: the step
+        involves (and syncs) their IPUs only; every IPU when there are none (IPU-level task
         parallelism)."""
         t, n, per = self.t, self.t.num_tiles, self.t.tiles_per_ipu
         compute = np.zeros(n, np.int64) if compute is None else compute
+        pairs, b_in, b_out, exch, inter = self._exchange(transfers, tile_in, tile_out)
+        out = (np.zeros((0, 3), np.int64), None, None, 0, 0)
+        if results is not None and results[0].size:  # each result is sent once, by its vertex
+            out = self._exchange(results, 0, np.bincount(results[0], results[2], n))
+        tiles = np.concatenate([np.asarray(tiles, np.intp).reshape(-1), pairs[:, 0],
+                                pairs[:, 1], out[0][:, 0], out[0][:, 1]])
+        ipus = tuple(np.flatnonzero(np.bincount(tiles // per, minlength=t.num_ipus)).tolist()
+                     if tiles.size else range(t.num_ipus))
+        if inter or out[4]:  # an external sync of the IPUs the step joins
+            sync = max(sync, cost.global_sync_cycles(t, len(ipus)))
+        exch = max(exch, cost.host_cycles(int(host_bytes), self.t)) if host_bytes else exch
+        step = Step(index=len(self.steps), name=name, kind=kind, sync_cycles=int(sync),
+                    exchange_cycles=exch + out[3], compute_cycles=int(compute.max(initial=0)),
+                    tile_compute_cycles=compute, tile_bytes_in=b_in if out[1] is None
+                    else b_in + out[1], tile_bytes_out=b_out if out[2] is None
+                    else b_out + out[2], transfers=np.concatenate([pairs, out[0]]),
+                    inter_ipu_bytes=inter + out[4], host_bytes=int(host_bytes), ipus=ipus,
+                    exchange_out_cycles=out[3], tile_result_bytes_in=out[1],
+                    tile_result_bytes_out=out[2], result_transfers=out[0],
+                    result_inter_ipu_bytes=out[4], **extra)
+        self.steps.append(step)
+        return step.index
+
+    def _exchange(self, transfers, tile_in=0, tile_out=0) -> tuple:
+        """One exchange phase: the moves ``transfers`` summed per pair of tiles, the bytes
+        each tile receives (theirs plus ``tile_in``) and sends (``tile_out``), the phase's
+        cycles (the busiest tile's bytes, :func:`cost.exchange_cycles`, plus the busiest
+        pair of IPUs' over an IPU-Link) and the bytes that cross IPUs."""
+        t, n, per = self.t, self.t.num_tiles, self.t.tiles_per_ipu
         b_in, b_out = ((np.zeros(n) + x).astype(np.int64) for x in (tile_in, tile_out))
-        tiles, pairs = np.asarray(tiles, np.intp).reshape(-1), np.zeros((0, 3), np.int64)
-        inter, link = 0, None
+        pairs, inter, link = np.zeros((0, 3), np.int64), 0, 0
         if transfers is not None and transfers[0].size:  # (np.unique, and its inverse: slow)
             src, dst, nbytes = transfers
             key = np.asarray(src, np.int64) * n + dst
@@ -271,25 +301,13 @@ class _Compiler:
                 pair = pair[sums > 0]  # (moves of no bytes: none)
             pairs = np.stack([pair // n, pair % n, sums[sums > 0].astype(np.int64)], axis=1)
             b_in += np.bincount(dst, weights=nbytes, minlength=n).astype(np.int64)
-            tiles = np.concatenate([tiles, pairs[:, 0], pairs[:, 1]])  # (each pair once)
             src, dst, nbytes = pairs[:, 0], pairs[:, 1], pairs[:, 2]  # (the rest: per pair)
             if (cross := src // per != dst // per).any():  # bytes between IPUs
                 inter = int(nbytes[cross].sum())
                 pair = src[cross] // per * t.num_ipus + dst[cross] // per
                 link = cost.link_cycles(int(np.bincount(pair, weights=nbytes[cross]).max()), t)
-        ipus = tuple(np.flatnonzero(np.bincount(tiles // per, minlength=t.num_ipus)).tolist()
-                     if tiles.size else range(t.num_ipus))
         exch = int(cost.exchange_cycles(int(np.maximum(b_in, b_out).max(initial=0)), t))
-        if link is not None:  # IPU-Links, and an external sync of the IPUs the step joins
-            exch, sync = exch + link, max(sync, cost.global_sync_cycles(t, len(ipus)))
-        exch = max(exch, cost.host_cycles(int(host_bytes), self.t)) if host_bytes else exch
-        step = Step(index=len(self.steps), name=name, kind=kind, sync_cycles=int(sync),
-                    exchange_cycles=exch, compute_cycles=int(compute.max(initial=0)),
-                    tile_compute_cycles=compute, tile_bytes_in=b_in, tile_bytes_out=b_out,
-                    transfers=pairs, inter_ipu_bytes=inter, host_bytes=int(host_bytes),
-                    ipus=ipus, **extra)
-        self.steps.append(step)
-        return step.index
+        return pairs, b_in, b_out, exch + link, inter
 
     # -- copies ---------------------------------------------------------------------------
     def _copy(self, src, dst):
@@ -363,10 +381,12 @@ class _Compiler:
         self.steps.append(step := object.__new__(Step))
         step.__dict__.update(old.__dict__, index=len(self.steps) - 1, name=name,
                              ipus=tuple(i + shift // per for i in old.ipus),
-                             transfers=old.transfers + np.array([shift, shift, 0]), **{
+                             **{k: getattr(old, k) + np.array([shift, shift, 0])
+                                for k in ("transfers", "result_transfers")}, **{
                                  k: np.roll(getattr(old, k), shift) for k in (
                                      "tile_compute_cycles", "tile_bytes_in", "tile_bytes_out",
-                                     "tile_vertices")})
+                                     "tile_vertices", "tile_result_bytes_in",
+                                     "tile_result_bytes_out") if getattr(old, k) is not None})
         return step.index
 
     def _again(self, index: int, name: str) -> int:
@@ -584,17 +604,16 @@ class _Compiler:
             worker = (np.arange(st.size) - np.searchsorted(st, st)) % W
             load = np.bincount(st * W + worker, np.repeat(est[order] * W // r, r), n_tiles * W)
             compute = load.reshape(n_tiles, W).max(axis=1).astype(np.int64)
-        # Exchange: a vertex's data on another tile is fetched before compute (once per
-        # tile); what it writes to another tile is sent after. The exchange broadcasts: a
-        # tile sends an element once, however many tiles receive it.
-        received, sent, transfers = np.zeros(n_tiles), np.zeros(n_tiles), None
+        # Exchange in: a vertex's data on another tile is fetched before compute (once per
+        # tile; the exchange broadcasts: a tile sends an element once, however many tiles
+        # receive it). Exchange out: what it writes to another tile is sent after compute.
+        received, sent, transfers, results = np.zeros(n_tiles), np.zeros(n_tiles), None, None
         if any(r[0].size for _, _, r in fields) and (pieces := self._remote_pieces(fields, cat)):
             (code, size, kind), (f, vt, start, end, et) = pieces  # (not when all are local)
-            # a tile sends what its vertices write elsewhere (pieces of no length are on their
+            # a vertex's tile sends what it writes elsewhere (pieces of no length are on their
             # vertex's tile, see _remote_pieces)
             w = np.flatnonzero((kind != "input")[f] & (end > start))
-            written = (vt[w], et[w], (end - start)[w] * size[f[w]])
-            sent = np.bincount(written[0], weights=written[2], minlength=n_tiles)
+            results = (vt[w], et[w], (end - start)[w] * size[f[w]])
             # a tile receives each element a field reads once, however many vertices read it
             # (in the order _union_lengths sorts them; pieces only written read nothing)
             rd = (kind != "output")[f]
@@ -606,13 +625,15 @@ class _Compiler:
             # and it sends each element read from it once (per type: the pieces' addresses are
             # in their type's storage)
             order, read_from = _union_lengths(code[f], start, end)
-            sent = sent + np.bincount(et[order], weights=read_from * size[f[order]],
-                                      minlength=n_tiles)
-            transfers = tuple(map(np.append, (et, vt, once), written))
-        received = received.astype(np.int64)
+            sent = np.bincount(et[order], weights=read_from * size[f[order]], minlength=n_tiles)
+            transfers = (et, vt, once)
+        # a vertex's remote inputs are received into, and its remote outputs computed into,
+        # buffers on its tile
+        received = (received + (0 if results is None else np.bincount(
+            results[0], results[2], n_tiles))).astype(np.int64)
         self.memory["exchange buffers"] = np.maximum(self.memory["exchange buffers"], received)
         index = self._step(cs.name, "compute", sync=cost.sync_cycles(t), compute=compute,
-                           transfers=transfers, tile_out=sent.astype(np.int64),
+                           transfers=transfers, tile_out=sent.astype(np.int64), results=results,
                            vertex_cycles=int(est.sum()), vertex_types=self._vertex_memory(
                                groups), tiles=tiles, tile_vertices=np.bincount(tiles,
                                                                                minlength=n_tiles))

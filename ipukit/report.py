@@ -37,11 +37,12 @@ from dataclasses import replace
 import numpy as np
 
 from .timeline import Timeline
-from .trace import Trace
+from .trace import PHASES, Trace
 
 #: The colours of the three BSP phases everywhere in ipukit (figures, widgets, lessons):
 #: purple sync, orange exchange, green compute (Okabe-Ito, colour-blind friendly).
-PHASE_COLOURS = {"sync": "#8E6BBE", "exchange": "#E69F00", "compute": "#009E73"}
+PHASE_COLOURS = {"sync": "#8E6BBE", "exchange": "#E69F00", "compute": "#009E73",
+                 "exchange out": "#B35806"}  # the exchange of remote outputs: a darker orange
 
 
 def _plt():
@@ -161,10 +162,10 @@ def _executed(trace: Trace, run: int | None):
 
 
 def _phase_bars(ax, row, start, step, seen: set) -> float:
-    """One superstep's sync, exchange and compute as bars from ``start``; returns its end.
-    Each phase is labelled once (``seen``) for the legend."""
-    for phase in ("sync", "exchange", "compute"):
-        width = getattr(step, f"{phase}_cycles")
+    """One superstep's sync, exchange, compute and exchange out as bars from ``start``;
+    returns its end. Each phase is labelled once (``seen``) for the legend."""
+    for phase in PHASES:
+        width = step.phase_cycles(phase)
         if width:
             ax.barh(row, width, left=start, color=PHASE_COLOURS[phase], height=0.8,
                     label=None if phase in seen else phase)
@@ -174,7 +175,9 @@ def _phase_bars(ax, row, start, step, seen: set) -> float:
 
 
 def execution_trace(trace: Trace, ax=None, run: int | None = None, max_labels: int = 20):
-    """Executed supersteps on a time axis (cycles), split into sync, exchange and compute.
+    """Executed supersteps on a time axis (cycles), split into sync, exchange (in),
+    compute and exchange out (a compute set's outputs held on other tiles, sent after its
+    compute).
 
     ``run`` restricts to one ``Engine.run`` call. Compute steps name their slowest tile.
     """
@@ -182,14 +185,14 @@ def execution_trace(trace: Trace, ax=None, run: int | None = None, max_labels: i
     executed = _executed(trace, run)
     seen = set()
     for row, (event, step) in enumerate(executed):
-        start = _phase_bars(ax, row, event.start, step, seen)
+        end = _phase_bars(ax, row, event.start, step, seen)
         if step.kind == "compute" and step.compute_cycles and row < max_labels:
             slow = int(np.argmax(step.tile_compute_cycles))
-            ax.annotate(f"slowest tile {slow}", (start, row), xytext=(3, 0),
+            ax.annotate(f"slowest tile {slow}", (end, row), xytext=(3, 0),
                         textcoords="offset points", va="center", fontsize=7)
     _name_rows(ax, [s.name for _, s in executed])
     ax.set_xlabel("cycles")
-    ax.set_title("Execution trace (sync / exchange / compute per superstep)")
+    ax.set_title("Execution trace (sync / exchange / compute / exchange out per superstep)")
     ax.legend(loc="lower right", fontsize=8)
     ax.figure.tight_layout()
     return ax
@@ -200,8 +203,8 @@ def span_supersteps(result, span, max_steps: int = 40):
 
     ``result`` is what ``pipeline(..., emulate=True).run`` returns; ``span`` one of its
     F, B or R timeline records. The lower panel draws the op's steps (compute sets, copies
-    and stream copies, in order) split into sync, exchange and compute, on the same cycle
-    axis as the trace. Returns the figure.
+    and stream copies, in order) split into their phases (sync, exchange, compute, exchange
+    out), on the same cycle axis as the trace. Returns the figure.
     """
     plt = _plt()
     op = result.op_of(span)
