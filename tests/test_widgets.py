@@ -18,8 +18,8 @@ from hypothesis import strategies as st  # noqa: E402
 
 import ipukit as ipu  # noqa: E402
 from ipukit.parallel.schedule import schedule  # noqa: E402
-from ipukit.widgets import BSPView, MemoryMap, PipelineTimeline  # noqa: E402
 from ipukit.trace import PHASES  # noqa: E402
+from ipukit.widgets import BSPView, MemoryMap, PipelineTimeline  # noqa: E402
 from ipukit.widgets.bsp_view import TileLayout  # noqa: E402
 from ipukit.widgets.pipeline_timeline import from_run, from_schedule  # noqa: E402
 
