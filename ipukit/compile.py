@@ -24,7 +24,7 @@ from math import prod
 
 import numpy as np
 
-from . import cost
+from . import cost, liveness
 from .errors import (
     ComputeSetRaceError,
     GraphConnectionError,
@@ -179,7 +179,7 @@ class _Compiler:
         self.by_cs = np.split(np.argsort(v_cs, kind="stable"), np.cumsum(
             np.bincount(v_cs, minlength=len(graph.compute_sets)))[:-1])
         self.memory = {k: np.zeros(self.t.num_tiles, np.int64)  # added to as compute sets
-                       for k in ("vertex state", "vertex code", "exchange buffers")}  # compile
+                       for k in ("vertex state", "vertex code")}  # compile
         self.code_on: dict[type, np.ndarray] = {}  # codelet -> tiles holding its code
 
     def run(self, programs) -> Executable:
@@ -187,7 +187,7 @@ class _Compiler:
         self._check_mapped()
         self._step("host sync (Engine.run)", "host", sync=cost.host_sync_cycles(self.t))  # step 0
         nodes = tuple(self.node(p) for p in programs)
-        return Executable(self.g, nodes, tuple(self.steps), self._memory())
+        return Executable(self.g, nodes, tuple(self.steps), self._memory(nodes))
 
     # -- program tree ---------------------------------------------------------------------
     def node(self, p):
@@ -223,11 +223,9 @@ class _Compiler:
 
     # -- checks ---------------------------------------------------------------------------
     def _check_mapped(self):
-        """Every element is on a tile; keeps the bytes of variables and of constants on
-        each tile (read from each type's step function, not cut into pieces per variable)."""
-        n = self.t.num_tiles
-        self.placed = np.zeros(2 * n)  # bytes per tile of variables, then of constants
-        for dtype, pool in ((d, p) for d, p in self.g.pools.items() if p.size):
+        """Every element is on a tile (read from each type's step function, not cut into
+        pieces per variable)."""
+        for pool in (p for p in self.g.pools.values() if p.size):
             cuts, tiles = pool.steps(0, pool.size - 1)
             lengths = np.diff(np.concatenate(([0], cuts, [pool.size])))
             if ((tiles < 0) & (lengths > 0)).any():
@@ -236,12 +234,6 @@ class _Compiler:
                 _, start, end, tile = pool.pieces(np.array([var.start]), np.array([var.size]))
                 missing = int((end - start)[tile < 0].sum())
                 raise TileMappingError.unmapped(var, missing, first - var.start)
-            fixed = [v for v in pool.variables if v.values is not None]
-            _, start, end, tile = pool.pieces(np.array([v.start for v in fixed], np.int64),
-                                              np.array([v.size for v in fixed], np.int64))
-            constants = np.bincount(tile, weights=end - start, minlength=n) * dtype.itemsize
-            self.placed += np.concatenate((np.bincount(tiles, weights=lengths, minlength=n)
-                                           * dtype.itemsize - constants, constants))
 
     # -- steps ----------------------------------------------------------------------------
     def _step(self, name, kind, sync=0, compute=None, transfers=None, host_bytes=0,
@@ -427,8 +419,8 @@ class _Compiler:
     def _alike(self, groups):
         """An earlier compute set that is this one on tiles whole IPUs away and, field by
         field, at shifted addresses over the same (moved) tile mapping, where fields moved
-        by different amounts touch addresses apart: (its step, the tile shift, its exchange
-        buffers) (a model repeated on every IPU, a stage on each shard: planned once), or
+        by different amounts touch addresses apart: (its step, the tile shift) (a model
+        repeated on every IPU, a stage on each shard: planned once), or
         None and the list to keep this one in (None for a small compute set: checking
         would cost what planning does)."""
         key = tuple((gr.cls, gr.estimates.tobytes(), tuple((fp.name, fp.kind, fp.access.shape,
@@ -436,7 +428,7 @@ class _Compiler:
                      for fp in gr.fields)) for gr in groups)
         if sum(prod(fp.access.shape) for gr in groups for fp in gr.fields) < ALIKE_ELEMENTS:
             return None, None
-        for earlier, index, received in self.alike.setdefault(key, []):
+        for earlier, index in self.alike.setdefault(key, []):
             shift = int(groups[0].tiles[0] - earlier[0].tiles[0]) if groups else 0
             if shift % self.t.tiles_per_ipu or not all(np.array_equal(
                     gr.tiles, e.tiles + shift) for gr, e in zip(groups, earlier)) or not (
@@ -455,7 +447,7 @@ class _Compiler:
                 h[:] = min(h[0], lo), max(h[1], hi)
             else:
                 if self._moved(hulls, shift):
-                    return (index, shift, received), None
+                    return (index, shift), None
         return None, self.alike[key]
 
     def _moved(self, hulls: dict, shift: int) -> bool:
@@ -585,10 +577,8 @@ class _Compiler:
     def _compute_step(self, cs, groups, fields, cat, like=None, kept=None) -> int:
         t, n_tiles, W = self.t, self.t.num_tiles, self.t.num_worker_contexts
         if like is not None:  # (an earlier compute set's step, moved: see _alike)
-            index, shift, received = like
+            index, shift = like
             self._vertex_memory(groups)
-            self.memory["exchange buffers"] = np.maximum(self.memory["exchange buffers"],
-                                                         np.roll(received, shift))
             return self._moved_step(index, shift, cs.name)
         # Vertices on a tile go round-robin to its 6 workers, a MultiVertex to all W of them
         # (r = W copies, each 1/W of its estimate); each worker issues every 6th cycle, so
@@ -607,7 +597,7 @@ class _Compiler:
         # Exchange in: a vertex's data on another tile is fetched before compute (once per
         # tile; the exchange broadcasts: a tile sends an element once, however many tiles
         # receive it). Exchange out: what it writes to another tile is sent after compute.
-        received, sent, transfers, results = np.zeros(n_tiles), np.zeros(n_tiles), None, None
+        sent, transfers, results = np.zeros(n_tiles), None, None
         if any(r[0].size for _, _, r in fields) and (pieces := self._remote_pieces(fields, cat)):
             (code, size, kind), (f, vt, start, end, et) = pieces  # (not when all are local)
             # a vertex's tile sends what it writes elsewhere (pieces of no length are on their
@@ -621,24 +611,18 @@ class _Compiler:
             order, once = _union_lengths(f * n_tiles + vt, start, end)
             f, vt, start, end, et = (x[order] for x in (f, vt, start, end, et))
             once *= size[f]
-            received = np.bincount(vt, weights=once, minlength=n_tiles)
             # and it sends each element read from it once (per type: the pieces' addresses are
             # in their type's storage)
             order, read_from = _union_lengths(code[f], start, end)
             sent = np.bincount(et[order], weights=read_from * size[f[order]], minlength=n_tiles)
             transfers = (et, vt, once)
-        # a vertex's remote inputs are received into, and its remote outputs computed into,
-        # buffers on its tile
-        received = (received + (0 if results is None else np.bincount(
-            results[0], results[2], n_tiles))).astype(np.int64)
-        self.memory["exchange buffers"] = np.maximum(self.memory["exchange buffers"], received)
         index = self._step(cs.name, "compute", sync=cost.sync_cycles(t), compute=compute,
                            transfers=transfers, tile_out=sent.astype(np.int64), results=results,
                            vertex_cycles=int(est.sum()), vertex_types=self._vertex_memory(
                                groups), tiles=tiles, tile_vertices=np.bincount(tiles,
                                                                                minlength=n_tiles))
         if kept is not None:  # (for compute sets alike to come)
-            kept.append((groups, index, received))
+            kept.append((groups, index))
         return index
 
     def _vertex_memory(self, groups) -> dict:
@@ -694,10 +678,16 @@ class _Compiler:
             return (code, size, kind), tuple(x[remote] for x in (f, vt, start, end, tile))
 
     # -- memory ---------------------------------------------------------------------------
-    def _memory(self) -> TileMemory:
-        variables, constants = self.placed.astype(np.int64).reshape(2, self.t.num_tiles)
-        mem = TileMemory({"variables": variables, "constants": constants, **self.memory},
-                         self.t.bytes_per_tile)
+    def _memory(self, nodes) -> TileMemory:
+        """Each tile's memory: always live (variables, constants, vertex state and code)
+        plus, at its peak, not-always-live variables and exchange buffers
+        (:mod:`ipukit.liveness`)."""
+        live, info = liveness.analyse(self.g, nodes, self.steps)
+        categories = {k: live[k] for k in ("variables", "constants")}
+        categories.update(self.memory)  # vertex state and code
+        categories.update({k: live[k] for k in ("not-always-live variables",
+                                                 "exchange buffers")})
+        mem = TileMemory(categories, self.t.bytes_per_tile, liveness=info)
         if (mem.total > self.t.bytes_per_tile).any():
             text = out_of_memory(self.g, mem, error=not self.allow_out_of_memory)
             if not self.allow_out_of_memory:

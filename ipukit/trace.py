@@ -106,11 +106,14 @@ PHASES = ("sync", "exchange", "compute", "exchange out")
 
 @dataclass(frozen=True, eq=False)
 class TileMemory:
-    """Bytes per tile by category; ``always_live`` categories stay for the whole run."""
+    """Bytes per tile by category; ``always_live`` categories stay for the whole run, the
+    others ("not-always-live variables", "exchange buffers") are each tile's at its peak
+    (:mod:`ipukit.liveness`)."""
 
     categories: dict[str, np.ndarray]
     bytes_per_tile: int
     always_live: tuple = ("variables", "constants", "vertex state", "vertex code")
+    liveness: object = None  # an ipukit.liveness.Liveness: what is live where
 
     @property
     def total(self) -> np.ndarray:

@@ -247,7 +247,10 @@ def test_memory_per_tile_by_category():
     for i in range(10):
         g.add_vertex(cs, SumVertex, {"x": x[i], "out": out[i]}, tile=1)
     mem = ipu.compile_graph(g, [ipu.Execute(cs)]).memory
-    assert mem.categories["variables"].tolist() == [160, 40]
+    # x is read before any write (live where the program starts): always live; out is
+    # written and never read: live at that one step only (not always live)
+    assert mem.categories["variables"].tolist() == [160, 0]
+    assert mem.categories["not-always-live variables"].tolist() == [0, 40]
     assert mem.categories["constants"].tolist() == [0, 12]
     assert mem.categories["exchange buffers"].tolist() == [0, 160]  # x fetched to tile 1
     assert mem.categories["vertex state"][0] == 0 and mem.categories["vertex state"][1] > 0
