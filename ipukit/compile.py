@@ -24,7 +24,7 @@ from math import prod
 
 import numpy as np
 
-from . import cost
+from . import cost, liveness
 from .errors import (
     ComputeSetRaceError,
     GraphConnectionError,
@@ -179,7 +179,7 @@ class _Compiler:
         self.by_cs = np.split(np.argsort(v_cs, kind="stable"), np.cumsum(
             np.bincount(v_cs, minlength=len(graph.compute_sets)))[:-1])
         self.memory = {k: np.zeros(self.t.num_tiles, np.int64)  # added to as compute sets
-                       for k in ("vertex state", "vertex code", "exchange buffers")}  # compile
+                       for k in ("vertex state", "vertex code")}  # compile
         self.code_on: dict[type, np.ndarray] = {}  # codelet -> tiles holding its code
 
     def run(self, programs) -> Executable:
@@ -187,7 +187,7 @@ class _Compiler:
         self._check_mapped()
         self._step("host sync (Engine.run)", "host", sync=cost.host_sync_cycles(self.t))  # step 0
         nodes = tuple(self.node(p) for p in programs)
-        return Executable(self.g, nodes, tuple(self.steps), self._memory())
+        return Executable(self.g, nodes, tuple(self.steps), self._memory(nodes))
 
     # -- program tree ---------------------------------------------------------------------
     def node(self, p):
@@ -223,11 +223,9 @@ class _Compiler:
 
     # -- checks ---------------------------------------------------------------------------
     def _check_mapped(self):
-        """Every element is on a tile; keeps the bytes of variables and of constants on
-        each tile (read from each type's step function, not cut into pieces per variable)."""
-        n = self.t.num_tiles
-        self.placed = np.zeros(2 * n)  # bytes per tile of variables, then of constants
-        for dtype, pool in ((d, p) for d, p in self.g.pools.items() if p.size):
+        """Every element is on a tile (read from each type's step function, not cut into
+        pieces per variable)."""
+        for pool in (p for p in self.g.pools.values() if p.size):
             cuts, tiles = pool.steps(0, pool.size - 1)
             lengths = np.diff(np.concatenate(([0], cuts, [pool.size])))
             if ((tiles < 0) & (lengths > 0)).any():
@@ -236,28 +234,52 @@ class _Compiler:
                 _, start, end, tile = pool.pieces(np.array([var.start]), np.array([var.size]))
                 missing = int((end - start)[tile < 0].sum())
                 raise TileMappingError.unmapped(var, missing, first - var.start)
-            fixed = [v for v in pool.variables if v.values is not None]
-            _, start, end, tile = pool.pieces(np.array([v.start for v in fixed], np.int64),
-                                              np.array([v.size for v in fixed], np.int64))
-            constants = np.bincount(tile, weights=end - start, minlength=n) * dtype.itemsize
-            self.placed += np.concatenate((np.bincount(tiles, weights=lengths, minlength=n)
-                                           * dtype.itemsize - constants, constants))
 
     # -- steps ----------------------------------------------------------------------------
     def _step(self, name, kind, sync=0, compute=None, transfers=None, host_bytes=0,
-              tile_in=0, tile_out=0, tiles=(), **extra) -> int:
-        """Record a superstep. Bytes in per tile: ``transfers`` (element moves: source
-        tiles, destination tiles, bytes; the step keeps their sums per pair of tiles) plus
-        ``tile_in``; bytes out: ``tile_out``, what each tile sends (the exchange
-        broadcasts: an element read by many tiles is sent once).
-        ``tiles`` and the transfers' ends are the tiles taking part: the step involves
-        (and syncs) their IPUs only; every IPU when there are none (IPU-level task
+              tile_in=0, tile_out=0, tiles=(), results=None, **extra) -> int:
+        """Record a superstep: sync, exchange in, compute, then, given ``results`` (a
+        compute set's outputs held on other tiles: moves as ``transfers``), exchange out
+        (Graphcore: "Exchange inputs, Compute, Exchange outputs"). Bytes in per tile:
+        ``transfers`` (element moves: source tiles, destination tiles, bytes; the step
+        keeps their sums per pair of tiles) plus ``tile_in``; bytes out: ``tile_out``, what
+        each tile sends (the exchange broadcasts: an element read by many tiles is sent
+        once). ``tiles`` and the transfers' ends are the tiles taking part: the step
+        involves (and syncs) their IPUs only; every IPU when there are none (IPU-level task
         parallelism)."""
         t, n, per = self.t, self.t.num_tiles, self.t.tiles_per_ipu
         compute = np.zeros(n, np.int64) if compute is None else compute
+        pairs, b_in, b_out, exch, inter = self._exchange(transfers, tile_in, tile_out)
+        out = (np.zeros((0, 3), np.int64), None, None, 0, 0)
+        if results is not None and results[0].size:  # each result is sent once, by its vertex
+            out = self._exchange(results, 0, np.bincount(results[0], results[2], n))
+        tiles = np.concatenate([np.asarray(tiles, np.intp).reshape(-1), pairs[:, 0],
+                                pairs[:, 1], out[0][:, 0], out[0][:, 1]]).astype(np.intp)
+        ipus = tuple(np.flatnonzero(np.bincount(tiles // per, minlength=t.num_ipus)).tolist()
+                     if tiles.size else range(t.num_ipus))
+        if inter or out[4]:  # an external sync of the IPUs the step joins
+            sync = max(sync, cost.global_sync_cycles(t, len(ipus)))
+        exch = max(exch, cost.host_cycles(int(host_bytes), self.t)) if host_bytes else exch
+        step = Step(index=len(self.steps), name=name, kind=kind, sync_cycles=int(sync),
+                    exchange_cycles=exch + out[3], compute_cycles=int(compute.max(initial=0)),
+                    tile_compute_cycles=compute, tile_bytes_in=b_in if out[1] is None
+                    else b_in + out[1], tile_bytes_out=b_out if out[2] is None
+                    else b_out + out[2], transfers=np.concatenate([pairs, out[0]]),
+                    inter_ipu_bytes=inter + out[4], host_bytes=int(host_bytes), ipus=ipus,
+                    exchange_out_cycles=out[3], tile_result_bytes_in=out[1],
+                    tile_result_bytes_out=out[2], result_transfers=out[0],
+                    result_inter_ipu_bytes=out[4], **extra)
+        self.steps.append(step)
+        return step.index
+
+    def _exchange(self, transfers, tile_in=0, tile_out=0) -> tuple:
+        """One exchange phase: the moves ``transfers`` summed per pair of tiles, the bytes
+        each tile receives (theirs plus ``tile_in``) and sends (``tile_out``), the phase's
+        cycles (the busiest tile's bytes, :func:`cost.exchange_cycles`, plus the busiest
+        pair of IPUs' over an IPU-Link) and the bytes that cross IPUs."""
+        t, n, per = self.t, self.t.num_tiles, self.t.tiles_per_ipu
         b_in, b_out = ((np.zeros(n) + x).astype(np.int64) for x in (tile_in, tile_out))
-        tiles, pairs = np.asarray(tiles, np.intp).reshape(-1), np.zeros((0, 3), np.int64)
-        inter, link = 0, None
+        pairs, inter, link = np.zeros((0, 3), np.int64), 0, 0
         if transfers is not None and transfers[0].size:  # (np.unique, and its inverse: slow)
             src, dst, nbytes = transfers
             key = np.asarray(src, np.int64) * n + dst
@@ -271,25 +293,13 @@ class _Compiler:
                 pair = pair[sums > 0]  # (moves of no bytes: none)
             pairs = np.stack([pair // n, pair % n, sums[sums > 0].astype(np.int64)], axis=1)
             b_in += np.bincount(dst, weights=nbytes, minlength=n).astype(np.int64)
-            tiles = np.concatenate([tiles, pairs[:, 0], pairs[:, 1]]).astype(np.intp)  # pairs
             src, dst, nbytes = pairs[:, 0], pairs[:, 1], pairs[:, 2]  # (the rest: per pair)
             if (cross := src // per != dst // per).any():  # bytes between IPUs
                 inter = int(nbytes[cross].sum())
                 pair = (src[cross] // per * t.num_ipus + dst[cross] // per).astype(np.intp)
                 link = cost.link_cycles(int(np.bincount(pair, weights=nbytes[cross]).max()), t)
-        ipus = tuple(np.flatnonzero(np.bincount(tiles // per, minlength=t.num_ipus)).tolist()
-                     if tiles.size else range(t.num_ipus))
         exch = int(cost.exchange_cycles(int(np.maximum(b_in, b_out).max(initial=0)), t))
-        if link is not None:  # IPU-Links, and an external sync of the IPUs the step joins
-            exch, sync = exch + link, max(sync, cost.global_sync_cycles(t, len(ipus)))
-        exch = max(exch, cost.host_cycles(int(host_bytes), self.t)) if host_bytes else exch
-        step = Step(index=len(self.steps), name=name, kind=kind, sync_cycles=int(sync),
-                    exchange_cycles=exch, compute_cycles=int(compute.max(initial=0)),
-                    tile_compute_cycles=compute, tile_bytes_in=b_in, tile_bytes_out=b_out,
-                    transfers=pairs, inter_ipu_bytes=inter, host_bytes=int(host_bytes),
-                    ipus=ipus, **extra)
-        self.steps.append(step)
-        return step.index
+        return pairs, b_in, b_out, exch + link, inter
 
     # -- copies ---------------------------------------------------------------------------
     def _copy(self, src, dst):
@@ -363,10 +373,12 @@ class _Compiler:
         self.steps.append(step := object.__new__(Step))
         step.__dict__.update(old.__dict__, index=len(self.steps) - 1, name=name,
                              ipus=tuple(i + shift // per for i in old.ipus),
-                             transfers=old.transfers + np.array([shift, shift, 0]), **{
+                             **{k: getattr(old, k) + np.array([shift, shift, 0])
+                                for k in ("transfers", "result_transfers")}, **{
                                  k: np.roll(getattr(old, k), shift) for k in (
                                      "tile_compute_cycles", "tile_bytes_in", "tile_bytes_out",
-                                     "tile_vertices")})
+                                     "tile_vertices", "tile_result_bytes_in",
+                                     "tile_result_bytes_out") if getattr(old, k) is not None})
         return step.index
 
     def _again(self, index: int, name: str) -> int:
@@ -407,8 +419,8 @@ class _Compiler:
     def _alike(self, groups):
         """An earlier compute set that is this one on tiles whole IPUs away and, field by
         field, at shifted addresses over the same (moved) tile mapping, where fields moved
-        by different amounts touch addresses apart: (its step, the tile shift, its exchange
-        buffers) (a model repeated on every IPU, a stage on each shard: planned once), or
+        by different amounts touch addresses apart: (its step, the tile shift) (a model
+        repeated on every IPU, a stage on each shard: planned once), or
         None and the list to keep this one in (None for a small compute set: checking
         would cost what planning does)."""
         key = tuple((gr.cls, gr.estimates.tobytes(), tuple((fp.name, fp.kind, fp.access.shape,
@@ -416,7 +428,7 @@ class _Compiler:
                      for fp in gr.fields)) for gr in groups)
         if sum(prod(fp.access.shape) for gr in groups for fp in gr.fields) < ALIKE_ELEMENTS:
             return None, None
-        for earlier, index, received in self.alike.setdefault(key, []):
+        for earlier, index in self.alike.setdefault(key, []):
             shift = int(groups[0].tiles[0] - earlier[0].tiles[0]) if groups else 0
             if shift % self.t.tiles_per_ipu or not all(np.array_equal(
                     gr.tiles, e.tiles + shift) for gr, e in zip(groups, earlier)) or not (
@@ -435,7 +447,7 @@ class _Compiler:
                 h[:] = min(h[0], lo), max(h[1], hi)
             else:
                 if self._moved(hulls, shift):
-                    return (index, shift, received), None
+                    return (index, shift), None
         return None, self.alike[key]
 
     def _moved(self, hulls: dict, shift: int) -> bool:
@@ -565,10 +577,8 @@ class _Compiler:
     def _compute_step(self, cs, groups, fields, cat, like=None, kept=None) -> int:
         t, n_tiles, W = self.t, self.t.num_tiles, self.t.num_worker_contexts
         if like is not None:  # (an earlier compute set's step, moved: see _alike)
-            index, shift, received = like
+            index, shift = like
             self._vertex_memory(groups)
-            self.memory["exchange buffers"] = np.maximum(self.memory["exchange buffers"],
-                                                         np.roll(received, shift))
             return self._moved_step(index, shift, cs.name)
         # Vertices on a tile go round-robin to its 6 workers, a MultiVertex to all W of them
         # (r = W copies, each 1/W of its estimate); each worker issues every 6th cycle, so
@@ -584,17 +594,16 @@ class _Compiler:
             worker = (np.arange(st.size) - np.searchsorted(st, st)) % W
             load = np.bincount(st * W + worker, np.repeat(est[order] * W // r, r), n_tiles * W)
             compute = load.reshape(n_tiles, W).max(axis=1).astype(np.int64)
-        # Exchange: a vertex's data on another tile is fetched before compute (once per
-        # tile); what it writes to another tile is sent after. The exchange broadcasts: a
-        # tile sends an element once, however many tiles receive it.
-        received, sent, transfers = np.zeros(n_tiles), np.zeros(n_tiles), None
+        # Exchange in: a vertex's data on another tile is fetched before compute (once per
+        # tile; the exchange broadcasts: a tile sends an element once, however many tiles
+        # receive it). Exchange out: what it writes to another tile is sent after compute.
+        sent, transfers, results = np.zeros(n_tiles), None, None
         if any(r[0].size for _, _, r in fields) and (pieces := self._remote_pieces(fields, cat)):
             (code, size, kind), (f, vt, start, end, et) = pieces  # (not when all are local)
-            # a tile sends what its vertices write elsewhere (pieces of no length are on their
+            # a vertex's tile sends what it writes elsewhere (pieces of no length are on their
             # vertex's tile, see _remote_pieces)
             w = np.flatnonzero((kind != "input")[f] & (end > start))
-            written = (vt[w], et[w], (end - start)[w] * size[f[w]])
-            sent = np.bincount(written[0], weights=written[2], minlength=n_tiles)
+            results = (vt[w], et[w], (end - start)[w] * size[f[w]])
             # a tile receives each element a field reads once, however many vertices read it
             # (in the order _union_lengths sorts them; pieces only written read nothing)
             rd = (kind != "output")[f]
@@ -602,22 +611,18 @@ class _Compiler:
             order, once = _union_lengths(f * n_tiles + vt, start, end)
             f, vt, start, end, et = (x[order] for x in (f, vt, start, end, et))
             once *= size[f]
-            received = np.bincount(vt, weights=once, minlength=n_tiles)
             # and it sends each element read from it once (per type: the pieces' addresses are
             # in their type's storage)
             order, read_from = _union_lengths(code[f], start, end)
-            sent = sent + np.bincount(et[order], weights=read_from * size[f[order]],
-                                      minlength=n_tiles)
-            transfers = tuple(map(np.append, (et, vt, once), written))
-        received = received.astype(np.int64)
-        self.memory["exchange buffers"] = np.maximum(self.memory["exchange buffers"], received)
+            sent = np.bincount(et[order], weights=read_from * size[f[order]], minlength=n_tiles)
+            transfers = (et, vt, once)
         index = self._step(cs.name, "compute", sync=cost.sync_cycles(t), compute=compute,
-                           transfers=transfers, tile_out=sent.astype(np.int64),
+                           transfers=transfers, tile_out=sent.astype(np.int64), results=results,
                            vertex_cycles=int(est.sum()), vertex_types=self._vertex_memory(
                                groups), tiles=tiles, tile_vertices=np.bincount(tiles,
                                                                                minlength=n_tiles))
         if kept is not None:  # (for compute sets alike to come)
-            kept.append((groups, index, received))
+            kept.append((groups, index))
         return index
 
     def _vertex_memory(self, groups) -> dict:
@@ -673,10 +678,16 @@ class _Compiler:
             return (code, size, kind), tuple(x[remote] for x in (f, vt, start, end, tile))
 
     # -- memory ---------------------------------------------------------------------------
-    def _memory(self) -> TileMemory:
-        variables, constants = self.placed.astype(np.int64).reshape(2, self.t.num_tiles)
-        mem = TileMemory({"variables": variables, "constants": constants, **self.memory},
-                         self.t.bytes_per_tile)
+    def _memory(self, nodes) -> TileMemory:
+        """Each tile's memory: always live (variables, constants, vertex state and code)
+        plus, at its peak, not-always-live variables and exchange buffers
+        (:mod:`ipukit.liveness`)."""
+        live, info = liveness.analyse(self.g, nodes, self.steps)
+        categories = {k: live[k] for k in ("variables", "constants")}
+        categories.update(self.memory)  # vertex state and code
+        categories.update({k: live[k] for k in ("not-always-live variables",
+                                                 "exchange buffers")})
+        mem = TileMemory(categories, self.t.bytes_per_tile, liveness=info)
         if (mem.total > self.t.bytes_per_tile).any():
             text = out_of_memory(self.g, mem, error=not self.allow_out_of_memory)
             if not self.allow_out_of_memory:

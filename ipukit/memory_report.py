@@ -4,7 +4,8 @@ Graphcore's memory guide ("Debugging an out-of-memory exception") shows the two 
 ``Memory allocation error : Out of memory on tile N`` when compiling for hardware, and
 ``Out of memory: Cannot fit all variable data onto one or more tiles`` when the IPUModel
 runs on (``debug.allowOutOfMemory``). The compiler decides which; this module only words
-it, naming each over-full tile's categories and largest tensors.
+it, naming each over-full tile's categories, the program point where its not-always-live
+memory peaks (:mod:`ipukit.liveness`) and its largest tensors live there.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def largest_tensors(graph, tile: int, k: int = 3) -> list[tuple[int, str]]:
-    """The ``k`` tensors holding most bytes on ``tile``, as (bytes, name), largest first."""
+def largest_tensors(graph, tile: int, k: int = 3, dead=()) -> list[tuple[int, str]]:
+    """The ``k`` tensors holding most bytes on ``tile``, as (bytes, name), largest first
+    (leaving out the names in ``dead``)."""
     found = []
     for pool in graph.pools.values():
         if pool.variables:
@@ -22,15 +24,26 @@ def largest_tensors(graph, tile: int, k: int = 3) -> list[tuple[int, str]]:
             count = np.bincount(run[on == tile], weights=(end - start)[on == tile],
                                 minlength=len(pool.variables))
             found += [(int(c) * pool.dtype.itemsize, pool.variables[i].name)
-                      for i, c in enumerate(count.tolist()) if c]
+                      for i, c in enumerate(count.tolist())
+                      if c and pool.variables[i].name not in dead]
     return sorted(found, reverse=True)[:k]
 
 
 def tile_report(graph, mem, tile: int) -> str:
-    """'tile 2: 280,000 B (variables 280,000; largest tensors 'v' 280,000 B)'."""
+    """'tile 2: 280,000 B (variables 280,000; largest tensors 'v' 280,000 B)', and where a
+    tile's not-always-live memory peaks, the program point and the tensors live there."""
     parts = [f"{k} {int(v[tile]):,}" for k, v in mem.categories.items() if v[tile]]
-    names = ", ".join(f"'{name}' {b:,} B" for b, name in largest_tensors(graph, tile))
-    return (f"tile {tile}: {int(mem.total[tile]):,} B ({', '.join(parts)}"
+    live = mem.liveness
+    peak = ""
+    dead = ()
+    if live is not None and live.peak[tile] >= 0:
+        p = int(live.peak[tile])
+        peak = f"; peak at '{live.labels[p]}' (program point {p})"
+        on = live.runs[(live.runs[:, 1] <= p) & (live.runs[:, 2] >= p), 0]
+        dead = set(live.names) - {live.names[v] for v in on.tolist()}
+    names = ", ".join(f"'{name}' {b:,} B"
+                      for b, name in largest_tensors(graph, tile, dead=dead))
+    return (f"tile {tile}: {int(mem.total[tile]):,} B ({', '.join(parts)}{peak}"
             f"{'; largest tensors ' + names if names else ''})")
 
 
@@ -45,7 +58,8 @@ def out_of_memory(graph, mem, error: bool) -> str:
         f"({t.bytes_per_tile:,} bytes per tile on {t.version}). Worst "
         f"tiles: {worst}. Fix: spread tensors over more tiles "
         "(poputil.map_tensor_linearly), split the work across more vertices or "
-        "IPUs, or use smaller tensors."
+        "IPUs, use smaller tensors, or order the programs so that fewer not-always-live "
+        "tensors are live at once (report.liveness shows them)."
     )
     if error:
         first = mem.worst(1)[0][0]

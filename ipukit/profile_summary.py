@@ -44,6 +44,7 @@ def summary(trace) -> dict:
         "host_bytes": total("host_bytes"),
         "host_exchange_cycles": total("exchange_cycles", lambda s: s.kind == "stream"),
         "exchange_cycles": total("exchange_cycles"),
+        "exchange_out_cycles": total("exchange_out_cycles"),
         "global_exchange_cycles": total("exchange_cycles", lambda s: s.kind != "stream"
                                         and s.inter_ipu_bytes),
         "ipu_exchange_cycles": total("exchange_cycles", lambda s: s.kind != "stream"
@@ -69,6 +70,7 @@ def step_table(trace) -> list[dict]:
     return [{"name": s.name, "kind": s.kind, "executions": int(n), "cycles": int(n) * s.cycles,
              "sync": int(n) * s.sync_cycles, "exchange": int(n) * s.exchange_cycles,
              "compute": int(n) * s.compute_cycles,
+             "exchange out": int(n) * s.exchange_out_cycles,
              "vertices": sum(i for i, _ in s.vertex_types.values()),
              "slowest tile": int(np.argmax(s.tile_compute_cycles))}
             for n, s in zip(trace.executions(), trace.steps) if n]
@@ -121,6 +123,8 @@ def print_profile_summary(trace, file=None) -> None:
     w("  Host synchronisation (Engine.run calls):", f"{s['host_sync_cycles']:,}")
     w("  Sync:", f"{s['sync_cycles'] - s['host_sync_cycles']:,}")
     w("  Exchange:", f"{s['exchange_cycles']:,}")
+    w("    of which exchange out (after compute):",
+      f"{s['exchange_out_cycles']:,}")
     w("    of which host exchange (stream copies):",
       f"{s['host_exchange_cycles']:,} ({s['host_bytes']:,} B over the host link)")
     w("  Compute:", f"{s['compute_cycles']:,}")

@@ -7,9 +7,10 @@ What PopVision Graph Analyser shows, as static figures a learner can put in a no
 * :func:`memory_map_figure`: one tile memory map per category.
 * :func:`execution_trace`: supersteps on a time axis, each split into sync, exchange and
   compute, with the slowest tile of every compute step named.
-* :func:`liveness`: bytes live at each executed step, "always live" (variables,
-  constants, vertex state and code) versus "not always live" (data received by exchange),
-  with the peak step named.
+* :func:`liveness`: bytes live at each program point, "always live" (variables the host
+  reads or writes or that live from one run to the next, constants, vertex state and code)
+  under the not-always-live variables live there and a compute set's exchange buffers,
+  with the peak named and what reusing memory saves.
 * :func:`compute_set_table`: one row per compute set (PopVision's table).
 * :func:`compare`: two runs side by side (PopVision's report comparison): which compute
   sets and which tiles got better or worse.
@@ -36,12 +37,14 @@ from dataclasses import replace
 
 import numpy as np
 
+from .liveness import exchange_buffers
 from .timeline import Timeline
-from .trace import Trace
+from .trace import PHASES, Trace
 
 #: The colours of the three BSP phases everywhere in ipukit (figures, widgets, lessons):
 #: purple sync, orange exchange, green compute (Okabe-Ito, colour-blind friendly).
-PHASE_COLOURS = {"sync": "#8E6BBE", "exchange": "#E69F00", "compute": "#009E73"}
+PHASE_COLOURS = {"sync": "#8E6BBE", "exchange": "#E69F00", "compute": "#009E73",
+                 "exchange out": "#B35806"}  # the exchange of remote outputs: a darker orange
 
 
 def _plt():
@@ -161,10 +164,10 @@ def _executed(trace: Trace, run: int | None):
 
 
 def _phase_bars(ax, row, start, step, seen: set) -> float:
-    """One superstep's sync, exchange and compute as bars from ``start``; returns its end.
-    Each phase is labelled once (``seen``) for the legend."""
-    for phase in ("sync", "exchange", "compute"):
-        width = getattr(step, f"{phase}_cycles")
+    """One superstep's sync, exchange, compute and exchange out as bars from ``start``;
+    returns its end. Each phase is labelled once (``seen``) for the legend."""
+    for phase in PHASES:
+        width = step.phase_cycles(phase)
         if width:
             ax.barh(row, width, left=start, color=PHASE_COLOURS[phase], height=0.8,
                     label=None if phase in seen else phase)
@@ -174,7 +177,9 @@ def _phase_bars(ax, row, start, step, seen: set) -> float:
 
 
 def execution_trace(trace: Trace, ax=None, run: int | None = None, max_labels: int = 20):
-    """Executed supersteps on a time axis (cycles), split into sync, exchange and compute.
+    """Executed supersteps on a time axis (cycles), split into sync, exchange (in),
+    compute and exchange out (a compute set's outputs held on other tiles, sent after its
+    compute).
 
     ``run`` restricts to one ``Engine.run`` call. Compute steps name their slowest tile.
     """
@@ -182,14 +187,14 @@ def execution_trace(trace: Trace, ax=None, run: int | None = None, max_labels: i
     executed = _executed(trace, run)
     seen = set()
     for row, (event, step) in enumerate(executed):
-        start = _phase_bars(ax, row, event.start, step, seen)
+        end = _phase_bars(ax, row, event.start, step, seen)
         if step.kind == "compute" and step.compute_cycles and row < max_labels:
             slow = int(np.argmax(step.tile_compute_cycles))
-            ax.annotate(f"slowest tile {slow}", (start, row), xytext=(3, 0),
+            ax.annotate(f"slowest tile {slow}", (end, row), xytext=(3, 0),
                         textcoords="offset points", va="center", fontsize=7)
     _name_rows(ax, [s.name for _, s in executed])
     ax.set_xlabel("cycles")
-    ax.set_title("Execution trace (sync / exchange / compute per superstep)")
+    ax.set_title("Execution trace (sync / exchange / compute / exchange out per superstep)")
     ax.legend(loc="lower right", fontsize=8)
     ax.figure.tight_layout()
     return ax
@@ -200,8 +205,8 @@ def span_supersteps(result, span, max_steps: int = 40):
 
     ``result`` is what ``pipeline(..., emulate=True).run`` returns; ``span`` one of its
     F, B, W or R timeline records. The lower panel draws the op's steps (compute sets, copies
-    and stream copies, in order) split into sync, exchange and compute, on the same cycle
-    axis as the trace. Returns the figure.
+    and stream copies, in order) split into their phases (sync, exchange, compute, exchange
+    out), on the same cycle axis as the trace. Returns the figure.
     """
     plt = _plt()
     op = result.op_of(span)
@@ -237,29 +242,75 @@ def span_supersteps(result, span, max_steps: int = 40):
     return fig
 
 
-def liveness(trace: Trace, ax=None, run: int | None = None):
-    """Bytes live at each executed step: always-live memory plus the step's exchanged data."""
-    ax = _ax(ax, (10, 4))
+def liveness(trace: Trace, ax=None, tile: int | None = None, top: int = 8):
+    """PopVision's liveness report: the bytes live at each program point (in program order;
+    a loop's body and each branch once), on all tiles or on one ``tile``.
+
+    Each bar stacks the always-live memory (grey: variables, constants, vertex state and
+    code), the not-always-live variables live at that point (one colour each, in the order
+    they become live, the ``top`` largest named, the others together) and the exchange
+    buffers of a compute set (orange). Memory reuse shows as one variable's colour taking
+    the place another's had: their live ranges do not overlap, so they share bytes. The
+    dashed line is what the same variables would take if none shared memory (all of them
+    always live); for one tile, a dotted line is its memory. The peak point is named.
+    Returns ``ax``.
+    """
     mem = trace.memory
-    always = sum(int(v.sum()) for k, v in mem.categories.items() if k in mem.always_live)
-    executed = _executed(trace, run)
-    temp = np.array([int(s.tile_bytes_in.sum()) for _, s in executed], np.int64)
-    x = np.arange(len(executed))
-    ax.bar(x, np.full(len(x), always), color="#9c9c9c", label="always live")
-    ax.bar(x, temp, bottom=always, color="#e15759", label="not always live")
-    if len(x):
-        peak = int(np.argmax(temp))
-        ax.annotate(f"peak: {figure_text(executed[peak][1].name, 60)} "
-                    f"({always + temp[peak]:,} B)",
-                    (peak, always + temp[peak]), xytext=(0, 6), textcoords="offset points",
-                    ha="center", fontsize=8)
-        ax.set_ylim(0, (always + temp.max()) * 1.15 + 1)
+    live = mem.liveness
+    ax = _ax(ax, (10, 4.5))
+    if live is None or not live.labels:
+        raise ValueError("this trace's programs have no program points to show")
+    n = len(live.labels)
+    where = slice(None) if tile is None else slice(tile, tile + 1)
+    always = sum(int(v[where].sum()) for k, v in mem.categories.items() if k in mem.always_live)
+    nbytes = live.bytes_of(tile)
+    buffers = live.buffers if tile is None else np.array(
+        [0 if s < 0 else int(exchange_buffers(trace.steps[s])[tile]) for s in live.steps])
+    x = np.arange(n)
+    ax.bar(x, np.full(n, always), color="#9c9c9c", label="always live")
+    bottom = np.full(n, always, np.int64)
+    named = set(np.argsort(-nbytes, kind="stable")[:top].tolist())
+    colours = [c for i, c in enumerate(_plt().get_cmap("tab10").colors) if i not in (1, 7)]
+    first = {}
+    for v, a, _ in live.runs.tolist():
+        first.setdefault(v, a)
+    shown = set()
+    for k, v in enumerate(sorted(first, key=lambda v: (first[v], v))):
+        if not nbytes[v]:
+            continue
+        height = np.zeros(n, np.int64)
+        for w, a, b in live.runs.tolist():
+            if w == v:
+                height[a:b + 1] = nbytes[v]
+        label = (figure_text(live.names[v], 40) if v in named else "other not-always-live")
+        colour = colours[k % len(colours)] if v in named else "#e8b4c8"
+        ax.bar(x, height, bottom=bottom, color=colour, edgecolor="white", linewidth=0.5,
+               label=None if label in shown else label)
+        shown.add(label)
+        bottom = bottom + height
+    ax.bar(x, buffers, bottom=bottom, color=PHASE_COLOURS["exchange"], label="exchange buffers")
+    total = bottom + buffers
+    apart = always + int(nbytes.sum()) + int(buffers.max(initial=0))
+    ax.axhline(apart, color="black", ls="--", lw=1,
+               label=f"if no memory were reused ({apart:,} B)")
+    if tile is not None:
+        ax.axhline(mem.bytes_per_tile, color="#D62728", ls=":", lw=1.5,
+                   label=f"tile memory ({mem.bytes_per_tile:,} B)")
+    peak = int(np.argmax(total))
+    side = "left" if 3 * peak < n - 1 else "right" if 3 * peak > 2 * (n - 1) else "center"
+    ax.annotate(f"peak: {figure_text(live.labels[peak], 60)} ({int(total[peak]):,} B; "
+                f"reuse saves {apart - int(total[peak]):,} B)", (peak, total[peak]),
+                xytext=(0, 6), textcoords="offset points", ha=side, fontsize=8)
+    ax.set_ylim(0, max(apart, int(total.max()), mem.bytes_per_tile if tile is not None
+                       else 0) * 1.2 + 1)
+    ax.yaxis.set_major_formatter(_plt().FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.set_xticks(x)
-    ax.set_xticklabels([figure_text(s.name, 32) for _, s in executed], rotation=60, ha="right",
-                       fontsize=7)
-    ax.set_ylabel("bytes (all tiles)")
-    ax.set_title("Liveness per program step")
-    ax.legend(fontsize=8)
+    ax.set_xticklabels([figure_text(label, 32) for label in live.labels], rotation=60,
+                       ha="right", fontsize=7)
+    ax.set_ylabel("bytes" + (" (all tiles)" if tile is None else f" (tile {tile})"))
+    ax.set_title("Liveness per program point: always live, not-always-live variables, "
+                 "exchange buffers")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.figure.tight_layout()
     return ax
 

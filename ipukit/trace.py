@@ -2,9 +2,9 @@
 in :mod:`ipukit.profile_summary`).
 
 ``compile`` turns every Execute, Copy and stream copy into a :class:`Step` with its BSP
-cost (sync + exchange + compute, per tile); the Engine appends one event per executed
-step to its :class:`Trace`. Widgets and reports read a Trace, never an Engine. This is
-what ``poplar::Engine::printProfileSummary`` and PopVision show.
+cost (sync + exchange + compute + exchange of remote outputs, per tile); the Engine appends
+one event per executed step to its :class:`Trace`. Widgets and reports read a Trace, never
+an Engine. This is what ``poplar::Engine::printProfileSummary`` and PopVision show.
 
 >>> import ipukit as ipu
 >>> t = ipu.IPUModel(tiles_per_ipu=2).create_device().target
@@ -33,8 +33,14 @@ class Step:
     """One BSP superstep of the compiled program, with its cost on every tile.
 
     ``kind`` is "compute" (Execute), "copy" (on-device Copy), "stream" (host copy) or
-    "host" (the host synchronisation of an ``Engine.run`` call). Per-tile arrays have
-    ``num_tiles`` entries. ``ipus`` are the IPUs whose tiles take part.
+    "host" (the host synchronisation of an ``Engine.run`` call). Its phases (:data:`PHASES`)
+    follow each other: sync, exchange (in), compute and, for a compute set with outputs on
+    other tiles, "exchange out" (Graphcore: "Exchange inputs, Compute, Exchange outputs").
+    ``exchange_cycles``, ``tile_bytes_in``/``out``, ``transfers`` and ``inter_ipu_bytes``
+    count both exchange phases; ``exchange_out_cycles``, ``tile_result_bytes_in``/``out``
+    (None: no remote outputs), ``result_transfers`` and ``result_inter_ipu_bytes`` the
+    exchange out's part. Per-tile
+    arrays have ``num_tiles`` entries. ``ipus`` are the IPUs whose tiles take part.
     """
 
     index: int
@@ -53,23 +59,61 @@ class Step:
     host_bytes: int = 0
     ipus: tuple = (0,)  # the IPUs it involves: it waits for, syncs and advances only them
     tile_vertices: np.ndarray | None = None  # vertices per tile (compute steps), else None
+    exchange_out_cycles: int = 0
+    tile_result_bytes_in: np.ndarray | None = None
+    tile_result_bytes_out: np.ndarray | None = None
+    result_transfers: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))
+    result_inter_ipu_bytes: int = 0
 
     @property
     def cycles(self) -> int:
         return self.sync_cycles + self.exchange_cycles + self.compute_cycles
 
-    def tile_exchange_cycles(self, target: Target) -> np.ndarray:
-        """Cycles each tile spends sending or receiving (the busier direction)."""
-        return cost.exchange_cycles(np.maximum(self.tile_bytes_in, self.tile_bytes_out), target)
+    def phase_cycles(self, phase: str) -> int:
+        """The length of ``phase`` (one of :data:`PHASES`)."""
+        if phase == "exchange":
+            return self.exchange_cycles - self.exchange_out_cycles
+        return getattr(self, f"{phase.replace(' ', '_')}_cycles")
+
+    def phase_bytes(self, phase: str) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes each tile receives and sends in exchange ``phase`` ("exchange" before
+        compute, "exchange out" after it)."""
+        if self.tile_result_bytes_in is None:
+            zero = np.zeros_like(self.tile_bytes_in)
+            return (zero, zero) if phase == "exchange out" else (self.tile_bytes_in,
+                                                                 self.tile_bytes_out)
+        out = self.tile_result_bytes_in, self.tile_result_bytes_out
+        if phase == "exchange out":
+            return out
+        return self.tile_bytes_in - out[0], self.tile_bytes_out - out[1]
+
+    def phase_transfers(self, phase: str) -> np.ndarray:
+        """The (source tile, destination tile, bytes) rows of exchange ``phase``."""
+        k = len(self.transfers) - len(self.result_transfers)
+        return self.result_transfers if phase == "exchange out" else self.transfers[:k]
+
+    def tile_exchange_cycles(self, target: Target, phase: str | None = None) -> np.ndarray:
+        """Cycles each tile spends sending or receiving (the busier direction) in exchange
+        ``phase``, or in both (``None``)."""
+        if phase is None:
+            return sum(self.tile_exchange_cycles(target, p) for p in ("exchange", "exchange out"))
+        return cost.exchange_cycles(np.maximum(*self.phase_bytes(phase)), target)
+
+
+#: A superstep's phases, in order (a step without remote outputs has no "exchange out").
+PHASES = ("sync", "exchange", "compute", "exchange out")
 
 
 @dataclass(frozen=True, eq=False)
 class TileMemory:
-    """Bytes per tile by category; ``always_live`` categories stay for the whole run."""
+    """Bytes per tile by category; ``always_live`` categories stay for the whole run, the
+    others ("not-always-live variables", "exchange buffers") are each tile's at its peak
+    (:mod:`ipukit.liveness`)."""
 
     categories: dict[str, np.ndarray]
     bytes_per_tile: int
     always_live: tuple = ("variables", "constants", "vertex state", "vertex code")
+    liveness: object = None  # an ipukit.liveness.Liveness: what is live where
 
     @property
     def total(self) -> np.ndarray:
@@ -129,26 +173,34 @@ class Trace:
     def timeline(self) -> Timeline:
         """The run as the one record of time: per executed step and IPU it involves, a
         ``sync`` (``host`` for the host sync of an ``Engine.run`` call), an ``exchange``
-        (``host`` for a stream copy's PCIe transfer) and a ``compute`` span, labelled with
-        the step's name; memory: each IPU's bytes by category (they do not change)."""
-        spans = []
+        (``host`` for a stream copy's PCIe transfer), a ``compute`` and, where a compute
+        set has remote outputs, a second ``exchange`` span, labelled with the step's name;
+        memory: each IPU's bytes by category (they do not change)."""
+        spans, phases = [], {}
         for i, t in zip(self._step_ids, self._starts):
             s = self.steps[i]
-            parts = (("host" if s.kind == "host" else "sync", s.sync_cycles),
-                     ("host" if s.kind == "stream" else "exchange", s.exchange_cycles),
-                     ("compute", s.compute_cycles))
+            if i not in phases:
+                phases[i] = Trace._phases(s)
             for q in s.ipus:
                 at = t
-                for kind, cycles in parts:
+                for kind, cycles, nbytes in phases[i]:
                     if cycles:
-                        spans.append(Span(q, kind, at, cycles, bytes=s.inter_ipu_bytes
-                                          if kind == "exchange" else 0, label=s.name))
+                        spans.append(Span(q, kind, at, cycles, bytes=nbytes, label=s.name))
                     at += cycles
         per_ipu = self.target.tiles_per_ipu
         memory = [MemorySample(0, q, {k: int(v[q * per_ipu:(q + 1) * per_ipu].sum())
                                       for k, v in self.memory.categories.items()})
                   for q in range(self.target.num_ipus)]
         return Timeline(spans, memory, self.target.clock_hz, self.target.num_ipus)
+
+    @staticmethod
+    def _phases(s: Step) -> tuple:
+        """(span kind, cycles, bytes between IPUs) of each of step ``s``'s phases."""
+        out = s.result_inter_ipu_bytes
+        return (("host" if s.kind == "host" else "sync", s.sync_cycles, 0),
+                ("host" if s.kind == "stream" else "exchange", s.phase_cycles("exchange"),
+                 s.inter_ipu_bytes - out if s.kind != "stream" else 0),
+                ("compute", s.compute_cycles, 0), ("exchange", s.exchange_out_cycles, out))
 
     def executed_steps(self) -> list[Step]:
         return [self.steps[i] for i in self._step_ids]

@@ -678,8 +678,12 @@ def test_what_a_learner_sees(tmp_path):
                                           compare=schedule("interleaved", 4, 8)),
              "bsp": bsp, "memory": memory}
     pages = {k: w.save_html(tmp_path / f"{k}.html") for k, w in pages.items()}
-    host = {3 * e + p for e, ev in enumerate(bsp.events) for p in range(3)
-            if trace.steps[ev.step].kind == "host"}
+    host = {k for k, (e, _) in enumerate(bsp.frames)
+            if trace.steps[bsp.events[e].step].kind == "host"}
+    out = BSPView(trace)  # opened on the exchange out of "sum rows" (remote results)
+    out.frame = out.frame_index(next(e for e, ev in enumerate(out.events)
+                                     if trace.steps[ev.step].exchange_out_cycles), "exchange out")
+    pages["bsp_out"] = out.save_html(tmp_path / "bsp_out.html")
     with sync_api.sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(
             str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=FLAGS,
@@ -700,6 +704,16 @@ def test_what_a_learner_sees(tmp_path):
             assert seen and max(seen) == bsp.num_frames() - 1
             share = sum(k in host for k in seen) / len(seen)
             assert share < 0.2, (share, seen)  # host syncs flash by
+
+            page, w, errors = open_widget(ctx, pages["bsp_out"])
+            time.sleep(0.3)
+            assert frame(w) == out.frame
+            text = w.inner_text()
+            assert "EXCHANGE OUT phase · 1 cycles" in text, text
+            assert "go there after the compute phase" in text, text
+            drawn = page.evaluate("window.__drawn")
+            assert "↓4 B" in drawn and "↑4 B" in drawn, drawn  # tiles i and i + 1
+            w.screenshot(path=str(SHOTS / "learner_bsp_exchange_out.png"))
 
             page, w, errors = open_widget(ctx, pages["memory"])
             assert frame(w) == memory.names.index("vertex code")

@@ -166,9 +166,47 @@ def test_exchange_counts_remote_bytes_once_per_tile():
     assert step.tile_bytes_in.tolist() == [4 + 4, 16, 8]  # results come back to tile 0
     # the exchange broadcasts: tile 0 sends each of x's 4 elements once, to both readers
     assert step.tile_bytes_out.tolist() == [16, 4, 4]
-    assert step.exchange_cycles == math.ceil(16 / 4)
     assert sorted(map(tuple, step.transfers.tolist())) == [(0, 1, 16), (0, 2, 8), (1, 0, 4),
                                                            (2, 0, 4)]
+    # Exchange in (before compute): tile 0 sends 16 B, tile 1 receives 16 B: 4 cycles.
+    # Exchange out (after compute): tiles 1 and 2 send a 4-B result each, tile 0 receives
+    # 8 B: 2 cycles. The step: sync, 4, compute, 2.
+    assert [b.tolist() for b in step.phase_bytes("exchange")] == [[0, 16, 8], [16, 0, 0]]
+    assert [b.tolist() for b in step.phase_bytes("exchange out")] == [[8, 0, 0], [0, 4, 4]]
+    assert step.phase_transfers("exchange out").tolist() == [[1, 0, 4], [2, 0, 4]]
+    assert (step.phase_cycles("exchange"), step.exchange_out_cycles) == (16 // 4, 8 // 4)
+    assert step.exchange_cycles == 16 // 4 + 8 // 4
+    assert step.cycles == step.sync_cycles + 6 + step.compute_cycles
+    assert step.tile_exchange_cycles(dev.target).tolist() == [4 + 2, 4 + 1, 2 + 1]
+
+
+def test_a_step_without_remote_outputs_has_no_exchange_out():
+    dev, g = small(tiles=2)
+    x = g.add_variable(ipu.FLOAT, [4], "x")
+    out = g.add_variable(ipu.FLOAT, [1], "out")
+    g.set_tile_mapping(x, 0)
+    g.set_tile_mapping(out, 1)
+    cs = g.add_compute_set("sum")
+    g.add_vertex(cs, SumVertex, {"x": x, "out": out[0]}, tile=1)  # the output is local
+    step = ipu.compile_graph(g, [ipu.Execute(cs)]).steps[1]
+    assert step.exchange_out_cycles == 0 and step.tile_result_bytes_in is None
+    assert step.phase_bytes("exchange out")[0].tolist() == [0, 0]
+    assert step.exchange_cycles == step.phase_cycles("exchange") == 16 // 4
+
+
+def test_remote_outputs_cross_ipus_after_compute():
+    dev, g = small(tiles=2, num_ipus=2)  # tiles 0-1 on IPU 0, 2-3 on IPU 1
+    x = g.add_variable(ipu.FLOAT, [1000], "x")
+    out = g.add_variable(ipu.FLOAT, [1000], "out")
+    g.set_tile_mapping(x, 0)
+    g.set_tile_mapping(out, 3)
+    cs = g.add_compute_set("copy")
+    g.add_vertex(cs, CopyVec, {"x": x, "y": out}, tile=0)  # local in, remote out
+    step = ipu.compile_graph(g, [ipu.Execute(cs)]).steps[1]
+    t = dev.target
+    assert step.phase_cycles("exchange") == 0
+    assert step.exchange_out_cycles == 4000 // 4 + math.ceil(4000 / t.ipu_link_bytes_per_cycle)
+    assert step.inter_ipu_bytes == 4000 and step.sync_cycles == t.global_sync_cycles
 
 
 def test_a_broadcast_copy_sends_each_element_once():
@@ -209,7 +247,10 @@ def test_memory_per_tile_by_category():
     for i in range(10):
         g.add_vertex(cs, SumVertex, {"x": x[i], "out": out[i]}, tile=1)
     mem = ipu.compile_graph(g, [ipu.Execute(cs)]).memory
-    assert mem.categories["variables"].tolist() == [160, 40]
+    # x is read before any write (live where the program starts): always live; out is
+    # written and never read: live at that one step only (not always live)
+    assert mem.categories["variables"].tolist() == [160, 0]
+    assert mem.categories["not-always-live variables"].tolist() == [0, 40]
     assert mem.categories["constants"].tolist() == [0, 12]
     assert mem.categories["exchange buffers"].tolist() == [0, 160]  # x fetched to tile 1
     assert mem.categories["vertex state"][0] == 0 and mem.categories["vertex state"][1] > 0

@@ -344,7 +344,8 @@ def test_report_opens_a_span_as_its_supersteps(tmp_path):
 def test_a_stash_that_does_not_fit_names_the_fifo():
     tiny = ipu.IPUModel(num_ipus=2, tiles_per_ipu=1).create_device().target
     big = [[nn.Dense(64, 64, rng=0), nn.ReLU()], [nn.Dense(64, 4, rng=1)]]
-    x = np.zeros((8 * 200, 64), np.float32)
+    # 400 rows a micro-batch (200 fit since temporaries reuse memory, issue 31)
+    x = np.zeros((8 * 400, 64), np.float32)
     p = pipeline(big, None, gradient_accumulation_count=8, optimizer=optim.SGD(0.1),
                  loss=nn.SoftmaxCrossEntropy(), target=tiny, emulate=True)
     # an error, or a warning where the engine lets a graph run out of memory (Poplar's

@@ -239,10 +239,12 @@ def test_the_same_seed_draws_the_same_cases_and_another_seed_others(tmp_path):
     # right on every fixed case, wrong on others: only the drawn cases can catch it
     path = untouched(tmp_path / "01_me.ipynb",
                      "import math\n"
-                     "def superstep_cycles(sync, bytes_in, bytes_out, compute, bpc=4):\n"
+                     "def superstep_cycles(sync, bytes_in, bytes_out, compute, r_in, r_out,"
+                     " bpc=4):\n"
                      "    busiest = int(np.maximum(bytes_in, bytes_out).max())\n"
+                     "    back = int(np.maximum(r_in, r_out).max())\n"
                      "    return sync + math.ceil(busiest / bpc) + int(compute.max()) + "
-                     "int(compute.sum()) % 2")
+                     "math.ceil(back / bpc) + int(compute.sum()) % 2")
     one, again, other = (quietly(path, seed=s) for s in (1, 1, 2))
     message = [r["exercises"][2]["message"] for r in (one, again, other)]
     assert message[0] == message[1] and message[0] != message[2]

@@ -140,8 +140,8 @@ def test_every_untouched_exercise_scores_zero_and_says_not_solved(name):
 
 
 def test_a_wrong_superstep_formula_names_the_step_and_both_values():
-    def no_sync(sync, bytes_in, bytes_out, compute, bpc=4):
-        return int(-(-np.maximum(bytes_in, bytes_out).max() // bpc) + compute.max())
+    def no_sync(sync, bytes_in, bytes_out, compute, result_in, result_out, bpc=4):
+        return superstep(0, bytes_in, bytes_out, compute, result_in, result_out, bpc)
 
     result, shown = quiet(lesson01.check_superstep_cycles, no_sync)
     assert result.status == "failed" and result.points == 0
@@ -155,10 +155,16 @@ def test_a_wrong_superstep_formula_names_the_step_and_both_values():
         lesson01.check_superstep_cycles.exercise.hints[0]
 
 
+ARGS = ("sync", "bytes_in", "bytes_out", "compute", "result_bytes_in", "result_bytes_out",
+        "bpc")
+
+
 @pytest.mark.parametrize("formula", [
     # floor instead of ceil, and bytes received only: both right on every FLOAT step
-    lambda s, i, o, c, bpc=4: s + int(np.maximum(i, o).max()) // bpc + int(c.max()),
-    lambda s, i, o, c, bpc=4: s + math.ceil(int(i.max()) / bpc) + int(c.max()),
+    lambda s, i, o, c, ri, ro, bpc=4: s + int(np.maximum(i, o).max()) // bpc + int(c.max())
+    + int(np.maximum(ri, ro).max()) // bpc,
+    lambda s, i, o, c, ri, ro, bpc=4: s + math.ceil(int(i.max()) / bpc) + int(c.max())
+    + math.ceil(int(ri.max()) / bpc),
 ])
 def test_superstep_formulas_wrong_only_on_a_half_scatter_fail(formula):
     result, _ = quiet(lesson01.check_superstep_cycles, formula)
@@ -168,8 +174,26 @@ def test_superstep_formulas_wrong_only_on_a_half_scatter_fail(formula):
     scatter = [c for c in lesson01.check_superstep_cycles.exercise.cases(
         np.random.default_rng(0)) if c["_name"] == "Copy src -> dst"]
     assert [c["bytes_in"].tolist() for c in scatter] == [[0, 6, 6, 6]]
-    assert formula(*[scatter[0][k] for k in ("sync", "bytes_in", "bytes_out", "compute",
-                                              "bpc")]) != scatter[0]["_cycles"]
+    assert formula(*[scatter[0][k] for k in ARGS]) != scatter[0]["_cycles"]
+
+
+@pytest.mark.parametrize("formula", [
+    # the exchange out left out; both exchanges as one phase (the kit before issue 31: its
+    # busiest tile is not the sum of the two phases' busiest); the out phase before compute
+    # is the same sum, so it is not a separate case
+    lambda s, i, o, c, ri, ro, bpc=4: superstep(s, i, o, c, 0 * ri, 0 * ro, bpc),
+    lambda s, i, o, c, ri, ro, bpc=4: s + math.ceil(int(np.maximum(i + ri, o + ro).max()) / bpc)
+    + int(c.max()),
+])
+def test_superstep_formulas_without_a_separate_exchange_out_fail(formula):
+    result, _ = quiet(lesson01.check_superstep_cycles, formula)
+    assert result.status == "failed" and "results in" in result.message
+    # a vertex on tile 1 fetches 20 B from tile 2 and sends its 4-B result to tile 3:
+    # sync + ceil(20 / 4) + 30 x 6 (one worker) + ceil(4 / 4)
+    case = next(c for c in lesson01.check_superstep_cycles.exercise.cases(
+        np.random.default_rng(0)) if c["_name"] == "fetch and send back")
+    assert case["_cycles"] == case["sync"] + 5 + 6 * 30 + 1
+    assert formula(*[case[k] for k in ARGS]) != case["_cycles"]
 
 
 @pytest.mark.parametrize("answer, shown", [
@@ -240,9 +264,9 @@ def test_scoreboard_lists_every_exercise_of_the_lesson():
     assert lines[-1].split()[-1] == "2/9"
 
 
-def superstep(sync, bytes_in, bytes_out, compute, bpc=4):
+def superstep(sync, bytes_in, bytes_out, compute, result_in, result_out, bpc=4):
     return sync + math.ceil(int(np.maximum(bytes_in, bytes_out).max()) / bpc) + \
-        int(np.max(compute))
+        int(np.max(compute)) + math.ceil(int(np.maximum(result_in, result_out).max()) / bpc)
 
 
 # -- the command line: a fresh kernel, errors and endless loops survived --------------------

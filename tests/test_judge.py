@@ -22,8 +22,9 @@ def sent(*payloads, error=None):
     return cell
 
 
-def superstep(sync, bytes_in, bytes_out, compute, bpc=4):
-    return sync + -(-int(np.maximum(bytes_in, bytes_out).max()) // bpc) + int(compute.max())
+def superstep(sync, bytes_in, bytes_out, compute, result_in, result_out, bpc=4):
+    return (sync + -(-int(np.maximum(bytes_in, bytes_out).max()) // bpc) + int(compute.max())
+            + -(-int(np.maximum(result_in, result_out).max()) // bpc))
 
 
 @pytest.fixture

@@ -55,8 +55,12 @@ def test_plan_uses_tiles_and_partials_show_in_profile():
     assert names == ["mm/MatMul", "mm/Reduce"]
     reduce_step = eng.trace.steps[-1]
     assert reduce_step.tile_bytes_in.sum() > 0  # partials are exchanged
-    assert eng.trace.memory.categories["variables"].sum() == 4 * (8 * 256 + 256 * 4 + 8 * 4
-                                                                 + p.tiles_k * 8 * 4)
+    mem = eng.trace.memory.categories  # a and b are read first: always live; the partials
+    assert mem["variables"].sum() == 4 * (8 * 256 + 256 * 4)  # and c: while they are used
+    live = eng.trace.memory.liveness
+    assert live.names == ("mm", "mm/partials") and live.ranges("mm/partials") == [(0, 1)]
+    partials = 4 * p.tiles_k * 8 * 4  # written by mm/MatMul, read by mm/Reduce
+    assert live.live_bytes().tolist() == [partials, partials + 4 * 8 * 4]
 
 
 def test_bad_operands_are_named():

@@ -103,15 +103,38 @@ def test_execution_trace_marks_slowest_tile(traces, tmp_path):
 def test_liveness_names_peak(traces, tmp_path):
     trace = traces[0]
     ax = report.liveness(trace)
-    received = [int(s.tile_bytes_in.sum()) for s in trace.executed_steps()]
-    peak = trace.executed_steps()[int(np.argmax(received))].name
-    assert ax.texts[0].get_text().startswith(f"peak: {peak}")
-    # every step named in full (lesson 05 read "host sync (Engine.ru")
+    live = trace.memory.liveness
+    mem = trace.memory.categories
+    always = sum(int(mem[k].sum()) for k in trace.memory.always_live)
+    total = always + live.live_bytes() + live.buffers
+    peak = live.labels[int(np.argmax(total))]
+    assert ax.texts[0].get_text().startswith(f"peak: {peak} ({int(total.max()):,} B")
+    # every program point named in full (lesson 05 read "host sync (Engine.ru")
     labels = [x.get_text() for x in ax.get_xticklabels()]
-    assert labels == [s.name if len(s.name) <= 32 else s.name[:31] + "\u2026"
-                      for s in trace.executed_steps()]
-    assert "host sync (Engine.run)" in labels
+    assert labels == [name if len(name) <= 32 else name[:31] + "\u2026" for name in live.labels]
+    assert "StreamCopy inputMatrix -> matrix" in labels
     save(ax.figure, tmp_path, "liveness")
+
+
+def test_liveness_shows_memory_reuse(tmp_path):
+    """t1 (points 0-1) and t2 (2-3) on one tile: each bar holds one of them; without reuse
+    both would be there (dashed line)."""
+    from tests.test_liveness import N, two_temporaries
+
+    dev, g, prog = two_temporaries("apart")
+    eng = ipu.Engine(g, prog)
+    ax = report.liveness(eng.trace, tile=0)
+    always = 4 * N + 8 + 72 + 512
+    heights = {}  # label -> heights of its bars
+    for bars in ax.containers:
+        heights[bars.get_label()] = [int(b.get_height()) for b in bars]
+    assert heights["always live"] == [always] * 4
+    assert heights["t1"] == [4 * N, 4 * N, 0, 0] and heights["t2"] == [0, 0, 4 * N, 4 * N]
+    assert [int(b.get_y()) for b in ax.containers[2]] == [always + 4 * N] * 2 + [always] * 2
+    assert f"reuse saves {4 * N:,} B" in ax.texts[0].get_text()
+    line = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"][0]
+    assert line.get_ydata()[0] == always + 8 * N
+    save(ax.figure, tmp_path, "liveness_reuse")
 
 
 def test_compute_set_table(traces, tmp_path):

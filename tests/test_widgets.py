@@ -18,6 +18,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 import ipukit as ipu  # noqa: E402
 from ipukit.parallel.schedule import schedule  # noqa: E402
+from ipukit.trace import PHASES  # noqa: E402
 from ipukit.widgets import BSPView, MemoryMap, PipelineTimeline  # noqa: E402
 from ipukit.widgets.bsp_view import TileLayout  # noqa: E402
 from ipukit.widgets.pipeline_timeline import from_run, from_schedule  # noqa: E402
@@ -113,13 +114,33 @@ def test_sync_phase_all_tiles_wait(view):
     assert f.tiles_busy().size == N and f.slowest == -1 and f.idle_fraction() == 0
 
 
+def test_exchange_out_sends_remote_results_after_compute(view):
+    f = frame_of(view, "sum rows", "exchange out")
+    # Vertex i (i % 4 == 0) on tile i+1 writes y[i], held on tile i: 4 bytes go back after
+    # the compute phase, in one cycle (4 bytes per cycle).
+    assert f.tiles_busy().tolist() == sorted({t for i in range(0, N, 4) for t in (i, i + 1)})
+    b_in, b_out = f.step.phase_bytes("exchange out")
+    assert [int(b_in[i]) for i in range(0, N, 4)] == [4] * (N // 4)
+    assert [int(b_out[i + 1]) for i in range(0, N, 4)] == [4] * (N // 4)
+    assert view.frames.index((f.event, "exchange out")) == view.frame
+    assert "go there after the compute phase" in view.caption()
+    view.render()  # drawn: the tiles' bytes and the arrows of the results
+    assert view._cell_label(f, 0) == "T0\n↓4 B\n↑0 B"
+    assert len(view.arrows) == N // 4
+    assert f.cycles == 1 and f.start == frame_of(view, "sum rows", "compute").end
+    with pytest.raises(ValueError, match="has no 'exchange out' phase"):
+        view.frame_index(0, "exchange out")  # the host sync has none
+
+
 def test_cycle_counter_runs_through_every_phase(view, trace):
-    parts = [(s.sync_cycles, s.exchange_cycles, s.compute_cycles)
-             for s in (trace.steps[e.step] for e in trace.events)]
-    ends = np.cumsum(np.array(parts).reshape(-1))
+    steps = [trace.steps[e.step] for e in trace.events]
+    parts = [[s.phase_cycles(p) for p in PHASES if p != "exchange out"
+              or s.exchange_out_cycles] for s in steps]
+    ends = np.cumsum(np.concatenate(parts))
     assert [view.frame_at(k).end for k in range(view.num_frames())] == ends.tolist()
     assert ends[-1] == trace.total_cycles
-    assert view.num_frames() == 3 * len(trace.events) == 3 * 6
+    # per run: the host sync, "sum rows" (with an exchange out) and the Copy
+    assert view.num_frames() == 2 * (3 + 4 + 3)
 
 
 def test_one_engine_run_call(trace):
@@ -161,9 +182,9 @@ def test_bad_input_is_explained(trace):
         BSPView(empty)
     view = BSPView(trace)
     for k in (-1, view.num_frames()):
-        with pytest.raises(ValueError, match=f"frame {k}: 0..17"):
+        with pytest.raises(ValueError, match=f"frame {k}: 0..19"):
             view.frame_at(k)
-        with pytest.raises(ValueError, match=f"frame {k}: BSPView has frames 0..17"):
+        with pytest.raises(ValueError, match=f"frame {k}: BSPView has frames 0..19"):
             view.frame = k
 
 
@@ -649,7 +670,13 @@ def test_bsp_payload_is_the_trace_once(view, trace):
     compute = unpack(arrays["compute"]).reshape(len(used), N)
     for i, s in enumerate(used):
         assert compute[i].tolist() == trace.steps[s].tile_compute_cycles.tolist()
-        assert meta["steps"][i]["exchange"] == trace.steps[s].exchange_cycles
+        assert meta["steps"][i]["exchange"] == trace.steps[s].phase_cycles("exchange")
+        assert meta["steps"][i]["exchange_out"] == trace.steps[s].exchange_out_cycles
+    out = [s for s in used if trace.steps[s].exchange_out_cycles]  # "sum rows" only
+    assert [m["out"] for m in meta["steps"]] == [out.index(s) if s in out else -1 for s in used]
+    exchange_out = unpack(arrays["exchange_out"]).reshape(len(out), N)
+    assert exchange_out.tolist() == [trace.steps[s].tile_exchange_cycles(
+        trace.target, "exchange out").tolist() for s in out]
     memory = unpack(arrays["memory"]).reshape(-1, N)
     assert memory.tolist() == [v.tolist() for v in trace.memory.categories.values()]
     assert meta["total"] == trace.total_cycles
@@ -697,7 +724,7 @@ def test_cell_output_has_the_widget_a_playing_page_and_a_png(view):
                                  page).group(1))
     compute = base64.b64decode(state["_payload"]["arrays"]["compute"]["data"])
     assert compute == view._payload["arrays"]["compute"]["data"]
-    assert data["text/plain"] == "BSPView(18 frames)"
+    assert data["text/plain"] == "BSPView(20 frames)"
 
 
 def test_saved_page_is_self_contained(view, tmp_path):
@@ -1011,11 +1038,10 @@ def test_bsp_view_opens_on_the_first_compute_superstep_and_host_syncs_flash_by(t
     steps = [trace.steps[e.step] for e in view.events]
     first = next(e for e, s in enumerate(steps) if s.kind == "compute")
     assert steps[0].kind == "host" and first > 0
-    assert view.frame == view.static_frame() == 3 * first + 2
+    assert view.frame == view.static_frame() == 3 * first + 2  # (no exchange out before)
     w = np.array(view._payload["meta"]["weights"])
-    cycles = np.array([[s.sync_cycles, s.exchange_cycles, s.compute_cycles]
-                       for s in steps]).reshape(-1)
-    host = np.repeat([s.kind == "host" for s in steps], 3)
+    cycles = np.array([steps[e].phase_cycles(p) for e, p in view.frames])
+    host = np.array([steps[e].kind == "host" for e, _ in view.frames])
     longest = cycles[~host].max()
     work = ~host & (cycles > 0)
     assert np.allclose(w[work], np.maximum(cycles[work] / longest, 0.25), atol=1e-4)

@@ -75,6 +75,20 @@ def _scatter_steps(tiles: int = 4):
     return dev.target, [s for s in exe.steps if s.kind != "host"]
 
 
+def _fetch_and_send_back_steps(tiles: int = 4):
+    """A vertex on tile 1 sums 5 floats of tile 2 (exchange in: tile 2 sends 20 bytes, tile
+    1 receives them) and writes its result to tile 3 (exchange out, after compute: 4 bytes
+    from tile 1 to tile 3): the busiest tile of each exchange phase differs."""
+    dev = _device(tiles)
+    g = ipu.Graph(dev.target)
+    x, out = g.add_variable(ipu.FLOAT, [5], "x"), g.add_variable(ipu.FLOAT, [1], "out")
+    g.set_tile_mapping(x, 2)
+    g.set_tile_mapping(out, 3)
+    cs = g.add_compute_set("fetch and send back")
+    g.set_perf_estimate(g.add_vertex(cs, SumVertex, {"x": x, "out": out}, tile=1), 30)
+    exe = ipu.compile_graph(g, [ipu.Execute(cs)])
+    return dev.target, [s for s in exe.steps if s.kind != "host"]
+
 
 # -- lesson 01: the IPU and BSP ----------------------------------------------------------
 
@@ -280,15 +294,19 @@ def check_placement(cases, outputs):
 
 
 def _superstep_cases(rng) -> list[dict]:
-    """Every compiled step of two random graphs and of a scatter from tile 0 (the judge's
-    side: each case keeps the cycles the compiler gives it, private to the judge)."""
+    """Every compiled step of two random graphs, of a scatter from tile 0 and of a vertex
+    that fetches its input and sends its result back (the judge's side: each case keeps the
+    cycles the compiler gives it, private to the judge)."""
     found = []
     for target, steps in [_random_steps(int(rng.integers(2**31))),
-                          _random_steps(int(rng.integers(2**31))), _scatter_steps()]:
+                          _random_steps(int(rng.integers(2**31))), _scatter_steps(),
+                          _fetch_and_send_back_steps()]:
         for s in steps:
-            found.append({"sync": int(s.sync_cycles), "bytes_in": s.tile_bytes_in.copy(),
-                          "bytes_out": s.tile_bytes_out.copy(),
-                          "compute": s.tile_compute_cycles.copy(),
+            (b_in, b_out), (r_in, r_out) = (s.phase_bytes(p) for p in ("exchange",
+                                                                      "exchange out"))
+            found.append({"sync": int(s.sync_cycles), "bytes_in": b_in.copy(),
+                          "bytes_out": b_out.copy(), "compute": s.tile_compute_cycles.copy(),
+                          "result_bytes_in": r_in.copy(), "result_bytes_out": r_out.copy(),
                           "bpc": int(target.exchange_bytes_per_cycle),
                           "_name": s.name, "_cycles": int(s.cycles)})
     return found
@@ -297,26 +315,33 @@ def _superstep_cases(rng) -> list[dict]:
 def _superstep_trial(case, superstep_cycles):
     """The learner's ``superstep_cycles`` on one step (runs in the learner's kernel)."""
     return _as_int(superstep_cycles(case["sync"], case["bytes_in"], case["bytes_out"],
-                                    case["compute"], case["bpc"]), "superstep_cycles")
+                                    case["compute"], case["result_bytes_in"],
+                                    case["result_bytes_out"], case["bpc"]), "superstep_cycles")
 
 
 @exercise("01.3", "the cost of one BSP superstep", points=2, hints=(
-    "A superstep has three phases, one after the other, and every tile waits for the "
-    "slowest tile in each phase.",
-    "Exchange: a tile sends and receives at once, bytes_per_cycle in each direction, so "
+    "A superstep's phases follow one another (sync, exchange in, compute, exchange out), "
+    "and every tile waits for the slowest tile in each phase.",
+    "An exchange: a tile sends and receives at once, bytes_per_cycle in each direction, so "
     "its exchange lasts as long as its larger direction, rounded up to whole cycles; the "
-    "phase lasts as long as the busiest tile. Compute: the slowest tile.",
+    "phase lasts as long as the busiest tile. The two exchanges are separate phases, each "
+    "with its own busiest tile. Compute: the slowest tile.",
     "sync + ceil(max over tiles of max(bytes in, bytes out) / bytes_per_cycle) + max over "
-    "tiles of compute."),
+    "tiles of compute + the same ceil(...) over the result bytes in and out."),
     answers=("superstep_cycles",), cases=_superstep_cases, trial=_superstep_trial)
 def check_superstep_cycles(cases, outputs):
-    """Exercise 01.3: ``superstep_cycles(sync, bytes_in, bytes_out, compute, bpc=4)``."""
+    """Exercise 01.3: ``superstep_cycles(sync, bytes_in, bytes_out, compute,
+    result_bytes_in, result_bytes_out, bpc=4)``."""
     for case, got in zip(cases, outputs):
         if not isinstance(got, int) or got != case["_cycles"]:
+            results = ""
+            if case["result_bytes_in"].any():
+                results = (f", results in {case['result_bytes_in'].tolist()}, out "
+                           f"{case['result_bytes_out'].tolist()}")
             raise Wrong(f"step '{case['_name']}' (bytes in per tile "
                         f"{case['bytes_in'].tolist()}, out {case['bytes_out'].tolist()}, "
-                        f"compute {case['compute'].tolist()}): expected {case['_cycles']} "
-                        f"cycles, got {got}")
+                        f"compute {case['compute'].tolist()}{results}): expected "
+                        f"{case['_cycles']} cycles, got {got}")
 
 
 # -- 01.4: a stencil over a ring of tiles ---------------------------------------------------

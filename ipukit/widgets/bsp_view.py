@@ -1,13 +1,16 @@
-"""BSPView: watch a run superstep by superstep, phase by phase (sync, exchange, compute).
+"""BSPView: watch a run superstep by superstep, phase by phase (sync, exchange, compute and,
+where a compute set has outputs on other tiles, exchange out).
 
 Every tile of the target is a cell of a grid (IPUs side by side). In each phase a tile is
 coloured by what it does: purple while it waits at the sync, orange while it sends or
-receives (the deeper, the longer), green while it computes; pale grey when it has nothing
-to do. The slowest tile is outlined in red: the phase lasts as long as it does, and the
-bar chart on the right shows every other tile's idle time ("everyone waits for the
-slowest tile"). On small targets each cell shows its bytes in/out or cycles and arrows show
-who sends to whom; bytes crossing IPUs go over an IPU-Link (blue). The strip at the bottom
-is the whole run, one bar per executed superstep, with a running cycle counter.
+receives its inputs (the deeper, the longer), green while it computes, dark orange while it
+sends or receives the results that vertices write to other tiles (Graphcore: "Exchange
+inputs, Compute, Exchange outputs"); pale grey when it has nothing to do. The slowest tile
+is outlined in red: the phase lasts as long as it does, and the bar chart on the right
+shows every other tile's idle time ("everyone waits for the slowest tile"). On small
+targets each cell shows its bytes in/out or cycles and arrows show who sends to whom; bytes
+crossing IPUs go over an IPU-Link (blue). The strip at the bottom is the whole run, one bar
+per executed superstep, with a running cycle counter.
 
 This is the execution view of Graphcore's PopVision Graph Analyser, animated. It reads a
 :class:`ipukit.trace.Trace` only (``engine.trace``), never the Engine, and keeps the events
@@ -40,10 +43,9 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from ..report import NAME_CHARS, PHASE_COLOURS, figure_text
-from ..trace import Step, Trace
+from ..trace import PHASES, Step, Trace
 from ._player import IDLE, LINK, SLOWEST, Widget, esc, new_figure, pack, tint
 
-PHASES = ("sync", "exchange", "compute")
 #: Targets up to this many tiles get per-tile numbers and transfer arrows.
 SMALL = 32
 MAX_ARROWS = 40
@@ -150,9 +152,10 @@ class BSPFrame:
 class BSPView(Widget):
     """The supersteps of a Trace as an animated tile grid; ``frame`` is the frame shown.
 
-    Frame ``3 * e + p`` is phase ``PHASES[p]`` of the ``e``-th executed step
-    (``self.events[e]``: every event of the trace when the view was made, or those of
-    Engine.run call ``run``). The whole run plays in ``duration`` seconds (10 by default).
+    The frames are the phases of the executed steps (``self.events``: every event of the
+    trace when the view was made, or those of Engine.run call ``run``) in order: sync,
+    exchange, compute, and "exchange out" for a step with remote outputs
+    (:meth:`frame_index`). The whole run plays in ``duration`` seconds (10 by default).
     """
 
     def __init__(self, trace: Trace, run: int | None = None, **kwargs):
@@ -166,6 +169,10 @@ class BSPView(Widget):
             raise ValueError(f"run={run!r}: the trace has Engine.run calls 0.."
                              f"{trace.num_runs - 1}")
         self.layout_ = TileLayout(self.target)
+        #: (event, phase) of each frame: an "exchange out" only where a step has one
+        self.frames = [(e, p) for e, ev in enumerate(self.events) for p in PHASES
+                       if p != "exchange out" or trace.steps[ev.step].exchange_out_cycles]
+        self._frame_of = {f: k for k, f in enumerate(self.frames)}
         last = self.events[-1]
         #: The cycle counter at the end of the last event shown (not the live trace's total).
         self.total_cycles = int(last.start + trace.steps[last.step].cycles)
@@ -175,33 +182,32 @@ class BSPView(Widget):
 
     # -- the model ---------------------------------------------------------------------------
     def num_frames(self) -> int:
-        return 3 * len(self.events)
+        return len(self.frames)
 
     def frame_index(self, event: int, phase: str) -> int:
-        return 3 * event + PHASES.index(phase)
+        """The frame of ``phase`` of the ``event``-th step shown."""
+        if (event, phase) not in self._frame_of:
+            raise ValueError(f"event {event} has no {phase!r} phase (phases: {PHASES}; "
+                             "\"exchange out\" only where a compute set has remote outputs)")
+        return self._frame_of[event, phase]
 
     def frame_at(self, k: int | None = None) -> BSPFrame:
         """What frame ``k`` (default: the frame shown) shows."""
         k = self.frame if k is None else k
         if not 0 <= k < self.num_frames():
             raise ValueError(f"frame {k}: 0..{self.num_frames() - 1}")
-        e, p = divmod(k, 3)
+        e, phase = self.frames[k]
         ev = self.events[e]
         step = self.trace.steps[ev.step]
-        phase = PHASES[p]
-        n = self.target.num_tiles
+        before = PHASES[:PHASES.index(phase)]
+        start = ev.start + sum(step.phase_cycles(p) for p in before)
+        cycles = step.phase_cycles(phase)
         if phase == "sync":
-            cycles = step.sync_cycles
-            busy = np.full(n, cycles, np.int64)
-            start = ev.start
-        elif phase == "exchange":
-            cycles = step.exchange_cycles
-            busy = step.tile_exchange_cycles(self.target).astype(np.int64)
-            start = ev.start + step.sync_cycles
-        else:
-            cycles = step.compute_cycles
+            busy = np.full(self.target.num_tiles, cycles, np.int64)
+        elif phase == "compute":
             busy = np.asarray(step.tile_compute_cycles, np.int64)
-            start = ev.start + step.sync_cycles + step.exchange_cycles
+        else:
+            busy = step.tile_exchange_cycles(self.target, phase).astype(np.int64)
         return BSPFrame(e, step, phase, int(start), int(cycles), busy)
 
     # -- drawing -----------------------------------------------------------------------------
@@ -248,8 +254,7 @@ class BSPView(Widget):
 
         strip = self.ax_strip = fig.add_subplot(gs[1, :])
         steps = [self.trace.steps[e.step] for e in self.events]
-        parts = np.array([[s.sync_cycles, s.exchange_cycles, s.compute_cycles] for s in steps],
-                         np.float64)
+        parts = np.array([[s.phase_cycles(p) for p in PHASES] for s in steps], np.float64)
         edges = np.arange(len(steps) + 1) - 0.5
         bottom = np.zeros(len(steps))
         for i, phase in enumerate(PHASES):
@@ -268,7 +273,7 @@ class BSPView(Widget):
         strip.set_xlabel("executed superstep (host syncs of Engine.run clipped)", fontsize=9)
         strip.set_ylabel("cycles", fontsize=9)
         strip.tick_params(labelsize=8)
-        strip.legend(loc="lower right", bbox_to_anchor=(1, 1), fontsize=8, ncols=3,
+        strip.legend(loc="lower right", bbox_to_anchor=(1, 1), fontsize=8, ncols=4,
                      frameon=False)
         self.strip_mark = strip.add_patch(Rectangle((0, 0), 1, 1, fill=False, lw=2, ec="black"))
         self.title = fig.text(0.05, 0.955, "", fontsize=13, weight="bold", va="center")
@@ -304,10 +309,9 @@ class BSPView(Widget):
         cycles (at least a quarter of the longest phase's time, so short ones can be read);
         a host sync (an Engine.run call waiting for the host) and an empty phase flash by,
         at a tenth."""
-        steps = [self.trace.steps[e.step] for e in self.events]
-        cycles = np.array([[s.sync_cycles, s.exchange_cycles, s.compute_cycles]
-                           for s in steps], float).reshape(-1)
-        host = np.repeat([s.kind == "host" for s in steps], 3)
+        steps = [self.trace.steps[self.events[e].step] for e, _ in self.frames]
+        cycles = np.array([s.phase_cycles(p) for s, (_, p) in zip(steps, self.frames)], float)
+        host = np.array([s.kind == "host" for s in steps], bool)
         device = cycles[~host]
         longest = device.max() if device.size and device.max() > 0 else 1.0
         weights = np.maximum(cycles / longest, 0.25)
@@ -320,14 +324,19 @@ class BSPView(Widget):
         used = sorted({e.step for e in self.events})
         index = {s: i for i, s in enumerate(used)}
         steps = [self.trace.steps[s] for s in used]
+        out = [s for s in steps if s.exchange_out_cycles]  # steps with an exchange out
         meta = {
             "kind": "bsp", "total": self.total_cycles, "clock_hz": t.clock_hz,
             "layout": {"num_ipus": t.num_ipus, "tiles_per_ipu": t.tiles_per_ipu,
                        "cols": lay.cols, "rows": lay.rows, "gap": lay.GAP},
             "events": [[index[e.step], int(e.start), int(e.run)] for e in self.events],
             "steps": [{"name": s.name, "kind": s.kind, "sync": int(s.sync_cycles),
-                       "exchange": int(s.exchange_cycles), "compute": int(s.compute_cycles),
-                       "inter_ipu_bytes": int(s.inter_ipu_bytes),
+                       "exchange": int(s.phase_cycles("exchange")),
+                       "compute": int(s.compute_cycles),
+                       "exchange_out": int(s.exchange_out_cycles),
+                       "out": out.index(s) if s.exchange_out_cycles else -1,
+                       "inter_ipu_bytes": int(s.inter_ipu_bytes - s.result_inter_ipu_bytes),
+                       "inter_out": int(s.result_inter_ipu_bytes),
                        "host_bytes": int(s.host_bytes),
                        "vertices": int(sum(n for n, _ in s.vertex_types.values()))}
                       for s in steps],
@@ -337,18 +346,23 @@ class BSPView(Widget):
         }
         arrays = {
             "compute": pack([s.tile_compute_cycles for s in steps]),
-            "exchange": pack([s.tile_exchange_cycles(t) for s in steps]),
-            "bytes_in": pack([s.tile_bytes_in for s in steps]),
-            "bytes_out": pack([s.tile_bytes_out for s in steps]),
+            "exchange": pack([s.tile_exchange_cycles(t, "exchange") for s in steps]),
+            "bytes_in": pack([s.phase_bytes("exchange")[0] for s in steps]),
+            "bytes_out": pack([s.phase_bytes("exchange")[1] for s in steps]),
+            # the exchange out of the steps that have one (row meta.steps[i].out)
+            "exchange_out": pack([s.tile_exchange_cycles(t, "exchange out") for s in out]),
+            "out_bytes_in": pack([s.tile_result_bytes_in for s in out]),
+            "out_bytes_out": pack([s.tile_result_bytes_out for s in out]),
             "memory": pack([v for v in self.trace.memory.categories.values()]),
             "vertices": pack([np.zeros(t.num_tiles, np.int64) if s.tile_vertices is None
                               else s.tile_vertices for s in steps]),
         }
-        if t.num_tiles <= SMALL:  # arrows: the biggest transfers of each step
-            rows = [s.transfers[np.argsort(-s.transfers[:, 2], kind="stable")[:MAX_ARROWS]]
-                    if s.transfers.size else np.zeros((0, 3), np.int64) for s in steps]
-            arrays["transfers"] = pack(np.concatenate(rows) if rows else np.zeros(0))
-            arrays["transfer_offsets"] = pack(np.cumsum([0] + [len(r) for r in rows]))
+        if t.num_tiles <= SMALL:  # arrows: the biggest transfers of each step's phases
+            for key, phase, of in (("transfers", "exchange", steps),
+                                   ("out_transfers", "exchange out", out)):
+                rows = [_biggest(s.phase_transfers(phase)) for s in of]
+                arrays[key] = pack(np.concatenate(rows) if rows else np.zeros(0))
+                arrays[f"{key[:-1]}_offsets"] = pack(np.cumsum([0] + [len(r) for r in rows]))
         return {"meta": meta, "arrays": arrays}
 
     def draw(self, k: int) -> None:
@@ -385,9 +399,8 @@ class BSPView(Widget):
         self.subtitle.set_color(colour)
 
     def _cell_label(self, f: BSPFrame, tile: int) -> str:
-        s = f.step
-        if f.phase == "exchange":
-            i, o = int(s.tile_bytes_in[tile]), int(s.tile_bytes_out[tile])
+        if f.phase.startswith("exchange"):
+            i, o = (int(b[tile]) for b in f.step.phase_bytes(f.phase))
             return f"T{tile}\n↓{i} B\n↑{o} B" if i or o else f"T{tile}"
         if f.phase == "compute" and f.busy[tile]:
             return f"T{tile}\n{int(f.busy[tile]):,} cyc"
@@ -399,11 +412,11 @@ class BSPView(Widget):
         self.arrows = []
         s, lay, t = f.step, self.layout_, self.target
         self.link_text.set_text("")
-        if f.phase != "exchange":
+        if not f.phase.startswith("exchange"):
             return
-        rows = s.transfers
+        rows = s.phase_transfers(f.phase)
         if rows.size and t.num_tiles <= SMALL:
-            top = rows[np.argsort(-rows[:, 2], kind="stable")[:MAX_ARROWS]]
+            top = _biggest(rows)
             width = 1 + 3 * top[:, 2] / top[:, 2].max()
             for (src, dst, _), w in zip(top, width):
                 cross = t.ipu_of_tile(int(src)) != t.ipu_of_tile(int(dst))
@@ -413,8 +426,10 @@ class BSPView(Widget):
                     arrowprops=dict(arrowstyle="-|>", lw=w, color=LINK if cross else "#7a4a00",
                                     alpha=0.65, shrinkA=8, shrinkB=8,
                                     connectionstyle="arc3,rad=0.2")))
-        if s.inter_ipu_bytes:
-            self.link_text.set_text(f"{s.inter_ipu_bytes:,} bytes cross IPUs over IPU-Links "
+        inter = s.result_inter_ipu_bytes
+        inter = inter if f.phase == "exchange out" else s.inter_ipu_bytes - inter
+        if inter:
+            self.link_text.set_text(f"{inter:,} bytes cross IPUs over IPU-Links "
                                     f"(+ global sync of {s.sync_cycles:,} cycles)")
             if t.num_tiles > SMALL and rows.size:  # one arrow per pair of IPUs
                 ipus = rows[:, :2] // t.tiles_per_ipu
@@ -424,7 +439,7 @@ class BSPView(Widget):
                         "", xy=(xb, yb), xytext=(xa, ya), arrowprops=dict(
                             arrowstyle="-|>", lw=4, color=LINK, alpha=0.8,
                             connectionstyle="arc3,rad=0.25")))
-        elif s.host_bytes:
+        elif s.host_bytes and f.phase == "exchange":
             self.link_text.set_text(f"{s.host_bytes:,} bytes over the host link (PCIe)")
 
     def _bars_title(self, f: BSPFrame) -> str:
@@ -450,10 +465,10 @@ class BSPView(Widget):
             what = ("the host synchronises with the device (one Engine.run call)"
                     if s.kind == "host" else f"all {n} tiles wait until every tile is ready")
         elif not f.busy.any():
-            what = f"no tile has anything to {'send' if f.phase == 'exchange' else 'compute'}"
+            what = f"no tile has anything to {'compute' if f.phase == 'compute' else 'send'}"
         else:
             busy, most = f.tiles_busy().size, int(f.busy.max())
-            verb = "send or receive" if f.phase == "exchange" else "compute"
+            verb = "compute" if f.phase == "compute" else "send or receive"
             what = f"{busy} of {n} tiles {verb}; "
             if f.cycles > most:  # as in _bars_title: the links set this exchange's length
                 what += (f"the tiles are done after {most:,} cycles and the links need "
@@ -462,7 +477,17 @@ class BSPView(Widget):
                 what += (f"tile {f.slowest} is the slowest ({most:,} cycles) and the others "
                          "wait for it: ")
             what += f"{100 * f.idle_fraction():.0f}% of tile time is idle"
-            if f.phase == "exchange":
-                what += (f"; {int(s.tile_bytes_out.sum()):,} bytes sent, "
-                         f"{int(s.tile_bytes_in.sum()):,} received")
+            if f.phase.startswith("exchange"):
+                b_in, b_out = f.step.phase_bytes(f.phase)
+                what += (f"; {int(b_out.sum()):,} bytes sent, {int(b_in.sum()):,} received")
+            if f.phase == "exchange out":
+                what += ("; the results vertices wrote for tensors on other tiles go there "
+                         "after the compute phase")
         return f"{head}<br>{esc(what)}"
+
+
+def _biggest(rows: np.ndarray) -> np.ndarray:
+    """The ``MAX_ARROWS`` biggest (source, destination, bytes) transfers, biggest first."""
+    if not rows.size:
+        return np.zeros((0, 3), np.int64)
+    return rows[np.argsort(-rows[:, 2], kind="stable")[:MAX_ARROWS]]

@@ -2,8 +2,9 @@
 
 PopVision's memory report as a widget: the heat map of :func:`ipukit.report.tile_memory_map`
 (tiles row by row, a white staircase between IPUs) for one category of
-:class:`ipukit.trace.TileMemory` ("variables", "constants", "vertex state", "vertex code",
-"exchange buffers") or their total, the fullest tiles outlined and numbered, and the worst
+:class:`ipukit.trace.TileMemory` (always live: "variables", "constants", "vertex state",
+"vertex code"; at the tile's peak: "not-always-live variables", "exchange buffers") or their
+total, the fullest tiles outlined and numbered, and the worst
 tiles as stacked bars against the tile's memory. It opens on the total; Play steps
 through every category (or click a category's button). One colour scale, from 0 to the
 fullest tile's total, serves every category, so equal colours are equal bytes (1,536 B and
@@ -36,7 +37,8 @@ from ._player import Widget, esc, new_figure, pack
 from .bsp_view import TileLayout
 
 CATEGORY_COLOURS = {"variables": "#0072B2", "constants": "#56B4E9", "vertex state": "#E69F00",
-                    "vertex code": "#CC79A7", "exchange buffers": "#009E73"}
+                    "vertex code": "#CC79A7", "not-always-live variables": "#D55E00",
+                    "exchange buffers": "#009E73"}
 WORST = 8
 MARK = "#00B4F0"  # outline of the fullest tiles: visible on light and dark cells
 

@@ -376,7 +376,10 @@ function player(model, el, view) {
 }
 
 // ---- BSPView --------------------------------------------------------------------------
-const PHASES = ["sync", "exchange", "compute"];
+// A superstep's phases (ipukit.trace.PHASES); "exchange out" only where a compute set
+// has outputs on other tiles. KEYS: each phase's cycles in meta.steps.
+const PHASES = ["sync", "exchange", "compute", "exchange out"];
+const KEYS = ["sync", "exchange", "compute", "exchange_out"];
 
 function bspView(meta, A) {
   const ev = meta.events; // [step, start, run]
@@ -389,18 +392,30 @@ function bspView(meta, A) {
   let strip = null;
   let layer = null;
   const row = (name, s) => A[name].subarray(s * T, (s + 1) * T);
+  // the frames, as BSPView.frames: [event, phase index], and each event's first frame
+  const frames = [];
+  const first = [];
+  ev.forEach(([si], e) => {
+    first.push(frames.length);
+    for (let p = 0; p < 4; p++) if (p < 3 || steps[si].exchange_out > 0) frames.push([e, p]);
+  });
+  const phasesOf = (e) => (e + 1 < first.length ? first[e + 1] : frames.length) - first[e];
+  // an exchange phase's per-tile array: NAME for the exchange in, out_NAME for the out
+  const xrow = (name, f) => (f.phase === "exchange out"
+    ? row(name === "exchange" ? "exchange_out" : `out_${name}`, f.s.out) : row(name, f.si));
 
   function frame(k) {
-    const e = Math.floor(k / 3);
-    const phase = PHASES[k % 3];
+    const [e, p] = frames[k];
+    const phase = PHASES[p];
     const [si, start] = ev[e];
     const s = steps[si];
-    let busy;
-    let cycles;
+    const cycles = s[KEYS[p]];
     let t0 = start;
-    if (phase === "sync") { cycles = s.sync; busy = null; }
-    else if (phase === "exchange") { cycles = s.exchange; busy = row("exchange", si); t0 += s.sync; }
-    else { cycles = s.compute; busy = row("compute", si); t0 += s.sync + s.exchange; }
+    for (let q = 0; q < p; q++) t0 += s[KEYS[q]];
+    let busy = null;
+    if (phase === "compute") busy = row("compute", si);
+    else if (phase === "exchange") busy = row("exchange", si);
+    else if (phase === "exchange out") busy = row("exchange_out", s.out);
     let most = 0;
     let slowest = -1;
     if (busy) {
@@ -412,7 +427,7 @@ function bspView(meta, A) {
 
   const view = {
     kind: "bsp",
-    numFrames: 3 * ev.length,
+    numFrames: frames.length,
     weights: meta.weights, // time proportional to cycles; host syncs, empty phases flash by
     height: (w) => (small ? 430 : 470),
     resized(w, hgt) {
@@ -427,7 +442,7 @@ function bspView(meta, A) {
       outlineTile(ctx, g, hover);
       // the play head moves through the phase in the strip
       const bw = strip.w / ev.length;
-      const x = strip.x0 + (f.e + (PHASES.indexOf(f.phase) + pos - k) / 3) * bw;
+      const x = strip.x0 + (f.e + (pos - first[f.e]) / phasesOf(f.e)) * bw;
       ctx.strokeStyle = "#D62728";
       ctx.lineWidth = 2;
       ctx.beginPath();
@@ -473,15 +488,15 @@ function bspView(meta, A) {
           ctx.font = `${g.cell > 60 ? 12 : 10}px sans-serif`;
           ctx.textAlign = "center";
           const lines = [`T${t}`];
-          if (f.phase === "exchange") {
-            const i = row("bytes_in", f.si)[t];
-            const o = row("bytes_out", f.si)[t];
+          if (f.phase.startsWith("exchange")) {
+            const i = xrow("bytes_in", f)[t];
+            const o = xrow("bytes_out", f)[t];
             if (i || o) lines.push(`↓${fmt(i)} B`, `↑${fmt(o)} B`);
           } else if (f.phase === "compute" && f.busy[t]) lines.push(`${fmt(f.busy[t])} cyc`);
           lines.forEach((l, j) => ctx.fillText(l, x + g.cell / 2, y + 14 + 13 * j));
         }
       }
-      if (small && f.phase === "exchange" && A.transfers) this.arrows(ctx, f);
+      if (small && f.phase.startsWith("exchange") && A.transfers) this.arrows(ctx, f);
       if (f.slowest >= 0) {
         const [x, y] = tileXY(g, f.slowest);
         ctx.strokeStyle = "#D62728";
@@ -493,8 +508,10 @@ function bspView(meta, A) {
       ctx.fillStyle = "#0072B2";
       ctx.font = "12px sans-serif";
       ctx.textAlign = "left";
-      if (f.phase === "exchange" && f.s.inter_ipu_bytes) {
-        ctx.fillText(`${fmt(f.s.inter_ipu_bytes)} bytes cross IPUs over IPU-Links`,
+      const inter = f.phase === "exchange out" ? f.s.inter_out
+        : f.phase === "exchange" ? f.s.inter_ipu_bytes : 0;
+      if (inter) {
+        ctx.fillText(`${fmt(inter)} bytes cross IPUs over IPU-Links`,
           g.x0, g.y0 + g.rows * g.cell + 18);
       } else if (f.phase === "exchange" && f.s.host_bytes) {
         ctx.fillText(`${fmt(f.s.host_bytes)} bytes over the host link (PCIe)`,
@@ -504,10 +521,12 @@ function bspView(meta, A) {
       this.drawStrip(ctx, f);
     },
     arrows(ctx, f) {
-      const off = A.transfer_offsets;
-      const rows = A.transfers;
-      const lo = off[f.si];
-      const hi = off[f.si + 1];
+      const out = f.phase === "exchange out";
+      const off = out ? A.out_transfer_offsets : A.transfer_offsets;
+      const rows = out ? A.out_transfers : A.transfers;
+      const i0 = out ? f.s.out : f.si;
+      const lo = off[i0];
+      const hi = off[i0 + 1];
       let most = 1;
       for (let i = lo; i < hi; i++) most = Math.max(most, rows[3 * i + 2]);
       for (let i = lo; i < Math.min(hi, lo + 40); i++) {
@@ -578,17 +597,17 @@ function bspView(meta, A) {
       const n = ev.length;
       const device = ev.map(([si]) => steps[si]).filter((st) => st.kind !== "host");
       const tallest = Math.max(1, ...(device.length ? device : ev.map(([si]) => steps[si]))
-        .map((st) => st.sync + st.exchange + st.compute));
+        .map((st) => st.sync + st.exchange + st.compute + st.exchange_out));
       const top = tallest * 1.25;
       const bw = s.w / n;
       for (let e = 0; e < n; e++) {
         const st = steps[ev[e][0]];
         let acc = 0;
-        for (const p of PHASES) {
-          const v = st[p];
+        for (let p = 0; p < 4; p++) {
+          const v = st[KEYS[p]];
           const y0 = s.y0 + s.h - (Math.min(acc, top) / top) * s.h;
           const y1 = s.y0 + s.h - (Math.min(acc + v, top) / top) * s.h;
-          ctx.fillStyle = colours[p];
+          ctx.fillStyle = colours[PHASES[p]];
           ctx.fillRect(s.x0 + e * bw + (bw > 4 ? 1 : 0), y1, Math.max(bw - (bw > 4 ? 2 : 0), 0.5),
             y0 - y1);
           acc += v;
@@ -621,14 +640,16 @@ function bspView(meta, A) {
         const s = steps[si];
         return [h("b", {}, `superstep ${item.event + 1}: ${s.name}`), ` (${s.kind})`, h("br"),
           `starts at cycle ${fmt(start)}; sync ${fmt(s.sync)}, exchange ${fmt(s.exchange)}, ` +
-          `compute ${fmt(s.compute)} cycles`];
+          `compute ${fmt(s.compute)}` +
+          (s.exchange_out ? `, exchange out ${fmt(s.exchange_out)}` : "") + " cycles"];
       }
       const f = frame(k);
       const t = item.tile;
-      const i = row("bytes_in", f.si)[t];
-      const o = row("bytes_out", f.si)[t];
+      const xf = f.phase === "exchange out" ? f : { phase: "exchange", si: f.si };
+      const i = xrow("bytes_in", xf)[t];
+      const o = xrow("bytes_out", xf)[t];
       const c = row("compute", f.si)[t];
-      const x = row("exchange", f.si)[t];
+      const x = xrow("exchange", xf)[t];
       const v = row("vertices", f.si)[t];
       const mem = meta.categories.map((name, j) => tr(name, `${fmt(A.memory[j * T + t])} B`));
       const who = f.slowest === t ? " — the slowest tile: everyone waits for it" : "";
@@ -640,18 +661,21 @@ function bspView(meta, A) {
           h("tr", {}, h("th", { colspan: "2" }, "memory by category")), mem)];
     },
     select(item, k) {
-      return item.tile < 0 ? 3 * item.event + PHASES.indexOf(frame(k).phase) : null;
+      if (item.tile >= 0) return null;
+      const p = Math.min(frames[k][1], phasesOf(item.event) - 1); // the same phase there
+      return first[item.event] + p;
     },
     selection(item, k) {
       const f = frame(k);
       if (item.tile < 0) return { kind: "superstep", event: item.event, step: ev[item.event][0] };
       const t = item.tile;
+      const xf = f.phase === "exchange out" ? f : { phase: "exchange", si: f.si };
       return { kind: "tile", tile: t, ipu: Math.floor(t / meta.layout.tiles_per_ipu),
-        event: f.e, step: f.si, phase: f.phase, bytes_in: row("bytes_in", f.si)[t],
-        bytes_out: row("bytes_out", f.si)[t], compute_cycles: row("compute", f.si)[t],
-        exchange_cycles: row("exchange", f.si)[t], vertices: row("vertices", f.si)[t] };
+        event: f.e, step: f.si, phase: f.phase, bytes_in: xrow("bytes_in", xf)[t],
+        bytes_out: xrow("bytes_out", xf)[t], compute_cycles: row("compute", f.si)[t],
+        exchange_cycles: xrow("exchange", xf)[t], vertices: row("vertices", f.si)[t] };
     },
-    readout: (k) => `phase ${k + 1} / ${3 * ev.length}`,
+    readout: (k) => `phase ${k + 1} / ${frames.length}`,
     header(k) {
       const f = frame(k);
       const width = fmt(meta.total).length;
@@ -673,13 +697,17 @@ function bspView(meta, A) {
       let busyTiles = 0;
       let idle = 0;
       for (let t = 0; t < T; t++) { if (f.busy[t] > 0) busyTiles++; idle += f.cycles - f.busy[t]; }
-      if (!busyTiles) return `No tile has anything to ${f.phase === "exchange" ? "send" : "compute"}.`;
-      const verb = f.phase === "exchange" ? "send or receive" : "compute";
+      if (!busyTiles) return `No tile has anything to ${f.phase === "compute" ? "compute" : "send"}.`;
+      const verb = f.phase === "compute" ? "compute" : "send or receive";
       let out = `${fmt(busyTiles)} of ${fmt(T)} tiles ${verb}; `;
       out += f.cycles > f.most
         ? `the tiles are done after ${fmt(f.most)} cycles and the links need ${fmt(f.cycles - f.most)} more: `
         : `tile ${f.slowest} is the slowest (${fmt(f.most)} cycles) and the others wait for it: `;
       out += `${Math.round(100 * idle / Math.max(f.cycles * T, 1))}% of tile time is idle.`;
+      if (f.phase === "exchange out") {
+        out += " The results vertices wrote for tensors on other tiles go there after the " +
+          "compute phase.";
+      }
       return out;
     },
   };

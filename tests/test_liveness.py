@@ -1,0 +1,203 @@
+"""Variable liveness (ipukit.liveness): always-live and not-always-live memory, memory reuse,
+against hand-computed examples."""
+
+import numpy as np
+import pytest
+
+import ipukit as ipu
+
+
+class Scale(ipu.Vertex):
+    x = ipu.Input(ipu.Vector(ipu.FLOAT))
+    y = ipu.Output(ipu.Vector(ipu.FLOAT))
+
+    def compute(self):
+        self.y[...] = 2 * self.x
+
+
+class Total(ipu.Vertex):
+    x = ipu.Input(ipu.Vector(ipu.FLOAT))
+    out = ipu.Output(ipu.FLOAT)
+
+    def compute(self):
+        self.out[...] = self.x.sum(axis=-1)
+
+
+class Add(ipu.Vertex):
+    x = ipu.Input(ipu.Vector(ipu.FLOAT))
+    acc = ipu.InOut(ipu.Vector(ipu.FLOAT))
+
+    def compute(self):
+        self.acc[...] += self.x
+
+
+N = 56_000  # floats: 224,000 B; three of them (672,000 B) overfill a 638,976-B Mk2 tile
+SCALE_STATE, TOTAL_STATE = 4 + 8 + 8, 4 + 8 + 4  # vertex state: 4 B + a field's pointer(s)
+
+
+def one_tile(tiles=1):
+    dev = ipu.IPUModel("ipu2", tiles_per_ipu=tiles).create_device()
+    return dev, ipu.Graph(dev.target)
+
+
+def vertex(g, cls, fields, tile=0):
+    cs = g.add_compute_set(f"{cls.__name__} -> {list(fields.values())[-1].name}")
+    g.add_vertex(cs, cls, fields, tile=tile)
+    return ipu.Execute(cs)
+
+
+def two_temporaries(order):
+    """a -> t1 -> out[0] and a -> t2 -> out[1] on one tile, in ``order`` of the four steps
+    ("apart": t1 is dead before t2 is written; "together": both live at once)."""
+    dev, g = one_tile()
+    a = g.add_variable(ipu.FLOAT, [N], "a")
+    t1, t2 = (g.add_variable(ipu.FLOAT, [N], n) for n in ("t1", "t2"))
+    out = g.add_variable(ipu.FLOAT, [2], "out")
+    for v in (a, t1, t2, out):
+        g.set_tile_mapping(v, 0)
+    g.create_host_write("a", a)
+    g.create_host_read("out", out)
+    make = [vertex(g, Scale, {"x": a, "y": t}) for t in (t1, t2)]
+    total = [vertex(g, Total, {"x": t, "out": out[i]}) for i, t in enumerate((t1, t2))]
+    steps = {"apart": [make[0], total[0], make[1], total[1]],
+             "together": [make[0], make[1], total[0], total[1]]}[order]
+    return dev, g, ipu.Sequence(*steps)
+
+
+def test_temporaries_not_live_at_once_share_memory_and_the_graph_fits():
+    dev, g, prog = two_temporaries("apart")
+    mem = ipu.compile_graph(g, [prog], {"debug.allowOutOfMemory": "false"}).memory
+    c = {k: int(v[0]) for k, v in mem.categories.items()}
+    # always live: a (host write) and out (host read); t1 then t2, one at a time
+    assert c["variables"] == 4 * N + 8
+    assert c["not-always-live variables"] == 4 * N
+    assert c["exchange buffers"] == 0 and c["constants"] == 0
+    assert c["vertex state"] == 2 * SCALE_STATE + 2 * TOTAL_STATE
+    assert c["vertex code"] == 2 * 256
+    assert int(mem.total[0]) == 8 * N + 8 + 72 + 512 <= dev.target.bytes_per_tile
+    live = mem.liveness
+    assert live.names == ("t1", "t2")
+    assert live.ranges("t1") == [(0, 1)] and live.ranges("t2") == [(2, 3)]
+    assert live.live_bytes().tolist() == [4 * N] * 4
+    assert live.always == {"a": "host write handle", "out": "host read handle"}
+    assert int(live.peak[0]) == 0  # the first point where the peak is reached
+    # the values are what they were: t1 and t2 still hold their own results
+    eng = ipu.Engine(g, prog, {"debug.allowOutOfMemory": "false"})
+    eng.load(dev)
+    x = np.arange(N, dtype=np.float32) / N
+    eng.write_tensor("a", x)
+    eng.run()
+    np.testing.assert_allclose(eng.read_tensor("out"), [2 * x.sum()] * 2, rtol=1e-5)
+
+
+def test_the_same_temporaries_live_at_once_do_not_fit():
+    dev, g, prog = two_temporaries("together")
+    with pytest.warns(ipu.OutOfMemoryWarning, match="not-always-live variables 448,000"):
+        mem = ipu.compile_graph(g, [prog]).memory
+    assert int(mem.categories["not-always-live variables"][0]) == 8 * N
+    assert mem.liveness.ranges("t1") == [(0, 2)] and mem.liveness.ranges("t2") == [(1, 3)]
+    assert int(mem.total[0]) == 12 * N + 8 + 72 + 512 > dev.target.bytes_per_tile
+    with pytest.raises(ipu.OutOfMemoryError, match=r"peak at 'Scale -> t2' \(program point 1"):
+        ipu.compile_graph(g, [prog], {"debug.allowOutOfMemory": "false"})
+
+
+def test_a_variable_written_in_two_compute_sets_is_not_killed():
+    """Poplar kills a variable only where one compute set writes all its elements
+    (``WriteUndef``): written half by half, it is live from the start of the program."""
+    dev, g = one_tile()
+    a = g.add_variable(ipu.FLOAT, [8], "a")
+    halves = g.add_variable(ipu.FLOAT, [8], "halves")
+    whole = g.add_variable(ipu.FLOAT, [8], "whole")
+    out = g.add_variable(ipu.FLOAT, [2], "out")
+    for v in (a, halves, whole, out):
+        g.set_tile_mapping(v, 0)
+    g.create_host_write("a", a)
+    g.create_host_read("out", out)
+    prog = ipu.Sequence(vertex(g, Scale, {"x": a[:4], "y": halves[:4]}),
+                        vertex(g, Scale, {"x": a[4:], "y": halves[4:]}),
+                        vertex(g, Scale, {"x": a, "y": whole}),
+                        vertex(g, Total, {"x": halves, "out": out[0]}),
+                        vertex(g, Total, {"x": whole, "out": out[1]}))
+    live = ipu.compile_graph(g, [prog]).memory.liveness
+    assert live.always["halves"] == "live where a program starts"
+    assert live.names == ("whole",) and live.ranges("whole") == [(2, 4)]
+
+
+def test_loops_carry_what_the_next_iteration_reads():
+    dev, g = one_tile()
+    a, t, carry, out = (g.add_variable(ipu.FLOAT, [4], n) for n in ("a", "t", "carry", "out"))
+    for v in (a, t, carry, out):
+        g.set_tile_mapping(v, 0)
+    g.create_host_write("a", a)
+    g.create_host_read("out", out)
+    body = ipu.Sequence(vertex(g, Scale, {"x": a, "y": t}),  # t: made and used each time
+                        vertex(g, Add, {"x": t, "acc": carry}))  # carry: read, then written
+    prog = ipu.Sequence(vertex(g, Scale, {"x": a, "y": carry}), ipu.Repeat(3, body),
+                        ipu.Copy(carry, out))
+    exe = ipu.compile_graph(g, [prog])
+    live = exe.memory.liveness
+    assert live.labels == ("Scale -> carry", "Scale -> t", "Add -> carry", "Copy carry -> out")
+    assert live.ranges("t") == [(1, 2)]
+    assert live.ranges("carry") == [(0, 3)]  # through the whole loop to its last read
+    eng = ipu.Engine(g, prog)
+    eng.load(dev)
+    eng.write_tensor("a", [1, 2, 3, 4])
+    eng.run()
+    assert eng.read_tensor("out").tolist() == [8, 16, 24, 32]  # 2a + 3 x 2a
+
+
+def test_a_variable_read_in_one_branch_is_dead_in_the_other():
+    dev, g = one_tile()
+    a, v, w, out = (g.add_variable(ipu.FLOAT, [4], n) for n in ("a", "v", "w", "out"))
+    pred = g.add_variable(ipu.BOOL, [], "pred")
+    for x in (a, v, w, out, pred):
+        g.set_tile_mapping(x, 0)
+    g.create_host_write("a", a)
+    g.create_host_write("pred", pred)
+    g.create_host_read("out", out)
+    then = ipu.Sequence(vertex(g, Scale, {"x": a, "y": w}), ipu.Copy(w, out))
+    prog = ipu.Sequence(vertex(g, Scale, {"x": a, "y": v}), ipu.If(pred, then, ipu.Copy(v, out)))
+    live = ipu.compile_graph(g, [prog]).memory.liveness
+    assert live.labels == ("Scale -> v", "If", "Scale -> w", "Copy w -> out", "Copy v -> out")
+    assert live.ranges("v") == [(0, 1), (4, 4)]  # not in the then branch: w may use its bytes
+    assert live.ranges("w") == [(2, 3)]
+    assert live.live_bytes().tolist() == [16, 16, 16, 16, 16]
+
+
+def test_what_one_program_leaves_for_another_is_always_live():
+    dev, g = one_tile()
+    a, kept, out = (g.add_variable(ipu.FLOAT, [4], n) for n in ("a", "kept", "out"))
+    for x in (a, kept, out):
+        g.set_tile_mapping(x, 0)
+    g.create_host_write("a", a)
+    g.create_host_read("out", out)
+    mem = ipu.compile_graph(g, [vertex(g, Scale, {"x": a, "y": kept}),
+                                ipu.Copy(kept, out)]).memory
+    assert mem.liveness.always["kept"] == "live where a program starts"
+    assert mem.liveness.names == () and int(mem.categories["variables"][0]) == 48
+
+
+def test_exchange_buffers_count_only_during_their_step():
+    """Tile 1 receives x's 400 B in step 0 (exchange buffers) and holds the 800-B temporary
+    t in steps 1 and 2: its peak is 800 B of variables (+ s's 4 B), not 800 + 400."""
+    dev, g = one_tile(tiles=2)
+    x = g.add_variable(ipu.FLOAT, [100], "x")
+    y, t = (g.add_variable(ipu.FLOAT, [200], n) for n in ("y", "t"))
+    s, out = g.add_variable(ipu.FLOAT, [1], "s"), g.add_variable(ipu.FLOAT, [2], "out")
+    g.set_tile_mapping(x, 0)
+    for v in (y, t, s, out):
+        g.set_tile_mapping(v, 1)
+    g.create_host_write("x", x)
+    g.create_host_write("y", y)
+    g.create_host_read("out", out)
+    prog = ipu.Sequence(vertex(g, Total, {"x": x, "out": s[0]}, tile=1),
+                        vertex(g, Scale, {"x": y, "y": t}, tile=1),
+                        vertex(g, Total, {"x": t, "out": out[0]}, tile=1),
+                        ipu.Copy(s, out[1:]))
+    mem = ipu.compile_graph(g, [prog]).memory
+    assert mem.liveness.buffers.tolist() == [400, 0, 0, 0]
+    assert mem.liveness.live_bytes(tile=1).tolist() == [4, 804, 804, 4]
+    assert int(mem.liveness.peak[1]) == 1
+    assert int(mem.categories["not-always-live variables"][1]) == 804
+    assert int(mem.categories["exchange buffers"][1]) == 0
+    assert int(mem.categories["variables"][1]) == 800 + 8  # y and out
