@@ -682,7 +682,7 @@ class _Compiler:
         """Each tile's memory: always live (variables, constants, vertex state and code)
         plus, at its peak, not-always-live variables and exchange buffers
         (:mod:`ipukit.liveness`)."""
-        live, info = liveness.analyse(self.g, nodes, self.steps)
+        live, info = liveness.analyse(self.g, nodes, self.steps, Access.of)
         categories = {k: live[k] for k in ("variables", "constants")}
         categories.update(self.memory)  # vertex state and code
         categories.update({k: live[k] for k in ("not-always-live variables",

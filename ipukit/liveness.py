@@ -87,17 +87,19 @@ class Liveness:
         return np.cumsum(change)[:-1].astype(np.int64)
 
 
-def analyse(graph, programs, steps) -> tuple[dict, Liveness]:
+def analyse(graph, programs, steps, access_of) -> tuple[dict, Liveness]:
     """The liveness of ``graph``'s variables over the compiled ``programs`` (their nodes,
-    :mod:`ipukit.compile`) and ``steps``. Returns per tile the bytes of always-live
+    :mod:`ipukit.compile`) and ``steps``; ``access_of`` gives a tensor's elements
+    (``compile.Access.of``: passed in, as compile imports this module). Returns per tile the bytes of always-live
     variables, of constants and, at the tile's peak, of not-always-live variables and of
     exchange buffers, and the :class:`Liveness`."""
-    return _Analysis(graph, steps).run(programs)
+    return _Analysis(graph, steps, access_of).run(programs)
 
 
 class _Analysis:
-    def __init__(self, graph, steps):
+    def __init__(self, graph, steps, access_of):
         self.g = graph
+        self.access_of = access_of
         self.steps = steps
         self.pools = [p for p in graph.pools.values() if p.variables]
         self.vars = [v for p in self.pools for v in p.variables]
@@ -224,7 +226,7 @@ class _Analysis:
         for verb, handles in (("host write", self.g.host_writes),
                               ("host read", self.g.host_reads)):
             for t in handles.values():
-                for v in self._touch(_access(t)).tolist():
+                for v in self._touch(self.access_of(t)).tolist():
                     why.setdefault(v, f"{verb} handle")
         self.order = []
         for p in programs:
@@ -344,10 +346,3 @@ def _accesses(node) -> list:
         return [("input", node.predicate)]
     return [("input", node.access)]  # PrintNode
 
-
-def _access(t):
-    """A tensor's Access (``compile.Access.of``; imported here: compile imports this
-    module)."""
-    from .compile import Access  # noqa: PLC0415
-
-    return Access.of(t)

@@ -191,10 +191,11 @@ def test_members_run_side_by_side_with_their_own_durations():
         # forward: IPU 1 sends its part; backward: the summed 2x6 input gradient, from
         # IPU 1 to stage 0 on IPU 0.
         assert links == [(1, 2 * 3 * 8), (1, 2 * 6 * 8)]
-    # Stage 2 (on IPU 2, which also holds member 1) sends its gradient to IPU 1.
+    # Stage 2 (on IPU 2, which also holds member 1) sends its 2x7 output to stage 3, and of
+    # its 2x8 input gradient only member 0's 2x3 part to IPU 1 (member 1's stays on IPU 2).
     back = [rec for rec in r.timeline if rec.stage == 2 and rec.kind == "link"
             and rec.ipu == 2]
-    assert {rec.bytes for rec in back} == {2 * 7 * 8, 2 * 8 * 8}
+    assert {rec.bytes for rec in back} == {2 * 7 * 8, 2 * 3 * 8}
     weights = {rec.ipu: rec.weights for rec in r.memory}
     assert weights[1] == (6 * 3 + 3) * 8
     assert weights[2] == (6 * 5 + 5) * 8 + (8 * 7 + 7) * 8  # member 1 and stage 2
