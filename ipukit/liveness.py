@@ -90,9 +90,9 @@ class Liveness:
 def analyse(graph, programs, steps, access_of) -> tuple[dict, Liveness]:
     """The liveness of ``graph``'s variables over the compiled ``programs`` (their nodes,
     :mod:`ipukit.compile`) and ``steps``; ``access_of`` gives a tensor's elements
-    (``compile.Access.of``: passed in, as compile imports this module). Returns per tile the bytes of always-live
-    variables, of constants and, at the tile's peak, of not-always-live variables and of
-    exchange buffers, and the :class:`Liveness`."""
+    (``compile.Access.of``: passed in, as compile imports this module). Returns per tile
+    the bytes of always-live variables, of constants and, at the tile's peak, of
+    not-always-live variables and of exchange buffers, and the :class:`Liveness`."""
     return _Analysis(graph, steps, access_of).run(programs)
 
 
