@@ -520,6 +520,10 @@ def _check_virtual_stages(kind, n, g, v) -> int:
     where = f"({kind} schedule, {n} IPUs, gradient_accumulation {g})"
     if v is not None and not is_count(v):
         raise PipelineConfigError(f"virtual_stages must be a positive integer, got {v!r}")
+    if kind in ("zb_h1", "zb_v") and n < 2:  # sail-sg zerobubble/runtime.py
+        raise PipelineConfigError(
+            f"zero bubble must be enabled with pipeline parallelism: num_stages is {n} "
+            f"{where}. Use num_stages=2 or more.")
     if kind == "interleaved_1f1b":
         if v is None or v < 2:
             raise PipelineConfigError(
