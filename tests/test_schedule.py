@@ -749,3 +749,17 @@ def test_an_order_that_cannot_run_is_refused_not_hung():
     with pytest.raises(PipelineConfigError, match="deadlocks at step 1: IPU0 at B0 of stage 0"
                                                   ", IPU1 at F1 of stage 1"):
         _timed("test", units, True)
+
+
+def test_the_readme_table_names_the_torch_schedules():
+    # issue 27.4: the README's table lists the kinds after Graphcore with their torch names
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.startswith("| `Schedule")]
+    for torch_name, kind in (("ScheduleInterleaved1F1B", "interleaved_1f1b"),
+                             ("ScheduleInterleavedZeroBubble", "zb_h1"),
+                             ("ScheduleZBVZeroBubble", "zb_v"),
+                             ("ScheduleDualPipeV", "dualpipev")):
+        row = [r for r in rows if r.startswith(f"| `{torch_name}`")]
+        assert len(row) == 1 and f'schedule("{kind}", p, m' in row[0], torch_name
