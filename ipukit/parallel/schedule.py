@@ -475,7 +475,8 @@ def schedule(kind: str, num_stages: int, gradient_accumulation: int, training: b
     default Auto) is checked against the schedule as TensorFlow does.
     ``virtual_stages`` is the number of chunks per IPU: at least 2 for
     ``"interleaved_1f1b"`` (required), 2 for ``"zb_v"`` and ``"dualpipev"`` (the default),
-    1 for the others. An inference schedule of these four runs their forwards in the
+    1 for the others. ZB-H1 and ZB-V need two IPUs or more (the zero-bubble runtime
+    refuses one). An inference schedule of these four runs their forwards in the
     training order, as their authors' code does without a backward.
     """
     kind = kind.lower() if isinstance(kind, str) else kind
