@@ -134,11 +134,6 @@ def _name(op) -> str:
     return f"{op[0]}{op[-1]}" if len(op) == 2 else f"{op[0]}{op[2]}s{op[1]}"
 
 
-def _long(op) -> str:
-    """``B3 of stage 2`` for the op ``("B", 2, 3)``."""
-    return f"{op[0]}{op[2]} of stage {op[1]}"
-
-
 def _read(got, n: int, width: int, what: str) -> list[list[tuple]]:
     """The learner's orders as lists of tuples of ``width`` (phase first), or Wrong."""
     shape = "(phase, microbatch)" if width == 2 else "(phase, stage, microbatch)"
@@ -165,15 +160,6 @@ def _picture(orders, t, end_of_axis: float) -> Picture:
               f"waits for ever at {_name(op)}") for q, op in stuck]
     return gantt(bars, [f"IPU{q}" for q in range(len(orders))], end_of_axis, marks,
                  width=int(min(110, max(48, 2 * end_of_axis))))
-
-
-def _stuck_text(orders, stuck, end) -> str:
-    last = max(op[1] for o in orders for op in o)
-    parts = []
-    for q, op in stuck:
-        missing = " and ".join(_long(d) for d in _needs(op, last) if d not in end)
-        parts.append(f"IPU {q} stops at {_long(op)}, waiting for {missing}")
-    return "; ".join(parts)
 
 
 def random_orders(rng, placement, m: int):
