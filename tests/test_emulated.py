@@ -118,6 +118,30 @@ def test_schedules_after_graphcore_equal_the_numpy_runner(kind, mapping, reducti
         assert any("/weight" in n for n in names["B"])
 
 
+@pytest.mark.parametrize("kind,mapping", AFTER)
+def test_training_model_runs_the_schedules_after_graphcore_on_the_emulator(kind, mapping):
+    """PopTorch's front end too: ``training_model(..., pipeline_schedule=kind,
+    emulate=True)`` with the kind's placement (``Stage(...).ipu(q)``) equals
+    ``emulate=False``, every loss and every updated weight."""
+    from ipukit.parallel import PipelinedExecution, Stage
+
+    x, y = data(6 * 2, seed=31)
+    out = []
+    for emulate in (False, True):
+        blocks = [Block(f"S{k}", *layers, ipu_id=q)
+                  for k, (layers, q) in enumerate(zip(model(len(mapping)), mapping))]
+        m = training_model(blocks, nn.SoftmaxCrossEntropy(), optim.SGD(0.1, momentum=0.5),
+                           PipelinedExecution(*[Stage(f"S{k}").ipu(q)
+                                                for k, q in enumerate(mapping)]),
+                           gradient_accumulation=6, device_iterations=2, target=TARGET,
+                           emulate=emulate, pipeline_schedule=kind, output_mode="all")
+        out.append((m.run(x, y), m))
+    assert_same(out)
+    (a, ma), (b, mb) = out
+    assert mb.schedule.kind == kind and a.losses.size == 12 and len(b.trace) > 0
+    assert ({sp.kind for sp in b.timeline} >= {"F", "B", "W"}) == mb.schedule.split
+
+
 def lesson08(kind, emulate, target):
     """Lesson 08's MNIST blocks (its L0 the biggest), pipelined by ``kind``."""
     blocks = [Block("L0", nn.Dense(784, 256, rng=0), nn.ReLU(), ipu_id=0),

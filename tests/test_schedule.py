@@ -550,6 +550,22 @@ def test_unsplit_backward_takes_t_b_plus_t_w():
         s.timing(1, 2, t_W=-1)
 
 
+# The authors' code, read with the `search` tool (the error texts are theirs):
+# * Megatron-LM (also in sail-sg/zero-bubble-pipeline-parallelism, a Megatron fork)
+#   megatron/core/parallel_state.py, initialize_model_parallel: "pipeline-model-parallel
+#   size should be greater than 1 with interleaved schedule"; megatron/core/
+#   pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving: "number of
+#   microbatches (m) is not divisible by pipeline-model-parallel-size (p) when using
+#   interleaved schedule" (torch's ScheduleInterleaved1F1B is laxer: m a multiple of
+#   max(1, m // p) "rounds"; the kit keeps Megatron's rule, the README says so).
+# * sail-sg/zero-bubble-pipeline-parallelism megatron/core/pipeline_parallel/zerobubble/
+#   runtime.py, get_zero_bubble_forward_backward_func (ZB-H1 and ZB-V): "zero bubble must be
+#   enabled with pipeline parallelism" (pipeline size > 1); any number of micro-batches
+#   (torch's ScheduleZBVZeroBubble pads to 2p - 1 and drops the padding).
+# * pytorch torch/distributed/pipelining/schedules.py, ScheduleZBVZeroBubble and
+#   ScheduleDualPipeV: "ZBV requires exactly 2 stages per rank, but got v"; ScheduleDualPipeV:
+#   "DualPipeV requires at least as many microbatches as stages" (2p stages); deepseek-ai/
+#   DualPipe dualpipe/dualpipev.py, DualPipeV.step: num_chunks >= num_ranks * 2.
 @pytest.mark.parametrize("kind,n,count,v,match", [
     ("interleaved_1f1b", 4, 8, None, "virtual_stages is not given.*Use virtual_stages=2"),
     ("interleaved_1f1b", 4, 8, 1, "virtual_stages is 1.*Use virtual_stages=2"),
@@ -563,6 +579,9 @@ def test_unsplit_backward_takes_t_b_plus_t_w():
     ("dualpipev", 4, 7, None, "DualPipeV requires at least as many microbatches as stages, "
                               "but got 7 microbatches and 8 stages.*Use gradient_accumulation"
                               " 8 or more"),
+    ("zb_h1", 1, 8, None, "zero bubble must be enabled with pipeline parallelism: "
+                          "num_stages is 1.*Use num_stages=2"),
+    ("zb_v", 1, 3, None, "zero bubble must be enabled with pipeline parallelism"),
     ("zb_h1", 4, 8, 2, "virtual_stages is 2.*zb_h1.*Use virtual_stages=1"),
     ("grouped", 4, 8, 2, "virtual_stages is 2.*grouped.*Use virtual_stages=1"),
     ("1f1b", 4, 8, 4, "virtual_stages is 4.*1f1b"),
@@ -578,7 +597,8 @@ def test_what_the_authors_accept():
     schedule("interleaved_1f1b", 2, 2, virtual_stages=5)
     schedule("zb_v", 3, 1)  # torch pads to 2p-1 micro-batches and drops the padding
     schedule("zb_h1", 5, 2)
-    schedule("dualpipev", 1, 2)
+    schedule("zb_h1", 2, 1)
+    schedule("dualpipev", 1, 2)  # DualPipeV.step asserts only num_chunks >= 2 num_ranks
     assert schedule("zb_v", 4, 8).virtual_stages == 2
     assert schedule("1f1b", 4, 8, virtual_stages=1).virtual_stages == 1
 
@@ -646,6 +666,7 @@ def beyond(draw):
     elif kind == "dualpipev":
         m = draw(st.integers(2 * p, 2 * p + 8))
     else:
+        p = max(p, 2)  # zero bubble needs pipeline parallelism
         m = draw(st.integers(1, 14))
     return schedule(kind, p, m, virtual_stages=v, recomputation=draw(st.booleans()))
 
@@ -728,3 +749,17 @@ def test_an_order_that_cannot_run_is_refused_not_hung():
     with pytest.raises(PipelineConfigError, match="deadlocks at step 1: IPU0 at B0 of stage 0"
                                                   ", IPU1 at F1 of stage 1"):
         _timed("test", units, True)
+
+
+def test_the_readme_table_names_the_torch_schedules():
+    # issue 27.4: the README's table lists the kinds after Graphcore with their torch names
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.startswith("| `Schedule")]
+    for torch_name, kind in (("ScheduleInterleaved1F1B", "interleaved_1f1b"),
+                             ("ScheduleInterleavedZeroBubble", "zb_h1"),
+                             ("ScheduleZBVZeroBubble", "zb_v"),
+                             ("ScheduleDualPipeV", "dualpipev")):
+        row = [r for r in rows if r.startswith(f"| `{torch_name}`")]
+        assert len(row) == 1 and f'schedule("{kind}", p, m' in row[0], torch_name

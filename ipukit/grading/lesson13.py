@@ -39,6 +39,7 @@ import numpy as np
 
 from ipukit import cost
 
+from . import lesson08
 from .common import capped_warmups, gantt
 from .feedback import Picture, Wrong, exercise, plural, side_by_side
 
@@ -133,11 +134,6 @@ def _name(op) -> str:
     return f"{op[0]}{op[-1]}" if len(op) == 2 else f"{op[0]}{op[2]}s{op[1]}"
 
 
-def _long(op) -> str:
-    """``B3 of stage 2`` for the op ``("B", 2, 3)``."""
-    return f"{op[0]}{op[2]} of stage {op[1]}"
-
-
 def _read(got, n: int, width: int, what: str) -> list[list[tuple]]:
     """The learner's orders as lists of tuples of ``width`` (phase first), or Wrong."""
     shape = "(phase, microbatch)" if width == 2 else "(phase, stage, microbatch)"
@@ -164,15 +160,6 @@ def _picture(orders, t, end_of_axis: float) -> Picture:
               f"waits for ever at {_name(op)}") for q, op in stuck]
     return gantt(bars, [f"IPU{q}" for q in range(len(orders))], end_of_axis, marks,
                  width=int(min(110, max(48, 2 * end_of_axis))))
-
-
-def _stuck_text(orders, stuck, end) -> str:
-    last = max(op[1] for o in orders for op in o)
-    parts = []
-    for q, op in stuck:
-        missing = " and ".join(_long(d) for d in _needs(op, last) if d not in end)
-        parts.append(f"IPU {q} stops at {_long(op)}, waiting for {missing}")
-    return "; ".join(parts)
 
 
 def random_orders(rng, placement, m: int):
@@ -384,14 +371,19 @@ def check_zb_h1(cases, outputs):
         mine = [[(str(ph), int(i)) for ph, i in o] for o in got]
         want = [[(str(ph), int(i)) for ph, i in o] for o in case["_orders"]]
         _check_ops(mine, m, what, {"F", "B", "W"})
-        start, end, stuck = reference_run(staged(mine), *t)
+        _, end, _ = reference_run(staged(mine), *t)
         _, ref_end, _ = reference_run(staged(want), *t)
         axis = max(list(end.values()) + list(ref_end.values()) + [1.0])
         titles = (f"yours (t_F, t_B, t_W = {t})", "ZB-H1 under the limits")
         pictures = side_by_side(_picture(staged(mine), t, axis),
                                 _picture(staged(want), t, axis), titles)
-        if stuck:
-            raise Wrong(f"{what}: your orders deadlock: {_stuck_text(staged(mine), stuck, end)}"
+        # A W waits for its own B alone, which _check_ops put before it: the orders run
+        # exactly when their F and B ops, the 1F1B they split, run in 08.1's simulator.
+        fb = [[op for op in o if op[0] != "W"] for o in mine]
+        end08, stuck08 = lesson08.reference_run(fb, [t[0]] * p, [t[1] + t[2]] * p)
+        if stuck08:
+            raise Wrong(f"{what}: your orders deadlock, their F and B ops (your 1F1B) "
+                        f"already in 08.1's simulator: {lesson08._stuck_text(fb, stuck08, end08)}"
                         f"\n{_table(mine)}", picture=pictures)
         for q in range(p):
             peak, limit, zb = in_flight_peak(mine[q]), caps[q], in_flight_peak(want[q])

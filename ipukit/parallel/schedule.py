@@ -475,7 +475,8 @@ def schedule(kind: str, num_stages: int, gradient_accumulation: int, training: b
     default Auto) is checked against the schedule as TensorFlow does.
     ``virtual_stages`` is the number of chunks per IPU: at least 2 for
     ``"interleaved_1f1b"`` (required), 2 for ``"zb_v"`` and ``"dualpipev"`` (the default),
-    1 for the others. An inference schedule of these four runs their forwards in the
+    1 for the others. ZB-H1 and ZB-V need two IPUs or more (the zero-bubble runtime
+    refuses one). An inference schedule of these four runs their forwards in the
     training order, as their authors' code does without a backward.
     """
     kind = kind.lower() if isinstance(kind, str) else kind
@@ -520,6 +521,10 @@ def _check_virtual_stages(kind, n, g, v) -> int:
     where = f"({kind} schedule, {n} IPUs, gradient_accumulation {g})"
     if v is not None and not is_count(v):
         raise PipelineConfigError(f"virtual_stages must be a positive integer, got {v!r}")
+    if kind in ("zb_h1", "zb_v") and n < 2:  # sail-sg zerobubble/runtime.py
+        raise PipelineConfigError(
+            f"zero bubble must be enabled with pipeline parallelism: num_stages is {n} "
+            f"{where}. Use num_stages=2 or more.")
     if kind == "interleaved_1f1b":
         if v is None or v < 2:
             raise PipelineConfigError(
