@@ -639,17 +639,13 @@ def test_recomputation_with_split_backwards():
     assert s.makespan(1, 2, t_R=1, t_W=1) > schedule("zb_h1", 3, 5).makespan(1, 2, t_W=1)
 
 
-def test_generation_stays_linear():
-    # issue 27 asks for p = 8, m = 64, v = 4 in under 50 ms (benchmarks/bench_schedule.py
-    # measures it); this guards against a quadratic build with ten times the room.
-    import time
-
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        schedule("interleaved_1f1b", 8, 64, virtual_stages=4)
-        best = min(best, time.perf_counter() - t)
-    assert best < 0.5
+def test_generation_emits_each_op_once():
+    # issue 27's speed (p = 8, m = 64, v = 4 in under 50 ms) is measured in
+    # benchmarks/bench_schedule.py, not timed here; this checks the build does no more than
+    # one F and one B per micro-batch and virtual stage.
+    s = schedule("interleaved_1f1b", 8, 64, virtual_stages=4)
+    ops = [(op.phase, op.stage, op.microbatch) for op in s.ops]
+    assert len(ops) == len(set(ops)) == 2 * 64 * 8 * 4
 
 
 # --- properties of every kind after Graphcore -----------------------------------------
