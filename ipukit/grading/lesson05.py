@@ -693,14 +693,19 @@ def _reuse_what(case) -> str:
             f"listed as: {listed}")
 
 
+def _names_in_order(got, what) -> list[str]:
+    """``got`` as a list of names, or ``Wrong``."""
+    if not isinstance(got, (list, tuple)) or not all(isinstance(n, str) for n in got):
+        raise Wrong(f"{what}: return a list of the ops' names in the order to run them, "
+                    f"got {str(got)[:80]!r}")
+    return list(got)
+
+
 def _reuse_trial(case, reuse_order):
     what = _reuse_what(case)
     with naming(what):
         got = reuse_order([dict(op) for op in case["ops"]])
-    if not isinstance(got, (list, tuple)) or not all(isinstance(n, str) for n in got):
-        raise Wrong(f"{what}: return a list of the ops' names in the order to run them, "
-                    f"got {got!r}")
-    return list(got)
+    return _names_in_order(got, what)
 
 
 def _reuse_order_error(ops, order) -> str | None:
@@ -749,8 +754,7 @@ def check_reuse_order(cases, outputs):
     builds that order with popops and reads the peak from the kit's liveness."""
     for case, got in zip(cases, outputs):
         what, ops = _reuse_what(case), case["ops"]
-        if not isinstance(got, list) or not all(isinstance(n, str) for n in got):
-            raise Wrong(f"{what}: return a list of the ops' names, got {got!r}")
+        got = _names_in_order(got, what)
         error = _reuse_order_error(ops, got)
         if error:
             raise Wrong(f"{what}: {error}")
