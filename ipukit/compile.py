@@ -45,7 +45,7 @@ from .vertex import MultiVertex
 #: Bytes of vertex state per field: a pointer (scalar) or pointer and size (Vector).
 SCALAR_FIELD_BYTES, VECTOR_FIELD_BYTES = 4, 8
 #: Bytes of code per codelet class on each tile that runs it, however many compute sets
-#: use it there (approximate; kit convention).
+#: use it there (kit convention: an approximation).
 CODELET_CODE_BYTES = 256
 #: A compute set's vertices of one class and field shape run as one array operation per
 #: run of vertices whose fields step evenly through storage (a region: no index array)

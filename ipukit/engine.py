@@ -5,17 +5,17 @@ type. Each compute set runs as one BSP superstep; all vertices of one class and 
 shape run as ONE array operation (``per_vertex=True`` or the option ``"debug.perVertex"``
 runs them one at a time, for debugging, with identical results); the first time a group
 runs, its first and last vertex also run alone on copies, and a codelet that mixes
-vertices (``x.sum()`` without ``axis=-1``) raises ``CodeletError``. Kit convention: the
-kit's own PopLibs codelets skip that check (their ``compute`` is marked
-``poputil.vertex_separable``, and tests/test_poputil.py proves each one separable, batched
-against one vertex at a time); every other codelet, a learner's, is checked. A group's
+vertices (``x.sum()`` without ``axis=-1``) raises ``CodeletError``. The kit's own PopLibs
+codelets skip that check, as their ``compute`` is marked ``poputil.vertex_separable`` and
+tests/test_poputil.py proves each one separable, batched against one vertex at a time (kit
+convention); every other codelet, a learner's, is checked. A group's
 fields are worked out once: storage itself where a view of it has the field's shape (read
-only for an Input), else a copy each run. Kit convention: a codelet class marked
+only for an Input), else a copy each run. A codelet class marked
 ``strided_fields = True`` (poplin's matmul, popops' Reduce) also gets a region that no
 (vertices, elements) view reaches as a strided view of storage, (vertices, ...), not a
-copy. Every executed step is appended to ``engine.trace``. Kit convention: one ``run``
-emulates at most ``"debug.maxEmulatedSteps"`` steps (default 1,000,000), checked up front
-for ``Repeat``.
+copy (kit convention). Every executed step is appended to ``engine.trace``. One
+``run`` emulates at most ``"debug.maxEmulatedSteps"`` steps (default 1,000,000), checked up
+front for ``Repeat`` (kit convention).
 
 >>> import sys, numpy as np, ipukit as ipu
 >>> dev = ipu.IPUModel(tiles_per_ipu=1).create_device()

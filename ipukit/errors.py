@@ -288,7 +288,7 @@ class GraphConnectionError(IpuError):
     def connected_twice(cls, name, vertex):
         return cls(f"field '{name}' of {vertex} is already connected; Poplar allows one edge "
                    "per field (a second is a poplar::graph_connection_error when the Engine is "
-                   "built; kit convention: ipukit refuses it at connect): connect it to one "
+                   "built); ipukit refuses it at connect (kit convention): connect it to one "
                    "tensor (concat views to join several)")
 
     @classmethod
@@ -356,8 +356,9 @@ class ComputeSetRaceError(IpuError):
 
     Poplar refuses these when the Engine is built (``poplar::graph_cycle_error``, e.g. "Field
     V.f writes to elements [0:4) of variable 'v' that are written to elsewhere in same
-    compute set"). Kit convention: ipukit also refuses one vertex that reads and writes an
-    element through two different fields (an ``InOut`` field reads and writes in place).
+    compute set"). ipukit also refuses one vertex that reads and writes an element through
+    two different fields (kit convention: an ``InOut`` field, which reads and writes in
+    place, is one field).
     """
 
     @classmethod
@@ -561,7 +562,7 @@ class ProgramError(IpuError):
 
     @classmethod
     def too_many_steps(cls, what, need, max_steps):
-        """Kit convention: one run emulates at most ``debug.maxEmulatedSteps`` steps."""
+        """One run emulates at most ``debug.maxEmulatedSteps`` steps (kit convention)."""
         return cls(f"{what} would emulate {need:,} steps (compute sets, copies and stream "
                    f"copies) in one run; Poplar runs it, but the emulator stops at "
                    f"{max_steps:,} (about 10 us a step). Use a smaller count, or allow it "

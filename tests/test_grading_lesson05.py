@@ -26,7 +26,8 @@ CHECKS = {"05.1": ("check_add_cycles", "add_compute_cycles"),
           "05.2": ("check_split_cost", "split_cost"),
           "05.3": ("check_reduce_rows", "reduce_rows"),
           "05.4": ("check_bottleneck", "bottleneck"),
-          "05.5": ("check_log_softmax", "log_softmax")}
+          "05.5": ("check_log_softmax", "log_softmax"),
+          "05.6": ("check_reuse_order", "reuse_order")}
 MK2 = ipu.IPUModel("ipu2").create_device().target
 MK1 = ipu.IPUModel("ipu1").create_device().target
 
@@ -34,7 +35,7 @@ MK1 = ipu.IPUModel("ipu1").create_device().target
 @SOLVED_AND_UNTOUCHED
 def test_solutions_pass_and_untouched_exercises_are_not_solved(folder, status):
     rows = grade_exercises(lesson05, "05", NOTEBOOK, CHECKS, folder, status)
-    assert sum(r.max_points for r in rows) == 13
+    assert sum(r.max_points for r in rows) == 15
 
 
 def test_every_check_is_judged_on_plain_data():
@@ -383,3 +384,82 @@ def test_an_error_in_the_learners_code_names_the_case():
     r = lesson05.check_reduce_rows(crashes)
     assert r.message.startswith("reduce_rows: x of shape [10, 7] on 5 tiles: your code raised "
                                 "KeyError: 'row 10'")
+
+
+# -- 05.6: memory reuse ---------------------------------------------------------------------
+
+
+def _names(ops):
+    return [op["name"] for op in ops]
+
+
+def test_reuse_memory_reads_the_peak_from_the_liveness():
+    """Two temporaries of 100 floats on one tile: 800 B live together in the listed order,
+    400 B when each is reduced before the next is made (hand-computed: 4 B a float)."""
+    ops = [{"name": "t", "op": "exp", "input": "x"}, {"name": "u", "op": "square", "input": "x"},
+           {"name": "sum_t", "op": "sum", "input": "t"}, {"name": "sum_u", "op": "sum",
+                                                           "input": "u"}]
+    listed = lesson05.reuse_memory(ops, _names(ops), 100, 1)
+    reused = lesson05.reuse_memory(ops, ["t", "sum_t", "u", "sum_u"], 100, 1)
+    assert lesson05.tile_peak(listed) == 800 and lesson05.tile_peak(reused) == 400
+    assert reused.liveness.ranges("t/out") == [(0, 1)]
+    assert reused.liveness.ranges("u/out") == [(2, 3)]
+    # the reductions' results are read by the host: always live, in "variables"
+    assert listed.categories["variables"][0] == reused.categories["variables"][0] == 400 + 8
+
+
+def test_reuse_cases_are_plain_and_a_better_order_exists():
+    for case in lesson05._reuse_cases(np.random.default_rng(3)):
+        assert case["_best"] < case["_listed"]
+        assert all(set(op) == {"name", "op", "input"} for op in case["ops"])
+
+
+def _reductions_last(ops):
+    order = []
+
+    def emit(name):
+        order.append(name)
+        for op in sorted((op for op in ops if op["input"] == name),
+                         key=lambda op: op["op"] in ("sum", "max")):
+            emit(op["name"])
+    for op in ops:
+        if op["input"] == "x":
+            emit(op["name"])
+    return order
+
+
+def _per_reduction(ops):
+    """Depth first from each reduction in the listed order: chains end up interleaved
+    when a chain's reductions are listed apart."""
+    by_name = {op["name"]: op for op in ops}
+    order = []
+
+    def need(name):
+        if name != "x" and name not in order:
+            need(by_name[name]["input"])
+            order.append(name)
+    for op in ops:
+        if op["op"] in ("sum", "max"):
+            need(op["name"])
+    return order
+
+
+@pytest.mark.parametrize("answer, says", [
+    (_names, "peaks at 800 B"),  # the listed order
+    (lambda ops: _names(ops)[::-1], "runs before"),
+    (lambda ops: _names(ops)[:-1], "appears 0 times"),
+    (lambda ops: _names(ops) + _names(ops)[:1], "appears 2 times"),
+    (lambda ops: _names(ops) + ["y"], "'y' is not one of the ops"),
+    (lambda ops: "t00 sum_t00", "return a list"),
+    (_reductions_last, "an order exists that needs only 128 B"),
+    (_per_reduction, "an order exists that needs only"),
+])
+def test_reuse_order_mistakes_lose_the_points(answer, says):
+    r = lesson05.check_reuse_order(answer, show=False)
+    assert r.status == feedback.FAILED and says in r.message, r.message
+    assert "reuse_order on" in r.message  # names the case
+
+
+def test_reuse_order_feedback_names_the_temporaries_live_together():
+    r = lesson05.check_reuse_order(_names, show=False)
+    assert "holds t00/out, t10/out live together" in r.message

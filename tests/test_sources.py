@@ -130,10 +130,9 @@ def marker_texts():
         yield path.relative_to(ROOT), path.read_text()
 
 
-#: Files that still spell the marker otherwise, by path prefix: ipukit/, exercises/ and
-#: solutions/ are other branches' to edit (issue 31). Once one is fixed its xfail passes,
-#: which fails (strict): then remove it from this list.
-NOT_YET = ("ipukit/compile.py", "ipukit/engine.py", "ipukit/errors.py")
+#: Files that still spell the marker otherwise, by path prefix (strict xfail: once one is
+#: fixed its xfail passes, which fails; then remove it from this list). None left.
+NOT_YET = ()
 
 
 def marker_cases():

@@ -7,7 +7,8 @@ each tile's compute cycles from the step; 05.2 uses Graphcore's integer cost fun
 tut6 (``estimateCycles`` in ``tut6.cpp``, whose 10000×1000 numbers are in Graphcore's
 tests: split 7 on Mk2, total 3996); 05.3 and 05.5 compare the learner's graph's outputs
 with NumPy (their cycles, measured in the kernel, earn only the star); 05.4 reads the
-Trace of programs built from PopLibs ops.
+Trace of programs built from PopLibs ops; 05.6 builds the learner's order of ops (plain
+data) with popops in the judge and reads its tile peak from the kit's liveness.
 
 >>> from ipukit.grading import lesson05
 >>> r = lesson05.check_split_cost(lambda target, rows, cols, split: {}, show=False)
@@ -583,3 +584,184 @@ def check_log_softmax(cases, outputs):
         used += as_int(output_field(got, "cycles", what), f"{what}: cycles")
         budget += case["_budget"]
     return Cost(used, budget, "cycle")  # cycles measured in the kernel: the star only
+
+
+# -- 05.6: memory reuse, read from the liveness ------------------------------------------------
+
+#: The element-wise ops and reductions a 05.6 case may list (popops names).
+_MAPS = ("exp", "square", "neg", "abs")
+_REDUCTIONS = {"sum": popops.Operation.ADD, "max": popops.Operation.MAX}
+
+
+def reuse_memory(ops, order, n: int, tiles: int):
+    """Build ``ops`` (05.6's plain dicts: name, op, input) in ``order`` with popops, on a
+    ``tiles``-tile IPU where ``x`` holds ``n`` floats (host write) and every reduction's
+    result is read by the host; returns the compiled graph's memory (its liveness)."""
+    g = ipu.Graph(_target(tiles))
+    x = g.add_variable(ipu.FLOAT, [n], "x")
+    poputil.map_tensor_linearly(g, x, min_elements_per_tile=1)
+    g.create_host_write("x", x)
+    made = {"x": x}
+    prog = ipu.Sequence()
+    by_name = {op["name"]: op for op in ops}
+    for name in order:
+        op = by_name[name]
+        if op["op"] in _REDUCTIONS:
+            made[name] = popops.reduce(g, made[op["input"]], [0], _REDUCTIONS[op["op"]],
+                                       prog, name)
+            g.create_host_read(name, made[name])
+        else:
+            made[name] = getattr(popops, op["op"])(g, made[op["input"]], prog, name)
+    return ipu.compile_graph(g, [prog]).memory
+
+
+def tile_peak(memory) -> int:
+    """The most bytes of not-always-live variables and exchange buffers on any one tile:
+    what memory reuse can lower (the always-live bytes do not change with the order)."""
+    cats = memory.categories
+    return int((cats["not-always-live variables"] + cats["exchange buffers"]).max())
+
+
+def _best_order(ops) -> list[str]:
+    """Each chain from ``x`` in turn, each reduction right after the temporary it reads:
+    no two chains' temporaries live at once, and a temporary's reductions finish before
+    the next op of its chain (the least peak for chains)."""
+    order = []
+
+    def emit(name):
+        order.append(name)
+        readers = [op for op in ops if op["input"] == name]
+        for op in sorted(readers, key=lambda op: op["op"] not in _REDUCTIONS):
+            emit(op["name"])
+
+    for op in ops:
+        if op["input"] == "x":
+            emit(op["name"])
+    return order
+
+
+def _reuse_case(chains, n, tiles, interleave) -> dict:
+    """``chains``: per chain, per element-wise op, (op, reductions of its result). The
+    listed order (a valid one, the naive one) makes every temporary first, then every
+    reduction, each chain by chain or ``interleave``d across chains."""
+    maps, reductions = [], []
+    for c, chain in enumerate(chains):
+        source = "x"
+        for k, (op, reduce_ops) in enumerate(chain):
+            name = f"t{c}{k}"
+            maps.append((k, c, {"name": name, "op": op, "input": source}))
+            for r, red in enumerate(reduce_ops):
+                reductions.append((k, c, {"name": f"{red}{r + 1 if r else ''}_{name}",
+                                          "op": red, "input": name}))
+            source = name
+    for listed in (maps, reductions):
+        listed.sort(key=lambda m: m[:2] if interleave else m[1::-1])
+    ops = [m[2] for m in maps + reductions]
+    return {"ops": ops, "n": n, "tiles": tiles,
+            "_best": tile_peak(reuse_memory(ops, _best_order(ops), n, tiles)),
+            "_listed": tile_peak(reuse_memory(ops, [op["name"] for op in ops], n, tiles))}
+
+
+def _reuse_cases(rng) -> list[dict]:
+    """Two one-op chains (the lesson's example); a chain of two whose first temporary is
+    also reduced (reduce it before the chain goes on: its partials are temporaries too, on
+    4 tiles); temporaries listed across chains; chains of different lengths and sizes;
+    then a random forest of chains."""
+    found = [([[("exp", ["sum"])], [("square", ["sum"])]], 100, 1, False),
+             ([[("exp", ["max"]), ("square", ["sum"])]], 64, 4, False),
+             ([[("neg", ["max"])], [("abs", ["sum", "max"])], [("exp", ["sum"])]], 48, 2,
+              True),
+             ([[("exp", []), ("square", ["sum"])], [("abs", ["max"])],
+               [("neg", ["sum"]), ("exp", ["max"]), ("abs", ["sum"])]], 40, 4, True)]
+    chains = []
+    for _ in range(int(rng.integers(2, 4))):
+        length = int(rng.integers(1, 4))
+        chain = [(str(rng.choice(_MAPS)),
+                  [str(r) for r in rng.choice(list(_REDUCTIONS), int(rng.integers(0, 3)))])
+                 for _ in range(length)]
+        if not chain[-1][1]:
+            chain[-1] = (chain[-1][0], ["sum"])
+        chains.append(chain)
+    found.append((chains, int(rng.integers(8, 200)), int(rng.choice([1, 2, 4])),
+                  bool(rng.integers(0, 2))))
+    return [_reuse_case(*f) for f in found]
+
+
+def _reuse_what(case) -> str:
+    listed = ", ".join(f"{op['name']} = {op['op']}({op['input']})" for op in case["ops"])
+    return (f"reuse_order on {case['tiles']} tile(s), x of {case['n']} floats, the ops "
+            f"listed as: {listed}")
+
+
+def _names_in_order(got, what) -> list[str]:
+    """``got`` as a list of names, or ``Wrong``."""
+    if not isinstance(got, (list, tuple)) or not all(isinstance(n, str) for n in got):
+        raise Wrong(f"{what}: return a list of the ops' names in the order to run them, "
+                    f"got {str(got)[:80]!r}")
+    return list(got)
+
+
+def _reuse_trial(case, reuse_order):
+    what = _reuse_what(case)
+    with naming(what):
+        got = reuse_order([dict(op) for op in case["ops"]])
+    return _names_in_order(got, what)
+
+
+def _reuse_order_error(ops, order) -> str | None:
+    """Why ``order`` is not an order of ``ops`` (None: it is one)."""
+    names = [op["name"] for op in ops]
+    inputs = {op["name"]: op["input"] for op in ops}
+    for name in order:
+        if name not in inputs:
+            return f"'{name}' is not one of the ops ({', '.join(names)})"
+    for name in names:
+        if order.count(name) != 1:
+            return f"'{name}' appears {order.count(name)} times in your order (once, please)"
+    done = {"x"}
+    for name in order:
+        if inputs[name] not in done:
+            return f"'{name}' runs before '{inputs[name]}', the result it reads"
+        done.add(name)
+    return None
+
+
+def _peak_story(memory) -> str:
+    """Which temporaries the fullest tile holds at its peak, and at which op."""
+    live = memory.liveness
+    cats = memory.categories
+    tile = int(np.argmax(cats["not-always-live variables"] + cats["exchange buffers"]))
+    point = int(live.peak[tile])
+    held = live.bytes_of(tile)
+    names = sorted({live.names[v] for v, a, b in live.runs.tolist()
+                    if a <= point <= b and held[v]})
+    return (f"at op '{live.labels[point]}' tile {tile} holds {', '.join(names) or 'nothing'}"
+            " live together")
+
+
+@exercise("05.6", "reuse memory: temporaries that are never live together", points=2, hints=(
+    "Look at report.liveness of the listed order: which temporaries are live at the peak, "
+    "and could one of them die before the other is made?",
+    "A temporary is live from the op that writes it to the last op that reads it. Run "
+    "every reduction of a temporary right after it, and finish one chain from x before "
+    "starting the next: then the chains' temporaries share one piece of memory.",
+    "Start from each op that reads x; emit it, then (depth first) the reductions that "
+    "read its result, then the element-wise op that reads it, and so on down the chain."),
+    answers=("reuse_order",), cases=_reuse_cases, trial=_reuse_trial)
+def check_reuse_order(cases, outputs):
+    """Exercise 05.6: ``reuse_order(ops)`` → the ops' names in an order that runs each op
+    after its input and gives the least tile peak of not-always-live memory. The judge
+    builds that order with popops and reads the peak from the kit's liveness."""
+    for case, got in zip(cases, outputs):
+        what, ops = _reuse_what(case), case["ops"]
+        got = _names_in_order(got, what)
+        error = _reuse_order_error(ops, got)
+        if error:
+            raise Wrong(f"{what}: {error}")
+        memory = reuse_memory(ops, got, case["n"], case["tiles"])
+        peak = tile_peak(memory)
+        if peak > case["_best"]:
+            raise Wrong(f"{what}: your order {got} peaks at {peak:,} B of not-always-live "
+                        f"memory on one tile ({_peak_story(memory)}); the listed order "
+                        f"peaks at {case['_listed']:,} B, and an order exists that needs "
+                        f"only {case['_best']:,} B")
