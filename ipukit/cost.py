@@ -51,12 +51,13 @@ IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE = 6.0
 #: Host link per preset in bytes per cycle; None means ``HOST_LINK_BYTES_PER_SECOND``.
 HOST_LINK_BYTES_PER_CYCLE = {"ipu1": IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE,
                              "ipu2": IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE, "bow": None}
-#: Streaming Memory (remote buffers): DDR on the IPU-Machine's IPU-Gateway, "Up to 256GB
-#: Streaming Memory" per Bow-2000 (Bow-2000 datasheet, overview; the IPU-M2000 the same).
-#: Each IPU reaches the IPU-Gateway over PCIe Gen4 x8 (IPU-M2000 BMC user guide's block
-#: diagram): 8 lanes x 16 GT/s x 128/130 = 15.75 GB/s each way. Graphcore publishes no
-#: remote-buffer bandwidth: the kit charges that line rate (kit convention: no protocol
-#: overhead, no DDR limit, each IPU its own link).
+#: Streaming Memory (remote buffers): the DDR of the IPU-Machine, "Up to 256GB Streaming
+#: Memory" beside "3.6GB In-Processor-Memory" per Bow-2000 (Bow-2000 datasheet, overview).
+#: It hangs off the IPU-Gateway, which the IPU-M2000 BMC user guide's block diagram links
+#: to the IPUs by PCIe Gen4 x8 (as read by vengineer.hatenablog.com, 2023-01-23): 8 lanes
+#: x 16 GT/s x 128/130 = 15.75 GB/s each way. Graphcore publishes no remote-buffer
+#: bandwidth: the kit charges that line rate (kit convention: no protocol overhead, no DDR
+#: limit, each IPU its own link).
 STREAMING_MEMORY_BYTES_PER_SECOND = 8 * 16e9 * 128 / 130 / 8
 #: Fixed latency of one remote-buffer copy (a PCIe round trip to DDR), 1 µs (kit convention:
 #: Graphcore publishes none).
