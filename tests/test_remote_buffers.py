@@ -16,6 +16,7 @@ Graphcore's behaviour tested here:
   "3.6GB In-Processor-Memory"): it is not tile memory.
 """
 
+import io
 import warnings
 
 import numpy as np
@@ -165,7 +166,6 @@ def test_streaming_memory_is_its_own_category_not_tile_memory():
     eng.load(dev)
     eng.run()
     assert eng.trace.summary()["streaming_memory"] == 64 * 2**20 + 6
-    import io  # noqa: PLC0415
     out = io.StringIO()
     eng.print_profile_summary(out)
     assert "Streaming Memory (remote buffers, not tile memory):" in out.getvalue()
@@ -228,3 +228,49 @@ def test_offsets_read_at_run_time_and_host_access_are_checked():
         eng.copy_from_remote_buffer("nope", np.zeros(2, np.float32))
     with pytest.raises(ipu.StreamError, match="out of range"):
         eng.copy_to_remote_buffer(np.zeros(2), "rb", True)
+
+
+def test_a_tensor_filled_from_a_remote_buffer_is_not_always_live():
+    """What offloading buys: a tile variable written whole by a copy from Streaming Memory
+    and last read by the copy back is live only between them (Poplar's liveness: a
+    variable written whole is dead before; memory guide, "not-always-live")."""
+    _, g = _graph(1)
+    state = _mapped(g, ipu.FLOAT, [100], "state")
+    w = _mapped(g, ipu.FLOAT, [100], "w")
+    g.create_host_read("w", w)
+    other = _mapped(g, ipu.FLOAT, [300], "other")  # live only before the update
+    g.create_host_write("x", _mapped(g, ipu.FLOAT, [300], "x"))
+    rb = g.add_remote_buffer("rb", ipu.FLOAT, 100)
+    prog = ipu.Sequence(ipu.Copy(g.host_writes["x"], other))
+    popops.add_in_place(g, w, other[:100], prog, "use other")
+    prog.add(ipu.Copy(rb, state))
+    popops.add_in_place(g, w, state, prog, "update")
+    prog.add(ipu.Copy(state, rb))
+    mem = ipu.compile_graph(g, [prog]).memory
+    assert int(mem.categories["variables"][0]) == 4 * (100 + 300)  # w and x: host handles
+    # state (400 B) and other (1,200 B) are never live together: the peak is other's
+    assert int(mem.categories["not-always-live variables"][0]) == 1200
+    assert mem.streaming_memory == 400
+
+
+def test_remote_copies_in_a_repeat_run_and_cost_every_time():
+    dev, g = _graph(1)
+    v = _mapped(g, ipu.INT, [3], "v")
+    g.create_host_read("v", v)
+    rb = g.add_remote_buffer("rb", ipu.INT, 3, repeats=2)
+    one = g.add_constant(ipu.INT, [3], [1, 1, 1], "one")
+    g.set_tile_mapping(one, 0)
+    body = ipu.Sequence(ipu.Copy(rb, v, 1))
+    popops.add_in_place(g, v, one, body, "inc")
+    body.add(ipu.Copy(v, rb, 1))
+    eng = ipu.Engine(g, ipu.Repeat(5, body))
+    eng.load(dev)
+    eng.copy_to_remote_buffer(np.array([10, 20, 30]), "rb", 1)
+    eng.run()
+    np.testing.assert_array_equal(eng.copy_from_remote_buffer("rb", np.zeros(3, np.int32), 1),
+                                  [15, 25, 35])
+    np.testing.assert_array_equal(eng.copy_from_remote_buffer("rb", np.zeros(3, np.int32), 0),
+                                  [0, 0, 0])
+    remote = [s for s in eng.trace.executed_steps() if s.kind == "remote"]
+    assert len(remote) == 10
+    assert eng.trace.summary()["remote_exchange_cycles"] == 10 * cost.remote_cycles(12, dev.target)
