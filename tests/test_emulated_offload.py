@@ -156,3 +156,16 @@ def test_replicated_sharded_offloaded_state_trains_as_the_numpy_runner():
     for k in pa.params:
         np.testing.assert_allclose(pb.params[k], pa.params[k], rtol=1e-4, atol=1e-6)
     assert emulation(pb).engine.trace.memory.streaming_memory == 4 * 2 * sum(STAGE_FLOATS)
+
+
+def test_keras_offloads_by_default_in_a_pipeline():
+    """A pipelined Keras model passes ``offload_weight_update_variables`` (default None) to
+    ``pipelining_ops.pipeline``, which then offloads: the emulated fit copies the Momentum
+    state to and from Streaming Memory at every update."""
+    from tests.test_keras import MB, data, sequential  # noqa: PLC0415
+
+    m = sequential(emulate=True)
+    m.fit(*data(8 * MB, seed=11), batch_size=MB, epochs=1, verbose=0)
+    remote = [s for s in m.last_result.trace.executed_steps() if s.kind == "remote"]
+    assert remote and all(s.remote_bytes > 0 for s in remote)
+    assert m.last_result.trace.memory.streaming_memory > 0
