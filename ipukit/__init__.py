@@ -30,7 +30,7 @@ from .errors import (
     StreamError,
     TileMappingError,
 )
-from .graph import ComputeSet, DataStream, Graph, VertexRef
+from .graph import ComputeSet, DataStream, Graph, RemoteBuffer, VertexRef
 from .print_tensor import format_tensor
 from .program import (
     Copy,
@@ -57,7 +57,8 @@ __all__ = [
     "Executable", "Execute", "Graph", "GraphConnectionError", "IPUModel", "If", "InOut",
     "Input", "IpuError", "MultiVertex", "OutOfMemoryError", "OutOfMemoryWarning", "Output",
     "PipelineConfigError", "PipelineConfigTypeError", "PrintTensor", "PrintTensorFmt",
-    "Program", "ProgramError", "Repeat", "RepeatWhileTrue", "Sequence", "State", "Step",
+    "Program", "ProgramError", "RemoteBuffer", "Repeat", "RepeatWhileTrue", "Sequence",
+    "State", "Step",
     "StreamError", "Target", "Tensor", "TileMappingError", "TileMemory", "Trace", "Vector",
     "Vertex", "VertexRef", "compile_graph", "concat", "format_tensor",
 ]

@@ -35,7 +35,7 @@ from .errors import (
     StreamError,
     TileMappingError,
 )
-from .graph import DataStream, Graph
+from .graph import DataStream, Graph, RemoteBuffer
 from .memory_report import out_of_memory
 from .program import Copy, Execute, If, PrintTensor, Program, Repeat, RepeatWhileTrue, Sequence
 from .tensor import Tensor, address_span, addresses, index_runs, runs
@@ -129,6 +129,8 @@ VertexGroup = _record("VertexGroup", "cls vertex_ids tiles estimates fields stat
 ExecNode = _record("ExecNode", "step groups")  # a compute set: its step, vertex groups
 CopyNode = _record("CopyNode", "step src dst")
 StreamNode = _record("StreamNode", "step stream access")
+#: a copy to (``to_remote``) or from a remote buffer; offset: an int or the offset's Access
+RemoteNode = _record("RemoteNode", "step buffer access offset to_remote")
 SeqNode = _record("SeqNode", "children")
 RepeatNode = _record("RepeatNode", "count body")
 WhileNode = _record("WhileNode", "cond predicate body name")  # name: the predicate's
@@ -204,6 +206,8 @@ class _Compiler:
                 raise ProgramError.compute_set_of_other_graph(p.cs)
             return self._compute_set(p.cs)
         if isinstance(p, Copy):
+            if isinstance(p.src, RemoteBuffer) or isinstance(p.dst, RemoteBuffer):
+                return self._remote_copy(p.src, p.dst, p.offset)
             return self._copy(p.src, p.dst)
         if isinstance(p, Repeat):
             return RepeatNode(p.count, self.node(p.body))
@@ -237,7 +241,7 @@ class _Compiler:
 
     # -- steps ----------------------------------------------------------------------------
     def _step(self, name, kind, sync=0, compute=None, transfers=None, host_bytes=0,
-              tile_in=0, tile_out=0, tiles=(), results=None, **extra) -> int:
+              tile_in=0, tile_out=0, tiles=(), results=None, remote_bytes=0, **extra) -> int:
         """Record a superstep: sync, exchange in, compute, then, given ``results`` (a
         compute set's outputs held on other tiles: moves as ``transfers``), exchange out
         (Graphcore: "Exchange inputs, Compute, Exchange outputs"). Bytes in per tile:
@@ -246,7 +250,8 @@ class _Compiler:
         each tile sends (the exchange broadcasts: an element read by many tiles is sent
         once). ``tiles`` and the transfers' ends are the tiles taking part: the step
         involves (and syncs) their IPUs only; every IPU when there are none (IPU-level task
-        parallelism)."""
+        parallelism). ``host_bytes`` (a stream copy) and ``remote_bytes`` (a remote-buffer
+        copy) cross the host link or the Streaming Memory link while the tiles exchange."""
         t, n, per = self.t, self.t.num_tiles, self.t.tiles_per_ipu
         compute = np.zeros(n, np.int64) if compute is None else compute
         pairs, b_in, b_out, exch, inter = self._exchange(transfers, tile_in, tile_out)
@@ -260,12 +265,14 @@ class _Compiler:
         if inter or out[4]:  # an external sync of the IPUs the step joins
             sync = max(sync, cost.global_sync_cycles(t, len(ipus)))
         exch = max(exch, cost.host_cycles(int(host_bytes), self.t)) if host_bytes else exch
+        exch = max(exch, cost.remote_cycles(int(remote_bytes), self.t))
         step = Step(index=len(self.steps), name=name, kind=kind, sync_cycles=int(sync),
                     exchange_cycles=exch + out[3], compute_cycles=int(compute.max(initial=0)),
                     tile_compute_cycles=compute, tile_bytes_in=b_in if out[1] is None
                     else b_in + out[1], tile_bytes_out=b_out if out[2] is None
                     else b_out + out[2], transfers=np.concatenate([pairs, out[0]]),
                     inter_ipu_bytes=inter + out[4], host_bytes=int(host_bytes), ipus=ipus,
+                    remote_bytes=int(remote_bytes),
                     exchange_out_cycles=out[3], tile_result_bytes_in=out[1],
                     tile_result_bytes_out=out[2], result_transfers=out[0],
                     result_inter_ipu_bytes=out[4], **extra)
@@ -366,6 +373,36 @@ class _Compiler:
             name, "stream", sync=cost.sync_cycles(self.t), host_bytes=nbytes, tiles=tile,
             **{"tile_in" if stream.to_device else "tile_out": per_tile})
         return StreamNode(step, stream, access)
+
+    def _remote_copy(self, src, dst, offset):
+        """A copy between a tensor and a remote buffer (``Copy(buffer, tensor[, offset])``
+        or back): a "remote" step, its tiles' bytes over the exchange and the Streaming
+        Memory link (:func:`cost.remote_cycles`), one offset per repeat copied."""
+        to_remote = isinstance(dst, RemoteBuffer)
+        buf, tensor = (dst, src) if to_remote else (src, dst)
+        if self.g.remote_buffers.get(buf.name) is not buf:
+            raise StreamError.remote_buffer_of_other_graph(buf)
+        access = self._access(tensor, "Copy", flat=True)
+        rows = offset.num_elements() if isinstance(offset, Tensor) else 1
+        if tensor.num_elements() != buf.num_elements * rows or tensor.dtype != buf.dtype:
+            raise StreamError.remote_copy_mismatch(buf, tensor, rows)
+        if isinstance(offset, Tensor):
+            offset = self._access(offset, "Copy offset", flat=True)
+        elif offset is not None:
+            offset = int(offset)
+        name = f"RemoteCopy {tensor.name} {'->' if to_remote else '<-'} {buf.name}"
+        key = (id(buf), to_remote, tensor.offset, tensor.shape, tensor.strides, id(tensor._idx))
+        if key in self.copies:  # the same elements again: renamed
+            return RemoteNode(self._again(self.copies[key], name), buf, access, offset,
+                              to_remote)
+        run, start, end, tile = self.g.pools[tensor.dtype].pieces(*runs(tensor))
+        nbytes = tensor.num_elements() * tensor.dtype.itemsize
+        per_tile = (np.bincount(tile, weights=end - start, minlength=self.t.num_tiles)
+                    * tensor.dtype.itemsize).astype(np.int64)
+        step = self.copies[key] = self._step(
+            name, "remote", sync=cost.sync_cycles(self.t), remote_bytes=nbytes, tiles=tile,
+            **{"tile_out" if to_remote else "tile_in": per_tile})
+        return RemoteNode(step, buf, access, offset, to_remote)
 
     def _moved_step(self, index: int, shift: int, name: str) -> int:
         """Step ``index`` again, renamed, ``shift`` tiles (whole IPUs) on."""
@@ -687,7 +724,8 @@ class _Compiler:
         categories.update(self.memory)  # vertex state and code
         categories.update({k: live[k] for k in ("not-always-live variables",
                                                  "exchange buffers")})
-        mem = TileMemory(categories, self.t.bytes_per_tile, liveness=info)
+        mem = TileMemory(categories, self.t.bytes_per_tile, liveness=info,
+                         remote={k: b.nbytes for k, b in self.g.remote_buffers.items()})
         if (mem.total > self.t.bytes_per_tile).any():
             text = out_of_memory(self.g, mem, error=not self.allow_out_of_memory)
             if not self.allow_out_of_memory:

@@ -51,6 +51,17 @@ IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE = 6.0
 #: Host link per preset in bytes per cycle; None means ``HOST_LINK_BYTES_PER_SECOND``.
 HOST_LINK_BYTES_PER_CYCLE = {"ipu1": IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE,
                              "ipu2": IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE, "bow": None}
+#: Streaming Memory (remote buffers): the DDR of the IPU-Machine, "Up to 256GB Streaming
+#: Memory" beside "3.6GB In-Processor-Memory" per Bow-2000 (Bow-2000 datasheet, overview).
+#: It hangs off the IPU-Gateway, which the IPU-M2000 BMC user guide's block diagram links
+#: to the IPUs by PCIe Gen4 x8 (as read by vengineer.hatenablog.com, 2023-01-23): 8 lanes
+#: x 16 GT/s x 128/130 = 15.75 GB/s each way. Graphcore publishes no remote-buffer
+#: bandwidth: the kit charges that line rate (kit convention: no protocol overhead, no DDR
+#: limit, each IPU its own link).
+STREAMING_MEMORY_BYTES_PER_SECOND = 8 * 16e9 * 128 / 130 / 8
+#: Fixed latency of one remote-buffer copy (a PCIe round trip to DDR), 1 µs (kit convention:
+#: Graphcore publishes none).
+STREAMING_MEMORY_LATENCY_SECONDS = 1e-6
 #: Fixed cost of one host synchronisation (one ``Engine.run`` call), about 10 µs (kit
 #: convention).
 HOST_SYNC_SECONDS = 10e-6
@@ -97,6 +108,26 @@ def host_link_bytes_per_cycle(target) -> float:
     Bow IPU's share of its Bow-2000's 100 GbE: 3.125 GB/s, 1.69 B/cycle at 1.85 GHz)."""
     link = getattr(target, "host_link", None)
     return link if link is not None else HOST_LINK_BYTES_PER_SECOND / target.clock_hz
+
+
+def streaming_memory_bytes_per_cycle(target) -> float:
+    """Streaming Memory bytes per cycle, one way (15.75 GB/s: 8.5 B/cycle at 1.85 GHz)."""
+    return STREAMING_MEMORY_BYTES_PER_SECOND / target.clock_hz
+
+
+def remote_cycles(nbytes, target) -> int:
+    """One copy of ``nbytes`` between tiles and Streaming Memory (a remote buffer): the
+    fixed latency plus the bytes over the IPU's link to the IPU-Gateway.
+
+    >>> import ipukit as ipu
+    >>> t = ipu.IPUModel("ipu2").create_device().target
+    >>> remote_cycles(0, t), remote_cycles(4000, t)  # 1,330 + ceil(4000 / 11.84)
+    (0, 1668)
+    """
+    if not nbytes:
+        return 0
+    latency = math.ceil(round(STREAMING_MEMORY_LATENCY_SECONDS * target.clock_hz, 6))
+    return latency + _ceil_div(nbytes, streaming_memory_bytes_per_cycle(target))
 
 
 def exchange_cycles(nbytes, target):

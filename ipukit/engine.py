@@ -47,6 +47,7 @@ from .compile import (
     Executable,
     IfNode,
     PrintNode,
+    RemoteNode,
     RepeatNode,
     SeqNode,
     StreamNode,
@@ -103,7 +104,8 @@ class Engine:
         self._tries: dict = {}  # vertex group -> axis-checked runs (-1: done)
         self._accesses: dict[tuple, Access] = {}  # (id(tensor or access), row) -> Access
         self._run_node = {SeqNode: self._seq, ExecNode: self._execute, CopyNode: self._copy,
-                          StreamNode: self._stream, RepeatNode: self._repeat,
+                          StreamNode: self._stream, RemoteNode: self._remote_copy,
+                          RepeatNode: self._repeat,
                           WhileNode: self._while, IfNode: self._if, PrintNode: self._print}
 
     # -- device ---------------------------------------------------------------------------
@@ -120,6 +122,10 @@ class Engine:
                 self._mem[dt][var.start:var.start + var.size] = xp.asarray(var.values.reshape(-1))
         for t, value in g.initial_values:
             self._write(self._access(t), xp.asarray(value))
+        # Streaming Memory: each remote buffer as (repeats, num_elements), zeroed (kit
+        # convention: Poplar leaves it uninitialised)
+        self._remote = {name: np.zeros((b.repeats, b.num_elements), b.dtype)
+                        for name, b in g.remote_buffers.items()}
         self._specs = {}  # (vertex group, row) -> its fields and State (see _fields)
 
     # -- host access ----------------------------------------------------------------------
@@ -140,6 +146,50 @@ class Engine:
         """``Engine::readTensor``: a NumPy copy of a tensor with a host read handle."""
         t = self._handle(name, "read")
         return backend.to_numpy(self._read(self._access(t))).copy()
+
+    def copy_to_remote_buffer(self, data, name: str, repeat_index: int = 0) -> None:
+        """``Engine::copyToRemoteBuffer(data, handle, repeatIndex)``: host data into one
+        repeat of a remote buffer.
+
+        >>> import numpy as np, ipukit as ipu
+        >>> dev = ipu.IPUModel(tiles_per_ipu=1).create_device()
+        >>> g = ipu.Graph(dev.target)
+        >>> v = g.add_variable(ipu.FLOAT, [2], "v")
+        >>> g.set_tile_mapping(v, 0)
+        >>> rb = g.add_remote_buffer("rb", ipu.FLOAT, 2, repeats=3)
+        >>> eng = ipu.Engine(g, ipu.Sequence(ipu.Copy(rb, v, 2), ipu.Copy(v, rb, 0)))
+        >>> eng.load(dev)
+        >>> eng.copy_to_remote_buffer(np.array([1.5, 2.5], np.float32), "rb", 2)
+        >>> eng.run()
+        >>> eng.copy_from_remote_buffer("rb", np.zeros(2, np.float32), 0)
+        array([1.5, 2.5], dtype=float32)
+        """
+        buf = self._repeat_of(name, repeat_index, "copy_to_remote_buffer")
+        data = np.asarray(data)
+        if data.size != buf.num_elements:
+            raise StreamError.remote_host_size("copy_to_remote_buffer", buf, data.size)
+        self._remote[name][repeat_index] = data.reshape(-1)
+
+    def copy_from_remote_buffer(self, name: str, data, repeat_index: int = 0) -> np.ndarray:
+        """``Engine::copyFromRemoteBuffer(handle, data, repeatIndex)``: one repeat of a
+        remote buffer into the NumPy array ``data`` (returned)."""
+        buf = self._repeat_of(name, repeat_index, "copy_from_remote_buffer")
+        if not isinstance(data, np.ndarray) or data.size != buf.num_elements:
+            raise StreamError.remote_host_size("copy_from_remote_buffer", buf,
+                                               getattr(data, "size", data))
+        data.reshape(-1)[...] = self._remote[name][repeat_index]
+        return data
+
+    def _repeat_of(self, name, repeat_index, where):
+        """Remote buffer ``name``, checking ``repeat_index`` is one of its repeats."""
+        self._loaded()
+        buf = self.executable.graph.remote_buffers.get(name)
+        if buf is None:
+            raise StreamError.no_remote_buffer(name, self.executable.graph.remote_buffers)
+        if isinstance(repeat_index, bool) or not isinstance(repeat_index, numbers.Integral) \
+                or not 0 <= repeat_index < buf.repeats:
+            raise StreamError.remote_offset(buf, repeat_index, where)
+        return buf
 
     def _loaded(self):
         if self.xp is None:
@@ -292,6 +342,22 @@ class Engine:
                 buf[ring] = backend.to_numpy(self._read(node.access))
         if s.to_device:
             self._write(node.access, self.xp.asarray(data))
+        self.trace.record(node.step)
+
+    def _remote_copy(self, node: RemoteNode):
+        buf = node.buffer
+        offset = node.offset
+        rows = [0] if offset is None else [offset] if isinstance(offset, int) else \
+            backend.to_numpy(self._read(offset)).reshape(-1).tolist()
+        for r in rows:
+            if not 0 <= r < buf.repeats:
+                raise StreamError.remote_offset(buf, r)
+        store = self._remote[buf.name]
+        if node.to_remote:
+            values = backend.to_numpy(self._read(node.access)).reshape(len(rows), -1)
+            store[rows] = values
+        else:
+            self._write(node.access, self.xp.asarray(store[rows].reshape(-1)))
         self.trace.record(node.step)
 
     def _execute(self, node: ExecNode):

@@ -408,6 +408,10 @@ class StreamError(IpuError):
         return cls(f"stream '{name}' needs a positive element count, got {n!r}")
 
     @classmethod
+    def remote_buffer_size(cls, name, what, n):
+        return cls(f"add_remote_buffer('{name}'): {what} must be a positive int, got {n!r}")
+
+    @classmethod
     def handle_exists(cls, verb, name, old, tensor):
         return cls(f"a host {verb} handle '{name}' already exists (for tensor '{old.name}'); "
                    f"give '{tensor.name}' another handle name")
@@ -433,6 +437,48 @@ class StreamError(IpuError):
                    f"{stream.n} elements) and tensor '{tensor.name}' "
                    f"({type_name(tensor.dtype)}, {tensor.num_elements()} elements): they must "
                    "have the same type and size")
+
+    @classmethod
+    def remote_copy_mismatch(cls, buf, tensor, rows):
+        need = buf.num_elements * rows
+        per = f"{rows} offsets x {buf.num_elements} = " if rows > 1 else ""
+        return cls(f"Copy between remote buffer '{buf.name}' ({type_name(buf.dtype)}, "
+                   f"{buf.num_elements} elements a repeat) and tensor '{tensor.name}' "
+                   f"({type_name(tensor.dtype)}, {tensor.num_elements()} elements): the tensor "
+                   f"must be {type_name(buf.dtype)} with {per}{need} elements (one "
+                   "repeat per offset); reshape or slice the tensor, or make the buffer "
+                   "match it")
+
+    @classmethod
+    def remote_offset(cls, buf, offset, where="Copy"):
+        return cls(f"{where}: offset {offset} is out of range for remote buffer '{buf.name}', "
+                   f"which has {buf.repeats} repeats (offsets 0 to {buf.repeats - 1}); use a "
+                   "smaller offset or add the buffer with more repeats")
+
+    @classmethod
+    def remote_offset_type(cls, buf, offset):
+        what = (f"tensor '{offset.name}' ({type_name(offset.dtype)}, "
+                f"{offset.num_elements()} elements)" if hasattr(offset, "num_elements")
+                else repr(offset))
+        return cls(f"Copy with remote buffer '{buf.name}': the offset must be an integer "
+                   f"tensor of 1 or more elements (one repeat index each), or an int, got "
+                   f"{what}")
+
+    @classmethod
+    def remote_buffer_of_other_graph(cls, buf):
+        return cls(f"remote buffer '{buf.name}' was not created by this graph")
+
+    @classmethod
+    def no_remote_buffer(cls, name, found):
+        return cls(f"no remote buffer named '{name}' (remote buffers: "
+                   f"{', '.join(found) or 'none'}); add one with graph.add_remote_buffer("
+                   f"'{name}', dtype, num_elements, repeats) before compiling")
+
+    @classmethod
+    def remote_host_size(cls, verb, buf, size):
+        return cls(f"{verb}('{buf.name}'): one repeat of the remote buffer holds "
+                   f"{buf.num_elements} elements of {type_name(buf.dtype)} but the host "
+                   f"array has {size}; pass an array of exactly that size")
 
     # -- the engine's host access (engine.py) ----------------------------------------------
     @classmethod
@@ -509,12 +555,17 @@ class ProgramError(IpuError):
 
     @classmethod
     def copy_side(cls, what, t):
-        return cls(f"Copy {what} must be a Tensor or a stream, got {t!r}")
+        return cls(f"Copy {what} must be a Tensor, a stream or a remote buffer, got {t!r}")
 
     @classmethod
     def stream_to_stream(cls, src, dst):
-        return cls(f"Copy from stream '{src.name}' to stream '{dst.name}': one side must be a "
-                   "tensor")
+        return cls(f"Copy from '{src.name}' to '{dst.name}' (streams or remote buffers): one "
+                   "side must be a tensor")
+
+    @classmethod
+    def copy_offset_without_buffer(cls, offset):
+        return cls(f"Copy got an offset ({offset!r}) but neither side is a remote buffer; "
+                   "an offset picks a remote buffer's repeat: Copy(tensor, buffer, offset)")
 
     @classmethod
     def repeat_count(cls, count):

@@ -216,6 +216,27 @@ class DataStream:
     to_device: bool
 
 
+@dataclass(frozen=True)
+class RemoteBuffer:
+    """``poplar::RemoteBuffer``: ``repeats`` slots of ``num_elements`` elements each in
+    Streaming Memory (remote: not on the IPU), which programs copy to and from with
+    ``Copy(tensor, buffer[, offset])`` and ``Copy(buffer, tensor[, offset])``; the offset
+    picks the slot (repeat). Poplar: "a region of remote (meaning not on the IPU) memory
+    that is used as a cache"."""
+
+    name: str
+    dtype: np.dtype
+    num_elements: int
+    repeats: int = 1
+    rearrange_on_host: bool = False
+    optimise_memory: bool = False
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of Streaming Memory the buffer holds (all its repeats)."""
+        return self.num_elements * self.repeats * self.dtype.itemsize
+
+
 class Graph:
     """``poplar::Graph(target)``: the program's data and computation, before compilation."""
 
@@ -234,6 +255,7 @@ class Graph:
         self.v_state: list[dict] = []
         self.initial_values: list[tuple[Tensor, np.ndarray]] = []
         self.streams: dict[str, DataStream] = {}
+        self.remote_buffers: dict[str, RemoteBuffer] = {}
         self.host_writes: dict[str, Tensor] = {}
         self.host_reads: dict[str, Tensor] = {}
 
@@ -392,6 +414,30 @@ class Graph:
     def add_device_to_host_fifo(self, name: str, dtype, n: int) -> DataStream:
         """``Graph::addDeviceToHostFIFO``."""
         return self._add_stream(name, dtype, n, False)
+
+    def add_remote_buffer(self, name: str, dtype, num_elements: int, repeats: int = 1,
+                          rearrange_on_host: bool = False,
+                          optimise_memory: bool = False) -> RemoteBuffer:
+        """``Graph::addRemoteBuffer(handle, elementType, numElements, repeats,
+        rearrangeOnHost, optimiseMemory)``: ``repeats`` slots of ``num_elements`` elements in
+        Streaming Memory, not in tile memory (the memory report counts them apart). The two
+        flags are kept for Poplar's signature; they change no result here.
+
+        >>> import ipukit as ipu
+        >>> g = ipu.Graph(ipu.IPUModel(tiles_per_ipu=1).create_device().target)
+        >>> rb = g.add_remote_buffer("state", ipu.FLOAT, 4, repeats=2)
+        >>> rb.nbytes
+        32
+        """
+        if name in self.remote_buffers or name in self.streams:
+            raise StreamError.stream_exists(name)
+        for what, n in (("num_elements", num_elements), ("repeats", repeats)):
+            if isinstance(n, bool) or not (isinstance(n, numbers.Integral) and n >= 1):
+                raise StreamError.remote_buffer_size(name, what, n)
+        self.remote_buffers[name] = RemoteBuffer(name, as_type(dtype), int(num_elements),
+                                                 int(repeats), bool(rearrange_on_host),
+                                                 bool(optimise_memory))
+        return self.remote_buffers[name]
 
     def create_host_write(self, name: str, tensor: Tensor) -> None:
         """``Graph::createHostWrite``: lets ``Engine.write_tensor(name, …)`` set the tensor."""

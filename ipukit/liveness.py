@@ -342,6 +342,9 @@ def _accesses(node) -> list:
         return [("input", node.src), ("output", node.dst)]
     if kind == "StreamNode":
         return [("output" if node.stream.to_device else "input", node.access)]
+    if kind == "RemoteNode":  # (an int offset reads nothing)
+        offset = [("input", node.offset)] if hasattr(node.offset, "dtype") else []
+        return [("input" if node.to_remote else "output", node.access)] + offset
     if kind in ("WhileNode", "IfNode"):
         return [("input", node.predicate)]
     return [("input", node.access)]  # PrintNode

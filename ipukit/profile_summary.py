@@ -45,10 +45,12 @@ def summary(trace) -> dict:
         "host_exchange_cycles": total("exchange_cycles", lambda s: s.kind == "stream"),
         "exchange_cycles": total("exchange_cycles"),
         "exchange_out_cycles": total("exchange_out_cycles"),
-        "global_exchange_cycles": total("exchange_cycles", lambda s: s.kind != "stream"
-                                        and s.inter_ipu_bytes),
-        "ipu_exchange_cycles": total("exchange_cycles", lambda s: s.kind != "stream"
-                                     and not s.inter_ipu_bytes),
+        "remote_bytes": total("remote_bytes"),
+        "remote_exchange_cycles": total("exchange_cycles", lambda s: s.kind == "remote"),
+        "global_exchange_cycles": total("exchange_cycles", lambda s: s.kind not in (
+            "stream", "remote") and s.inter_ipu_bytes),
+        "ipu_exchange_cycles": total("exchange_cycles", lambda s: s.kind not in (
+            "stream", "remote") and not s.inter_ipu_bytes),
         "compute_cycles": total("compute_cycles"),
         "compute_cycles_excluding_idle": excl,
         "tile_average_excluding_idle": excl / t.num_tiles,
@@ -62,6 +64,7 @@ def summary(trace) -> dict:
         "memory_worst": trace.memory.worst(),
         "memory_over_full": trace.memory.over_full(),
         "memory_by_category": {k: int(v.sum()) for k, v in trace.memory.categories.items()},
+        "streaming_memory": trace.memory.streaming_memory,
     }
 
 
@@ -99,6 +102,10 @@ def print_profile_summary(trace, file=None) -> None:
       f"({100 * s['memory_max'] / t.bytes_per_tile:.1f}% of {t.bytes_per_tile:,} B)")
     w("Per tile, mean:", f"{s['memory_mean']:,.1f} B")
     w("Worst tiles:", ", ".join(f"tile {i}: {b:,} B" for i, b in s["memory_worst"]))
+    if trace.memory.remote:
+        w("Streaming Memory (remote buffers, not tile memory):",
+          f"{s['streaming_memory']:,} B (" + ", ".join(
+              f"'{k}' {b:,} B" for k, b in trace.memory.remote.items()) + ")")
     if s["memory_over_full"]:
         over = s["memory_over_full"]
         w("Out of memory (the IPUModel runs on):",
@@ -116,6 +123,7 @@ def print_profile_summary(trace, file=None) -> None:
             ("IPU exchange cycles", s["ipu_exchange_cycles"]),
             ("global exchange cycles", s["global_exchange_cycles"]),
             ("host exchange cycles", s["host_exchange_cycles"]),
+            ("Streaming Memory exchange cycles", s["remote_exchange_cycles"]),
             ("sync cycles", s["sync_cycles"])):
         w(f"Tile average {label}:",
           f"{value:,.1f} ({100 * value / max(s['total_cycles'], 1):.1f}% of total)")
@@ -127,6 +135,8 @@ def print_profile_summary(trace, file=None) -> None:
       f"{s['exchange_out_cycles']:,}")
     w("    of which host exchange (stream copies):",
       f"{s['host_exchange_cycles']:,} ({s['host_bytes']:,} B over the host link)")
+    w("    of which Streaming Memory (remote buffer copies):",
+      f"{s['remote_exchange_cycles']:,} ({s['remote_bytes']:,} B)")
     w("  Compute:", f"{s['compute_cycles']:,}")
     w("Total compute cycles (excluding idle threads):",
       f"{s['compute_cycles_excluding_idle']:,}")

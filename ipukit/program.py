@@ -16,7 +16,7 @@ from __future__ import annotations
 import numbers
 
 from .errors import ProgramError, StreamError
-from .graph import ComputeSet, DataStream
+from .graph import ComputeSet, DataStream, RemoteBuffer
 from .print_tensor import PrintTensorFmt
 from .tensor import Tensor
 
@@ -54,19 +54,41 @@ class Execute(Program):
 
 
 class Copy(Program):
-    """``Copy(src, dst)``: tensor to tensor, stream to tensor, or tensor to stream."""
+    """``Copy(src, dst[, offset])``: tensor to tensor, stream to tensor, tensor to stream, or
+    between a tensor and a remote buffer (Streaming Memory). With a remote buffer,
+    ``offset`` picks the repeat: an integer tensor (Poplar's), read when the copy runs, or
+    an int (kit convention: a fixed offset); an offset tensor of k elements copies k
+    repeats, one after another in the tensor. Without one, repeat 0 (kit convention)."""
 
-    def __init__(self, src: Tensor | DataStream, dst: Tensor | DataStream):
+    def __init__(self, src, dst, offset=None):
         for what, t in (("source", src), ("destination", dst)):
-            if not isinstance(t, Tensor | DataStream):
+            if not isinstance(t, Tensor | DataStream | RemoteBuffer):
                 raise ProgramError.copy_side(what, t)
-        if isinstance(src, DataStream) and isinstance(dst, DataStream):
+        if not isinstance(src, Tensor) and not isinstance(dst, Tensor):
             raise ProgramError.stream_to_stream(src, dst)
         if isinstance(src, DataStream) and not src.to_device:
             raise StreamError.copy_from_device_to_host(src)
         if isinstance(dst, DataStream) and dst.to_device:
             raise StreamError.copy_to_host_to_device(dst)
-        self.src, self.dst = src, dst
+        buf = src if isinstance(src, RemoteBuffer) else dst
+        if isinstance(buf, RemoteBuffer):
+            _remote_offset(buf, offset)
+        elif offset is not None:
+            raise ProgramError.copy_offset_without_buffer(offset)
+        self.src, self.dst, self.offset = src, dst, offset
+
+
+def _remote_offset(buf: RemoteBuffer, offset) -> None:
+    """An offset (None, an int in range, or an integer tensor) for remote buffer ``buf``."""
+    if offset is None:
+        return
+    if isinstance(offset, Tensor):
+        if offset.dtype.kind not in "iu" or offset.num_elements() < 1:
+            raise StreamError.remote_offset_type(buf, offset)
+    elif isinstance(offset, bool) or not isinstance(offset, numbers.Integral):
+        raise StreamError.remote_offset_type(buf, offset)
+    elif not 0 <= offset < buf.repeats:
+        raise StreamError.remote_offset(buf, offset)
 
 
 class Repeat(Program):

@@ -400,7 +400,8 @@ def _tile_cycles(trace: Trace) -> np.ndarray:
 
 # -- the one timeline figure ----------------------------------------------------------------
 #: Colours of span kinds in the timeline figure (F/B/W/R take their micro-batch's colour).
-KIND_COLOURS = {**PHASE_COLOURS, "host": "#56B4E9", "link": "#0072B2", "optimizer": "#117733",
+KIND_COLOURS = {**PHASE_COLOURS, "host": "#56B4E9", "remote": "#CC79A7", "link": "#0072B2",
+                "optimizer": "#117733",
                 "allreduce": "#CC3311", "reducescatter": "#AA4499", "allgather": "#EE7733",
                 "broadcast": "#DDAA33", "reduce": "#882255"}
 #: Kinds drawn as a thin bar on top of the row (they overlap the work of the next op).

@@ -20,6 +20,7 @@ WORK = ("compute", "F", "B", "R", "W")
 #: Which cause an idle moment is charged to when spans of several kinds cover it (first
 #: wins); an IPU covered by none of its own spans is waiting on a dependency.
 CAUSES = {"link": "link", "exchange": "exchange", "sync": "sync", "host": "host",
+          "remote": "Streaming Memory",
           "allreduce": "collective", "reducescatter": "collective",
           "allgather": "collective", "broadcast": "collective", "reduce": "collective",
           "optimizer": "optimizer"}

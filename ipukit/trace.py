@@ -32,10 +32,12 @@ from .timeline import MemorySample, Span, Timeline
 class Step:
     """One BSP superstep of the compiled program, with its cost on every tile.
 
-    ``kind`` is "compute" (Execute), "copy" (on-device Copy), "stream" (host copy) or
-    "host" (the host synchronisation of an ``Engine.run`` call). Its phases (:data:`PHASES`)
-    follow each other: sync, exchange (in), compute and, for a compute set with outputs on
-    other tiles, "exchange out" (Graphcore: "Exchange inputs, Compute, Exchange outputs").
+    ``kind`` is "compute" (Execute), "copy" (on-device Copy), "stream" (host copy),
+    "remote" (a copy to or from a remote buffer in Streaming Memory, ``remote_bytes`` each
+    way) or "host" (the host synchronisation of an ``Engine.run`` call). Its phases
+    (:data:`PHASES`) follow each other: sync, exchange (in), compute and, for a compute set
+    with outputs on other tiles, "exchange out" (Graphcore: "Exchange inputs, Compute,
+    Exchange outputs").
     ``exchange_cycles``, ``tile_bytes_in``/``out``, ``transfers`` and ``inter_ipu_bytes``
     count both exchange phases; ``exchange_out_cycles``, ``tile_result_bytes_in``/``out``
     (None: no remote outputs), ``result_transfers`` and ``result_inter_ipu_bytes`` the
@@ -57,6 +59,7 @@ class Step:
     transfers: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))
     inter_ipu_bytes: int = 0
     host_bytes: int = 0
+    remote_bytes: int = 0  # bytes to or from Streaming Memory (a "remote" step)
     ipus: tuple = (0,)  # the IPUs it involves: it waits for, syncs and advances only them
     tile_vertices: np.ndarray | None = None  # vertices per tile (compute steps), else None
     exchange_out_cycles: int = 0
@@ -114,6 +117,13 @@ class TileMemory:
     bytes_per_tile: int
     always_live: tuple = ("variables", "constants", "vertex state", "vertex code")
     liveness: object = None  # an ipukit.liveness.Liveness: what is live where
+    #: Streaming Memory: each remote buffer's bytes (not tile memory: not in ``total``)
+    remote: dict = field(default_factory=dict)
+
+    @property
+    def streaming_memory(self) -> int:
+        """Bytes of all remote buffers in Streaming Memory (off the IPU)."""
+        return sum(self.remote.values())
 
     @property
     def total(self) -> np.ndarray:
@@ -174,7 +184,8 @@ class Trace:
         """The run as the one record of time: per executed step and IPU it involves, a
         ``sync`` (``host`` for the host sync of an ``Engine.run`` call), an ``exchange``
         (``host`` for a stream copy's PCIe transfer), a ``compute`` and, where a compute
-        set has remote outputs, a second ``exchange`` span, labelled with the step's name;
+        set has remote outputs, a second ``exchange`` span (``remote`` for a copy to or from
+        Streaming Memory), labelled with the step's name;
         memory: each IPU's bytes by category (they do not change)."""
         spans, phases = [], {}
         for i, t in zip(self._step_ids, self._starts):
@@ -197,9 +208,10 @@ class Trace:
     def _phases(s: Step) -> tuple:
         """(span kind, cycles, bytes between IPUs) of each of step ``s``'s phases."""
         out = s.result_inter_ipu_bytes
+        move = {"stream": "host", "remote": "remote"}.get(s.kind, "exchange")
         return (("host" if s.kind == "host" else "sync", s.sync_cycles, 0),
-                ("host" if s.kind == "stream" else "exchange", s.phase_cycles("exchange"),
-                 s.inter_ipu_bytes - out if s.kind != "stream" else 0),
+                (move, s.phase_cycles("exchange"),
+                 s.inter_ipu_bytes - out if move == "exchange" else 0),
                 ("compute", s.compute_cycles, 0), ("exchange", s.exchange_out_cycles, out))
 
     def executed_steps(self) -> list[Step]:

@@ -19,7 +19,8 @@ CHECKS = {"09.1": ("check_peak_bytes", "peak_bytes"),
           "09.2": ("check_recomputed_stash", "recomputed_stash"),
           "09.3": ("check_largest_micro_batch", "largest_micro_batch"),
           "09.4": ("check_accumulation", "accumulate_step"),
-          "09.5": ("check_checkpoints", "choose_checkpoints")}
+          "09.5": ("check_checkpoints", "choose_checkpoints"),
+          "09.6": ("check_offloaded_update", "offloaded_update")}
 
 
 @pytest.fixture(scope="module")
@@ -195,3 +196,44 @@ def test_checkpoints_feedback():
     assert "layers are numbered 0 to 8" in r.message
     r = lesson09.check_checkpoints(lambda acts, inp, k, mode: 3, show=False)
     assert "return a list of layer indices" in r.message
+
+
+def test_offloaded_update_feedback():
+    """Wrong programs for 09.6 fail naming the case and the mistake (Graphcore's TF docs:
+    offloaded state is "streamed onto the device and then streamed back to the remote
+    memory after it has been updated")."""
+    from ipukit import Copy, Sequence
+    from ipukit.poplibs import expr, popops, poputil
+
+    def update(graph, weights, grads, buf, lr, momentum, copy_in=True, copy_out=True,
+               swapped=False):
+        prog = Sequence()
+        state = graph.add_variable(weights.dtype, weights.shape, "momentum")
+        poputil.map_tensor_linearly(graph, state)
+        if copy_in:
+            prog.add(Copy(buf, state))
+        steps = [lambda: popops.map(graph, momentum * expr._1 + expr._2, [state, grads],
+                                    prog, "m", inplace=True),
+                 lambda: popops.map(graph, expr._1 - lr * expr._2, [weights, state], prog,
+                                    "w", inplace=True)]
+        for step in reversed(steps) if swapped else steps:
+            step()
+        if copy_out:
+            prog.add(Copy(state, buf))
+        return prog
+
+    r = lesson09.check_offloaded_update(lambda *a: update(*a, copy_out=False), show=False)
+    assert "run 1: copy the updated state back" in r.message and "0 times" in r.message
+    r = lesson09.check_offloaded_update(lambda *a: update(*a, copy_in=False), show=False)
+    assert "copy the state in from the remote buffer once per update" in r.message
+    r = lesson09.check_offloaded_update(lambda *a: update(*a, swapped=True), show=False)
+    assert "7 weights on 3 tiles" in r.message and "update the state first" in r.message
+
+    def out_then_in(graph, weights, grads, buf, lr, momentum):
+        prog = update(graph, weights, grads, buf, lr, momentum, copy_in=False)
+        state = prog.programs[-1].src
+        prog.add(Copy(buf, state))
+        return prog
+
+    r = lesson09.check_offloaded_update(out_then_in, show=False)
+    assert "copies the state back before it copies it in" in r.message

@@ -5,7 +5,8 @@ run in the judge, only the learner's function runs in the notebook's kernel. The
 references are measured with the pipeline runner in the judge: the peak bytes of each IPU
 and the peak stash of each stage from a run's ``MemoryRecord``s, and whether a
 micro-batch size fits from whether the run raises ``OutOfMemoryError``; 09.4 against a
-full-batch step, 09.5 against every set of checkpoints.
+full-batch step, 09.5 against every set of checkpoints, 09.6 against a NumPy Momentum
+update and the program's remote-buffer copies as executed.
 
 >>> from ipukit.grading import lesson09
 >>> r = lesson09.check_recomputed_stash(lambda in_flight, input_bytes, activation_bytes: 0)
@@ -20,8 +21,9 @@ import numpy as np
 
 import ipukit as ipu
 from ipukit.parallel import nn, optim, pipeline, schedule
+from ipukit.poplibs import poputil
 
-from .common import optimisers, teaching_target
+from .common import device, engine, optimisers, teaching_target
 from .feedback import Wrong, as_int, as_ints, exercise, plural
 
 
@@ -484,3 +486,132 @@ def check_checkpoints(cases, outputs):
             raise Wrong(f"{what}: checkpoints {got} give the smallest peak, {peak} bytes, but "
                         f"{plural(fewest, 'checkpoint')} can give it too: keep as few as "
                         "you can")
+
+
+# -- 09.6 ---------------------------------------------------------------------------------
+
+STATE_BUFFER = "optimizer/momentum"
+
+
+def _offload_cases(rng) -> list[dict]:
+    """Momentum updates of a few weights on a few tiles, two runs each (the state must
+    survive between them in Streaming Memory): uneven sizes, a non-zero starting state, and
+    momentum 0 and 1 at the edges."""
+    found = [(7, 3, 0.1, 0.9), (1, 1, 0.5, 0.0), (12, 4, 0.05, 1.0), (5, 2, 1.0, 0.5)]
+    for _ in range(4):
+        found.append((int(rng.integers(2, 40)), int(rng.integers(1, 5)),
+                      float(rng.choice([0.01, 0.1, 0.3])), float(rng.choice([0.5, 0.9, 0.99]))))
+    cases = []
+    for n, tiles, lr, momentum in found:
+        draw = np.random.default_rng(rng.integers(2**31))
+        cases.append({"n": n, "tiles": tiles, "lr": lr, "momentum": momentum,
+                      "weights": draw.normal(size=n).astype(np.float32),
+                      "state": draw.normal(size=n).astype(np.float32),
+                      "grads": draw.normal(size=(2, n)).astype(np.float32)})
+    return cases
+
+
+def _offload_what(case) -> str:
+    return (f"{case['n']} weights on {case['tiles']} tiles, lr={case['lr']}, "
+            f"momentum={case['momentum']}")
+
+
+def _offload_trial(case, offloaded_update):
+    """Build the learner's update over weights and gradients mapped linearly, the state in
+    a remote buffer; run it twice (new gradients each time); return the weights, the state
+    read back from Streaming Memory and each run's executed steps (kind, name, bytes)."""
+    dev = device(case["tiles"])
+    g = ipu.Graph(dev.target)
+    n = case["n"]
+    w, grads = g.add_variable(ipu.FLOAT, [n], "weights"), g.add_variable(ipu.FLOAT, [n], "grads")
+    for t in (w, grads):
+        poputil.map_tensor_linearly(g, t)
+    g.create_host_write("weights", w)
+    g.create_host_read("weights", w)
+    g.create_host_write("grads", grads)
+    buf = g.add_remote_buffer(STATE_BUFFER, ipu.FLOAT, n)
+    prog = offloaded_update(g, w, grads, buf, case["lr"], case["momentum"])
+    if not isinstance(prog, ipu.Program):
+        raise Wrong(f"{_offload_what(case)}: return the program (an ipu.Sequence), got "
+                    f"{type(prog).__name__}")
+    eng = engine(g, prog, _offload_what(case))
+    eng.load(dev)
+    eng.write_tensor("weights", case["weights"])
+    eng.copy_to_remote_buffer(case["state"], STATE_BUFFER, 0)
+    runs = []
+    for grad in case["grads"]:
+        eng.write_tensor("grads", grad)
+        first = len(eng.trace) + 1  # after this call's host sync
+        eng.run()
+        runs.append([[s.kind, s.name, int(s.remote_bytes)]
+                     for s in eng.trace.executed_steps()[first:]])
+    return {"weights": eng.read_tensor("weights"),
+            "state": eng.copy_from_remote_buffer(STATE_BUFFER, np.zeros(n, np.float32), 0),
+            "runs": runs}
+
+
+def momentum_reference(case) -> tuple[np.ndarray, np.ndarray]:
+    """The weights and momentum after the case's updates, in float32 (NumPy)."""
+    w, state = case["weights"].astype(np.float32), case["state"].astype(np.float32)
+    m, lr = np.float32(case["momentum"]), np.float32(case["lr"])
+    for grad in case["grads"]:
+        state = m * state + grad.astype(np.float32)
+        w = w - lr * state
+    return w, state
+
+
+@exercise("09.6", "offloaded optimiser state", points=3,
+          hints=("The state is not on the tiles: bring it to them, update, and put it back.",
+                 "A remote buffer is copied like a stream: Copy(buffer, tensor) brings it in, "
+                 "Copy(tensor, buffer) takes it back. The tensor is a tile variable of your "
+                 "own, mapped like the weights; the update itself is two popops.map calls.",
+                 "Sequence: Copy(state_buffer, state); state = momentum * state + grads "
+                 "(in place); weights = weights - lr * state (in place); Copy(state, "
+                 "state_buffer)."),
+          answers=("offloaded_update",), cases=_offload_cases, trial=_offload_trial)
+def check_offloaded_update(cases, outputs):
+    """Exercise 09.6: ``offloaded_update(graph, weights, grads, state_buffer, lr, momentum)``
+    → the program of one Momentum update whose state lives in the remote buffer
+    ``state_buffer``: copied in, updated, used and copied back."""
+    for case, out in zip(cases, outputs):
+        what = _offload_what(case)
+        for r, steps in enumerate(out["runs"]):
+            remote = [(name, nbytes) for kind, name, nbytes in steps if kind == "remote"]
+            ins = [x for x in remote if x[0].endswith(f" <- {STATE_BUFFER}")]
+            outs = [x for x in remote if x[0].endswith(f" -> {STATE_BUFFER}")]
+            if len(ins) != 1:
+                raise Wrong(f"{what}, run {r + 1}: copy the state in from the remote buffer "
+                            f"once per update (Copy(state_buffer, tensor)); your program "
+                            f"copied it in {plural(len(ins), 'time')}")
+            if len(outs) != 1:
+                raise Wrong(f"{what}, run {r + 1}: copy the updated state back to the remote "
+                            f"buffer once per update (Copy(tensor, state_buffer)); your "
+                            f"program copied it back {plural(len(outs), 'time')}")
+            if remote.index(outs[0]) < remote.index(ins[0]):
+                raise Wrong(f"{what}, run {r + 1}: your program copies the state back before "
+                            "it copies it in: in first, then update, then out")
+            if ins[0][1] != 4 * case["n"] or outs[0][1] != 4 * case["n"]:
+                raise Wrong(f"{what}: copy the whole state, {4 * case['n']} bytes, each way; "
+                            f"your copies moved {ins[0][1]} and {outs[0][1]} bytes")
+        want_w, want_state = momentum_reference(case)
+        for name, got, want in (("state in Streaming Memory", out["state"], want_state),
+                                ("weights", out["weights"], want_w)):
+            got = np.asarray(got)
+            if got.shape != want.shape or not np.allclose(got, want, rtol=1e-5, atol=1e-6):
+                raise Wrong(f"{what}: after two updates expected the {name} "
+                            f"{np.round(want.astype(float), 4).tolist()}, got "
+                            f"{np.round(got.astype(float), 4).tolist()}"
+                            + _offload_diagnosis(case, out, name))
+
+
+def _offload_diagnosis(case, out, name) -> str:
+    """Name a common mistake where the values show it: the weights updated with the
+    momentum before it was updated."""
+    m, lr = np.float32(case["momentum"]), np.float32(case["lr"])
+    w, state = case["weights"].astype(np.float32), case["state"].astype(np.float32)
+    for grad in case["grads"]:
+        w, state = w - lr * state, m * state + grad
+    if name == "weights" and np.allclose(out["weights"], w, rtol=1e-5, atol=1e-6):
+        return (". You updated the weights with the momentum before updating the momentum: "
+                "update the state first")
+    return ""

@@ -42,7 +42,7 @@ from matplotlib.colors import to_rgba
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from ..report import NAME_CHARS, PHASE_COLOURS, figure_text
+from ..report import KIND_COLOURS, NAME_CHARS, PHASE_COLOURS, figure_text
 from ..trace import PHASES, Step, Trace
 from ._player import IDLE, LINK, SLOWEST, Widget, esc, new_figure, pack, tint
 
@@ -257,8 +257,14 @@ class BSPView(Widget):
         parts = np.array([[s.phase_cycles(p) for p in PHASES] for s in steps], np.float64)
         edges = np.arange(len(steps) + 1) - 0.5
         bottom = np.zeros(len(steps))
+        remote = np.array([s.kind == "remote" for s in steps])
         for i, phase in enumerate(PHASES):
-            strip.stairs(bottom + parts[:, i], edges, baseline=bottom.copy(), fill=True,
+            height = parts[:, i]
+            if i == 1 and remote.any():  # a remote-buffer copy's exchange: its own colour
+                strip.stairs(bottom + height * remote, edges, baseline=bottom.copy(),
+                             fill=True, color=KIND_COLOURS["remote"], label="Streaming Memory")
+                height = height * ~remote
+            strip.stairs(bottom + height, edges, baseline=bottom.copy(), fill=True,
                          color=PHASE_COLOURS[phase], label=phase)
             bottom += parts[:, i]
         device = [s.cycles for s in steps if s.kind != "host"]
@@ -281,6 +287,19 @@ class BSPView(Widget):
                                 family="monospace")
         self.subtitle = fig.text(0.05, 0.91, "", fontsize=10.5, va="center", color="#333333")
 
+    @staticmethod
+    def phase_name(f: BSPFrame) -> str:
+        """A phase's name; a remote-buffer copy's exchange is "Streaming Memory"."""
+        return "Streaming Memory" if f.step.kind == "remote" and f.phase == "exchange" \
+            else f.phase
+
+    @staticmethod
+    def phase_colour(f: BSPFrame) -> str:
+        """A phase's colour; a remote-buffer copy's exchange has its own (Streaming Memory)."""
+        if BSPView.phase_name(f) == "Streaming Memory":
+            return KIND_COLOURS["remote"]
+        return PHASE_COLOURS[f.phase]
+
     def _tile_colours(self, f: BSPFrame) -> np.ndarray:
         n = f.busy.size
         rgba = np.tile(to_rgba(IDLE), (n, 1))
@@ -289,8 +308,8 @@ class BSPView(Widget):
         elif f.cycles and f.busy.any():
             share = f.busy / max(int(f.busy.max()), 1)
             busy = f.busy > 0
-            base = np.array(tint(PHASE_COLOURS[f.phase], 1.0))
-            pale = np.array(tint(PHASE_COLOURS[f.phase], 0.25))
+            base = np.array(tint(self.phase_colour(f), 1.0))
+            pale = np.array(tint(self.phase_colour(f), 0.25))
             rgba[busy, :3] = pale + (base - pale) * share[busy, None]
         return rgba
 
@@ -337,10 +356,10 @@ class BSPView(Widget):
                        "out": out.index(s) if s.exchange_out_cycles else -1,
                        "inter_ipu_bytes": int(s.inter_ipu_bytes - s.result_inter_ipu_bytes),
                        "inter_out": int(s.result_inter_ipu_bytes),
-                       "host_bytes": int(s.host_bytes),
+                       "host_bytes": int(s.host_bytes), "remote_bytes": int(s.remote_bytes),
                        "vertices": int(sum(n for n, _ in s.vertex_types.values()))}
                       for s in steps],
-            "colours": dict(PHASE_COLOURS),
+            "colours": {**PHASE_COLOURS, "remote": KIND_COLOURS["remote"]},
             "weights": [round(float(w), 4) for w in self.frame_weights()],
             "categories": list(self.trace.memory.categories),
         }
@@ -379,7 +398,7 @@ class BSPView(Widget):
             txt.set_text(self._cell_label(f, tile))
         self._draw_transfers(f)
 
-        colour = PHASE_COLOURS[f.phase]
+        colour = self.phase_colour(f)
         edges = np.arange(t.num_tiles + 1) - 0.5
         self.busy_stairs.set_data(f.busy, edges)
         self.busy_stairs.set_facecolor(colour)
@@ -394,7 +413,7 @@ class BSPView(Widget):
         self.title.set_color("black")
         self.counter.set_text(f"cycle {f.end:>{len(f'{self.total_cycles:,}')},} / "
                               f"{self.total_cycles:,}")
-        self.subtitle.set_text(f"{f.phase.upper()} phase · {f.cycles:,} cycles · "
+        self.subtitle.set_text(f"{self.phase_name(f).upper()} phase · {f.cycles:,} cycles · "
                                f"{t.cycles_to_us(f.end):,.2f} µs into the run")
         self.subtitle.set_color(colour)
 
@@ -441,6 +460,8 @@ class BSPView(Widget):
                             connectionstyle="arc3,rad=0.25")))
         elif s.host_bytes and f.phase == "exchange":
             self.link_text.set_text(f"{s.host_bytes:,} bytes over the host link (PCIe)")
+        elif s.remote_bytes and f.phase == "exchange":
+            self.link_text.set_text(f"{s.remote_bytes:,} bytes to or from Streaming Memory")
 
     def _bars_title(self, f: BSPFrame) -> str:
         if f.phase == "sync":
@@ -458,8 +479,9 @@ class BSPView(Widget):
         """What the browser writes under frame ``k`` (default: the frame shown), as HTML."""
         f = self.frame_at(k)
         s, n = f.step, self.target.num_tiles
+        phase = self.phase_name(f)
         head = (f"<b>{esc(s.name, NAME_CHARS)}</b> ({esc(s.kind)}) · <b style='color:"
-                f"{PHASE_COLOURS[f.phase]}'>{f.phase}</b> · {f.cycles:,} cycles · "
+                f"{self.phase_colour(f)}'>{phase}</b> · {f.cycles:,} cycles · "
                 f"cycle counter {f.end:,} / {self.total_cycles:,}")
         if f.phase == "sync":
             what = ("the host synchronises with the device (one Engine.run call)"
@@ -480,6 +502,9 @@ class BSPView(Widget):
             if f.phase.startswith("exchange"):
                 b_in, b_out = f.step.phase_bytes(f.phase)
                 what += (f"; {int(b_out.sum()):,} bytes sent, {int(b_in.sum()):,} received")
+            if s.remote_bytes:
+                what += (f"; {s.remote_bytes:,} bytes move between the tiles and a remote "
+                         "buffer in Streaming Memory (off the IPU)")
             if f.phase == "exchange out":
                 what += ("; the results vertices wrote for tensors on other tiles go there "
                          "after the compute phase")

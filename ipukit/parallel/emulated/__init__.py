@@ -48,8 +48,10 @@ the new values, as the NumPy runner does (see :func:`compile` for PopTorch's way
 
 Not emulated (a clear :class:`~ipukit.errors.IpuError` says so): concurrent stages in a
 replicated pipeline, float64 weights. Offloaded optimiser state
-(``offload_optimizer_state``) stays in tile memory here (kit convention: the emulator has
-no Streaming Memory); the numbers are the same.
+(``offload_optimizer_state``: TF's default in a training pipeline, PopTorch's
+``useOnChipStorage(False)``) lives in remote buffers in Streaming Memory and is copied in
+before the weight update and back after it (:mod:`.optimizer`): on the tiles it is live
+during the update only, and the update's trace has the copies' "remote" steps.
 
 The package, one way from bottom to top: :mod:`.tensors` (tile variables, buffers),
 :mod:`.layers` (nn's layers as PopLibs ops), :mod:`.collectives` (GCL's ring and the

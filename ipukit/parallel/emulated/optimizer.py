@@ -1,6 +1,9 @@
 """The optimizer step on the device: the weight update, with the optimiser's state in tile
 variables (PopART's merged weight update: one compute set per step over a stage's
-weights).
+weights) or, offloaded (``offload_optimizer_state``: TF's ``offload_weight_update_variables``,
+PopTorch's ``useOnChipStorage(False)``), in remote buffers in Streaming Memory, copied in
+before the update and back after it ("streamed in and out during the weight-update
+phase", TF's pipelining docs), so on the tiles it is live during the update only.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from ... import backend
 from ...errors import IpuError
 from ...poplibs import popops, poputil
 from ...poplibs.expr import Expr, Sqrt, _1, _2, _3, _4
+from ...program import Copy
 from ...tensor import FLOAT, Tensor, concat
 from .. import optim
 from .tensors import by_type, flat, joined, map_like
@@ -19,7 +23,9 @@ _5 = Expr("ARG", 5)  # popops' placeholders go on: _5 is the fifth operand
 
 
 class Optimizer:
-    """The weight update on the device, with the optimiser's state in tile variables.
+    """The weight update on the device, with the optimiser's state in tile variables or,
+    offloaded, in remote buffers (Adam's bias corrections, two numbers the host writes
+    every step, stay on the tiles: kit convention).
 
     Every replica holds its own copy of the state (the same values); with RTS each holds
     the state of its shard only (keys ``"<key>/rts<r>"``, as the NumPy runner's)."""
@@ -27,6 +33,9 @@ class Optimizer:
     def __init__(self, emu, opt):
         self.opt, self.emu = opt, emu
         self.state: dict[tuple[str, int], dict[str, Tensor]] = {}
+        #: offloaded state: (key, replica) -> state -> (remote buffer, the key's slice)
+        self.remote: dict[tuple[str, int], dict[str, tuple]] = {}
+        self.offload = bool(emu.pipeline.offload)
         self.kind = type(opt)
         if self.kind not in (optim.SGD, optim.Momentum, optim.Adam, optim.AdamW):
             raise IpuError(f"the emulator updates weights with SGD, Momentum, Adam or AdamW, "
@@ -53,6 +62,7 @@ class Optimizer:
         g = grads[0] if len(grads) == 1 else concat(grads)
         pre = f"replica{replica}/" if replica else ""
         states = {key: {} for key, _, _ in parts}
+        copies_out = []
 
         def state(s, what):  # one variable, mapped like the weights: a view per key
             group = joined(vg, FLOAT, {key: wk.shape for key, wk, _ in parts},
@@ -60,6 +70,13 @@ class Optimizer:
             map_like(vg, group.all, w)
             for key, t in group.views.items():
                 states[key][s] = t
+            if self.offload:  # in from Streaming Memory now, back after the update
+                buf = graph.add_remote_buffer(f"{name}/{what}", FLOAT,
+                                              group.all.num_elements())
+                prog.add(Copy(buf, group.all))
+                copies_out.append(Copy(group.all, buf))
+                for key, bounds in group.bounds.items():
+                    self.remote.setdefault((key, replica), {})[s] = (buf.name, bounds)
             return group.all
 
         def scaled(e):  # the gradient as read (times scale until a step has scaled it)
@@ -103,11 +120,37 @@ class Optimizer:
                        name + "/v", inplace=True)
             popops.map(vg, _1 - o.lr * (_2 / _4) / (Sqrt(_3 / _5) + o.eps),
                        [w, m, v, c1, c2], prog, name + "/adam", inplace=True)
+        for c in copies_out:
+            prog.add(c)
         for key, st in states.items():
             self.state[(key, replica)] = st
             for s, t in st.items():
-                graph.create_host_write(self.handle(key, replica, s), t)
-                graph.create_host_read(self.handle(key, replica, s), t)
+                if s not in self.remote.get((key, replica), {}):
+                    graph.create_host_write(self.handle(key, replica, s), t)
+                    graph.create_host_read(self.handle(key, replica, s), t)
+
+    def _put(self, eng, key, rep, s, values) -> None:
+        """Write state ``s`` of ``key``: its tile variable, or its slice of the remote
+        buffer (``Engine.copy_to_remote_buffer``)."""
+        if s not in self.remote.get((key, rep), {}):
+            eng.write_tensor(self.handle(key, rep, s), values)
+            return
+        name, bounds = self.remote[(key, rep)][s]
+        whole = self._remote_values(eng, name)
+        whole[bounds] = np.asarray(values, np.float32).reshape(-1)
+        eng.copy_to_remote_buffer(whole, name, 0)
+
+    def _get(self, eng, key, rep, s) -> np.ndarray:
+        """State ``s`` of ``key`` read back, shaped like its tile view."""
+        if s not in self.remote.get((key, rep), {}):
+            return eng.read_tensor(self.handle(key, rep, s))
+        name, bounds = self.remote[(key, rep)][s]
+        return self._remote_values(eng, name)[bounds].reshape(self.state[(key, rep)][s].shape)
+
+    @staticmethod
+    def _remote_values(eng, name) -> np.ndarray:
+        buf = eng.executable.graph.remote_buffers[name]
+        return eng.copy_from_remote_buffer(name, np.zeros(buf.num_elements, buf.dtype), 0)
 
     # host <-> device state, so that the optimiser object stays the one truth between calls
     def write(self, eng) -> dict:
@@ -116,15 +159,13 @@ class Optimizer:
         for (key, rep), st in self.state.items():
             have = host.get(key)
             if "buf" in st:
-                eng.write_tensor(self.handle(key, rep, "buf"),
-                                 np.zeros(st["buf"].shape, np.float32) if have is None
-                                 else backend.to_numpy(have))
+                self._put(eng, key, rep, "buf", np.zeros(st["buf"].shape, np.float32)
+                          if have is None else backend.to_numpy(have))
             elif "m" in st:
                 steps[key] = 0 if have is None else have["step"]
                 for m in ("m", "v"):
-                    eng.write_tensor(self.handle(key, rep, m),
-                                     np.zeros(st[m].shape, np.float32) if have is None
-                                     else backend.to_numpy(have[m]))
+                    self._put(eng, key, rep, m, np.zeros(st[m].shape, np.float32)
+                              if have is None else backend.to_numpy(have[m]))
         return steps
 
     def before_update(self, eng, steps: dict, r: int):
@@ -141,9 +182,9 @@ class Optimizer:
             if rep:
                 continue  # every replica holds the same state: read replica 0's
             if "buf" in st:
-                self.opt.state[key] = xp.asarray(eng.read_tensor(self.handle(key, 0, "buf")))
+                self.opt.state[key] = xp.asarray(self._get(eng, key, 0, "buf"))
             elif "m" in st:
                 self.opt.state[key] = {
                     "step": steps[key] + runs,
-                    "m": xp.asarray(eng.read_tensor(self.handle(key, 0, "m"))),
-                    "v": xp.asarray(eng.read_tensor(self.handle(key, 0, "v")))}
+                    "m": xp.asarray(self._get(eng, key, 0, "m")),
+                    "v": xp.asarray(self._get(eng, key, 0, "v"))}

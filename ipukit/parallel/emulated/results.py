@@ -140,12 +140,14 @@ def timeline_of(emu, trace, ops, t0, sizes, first: int) -> Timeline:
 
 
 def bytes_of(emu, s) -> tuple[int, int, int, int]:
-    """(weights, stash, gradient accumulators, optimiser state) bytes of stage ``s``."""
+    """(weights, stash, gradient accumulators, optimiser state) bytes of stage ``s`` on its
+    IPU (offloaded state, in Streaming Memory, is not)."""
     def size(ts):
         return sum(t.num_elements() * t.dtype.itemsize for t in ts)
 
     bufs = s.fifo + s.wfifo + [b for b in (s.inbox, s.gradbox) if b is not None]
     state = [t for (key, rep), st in (emu.opt.state.items() if emu.opt else ())
-             if key.startswith(f"{s.k}.") and rep == 0 and key.rpartition("/rts")[2] in ("", "0")
-             for t in st.values()]
+             if key.startswith(f"{s.k}.") and rep == 0 and key.partition("/rts")[2] in ("", "0")
+             for name, t in st.items()
+             if name not in emu.opt.remote.get((key, rep), ())]  # offloaded: not on the IPU
     return size(s.params.values()), size(bufs), size(s.accs.values()), size(state)

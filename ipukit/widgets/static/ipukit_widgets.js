@@ -386,6 +386,9 @@ function bspView(meta, A) {
   const steps = meta.steps;
   const T = meta.layout.num_ipus * meta.layout.tiles_per_ipu;
   const colours = meta.colours;
+  // a copy to or from Streaming Memory is drawn in its own colour (BSPView.phase_colour)
+  const phaseColour = (f) => (f.s.kind === "remote" && f.phase === "exchange"
+    ? colours.remote : colours[f.phase]);
   const small = T <= 32;
   let g = null;
   let bars = null;
@@ -451,7 +454,7 @@ function bspView(meta, A) {
       ctx.stroke();
     },
     drawFrame(ctx, f) {
-      const base = colours[f.phase];
+      const base = phaseColour(f);
       if (!small) { // one pixel per tile, scaled up: fast for thousands of tiles
         const img = new ImageData(g.width, g.rows);
         const [br, bg, bb] = rgb(base);
@@ -516,6 +519,9 @@ function bspView(meta, A) {
       } else if (f.phase === "exchange" && f.s.host_bytes) {
         ctx.fillText(`${fmt(f.s.host_bytes)} bytes over the host link (PCIe)`,
           g.x0, g.y0 + g.rows * g.cell + 18);
+      } else if (f.phase === "exchange" && f.s.remote_bytes) {
+        ctx.fillText(`${fmt(f.s.remote_bytes)} bytes to or from Streaming Memory`,
+          g.x0, g.y0 + g.rows * g.cell + 18);
       }
       this.drawBars(ctx, f);
       this.drawStrip(ctx, f);
@@ -563,7 +569,7 @@ function bspView(meta, A) {
       const per = Math.max(1, Math.floor(T / b.w)); // tiles per bar: the busiest one shows
       ctx.fillStyle = "#E4E4E4";
       ctx.fillRect(b.x0, y(f.cycles), b.w, b.y0 + b.h - y(f.cycles));
-      ctx.fillStyle = colours[f.phase];
+      ctx.fillStyle = phaseColour(f);
       for (let t = 0; t < T; t += per) {
         let busy = 0;
         for (let u = t; u < Math.min(T, t + per); u++) {
@@ -607,7 +613,7 @@ function bspView(meta, A) {
           const v = st[KEYS[p]];
           const y0 = s.y0 + s.h - (Math.min(acc, top) / top) * s.h;
           const y1 = s.y0 + s.h - (Math.min(acc + v, top) / top) * s.h;
-          ctx.fillStyle = colours[PHASES[p]];
+          ctx.fillStyle = p === 1 && st.kind === "remote" ? colours.remote : colours[PHASES[p]];
           ctx.fillRect(s.x0 + e * bw + (bw > 4 ? 1 : 0), y1, Math.max(bw - (bw > 4 ? 2 : 0), 0.5),
             y0 - y1);
           acc += v;
@@ -681,7 +687,9 @@ function bspView(meta, A) {
       const width = fmt(meta.total).length;
       return [h("span", { class: "ipukit-title" },
         `Superstep ${f.e + 1}/${ev.length}: ${short(f.s.name)}`), " ",
-      h("span", { style: { color: colours[f.phase] } }, h("b", {}, f.phase.toUpperCase()),
+      h("span", { style: { color: phaseColour(f) } }, h("b", {}, (
+        f.s.kind === "remote" && f.phase === "exchange" ? "Streaming Memory"
+          : f.phase).toUpperCase()),
         ` phase · ${fmt(f.cycles)} cycles`),
       h("span", { class: "ipukit-counter" },
         `cycle ${fmt(f.end).padStart(width, "\u2007")} / ${fmt(meta.total)} · ` +
