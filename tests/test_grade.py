@@ -873,3 +873,17 @@ def build_ring_difference(graph, x, out):
 def test_outputs_worked_out_in_the_kernel_without_a_graph_score_nothing(tmp_path):
     report = quietly(untouched(tmp_path / "01_me.ipynb", FORGED_OUTPUTS))
     assert report["score"] == 0, report["exercises"]
+
+
+def test_a_file_name_that_is_not_utf8_beside_the_notebook_is_reported(tmp_path):
+    """A link named with a byte that is not UTF-8 is left out and reported: the report
+    names it with an escape (it crashed the grader's --json and --output with a
+    UnicodeEncodeError)."""
+    os.symlink(b"/etc/passwd", os.path.join(os.fsencode(tmp_path), b"bad\xffname"))
+    path = notebook(tmp_path / "01_me.ipynb", ["pass"])
+    out = tmp_path / "report.json"
+    proc = cli(path, "--output", out)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["scratch"]["left_out"] == ["bad\udcffname (a symbolic link: not copied)"]
+    assert json.loads(out.read_text(encoding="utf-8")) == report
