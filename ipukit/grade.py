@@ -27,6 +27,10 @@ What is guaranteed (the README's "Grading a notebook" says it for learners):
   process the notebook started (detached or double-forked ones included) before it
   reports. Messages from the kernel are bounded before they are read (ZMQ's
   ``MAXMSGSIZE``); an oversized or malformed one is a named error of its cell.
+  The scoreboard prints control characters as escapes (no cell's error draws on the
+  terminal). ``python -m`` puts the working folder on ``sys.path``: it is taken off
+  before the grader imports Jupyter's libraries, and a namesake there of a module already
+  imported refuses the grade (:func:`working_folder_off_path`).
 * **The scratch folder**: the notebook's folder copied with regular files only (links
   are not followed), at most ``--scratch-limit`` MB (default 200; what was left out is
   reported), within the time budget; the kernel's working folder, ``HOME`` and temporary
@@ -267,7 +271,6 @@ def working_folder_off_path() -> str:
 
     cwd = Path.cwd().resolve()
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != cwd]
-
     names = sorted({m.split(".")[0] for m in sys.modules})
     shadows = [n for n in names if (cwd / n).resolve() != KIT and any(
         (cwd / f"{n}{s}").exists() or (cwd / n / f"__init__{s}").exists()

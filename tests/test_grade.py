@@ -887,3 +887,23 @@ def test_a_file_name_that_is_not_utf8_beside_the_notebook_is_reported(tmp_path):
     report = json.loads(proc.stdout)
     assert report["scratch"]["left_out"] == ["bad\udcffname (a symbolic link: not copied)"]
     assert json.loads(out.read_text(encoding="utf-8")) == report
+
+
+@LANDLOCK
+def test_the_kernel_cannot_signal_the_grader(tmp_path):
+    """SIGSTOP to the grader (its parent) would hang grading for ever, SIGKILL would end it
+    with no report: Landlock ABI 6+ scopes signals to the sandbox."""
+    if sandbox.landlock_abi() < 6:
+        pytest.skip("Landlock scopes signals from ABI 6 on")
+    path = untouched(tmp_path / "01_me.ipynb", """\
+import os, signal
+refused = []
+for sig in (signal.SIGSTOP, signal.SIGTERM, signal.SIGKILL):
+    try:
+        os.kill(os.getppid(), sig)
+    except PermissionError:
+        refused.append(sig.name)
+raise RuntimeError(' '.join(refused))""")
+    report = graded(path)
+    assert report["errors"][-1]["error"] == "RuntimeError: SIGSTOP SIGTERM SIGKILL"
+    assert report["score"] == 0
