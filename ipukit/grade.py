@@ -27,6 +27,10 @@ What is guaranteed (the README's "Grading a notebook" says it for learners):
   process the notebook started (detached or double-forked ones included) before it
   reports. Messages from the kernel are bounded before they are read (ZMQ's
   ``MAXMSGSIZE``); an oversized or malformed one is a named error of its cell.
+  The scoreboard prints control characters as escapes (no cell's error draws on the
+  terminal). ``python -m`` puts the working folder on ``sys.path``: it is taken off
+  before the grader imports Jupyter's libraries, and a namesake there of a module already
+  imported refuses the grade (:func:`working_folder_off_path`).
 * **The scratch folder**: the notebook's folder copied with regular files only (links
   are not followed), at most ``--scratch-limit`` MB (default 200; what was left out is
   reported), within the time budget; the kernel's working folder, ``HOME`` and temporary
@@ -238,6 +242,46 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
+def printable(text) -> str:
+    """``text`` as the scoreboard prints it: control characters (a terminal's escape
+    sequences among them: a notebook's error could clear the screen and draw a score of
+    its own) and unencodable ones written as escapes (``\\x1b``); line breaks kept."""
+    return "".join(c if c == "\n" or (c.isprintable() and not 0xD800 <= ord(c) <= 0xDFFF)
+                   else ascii(c)[1:-1] for c in str(text))
+
+
+def json_text(report: dict) -> str:
+    """The ``--json`` document: UTF-8 text, with what a terminal or an encoder could take
+    for something else written as ``\\u`` escapes (C1 controls, lone surrogates, line
+    separators: they can only stand inside its strings, where the escapes mean the same)."""
+    text = json.dumps(report, indent=1, ensure_ascii=False)
+    return re.sub("[\x7f-\x9f\ud800-\udfff\u2028\u2029]",
+                  lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def working_folder_off_path() -> str:
+    """Take the working folder off ``sys.path`` (``python -m`` puts it first, so grading
+    from a submission's own folder would import its ``nbclient/`` or ``zmq.py``); returns
+    "" or why grading is refused: a module imported before this ran has a namesake there
+    (e.g. ``numpy.py``), which may already be the one loaded (and may have taken the
+    folder off the path itself). ``python -P`` puts nothing there."""
+    if sys.flags.safe_path:
+        return ""
+    from importlib.machinery import all_suffixes
+
+    cwd = Path.cwd().resolve()
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != cwd]
+    names = sorted({m.split(".")[0] for m in sys.modules})
+    shadows = [n for n in names if (cwd / n).resolve() != KIT and any(
+        (cwd / f"{n}{s}").exists() or (cwd / n / f"__init__{s}").exists()
+        for s in all_suffixes())]
+    if not shadows:
+        return ""
+    return (f"the working folder {cwd} holds {', '.join(shadows[:5])} (as a module), a "
+            "namesake of a module the grader had already imported from it; run the grader "
+            "from another folder, or as python -P -m ipukit.grade")
+
+
 def main(argv=None, landlock: bool = True) -> int:
     p = argparse.ArgumentParser(prog="python -m ipukit.grade",
                                 description=__doc__.split("\n")[0])
@@ -255,36 +299,42 @@ def main(argv=None, landlock: bool = True) -> int:
                                       f"the notebook writes (default {SCRATCH_LIMIT_MB})")
     args = p.parse_args(argv)
     if not args.notebook.is_file():
-        print(f"ipukit.grade: no notebook at {args.notebook}", file=sys.stderr)
+        print(printable(f"ipukit.grade: no notebook at {args.notebook}"), file=sys.stderr)
         return 2
     try:
         report = grade(args.notebook, timeout=args.timeout, total_timeout=args.total_timeout,
                        seed=args.seed, scratch_limit_mb=args.scratch_limit, landlock=landlock)
     except GradingError as exc:
-        print(f"ipukit.grade: could not grade {args.notebook}: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # unreadable notebook, kernel that will not start
-        print(f"ipukit.grade: could not grade {args.notebook}: {type(exc).__name__}: {exc}",
+        print(printable(f"ipukit.grade: could not grade {args.notebook}: {exc}"),
               file=sys.stderr)
         return 2
-    document = json.dumps(report, indent=1, ensure_ascii=False)
+    except Exception as exc:  # unreadable notebook, kernel that will not start
+        print(printable(f"ipukit.grade: could not grade {args.notebook}: "
+                        f"{type(exc).__name__}: {exc}"), file=sys.stderr)
+        return 2
+    document = json_text(report)
     if args.output:
         write_atomically(args.output, document + "\n")
     if args.json:
         print(document)
         return 0
     rows = [Result(**r) for r in report["exercises"]]
-    print(format_scoreboard(rows, f"Scoreboard for {args.notebook} (lesson {report['lesson']})"))
-    for r in rows:
-        if r.status != "passed" and r.message:
-            print(f"\n{r.id} {r.title}: {r.message}")
-    for e in report["errors"]:
-        print(f"\ncell {e['cell']} {e['shown_as']} raised {e['error']}")
+    shown = [format_scoreboard(rows, f"Scoreboard for {args.notebook} (lesson "
+                                     f"{report['lesson']})")]
+    shown += [f"\n{r.id} {r.title}: {r.message}" for r in rows
+              if r.status != "passed" and r.message]
+    shown += [f"\ncell {e['cell']} {e['shown_as']} raised {e['error']}"
+              for e in report["errors"]]
     if report["not_run"]:
-        print(f"\ncells {', '.join(map(str, report['not_run']))} did not run: "
-              f"{report['stopped']}")
+        shown.append(f"\ncells {', '.join(map(str, report['not_run']))} did not run: "
+                     f"{report['stopped']}")
+    print(printable("\n".join(shown)))
     return 0
 
 
 if __name__ == "__main__":
+    refused = working_folder_off_path()
+    if refused:
+        print(printable(f"ipukit.grade: refused: {refused}"), file=sys.stderr)
+        sys.exit(2)
     sys.exit(main())

@@ -2,6 +2,7 @@
 cell, verdicts given here (issue 26, point 1)."""
 
 import json
+from pathlib import Path
 
 import nbformat
 import numpy as np
@@ -118,3 +119,9 @@ def test_a_not_solved_trial_is_not_solved(plan):
 
 def test_the_judged_checks_of_lesson_01_are_registered_once():
     assert lesson01.check_superstep_cycles.exercise is feedback.EXERCISES["01.3"]
+
+
+def test_every_lesson_with_checks_is_loaded_before_a_kernel_starts():
+    """judge.load_all imports every lesson's checks (lesson 13's were left out)."""
+    found = sorted(p.stem[-2:] for p in Path(judge.__file__).parent.glob("lesson[0-9][0-9].py"))
+    assert list(judge.LESSONS) == found and "13" in found

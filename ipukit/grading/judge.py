@@ -24,6 +24,8 @@ True
 from __future__ import annotations
 
 import json
+import pkgutil
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,8 +37,10 @@ from .feedback import FAILED, Exercise, Result
 
 #: MIME type of the message a judge's cell sends its trial's outputs in.
 CHANNEL = "application/vnd.ipukit.trial+json"
-#: Lessons with checks (``ipukit.grading.lessonNN``).
-LESSONS = tuple(f"{n:02d}" for n in range(1, 13))
+#: Lessons with checks: every ``ipukit.grading.lessonNN`` module (13 was left out when it
+#: was numbered by hand).
+LESSONS = tuple(sorted(m.name[-2:] for m in pkgutil.iter_modules([str(Path(__file__).parent)])
+                       if re.fullmatch(r"lesson\d\d", m.name)))
 
 
 def load_all() -> None:

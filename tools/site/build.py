@@ -133,7 +133,7 @@ def build_index(out: Path, index: list[dict]) -> None:
                     f'run in the browser</a>{ex}</p></li>')
     body = (
         "<h1>ipukit: the Graphcore IPU programming model, by doing</h1>"
-        "<p>A course in twelve lessons, from one tile to a sharded, pipelined language-model "
+        "<p>A course in thirteen lessons, from one tile to a sharded, pipelined language-model "
         "head, on an emulator of Poplar (the IPU's graph API) written in NumPy. Read a "
         "lesson here (figures and widgets play in the page), or run it, and its graded "
         "exercises, in your browser with JupyterLite: nothing to install. "
