@@ -25,7 +25,7 @@ _5 = Expr("ARG", 5)  # popops' placeholders go on: _5 is the fifth operand
 class Optimizer:
     """The weight update on the device, with the optimiser's state in tile variables or,
     offloaded, in remote buffers (Adam's bias corrections, two numbers the host writes
-    every step, stay on the tiles: kit convention).
+    every step, stay on the tiles (kit convention)).
 
     Every replica holds its own copy of the state (the same values); with RTS each holds
     the state of its shard only (keys ``"<key>/rts<r>"``, as the NumPy runner's)."""
