@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_browser import CHROMIUM, FLAGS, SHOTS, frame, sync_api
+from tests.test_browser import CHROMIUM, FLAGS, SHOTS, frame, rewind, sync_api
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "tools" / "site" / "build.py"
@@ -106,6 +106,7 @@ def test_lesson_pages_show_figures_and_a_widget_plays(server, browser, site):
     w.wait_for(timeout=20_000)
     w.scroll_into_view_if_needed()
     w.locator('[aria-label="Speed"]').select_option("4")
+    rewind(w)
     before = frame(w)
     w.locator('[aria-label="Play"]').click()
     time.sleep(2.0)
