@@ -76,7 +76,7 @@ class Access:
     rshape: tuple = ()
     rstrides: tuple = ()
     idx: np.ndarray | None = None
-    gather_runs: tuple | None = None  # runs() of a gather, when known without scanning idx
+    gather_runs: object = None  # makes runs() of a gather without scanning idx (not kept)
 
     @staticmethod
     def gather(dtype, idx: np.ndarray, gather_runs=None) -> Access:
@@ -105,7 +105,7 @@ class Access:
         each vertex's addresses as a set, in fewer runs (dimensions by stride, or sorted);
         ``once`` (merged): a gather's repeated addresses once (read: the same bytes)."""
         if self.gather_runs is not None:
-            return self.gather_runs
+            return self.gather_runs()
         dims = sorted(range(len(self.rshape)), key=lambda d: (d > 0, -self.rstrides[d] * merged))
         layout = (self.offset, *([x[d] for d in dims] for x in (self.rshape, self.rstrides)))
         k = max(prod(self.shape[1:]), 1)  # elements per vertex
@@ -712,9 +712,13 @@ def _field_access(dtype, tensors: list[Tensor], vector: bool, small: bool) -> Ac
         return Access(dtype, shape, int(offsets[0]), (n,) + t0.shape, (step,) + t0.strides)
     dt = np.int32 if small else np.int64
     inner = addresses(0, t0.shape, t0.strides, dt).reshape(1, -1)
-    begins, lengths = runs(t0)  # every vertex's runs: t0's, moved
-    vruns = ((np.array(offsets, np.int64)[:, None] + (begins - t0.offset)).reshape(-1),
-             np.tile(lengths, n), np.repeat(np.arange(n), begins.size))
+    begins, lengths = runs(t0)  # every vertex's runs: t0's, moved (made when asked for:
+    moved = np.array(offsets, np.int64)[:, None] - t0.offset  # 8 bytes an element kept)
+
+    def vruns():
+        return ((moved + begins).reshape(-1), np.tile(lengths, n),
+                np.repeat(np.arange(n), begins.size))
+
     return Access.gather(dtype, (np.array(offsets, dt)[:, None] + inner).reshape(shape), vruns)
 
 
