@@ -660,14 +660,18 @@ def test_a_2d_vertex_takes_its_share_of_a_tiles_rows_as_a_few_regions(offset, ro
     from ipukit.tensor import addresses
 
     gap = n * max(step, 1) + extra
-    block = (offset, (rows, n), (gap, step))
-    flat = addresses(*block).reshape(-1)
-    a = data.draw(st.integers(0, flat.size - 1))
-    b = data.draw(st.integers(a + 1, flat.size))
-    cut = _cut_rows(flat[a:b], block, a, b)
-    assert 1 <= len(cut) <= 3
-    assert np.array_equal(np.concatenate([addresses(*r).reshape(-1) for r in cut]), flat[a:b])
-    assert _cut_rows((5, (3,), (1,)), block, a, b) == (5, (3,), (1,))  # a region stays
+    for block in ((offset, (rows, n), (gap, step)), (offset, (rows * n,), (step,))):
+        flat = addresses(*block).reshape(-1)
+        a = data.draw(st.integers(0, flat.size - 1))
+        b = data.draw(st.integers(a + 1, flat.size))
+        cut = _cut_rows(block, a, b)
+        parts = cut if isinstance(cut, list) else [cut]
+        assert 1 <= len(parts) <= 3 and all(min(r[2]) >= 0 for r in parts)
+        assert np.array_equal(np.concatenate([addresses(*r).reshape(-1) for r in parts]),
+                              flat[a:b])
+        inside = a // n == (b - 1) // n or not (a % n or b % n)  # one row, or whole rows
+        assert isinstance(cut, tuple) == (inside or len(block[1]) == 1)
+    assert _cut_rows(np.arange(3), 0, 2) is None  # no block: the vertex's own addresses
 
 
 def test_2d_vertices_of_a_column_block_hold_regions_and_compute_the_same():

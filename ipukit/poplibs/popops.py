@@ -313,11 +313,8 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
         idx = (_iota(*run) if run else np.ascontiguousarray(t.idx)).reshape(len(tiles), -1)
         w = idx.shape[1]
         idx = (idx if in_order else idx[order]).reshape(-1)
-        layouts = _regions(idx, np.array(lo) * w, np.array(hi) * w)
-        if any(type(x) is not tuple for x in layouts):  # a 2D vertex's share of its tile's
-            blocks = _regions(idx, np.array(starts) * w, np.array(ends) * w)  # regions: cut
-            layouts = [_cut_rows(x, blocks[j], (a - starts[j]) * w, (b - starts[j]) * w)
-                       for x, j, a, b in zip(layouts, run_of, lo, hi)]  # from the tile's
+        layouts = _vertex_layouts(idx, np.array(starts) * w, np.array(ends) * w,
+                                  np.array(lo) * w, np.array(hi) * w, run_of)
         columns.append([RegionList(g, dt, x, what) if type(x) is list else Tensor(g, dt, x, what)
                         for x in layouts])
     conns = [dict(zip(fields, c)) for c in zip(*columns)]
@@ -385,25 +382,45 @@ def _regions(idx: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> list:
 
 
 
-def _cut_rows(layout, block, a: int, b: int):
-    """A vertex's ``layout`` (:func:`_regions`); where it is an index view, the elements
-    ``[a, b)`` of its tile's ``block`` of rows ``(offset, (R, L), (S, s))`` as the list of
-    regions they are (part of a row, whole rows, part of a row: PopLibs' ``splitRegions``
-    cuts a tile's regions by elements), so no vertex field holds an address per element."""
-    if type(layout) is tuple or type(block) is not tuple or len(block[1]) != 2:
-        return layout
-    offset, (_, n), (gap, step) = block
+def _vertex_layouts(idx, starts, ends, lo, hi, run_of: list) -> list:
+    """Each vertex's addresses ``idx[lo:hi]`` (within its tile's ``idx[starts:ends]``,
+    ``run_of`` saying which) as one region, a list of regions (:func:`_cut_rows` of its
+    tile's block) or, where its tile's addresses are no block, as :func:`_regions` finds
+    them. Where every tile's addresses are a block, vertices' own are not looked at."""
+    blocks = _regions(idx, starts, ends)
+    if lo.size == starts.size:  # one vertex a tile (a MultiVertex): its tile's block
+        return blocks
+    cuts = zip(run_of, (lo - starts[run_of]).tolist(), (hi - starts[run_of]).tolist())
+    if all(type(x) is tuple for x in blocks):
+        return [_cut_rows(blocks[j], a, b) for j, a, b in cuts]
+    return [x if type(x) is tuple else _cut_rows(blocks[j], a, b) or x
+            for x, (j, a, b) in zip(_regions(idx, lo, hi), cuts)]
+
+
+def _cut_rows(block, a: int, b: int):
+    """The elements ``[a, b)`` of a tile's ``block`` (a region ``(offset, (R, L), (S, s))``
+    of R rows, or ``(offset, (k,), (s,))``): one region where they are one (part of a row,
+    whole rows), else the list of regions they are (part of a row, whole rows, part of a
+    row: PopLibs' ``splitRegions`` cuts a tile's regions by elements), so no vertex field
+    holds an address per element; None where the block is no region."""
+    if type(block) is not tuple:
+        return None
+    offset, shape, strides = block
+    n, gap, step = shape[-1], strides[0], strides[-1]
     (r0, c0), (r1, c1) = divmod(a, n), divmod(b, n)
-    if r0 == r1:
-        return [(offset + r0 * gap + c0 * step, (b - a,), (step,))]
+    if len(shape) == 1 or r0 == r1 or (r1 == r0 + 1 and not c1):  # within one row
+        return (offset + r0 * gap + c0 * step, (b - a,), (step if b - a > 1 else 1,))
+    if not (c0 or c1):  # whole rows
+        return (offset + r0 * gap, (r1 - r0, n), (gap, step))
     parts = []
     if c0:  # the rest of a row
-        parts.append((offset + r0 * gap + c0 * step, (n - c0,), (step,)))
+        parts.append((offset + r0 * gap + c0 * step, (n - c0,), (step if n - c0 > 1 else 1,)))
         r0 += 1
     if r1 > r0:  # whole rows
-        parts.append((offset + r0 * gap, (r1 - r0, n), (gap, step)))
+        parts.append((offset + r0 * gap, (r1 - r0, n), (gap, step)) if r1 - r0 > 1
+                     else (offset + r0 * gap, (n,), (step if n > 1 else 1,)))
     if c1:  # the start of a row
-        parts.append((offset + r1 * gap, (c1,), (step,)))
+        parts.append((offset + r1 * gap, (c1,), (step if c1 > 1 else 1,)))
     return parts
 
 
