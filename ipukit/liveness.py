@@ -102,6 +102,7 @@ class _Analysis:
         self.access_of = access_of
         self.steps = steps
         self.pools = [p for p in graph.pools.values() if p.variables]
+        # per type: its pool's index and where each of its variables starts
         self.starts = {p.dtype: (k, np.asarray(p.starts)) for k, p in enumerate(self.pools)}
         self.vars = [v for p in self.pools for v in p.variables]
         self.first = np.cumsum([0] + [len(p.variables) for p in self.pools])  # per pool

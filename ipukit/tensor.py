@@ -198,9 +198,13 @@ class RegionList(Tensor):
     __slots__ = ("regions",)
 
     def __init__(self, graph, dtype: np.dtype, regions: list, name: str):
-        self.graph, self.dtype, self._parent, self._what = graph, dtype, None, name
+        self.graph = graph
+        self.dtype = dtype
+        self._parent = None
+        self._what = name
         self.regions = tuple(regions)
-        self.offset, self.strides = -1, None
+        self.offset = -1  # no single region: as a Tensor of an address array
+        self.strides = None
         self.shape = (sum(math.prod(shape) for _, shape, _ in self.regions),)
 
     @property
