@@ -38,7 +38,7 @@ from .errors import (
 from .graph import DataStream, Graph, RemoteBuffer
 from .memory_report import out_of_memory
 from .program import Copy, Execute, If, PrintTensor, Program, Repeat, RepeatWhileTrue, Sequence
-from .tensor import Tensor, address_span, addresses, index_runs, runs
+from .tensor import RegionList, Tensor, address_span, addresses, index_runs, runs
 from .trace import Step, TileMemory
 from .vertex import MultiVertex
 
@@ -76,7 +76,7 @@ class Access:
     rshape: tuple = ()
     rstrides: tuple = ()
     idx: np.ndarray | None = None
-    gather_runs: tuple | None = None  # runs() of a gather, when known without scanning idx
+    gather_runs: object = None  # makes runs() of a gather without scanning idx (not kept)
 
     @staticmethod
     def gather(dtype, idx: np.ndarray, gather_runs=None) -> Access:
@@ -105,7 +105,7 @@ class Access:
         each vertex's addresses as a set, in fewer runs (dimensions by stride, or sorted);
         ``once`` (merged): a gather's repeated addresses once (read: the same bytes)."""
         if self.gather_runs is not None:
-            return self.gather_runs
+            return self.gather_runs()
         dims = sorted(range(len(self.rshape)), key=lambda d: (d > 0, -self.rstrides[d] * merged))
         layout = (self.offset, *([x[d] for d in dims] for x in (self.rshape, self.rstrides)))
         k = max(prod(self.shape[1:]), 1)  # elements per vertex
@@ -442,7 +442,7 @@ class _Compiler:
                 elif (t := conn.get(name)) is None:
                     raise GraphConnectionError.unconnected(name, f, g.describe_vertex(v))
                 else:
-                    shape += [t.shape if t._idx is None else t.num_elements(), t.strides]
+                    shape += [t.shape if t.strides is not None else t.num_elements(), t.strides]
             buckets.setdefault(tuple(shape), []).append(v)
         groups = tuple(self._group(key[0], run) for key, vs in buckets.items()
                        for run in self._regular_runs(key[0], vs))
@@ -519,7 +519,7 @@ class _Compiler:
         one region: no index array), unless that makes many small array operations."""
         names = [n for n, f in cls.fields.items() if f.kind != "state"]
         conns = [self.g.v_conn[v] for v in vids]
-        if len(vids) <= 2 or any(conns[0][n]._idx is not None for n in names):
+        if len(vids) <= 2 or any(conns[0][n].strides is None for n in names):
             return [vids]
         offsets = np.array([[c[n].offset for n in names] for c in conns], np.int64)
         step = np.diff(offsets, axis=0)
@@ -740,7 +740,10 @@ def _field_access(dtype, tensors: list[Tensor], vector: bool, small: bool) -> Ac
     address of the type fits in one)."""
     n, t0 = len(tensors), tensors[0]
     shape = (n, t0.num_elements()) if vector else (n,)
-    if t0._idx is not None:
+    if isinstance(t0, RegionList) and all(isinstance(t, RegionList) for t in tensors):
+        return Access.gather(dtype, _region_lists(tensors, np.int32 if small else np.int64)
+                             .reshape(shape))
+    if t0.strides is None:
         return Access.gather(dtype, np.concatenate([t.idx.reshape(-1) for t in tensors],
                                                    dtype=np.int32 if small else None)
                              .reshape(shape))
@@ -750,10 +753,28 @@ def _field_access(dtype, tensors: list[Tensor], vector: bool, small: bool) -> Ac
         return Access(dtype, shape, int(offsets[0]), (n,) + t0.shape, (step,) + t0.strides)
     dt = np.int32 if small else np.int64
     inner = addresses(0, t0.shape, t0.strides, dt).reshape(1, -1)
-    begins, lengths = runs(t0)  # every vertex's runs: t0's, moved
-    vruns = ((np.array(offsets, np.int64)[:, None] + (begins - t0.offset)).reshape(-1),
-             np.tile(lengths, n), np.repeat(np.arange(n), begins.size))
+    begins, lengths = runs(t0)  # every vertex's runs: t0's, moved (made when asked for:
+    moved = np.array(offsets, np.int64)[:, None] - t0.offset  # 8 bytes an element kept)
+
+    def vruns():
+        return ((moved + begins).reshape(-1), np.tile(lengths, n),
+                np.repeat(np.arange(n), begins.size))
+
     return Access.gather(dtype, (np.array(offsets, dt)[:, None] + inner).reshape(shape), vruns)
+
+
+def _region_lists(lists: list, dt) -> np.ndarray:
+    """The addresses of RegionLists of one length, one row each: those whose regions have
+    the same shapes and strides share one pattern, moved by each one's offsets."""
+    out = np.empty((len(lists), lists[0].shape[0]), dt)
+    alike: dict[tuple, list[int]] = {}
+    for i, t in enumerate(lists):
+        alike.setdefault(tuple((shape, strides) for _, shape, strides in t.regions), []).append(i)
+    for layout, rows in alike.items():
+        pattern = np.concatenate([addresses(0, *r, dt).reshape(-1) for r in layout])
+        offsets = np.array([[r[0] for r in lists[i].regions] for i in rows], dt)
+        out[rows] = np.repeat(offsets, [prod(shape) for shape, _ in layout], axis=1) + pattern
+    return out
 
 
 def _runs(fields) -> tuple:

@@ -102,6 +102,8 @@ class _Analysis:
         self.access_of = access_of
         self.steps = steps
         self.pools = [p for p in graph.pools.values() if p.variables]
+        # per type: its pool's index and where each of its variables starts
+        self.starts = {p.dtype: (k, np.asarray(p.starts)) for k, p in enumerate(self.pools)}
         self.vars = [v for p in self.pools for v in p.variables]
         self.first = np.cumsum([0] + [len(p.variables) for p in self.pools])  # per pool
         self.size = np.array([v.size for v in self.vars], np.int64)
@@ -129,8 +131,7 @@ class _Analysis:
     # -- what a node reads and writes ------------------------------------------------------
     def _touch(self, access, written: np.ndarray | None = None) -> np.ndarray:
         """The variables ``access`` reaches; adds the elements it writes to ``written``."""
-        k = next(i for i, p in enumerate(self.pools) if p.dtype == access.dtype)
-        starts = np.asarray(self.pools[k].starts)
+        k, starts = self.starts[access.dtype]
         if access.idx is not None and not access.idx.size:
             return np.zeros(0, np.intp)
         if access.idx is not None:

@@ -181,6 +181,37 @@ class Tensor:
         return f"Tensor('{self.name}', shape={self.shape}, dtype={TYPE_NAMES[self.dtype]})"
 
 
+class RegionList(Tensor):
+    """The flat concatenation of a few regions, each ``(offset, shape, strides)``: what a
+    field of Poplar's ``Vector<Input<Vector<T>>>`` kind is connected to (a list of
+    regions, as PopLibs' 2D vertices take a worker's share of a tile's regions). It keeps
+    O(regions) numbers; its address array is made each time one is asked for, never kept,
+    and every view of it is an ordinary (address-array) Tensor.
+
+    >>> import ipukit as ipu
+    >>> g = ipu.Graph(ipu.IPUModel(tiles_per_ipu=1).create_device().target)
+    >>> v = g.add_variable(ipu.FLOAT, [3, 4], "v")
+    >>> RegionList(g, ipu.FLOAT, [(2, (2,), (1,)), (8, (2, 2), (4, 1))], "v pieces").idx
+    array([ 2,  3,  8,  9, 12, 13])
+    """
+
+    __slots__ = ("regions",)
+
+    def __init__(self, graph, dtype: np.dtype, regions: list, name: str):
+        self.graph = graph
+        self.dtype = dtype
+        self._parent = None
+        self._what = name
+        self.regions = tuple(regions)
+        self.offset = -1  # no single region: as a Tensor of an address array
+        self.strides = None
+        self.shape = (sum(math.prod(shape) for _, shape, _ in self.regions),)
+
+    @property
+    def _idx(self) -> np.ndarray:
+        return np.concatenate([addresses(*r).reshape(-1) for r in self.regions])
+
+
 def concat(tensors, dim: int = 0) -> Tensor:
     """``poplar::concat``: join tensors of one type along ``dim`` (a view, no copy)."""
     try:

@@ -647,3 +647,54 @@ def test_vertex_addresses_become_regions_only_where_they_are_one(chunks):
         (10, (5,), (1,)), (15, (5,), (1,))]  # runs: 1-D regions
     assert _regions(np.array([3, 3, 3, 4, 4, 4]), np.array([0]), np.array([6])) == [
         (3, (2, 3), (1, 0))]  # a broadcast row
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 40), st.integers(1, 6), st.integers(1, 5), st.integers(0, 12),
+       st.integers(0, 2), st.data())
+def test_a_2d_vertex_takes_its_share_of_a_tiles_rows_as_a_few_regions(offset, rows, n, extra,
+                                                                      step, data):
+    # the elements [a, b) of a tile's block of rows (R runs of L, S apart) are part of a
+    # row, whole rows and part of a row (PopLibs' splitRegions cuts by elements), in order
+    from ipukit.poplibs.popops import _cut_rows
+    from ipukit.tensor import addresses
+
+    gap = n * max(step, 1) + extra
+    for block in ((offset, (rows, n), (gap, step)), (offset, (rows * n,), (step,))):
+        flat = addresses(*block).reshape(-1)
+        a = data.draw(st.integers(0, flat.size - 1))
+        b = data.draw(st.integers(a + 1, flat.size))
+        cut = _cut_rows(block, a, b)
+        parts = cut if isinstance(cut, list) else [cut]
+        assert 1 <= len(parts) <= 3 and all(min(r[2]) >= 0 for r in parts)
+        assert np.array_equal(np.concatenate([addresses(*r).reshape(-1) for r in parts]),
+                              flat[a:b])
+        inside = a // n == (b - 1) // n or not (a % n or b % n)  # one row, or whole rows
+        assert isinstance(cut, tuple) == (inside or len(block[1]) == 1)
+    assert _cut_rows(np.arange(3), 0, 2) is None  # no block: the vertex's own addresses
+
+
+def test_2d_vertices_of_a_column_block_hold_regions_and_compute_the_same():
+    # a [8, 12] tensor mapped 3 columns a tile: each tile holds 8 regions of 3, its 2D
+    # vertices' shares (split_regions, grain 2) start and end inside a row: each field is a
+    # RegionList (no address array kept), and the result is NumPy's
+    from ipukit.tensor import RegionList
+
+    dev, g, prog = setup(4)
+    x = g.add_variable(ipu.FLOAT, [8, 12], "x")
+    for t in range(4):
+        g.set_tile_mapping(x.slice([0, 3 * t], [8, 3 * t + 3]), t)
+    first = len(g.v_cs)
+    y = popops.map(g, Exp(_1) - _1 * _2, [x, x], prog)
+    g.create_host_write("x", x)
+    g.create_host_read("y", y)
+    fields = [f for c in g.v_conn[first:] for f in c.values()]
+    assert any(isinstance(f, RegionList) for f in fields)
+    assert all(f._idx is None for f in fields if not isinstance(f, RegionList))
+    values = np.linspace(-1, 1, 96, dtype=np.float32).reshape(8, 12)
+    eng = ipu.Engine(g, prog)
+    eng.load(dev)
+    eng.write_tensor("x", values)
+    eng.run()
+    np.testing.assert_allclose(eng.read_tensor("y"), np.exp(values) - values * values,
+                               rtol=1e-6)

@@ -53,7 +53,17 @@ import numpy as np
 
 from ..errors import GraphConnectionError, IpuError, type_name
 from ..program import Copy, Execute, Sequence
-from ..tensor import FLOAT, HALF, TYPE_NAMES, Tensor, address_span, as_type, firsts, single_run
+from ..tensor import (
+    FLOAT,
+    HALF,
+    TYPE_NAMES,
+    RegionList,
+    Tensor,
+    address_span,
+    as_type,
+    firsts,
+    single_run,
+)
 from ..vertex import InOut, Input, MultiVertex, Output, Vector, Vertex
 from . import poputil
 from .expr import BINARY, UNARY, Expr, _1, _2, _3, lift
@@ -264,7 +274,10 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     output it holds: :func:`regions_per_tile`), a tile of one region gets ``cls`` and any
     other tile ``cls_2d``, as PopLibs' element-wise ops choose ``BinaryOp1D`` or
     ``BinaryOp2D`` (``ElementWise.cpp`` ``binaryOpGeneral``), plain vertices cut as PopLibs
-    cuts them (:func:`_vertices_2d`). Returns the number of vertices added.
+    cuts them (:func:`_vertices_2d`); a share that starts or ends inside one of the tile's
+    rows is connected as the few regions it is (a :class:`~ipukit.tensor.RegionList`,
+    :func:`_cut_rows`), never as an address per element. Returns the number of vertices
+    added.
     """
     if len(tiles) == 0:
         return 0
@@ -278,8 +291,8 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     on, ends = sorted_tiles[starts].tolist(), [*starts[1:], len(tiles)]
     kinds = [cls] * len(on) if cls_2d is None else [
         cls if r == 1 else cls_2d for r in regions[on].tolist()]
-    lo, hi, at, kind = [], [], [], []  # each vertex's rows [lo, hi), tile and class
-    for s, e, tile, k in zip(starts, ends, on, kinds):
+    lo, hi, at, kind, run_of = [], [], [], [], []  # each vertex's rows [lo, hi), tile,
+    for j, (s, e, tile, k) in enumerate(zip(starts, ends, on, kinds)):  # class, tile's run
         parts = _workers(graph) if cls_2d is None else _vertices_2d(e - s, grain, graph)
         pieces = ([(0, e - s)] if issubclass(k, MultiVertex)  # all of its tile's rows
                   else poputil.split_regions(e - s, grain, parts))
@@ -288,6 +301,7 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
             hi.append(s + f)
             at.append(tile)
             kind.append(k)
+            run_of.append(j)
     columns = []  # per field, each vertex's rows of it (in tile order, flattened)
     for t in fields.values():
         run, g, dt, what = single_run(t), t.graph, t.dtype, t.name
@@ -299,8 +313,10 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
         idx = (_iota(*run) if run else np.ascontiguousarray(t.idx)).reshape(len(tiles), -1)
         w = idx.shape[1]
         idx = (idx if in_order else idx[order]).reshape(-1)
-        columns.append([Tensor(g, dt, layout, what)
-                        for layout in _regions(idx, np.array(lo) * w, np.array(hi) * w)])
+        layouts = _vertex_layouts(idx, np.array(starts) * w, np.array(ends) * w,
+                                  np.array(lo) * w, np.array(hi) * w, run_of)
+        columns.append([RegionList(g, dt, x, what) if type(x) is list else Tensor(g, dt, x, what)
+                        for x in layouts])
     conns = [dict(zip(fields, c)) for c in zip(*columns)]
     for k in dict.fromkeys(kind):  # each class's vertices, in tile order
         mine = [i for i, c in enumerate(kind) if c is k]
@@ -364,6 +380,48 @@ def _regions(idx: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> list:
     return out
 
 
+
+
+def _vertex_layouts(idx, starts, ends, lo, hi, run_of: list) -> list:
+    """Each vertex's addresses ``idx[lo:hi]`` (within its tile's ``idx[starts:ends]``,
+    ``run_of`` saying which) as one region, a list of regions (:func:`_cut_rows` of its
+    tile's block) or, where its tile's addresses are no block, as :func:`_regions` finds
+    them. Where every tile's addresses are a block, vertices' own are not looked at."""
+    blocks = _regions(idx, starts, ends)
+    if lo.size == starts.size:  # one vertex a tile (a MultiVertex): its tile's block
+        return blocks
+    cuts = zip(run_of, (lo - starts[run_of]).tolist(), (hi - starts[run_of]).tolist())
+    if all(type(x) is tuple for x in blocks):
+        return [_cut_rows(blocks[j], a, b) for j, a, b in cuts]
+    return [x if type(x) is tuple else _cut_rows(blocks[j], a, b) or x
+            for x, (j, a, b) in zip(_regions(idx, lo, hi), cuts)]
+
+
+def _cut_rows(block, a: int, b: int):
+    """The elements ``[a, b)`` of a tile's ``block`` (a region ``(offset, (R, L), (S, s))``
+    of R rows, or ``(offset, (k,), (s,))``): one region where they are one (part of a row,
+    whole rows), else the list of regions they are (part of a row, whole rows, part of a
+    row: PopLibs' ``splitRegions`` cuts a tile's regions by elements), so no vertex field
+    holds an address per element; None where the block is no region."""
+    if type(block) is not tuple:
+        return None
+    offset, shape, strides = block
+    n, gap, step = shape[-1], strides[0], strides[-1]
+    (r0, c0), (r1, c1) = divmod(a, n), divmod(b, n)
+    if len(shape) == 1 or r0 == r1 or (r1 == r0 + 1 and not c1):  # within one row
+        return (offset + r0 * gap + c0 * step, (b - a,), (step if b - a > 1 else 1,))
+    if not (c0 or c1):  # whole rows
+        return (offset + r0 * gap, (r1 - r0, n), (gap, step))
+    parts = []
+    if c0:  # the rest of a row
+        parts.append((offset + r0 * gap + c0 * step, (n - c0,), (step if n - c0 > 1 else 1,)))
+        r0 += 1
+    if r1 > r0:  # whole rows
+        parts.append((offset + r0 * gap, (r1 - r0, n), (gap, step)) if r1 - r0 > 1
+                     else (offset + r0 * gap, (n,), (step if n > 1 else 1,)))
+    if c1:  # the start of a row
+        parts.append((offset + r1 * gap, (c1,), (step if c1 > 1 else 1,)))
+    return parts
 
 
 def regions_per_tile(graph, t: Tensor, tiles: np.ndarray) -> np.ndarray:
