@@ -28,8 +28,11 @@ multiply the images per call but pay an all-reduce per weight update.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
+
+import numpy as np
 
 from ..parallel import call_cost
 from ..parallel.replication import LABEL_BYTES
@@ -79,7 +82,74 @@ def plateau(model, batch_size: int) -> float:
     return model.replication_factor * mb * model.target.clock_hz / (t_step + io)
 
 
-def study(batch_size: int, ga: int, di: int, sweep: dict) -> dict[str, list[dict]]:
+@functools.cache
+def emulated(batch_size: int, ga: int, replicas: int = 1, di: int = 1) -> dict:
+    """One emulated call of the tutorial's model on zeros (the cycles do not depend on the
+    data): its cycles; its host sync; the cycles of its stream copies and of its
+    all-reduce (the ``gradients/`` steps), each on the IPU that spends the most on them."""
+    model = build(replicas, di, ga, rts=False, emulate=True)
+    n = replicas * di * ga * batch_size
+    result = model.run(np.zeros((n,) + SAMPLE_SHAPE, np.float32), np.zeros(n, np.int64))
+    assert result.trace.num_runs == 1  # a fresh model: the trace is this call's
+    per_ipu: dict = {"host": {}, "stream": {}, "allreduce": {0: 0.0}}
+    for st in result.trace.executed_steps():
+        kind = "allreduce" if st.name.startswith("gradients/") else st.kind
+        for q in st.ipus if kind in per_ipu else ():
+            per_ipu[kind][q] = per_ipu[kind].get(q, 0.0) + st.cycles
+    return {"cycles": result.cycles, "clock_hz": result.clock_hz,
+            "ipus": model.target.num_ipus, **{k: max(v.values()) for k, v in per_ipu.items()}}
+
+
+def iteration(batch_size: int, ga: int, replicas: int = 1) -> dict:
+    """A call's host sync (``host``) and device iterations at accumulation ``ga``: the
+    cycles of the first (``first``: every micro-batch's streams, the pipeline, the
+    all-reduce and the update) and of each one after it (``cycles``), with their stream
+    copies' and all-reduce's cycles. One replica: an iteration starts when the last IPU of
+    the one before is done, so every iteration costs the same; above ``PIPELINE_STAGES``
+    micro-batches, the run at ``PIPELINE_STAGES`` plus ``t_step`` per micro-batch more
+    (:func:`step`). Several replicas: the next iteration starts on some IPUs while the
+    all-reduce ends on others, so the calls of one and two iterations at ``ga`` are
+    emulated, each later iteration costing their difference."""
+    if replicas > 1:
+        one, two = emulated(batch_size, ga, replicas), emulated(batch_size, ga, replicas, 2)
+        return {**one, "first": one["cycles"] - one["host"],
+                "cycles": two["cycles"] - one["cycles"]}
+    g0 = min(ga, PIPELINE_STAGES)
+    base, more = emulated(batch_size, g0), ga - g0
+    per = ({k: emulated(batch_size, g0 + 1)[k] - base[k] for k in ("cycles", "stream")}
+           if more else {"cycles": 0.0, "stream": 0.0})
+    cycles = base["cycles"] - base["host"] + more * per["cycles"]
+    return {**base, "first": cycles, "cycles": cycles,
+            "stream": base["stream"] + more * per["stream"]}
+
+
+def step(batch_size: int, replicas: int = 1) -> float:
+    """``t_step``: the cycles one more micro-batch adds to a pipeline run (PopART's
+    main-phase cycle), from the emulated runs at ``PIPELINE_STAGES`` and one more."""
+    g0 = PIPELINE_STAGES
+    return (emulated(batch_size, g0 + 1, replicas)["cycles"]
+            - emulated(batch_size, g0, replicas)["cycles"])
+
+
+def measure_emulated(batch_size: int, ga: int, di: int, replicas: int) -> dict:
+    """``--emulate``: one call of the tutorial's model with these settings, from emulated
+    runs (:func:`iteration`): its cycles, by part, and its throughput (images per second
+    at the target's clock)."""
+    it = iteration(batch_size, ga, replicas)
+    cycles = it["host"] + it["first"] + (di - 1) * it["cycles"]
+    samples = replicas * batch_size * ga * di
+    clock = it["clock_hz"]
+    return {"replicas": replicas, "ipus": it["ipus"], "di": di, "ga": ga,
+            "batch_size": batch_size, "samples": samples, "cycles": cycles,
+            "host": it["host"] + di * it["stream"], "sync": it["host"],
+            "allreduce": di * it["allreduce"], "run": it["cycles"],
+            "seconds": cycles / clock, "throughput": samples * clock / cycles,
+            "plateau": replicas * batch_size * clock / step(batch_size),
+            "no_sync": samples * clock / (cycles - it["host"])}
+
+
+def study(batch_size: int, ga: int, di: int, sweep: dict, measure=measure
+          ) -> dict[str, list[dict]]:
     """The three sweeps: accumulation (``di`` fixed, one replica), device iterations
     (``ga`` fixed, one replica), replicas (``ga`` and ``di`` fixed)."""
     return {"ga": [measure(batch_size, g, di, 1) for g in sweep["ga"]],
@@ -195,6 +265,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device-iterations", type=positive_int, default=10,
                         help="device iterations while accumulation and replicas vary (10)")
     parser.add_argument("--full", action="store_true", help="the whole sweep")
+    parser.add_argument("--emulate", action="store_true",
+                        help="time each setting from emulated calls (emulate=True)")
     parser.add_argument("--plot", metavar="PATH", help="save the three panels as a PNG")
     return run(_main, argv, parser)
 
@@ -202,9 +274,10 @@ def main(argv=None) -> int:
 def _main(args) -> int:
     t0 = time.perf_counter()
     sweep = SWEEPS["full" if args.full else "small"]
-    rows = study(args.batch_size, args.gradient_accumulation, args.device_iterations, sweep)
-    print(f"Simulated throughput of PopTorch's pipelined MNIST (4 IPUs per replica, ipu2, "
-          f"micro-batch {args.batch_size}, AdamW):")
+    rows = study(args.batch_size, args.gradient_accumulation, args.device_iterations, sweep,
+                 measure_emulated if args.emulate else measure)
+    print(f"{'Emulated' if args.emulate else 'Simulated'} throughput of PopTorch's pipelined "
+          f"MNIST (4 IPUs per replica, ipu2, micro-batch {args.batch_size}, AdamW):")
     print(table(rows))
     print(summary(rows))
     if args.plot:
