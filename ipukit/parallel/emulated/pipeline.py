@@ -115,8 +115,7 @@ class Emulation:
     def _bias_corrections(self) -> Sequence:
         """Adam's bias corrections ``1 - beta^t`` stepped on the device before each update
         (``c <- (1 - beta) + beta * c``), one compute set per beta and IPU, so the device
-        iterations of a call need no host between them (PopART keeps Adam's step on the
-        device too)."""
+        iterations of a call need no host between them."""
         prog = Sequence()
         if self.opt is None or not issubclass(self.opt.kind, optim.Adam):
             return prog
@@ -135,12 +134,12 @@ class Emulation:
     def _write_bias_corrections(self, eng, steps: dict) -> None:
         """Adam's ``1 - beta^t`` at the step each weight has reached (``t`` = its updates
         so far); :meth:`_bias_corrections` steps them on the device before each update."""
-        betas = getattr(self.opt.opt, "betas", None)
+        b1, b2 = getattr(self.opt.opt, "betas", (0, 0))
         for (key, rep), st in self.opt.state.items():
             if "corr" in st:
                 t = steps[key]
                 eng.write_tensor(self.opt.handle(key, rep, "corr"),
-                                 np.array([1 - betas[0]**t, 1 - betas[1]**t], np.float32))
+                                 np.array([1 - b1**t, 1 - b2**t], np.float32))
 
     def _all_reduce(self) -> Sequence:
         """Sum (or average) the replicas' accumulators: GCL's ring all-reduce
