@@ -218,8 +218,10 @@ def test_the_emulated_study_pays_one_host_sync_and_an_all_reduce_per_update():
     assert one["throughput"] < two["throughput"] < 2 * one["throughput"]
 
 
-def test_the_emulated_command_says_so(capsys):
+def test_the_emulated_command_says_so(capsys, monkeypatch):
+    monkeypatch.setitem(study.SWEEPS, "small", {"ga": (7, 14), "di": (1, 3), "replicas": (1, 2)})
     assert study.main(["--emulate", "--batch-size", "4", "--gradient-accumulation", "7",
-                       "--device-iterations", "2"]) == 0
+                       "--device-iterations", "3"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Emulated throughput") and "of plateau" in out
+    assert study.EMULATED_MAX_REPLICAS < max(study.SWEEPS["full"]["replicas"])

@@ -23,12 +23,14 @@ each micro-batch's images and labels streamed in over the host link and its loss
 schedule's ops, the all-reduce and AdamW's update as Poplar programs, the trace's cycles at
 the target's clock. The emulator's cycles do not depend on the data, so each distinct
 program is emulated once and repeated work is counted exactly (:func:`iteration`; each rule
-checked against a direct emulation in ``tests/test_pipelining_throughput.py``). It takes
-about a minute at micro-batch 40 (each 4-IPU build about 10 s). (kit convention: on the
-emulator each stage's IPU-Link copies are external syncs of the two IPUs, one op at a
-time, where PopART joins a pipeline cycle's copies into one exchange; so one micro-batch
-more costs more than the average of a short run and the emulated throughput falls with
-more accumulation.)
+checked against a direct emulation in ``tests/test_pipelining_throughput.py``); the
+plateau is the replicas times one replica's. Every replica's IPUs are built anew, so the
+default sweep takes about 100 s at micro-batch 40 (kit convention: ``--emulate`` goes up to
+``EMULATED_MAX_REPLICAS`` replicas). (kit convention: on the emulator each stage's
+IPU-Link copies are external syncs of the two IPUs, one op at a time, where PopART runs
+a pipeline cycle's stages, then all its inter-IPU copies; so at micro-batch 40 one
+micro-batch more costs more than the average of a short run, and the emulated throughput
+falls with more accumulation.)
 
 Read it as the tutorials do: more gradient accumulation fills the pipeline (its ramp-up and
 ramp-down, the bubble, are paid once per run), so the throughput rises towards the plateau
@@ -62,6 +64,8 @@ SWEEPS = {
 PIPELINE_STAGES = 7
 #: The largest accumulation ``--gradient-accumulation`` takes (kit convention).
 MAX_ACCUMULATION = 10_000
+#: The most replicas ``--emulate`` builds (kit convention: 16 IPUs, about 2.6 GB).
+EMULATED_MAX_REPLICAS = 4
 
 
 def measure(batch_size: int, ga: int, di: int, replicas: int) -> dict:
@@ -137,8 +141,8 @@ def iteration(batch_size: int, ga: int, replicas: int = 1) -> dict:
 
 
 def step(batch_size: int, replicas: int = 1) -> float:
-    """``t_step``: the cycles one more micro-batch adds to a pipeline run (PopART's
-    main-phase cycle), from the emulated runs at ``PIPELINE_STAGES`` and one more."""
+    """``t_step``: the cycles one more micro-batch adds to a pipeline run, from the
+    emulated runs at ``PIPELINE_STAGES`` and one more."""
     g0 = PIPELINE_STAGES
     return (emulated(batch_size, g0 + 1, replicas)["cycles"]
             - emulated(batch_size, g0, replicas)["cycles"])
@@ -287,6 +291,9 @@ def main(argv=None) -> int:
 def _main(args) -> int:
     t0 = time.perf_counter()
     sweep = SWEEPS["full" if args.full else "small"]
+    if args.emulate:
+        sweep = {**sweep, "replicas": [r for r in sweep["replicas"]
+                                       if r <= EMULATED_MAX_REPLICAS]}
     rows = study(args.batch_size, args.gradient_accumulation, args.device_iterations, sweep,
                  measure_emulated if args.emulate else measure)
     print(f"{'Emulated' if args.emulate else 'Simulated'} throughput of PopTorch's pipelined "
