@@ -161,3 +161,67 @@ def test_the_full_sweep_is_a_superset_of_the_small_one():
     # PopART: the accumulation must be at least the 2N - 1 pipeline stages
     assert min(small["ga"]) == min(full["ga"]) == study.PIPELINE_STAGES == 2 * N - 1
     assert all(np.all(np.diff(v) > 0) for v in full.values())
+
+
+# -- --emulate: every figure from emulated calls -------------------------------------------
+# PopART runs a call as ONE program (graphcore/popart willow/src/popx/popprograms.cpp,
+# getMainProgramFromPipelineFragments: Repeat(batchesPerStep, fill + main + flush + the
+# accumulated weight update)); "increasing deviceIterations is more efficient because the
+# loop runs on the IPU directly" (graphcore/examples simple_applications/pytorch/mnist).
+
+def direct(mb, ga, di, replicas):
+    """An emulated call of the study's model with these settings, run as such."""
+    from ipukit.examples.replicated_mnist import SAMPLE_SHAPE, build
+
+    model = build(replicas, di, ga, rts=False, emulate=True)
+    n = replicas * di * ga * mb
+    rng = np.random.default_rng(3)  # any data: the emulator's cycles do not depend on it
+    return model.run(rng.normal(size=(n,) + SAMPLE_SHAPE).astype(np.float32),
+                     rng.integers(0, 10, n))
+
+
+@pytest.mark.parametrize("mb,ga,di,replicas", [(4, 10, 3, 1), (4, 7, 3, 2)])
+def test_the_emulated_study_gives_a_directly_emulated_call_exactly(mb, ga, di, replicas):
+    """The study's rules give the cycles of the call emulated as such, exactly: one
+    replica, the host sync plus D identical iterations, each the run at 7 micro-batches
+    plus t_step per micro-batch more (t_step: the runs at 8 and 7); two replicas, the
+    calls of one and two iterations, each later iteration costing their difference."""
+    r = direct(mb, ga, di, replicas)
+    row = study.measure_emulated(mb, ga, di, replicas)
+    assert row["cycles"] == r.cycles
+    assert row["throughput"] == pytest.approx(replicas * mb * ga * di * 1.33e9 / r.cycles,
+                                              rel=1e-12)
+    steps = r.trace.executed_steps()
+    # one Engine.run per call: one host sync, however many device iterations
+    assert [s.kind for s in steps].count("host") == 1
+    # every image and label came over the host link, and every micro-batch's loss went back
+    image = 28 * 28 * 4 + 4
+    assert sum(s.host_bytes for s in steps) == replicas * di * ga * mb * image + \
+        replicas * di * ga * 4
+    streams = [s for s in steps if s.kind == "stream"]
+    assert len(streams) == 3 * replicas * di * ga and all(s.cycles > 0 for s in streams)
+    assert row["host"] - row["sync"] == max(sum(s.cycles for s in streams if q in s.ipus)
+                                            for q in range(4 * replicas))
+
+
+def test_the_emulated_study_pays_one_host_sync_and_an_all_reduce_per_update():
+    mb = 4
+    rows = {di: study.measure_emulated(mb, 7, di, 1) for di in (1, 10, 100)}
+    sync = rows[1]["sync"]
+    assert sync == IPUModel("ipu2", num_ipus=N).create_device().target.host_sync_cycles
+    for di, row in rows.items():  # the host sync once per call, the rest per iteration
+        assert row["cycles"] == sync + di * (rows[1]["cycles"] - sync)
+    speeds = [rows[di]["throughput"] for di in (1, 10, 100)]
+    assert speeds == sorted(speeds) and speeds[-1] < rows[100]["no_sync"]
+    one, two = study.measure_emulated(mb, 7, 1, 1), study.measure_emulated(mb, 7, 1, 2)
+    assert one["allreduce"] == 0 < two["allreduce"]
+    assert one["throughput"] < two["throughput"] < 2 * one["throughput"]
+
+
+def test_the_emulated_command_says_so(capsys, monkeypatch):
+    monkeypatch.setitem(study.SWEEPS, "small", {"ga": (7, 14), "di": (1, 3), "replicas": (1, 2)})
+    assert study.main(["--emulate", "--batch-size", "4", "--gradient-accumulation", "7",
+                       "--device-iterations", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Emulated throughput") and "of plateau" in out
+    assert study.EMULATED_MAX_REPLICAS < max(study.SWEEPS["full"]["replicas"])

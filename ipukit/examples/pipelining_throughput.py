@@ -17,19 +17,37 @@ model (``model(x, labels)``) for each setting and reports its throughput:
   micro-batch per steady-state pipeline step (``t_step``, the extra cycles one more
   micro-batch costs) plus its images over the host link, times the replicas.
 
+``--emulate`` takes every figure from emulated calls instead (``training_model(...,
+emulate=True)``, :func:`measure_emulated`): one ``Engine.run`` per call (its host sync),
+each micro-batch's images and labels streamed in over the host link and its loss out, the
+schedule's ops, the all-reduce and AdamW's update as Poplar programs, the trace's cycles at
+the target's clock. The emulator's cycles do not depend on the data, so each distinct
+program is emulated once and repeated work is counted exactly (:func:`iteration`; each rule
+checked against a direct emulation in ``tests/test_pipelining_throughput.py``); the
+plateau is the replicas times one replica's. Every replica's IPUs are built anew, so the
+default sweep takes about 100 s at micro-batch 40 (kit convention: ``--emulate`` goes up to
+``EMULATED_MAX_REPLICAS`` replicas). (kit convention: on the emulator each stage's
+IPU-Link copies are external syncs of the two IPUs, one op at a time, where PopART runs
+a pipeline cycle's stages, then all its inter-IPU copies; so at micro-batch 40 one
+micro-batch more costs more than the average of a short run, and the emulated throughput
+falls with more accumulation.)
+
 Read it as the tutorials do: more gradient accumulation fills the pipeline (its ramp-up and
 ramp-down, the bubble, are paid once per run), so the throughput rises towards the plateau
 and then stops helping; device iterations amortise the host sync of each call; replicas
 multiply the images per call but pay an all-reduce per weight update.
 
-    python -m ipukit.examples.pipelining_throughput [--full] [--plot throughput.png]
+    python -m ipukit.examples.pipelining_throughput [--full] [--emulate] [--plot PNG]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
+
+import numpy as np
 
 from ..parallel import call_cost
 from ..parallel.replication import LABEL_BYTES
@@ -46,6 +64,8 @@ SWEEPS = {
 PIPELINE_STAGES = 7
 #: The largest accumulation ``--gradient-accumulation`` takes (kit convention).
 MAX_ACCUMULATION = 10_000
+#: The most replicas ``--emulate`` builds (kit convention: 16 IPUs, about 2.6 GB).
+EMULATED_MAX_REPLICAS = 4
 
 
 def measure(batch_size: int, ga: int, di: int, replicas: int) -> dict:
@@ -79,7 +99,74 @@ def plateau(model, batch_size: int) -> float:
     return model.replication_factor * mb * model.target.clock_hz / (t_step + io)
 
 
-def study(batch_size: int, ga: int, di: int, sweep: dict) -> dict[str, list[dict]]:
+@functools.cache
+def emulated(batch_size: int, ga: int, replicas: int = 1, di: int = 1) -> dict:
+    """One emulated call of the tutorial's model on zeros (the cycles do not depend on the
+    data): its cycles; its host sync; the cycles of its stream copies and of its
+    all-reduce (the ``gradients/`` steps), each on the IPU that spends the most on them."""
+    model = build(replicas, di, ga, rts=False, emulate=True)
+    n = replicas * di * ga * batch_size
+    result = model.run(np.zeros((n,) + SAMPLE_SHAPE, np.float32), np.zeros(n, np.int64))
+    assert result.trace.num_runs == 1  # a fresh model: the trace is this call's
+    per_ipu: dict = {"host": {}, "stream": {}, "allreduce": {0: 0.0}}
+    for st in result.trace.executed_steps():
+        kind = "allreduce" if st.name.startswith("gradients/") else st.kind
+        for q in st.ipus if kind in per_ipu else ():
+            per_ipu[kind][q] = per_ipu[kind].get(q, 0.0) + st.cycles
+    return {"cycles": result.cycles, "clock_hz": result.clock_hz,
+            "ipus": model.target.num_ipus, **{k: max(v.values()) for k, v in per_ipu.items()}}
+
+
+def iteration(batch_size: int, ga: int, replicas: int = 1) -> dict:
+    """A call's host sync (``host``) and device iterations at accumulation ``ga``: the
+    cycles of the first (``first``: every micro-batch's streams, the pipeline, the
+    all-reduce and the update) and of each one after it (``cycles``), with their stream
+    copies' and all-reduce's cycles. One replica: an iteration starts when the last IPU of
+    the one before is done, so every iteration costs the same; above ``PIPELINE_STAGES``
+    micro-batches, the run at ``PIPELINE_STAGES`` plus ``t_step`` per micro-batch more
+    (:func:`step`). Several replicas: the next iteration starts on some IPUs while the
+    all-reduce ends on others, so the calls of one and two iterations at ``ga`` are
+    emulated, each later iteration costing their difference."""
+    if replicas > 1:
+        one, two = emulated(batch_size, ga, replicas), emulated(batch_size, ga, replicas, 2)
+        return {**one, "first": one["cycles"] - one["host"],
+                "cycles": two["cycles"] - one["cycles"]}
+    g0 = min(ga, PIPELINE_STAGES)
+    base, more = emulated(batch_size, g0), ga - g0
+    per = ({k: emulated(batch_size, g0 + 1)[k] - base[k] for k in ("cycles", "stream")}
+           if more else {"cycles": 0.0, "stream": 0.0})
+    cycles = base["cycles"] - base["host"] + more * per["cycles"]
+    return {**base, "first": cycles, "cycles": cycles,
+            "stream": base["stream"] + more * per["stream"]}
+
+
+def step(batch_size: int, replicas: int = 1) -> float:
+    """``t_step``: the cycles one more micro-batch adds to a pipeline run, from the
+    emulated runs at ``PIPELINE_STAGES`` and one more."""
+    g0 = PIPELINE_STAGES
+    return (emulated(batch_size, g0 + 1, replicas)["cycles"]
+            - emulated(batch_size, g0, replicas)["cycles"])
+
+
+def measure_emulated(batch_size: int, ga: int, di: int, replicas: int) -> dict:
+    """``--emulate``: one call of the tutorial's model with these settings, from emulated
+    runs (:func:`iteration`): its cycles, by part, and its throughput (images per second
+    at the target's clock)."""
+    it = iteration(batch_size, ga, replicas)
+    cycles = it["host"] + it["first"] + (di - 1) * it["cycles"]
+    samples = replicas * batch_size * ga * di
+    clock = it["clock_hz"]
+    return {"replicas": replicas, "ipus": it["ipus"], "di": di, "ga": ga,
+            "batch_size": batch_size, "samples": samples, "cycles": cycles,
+            "host": it["host"] + di * it["stream"], "sync": it["host"],
+            "allreduce": di * it["allreduce"], "run": it["cycles"],
+            "seconds": cycles / clock, "throughput": samples * clock / cycles,
+            "plateau": replicas * batch_size * clock / step(batch_size),
+            "no_sync": samples * clock / (cycles - it["host"])}
+
+
+def study(batch_size: int, ga: int, di: int, sweep: dict, measure=measure
+          ) -> dict[str, list[dict]]:
     """The three sweeps: accumulation (``di`` fixed, one replica), device iterations
     (``ga`` fixed, one replica), replicas (``ga`` and ``di`` fixed)."""
     return {"ga": [measure(batch_size, g, di, 1) for g in sweep["ga"]],
@@ -195,6 +282,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device-iterations", type=positive_int, default=10,
                         help="device iterations while accumulation and replicas vary (10)")
     parser.add_argument("--full", action="store_true", help="the whole sweep")
+    parser.add_argument("--emulate", action="store_true",
+                        help="time each setting from emulated calls (emulate=True)")
     parser.add_argument("--plot", metavar="PATH", help="save the three panels as a PNG")
     return run(_main, argv, parser)
 
@@ -202,9 +291,13 @@ def main(argv=None) -> int:
 def _main(args) -> int:
     t0 = time.perf_counter()
     sweep = SWEEPS["full" if args.full else "small"]
-    rows = study(args.batch_size, args.gradient_accumulation, args.device_iterations, sweep)
-    print(f"Simulated throughput of PopTorch's pipelined MNIST (4 IPUs per replica, ipu2, "
-          f"micro-batch {args.batch_size}, AdamW):")
+    if args.emulate:
+        sweep = {**sweep, "replicas": [r for r in sweep["replicas"]
+                                       if r <= EMULATED_MAX_REPLICAS]}
+    rows = study(args.batch_size, args.gradient_accumulation, args.device_iterations, sweep,
+                 measure_emulated if args.emulate else measure)
+    print(f"{'Emulated' if args.emulate else 'Simulated'} throughput of PopTorch's pipelined "
+          f"MNIST (4 IPUs per replica, ipu2, micro-batch {args.batch_size}, AdamW):")
     print(table(rows))
     print(summary(rows))
     if args.plot:

@@ -28,13 +28,14 @@ SAMPLE_SHAPE = (1, 28, 28)
 
 
 def build(replicas: int, device_iterations: int, gradient_accumulation: int, rts: bool,
-          lr: float = 0.001, seed: int = 0):
-    """The tutorial's 4-IPU pipeline replicated ``replicas`` times (4 × R IPUs)."""
+          lr: float = 0.001, seed: int = 0, emulate: bool = False):
+    """The tutorial's 4-IPU pipeline replicated ``replicas`` times (4 × R IPUs); with
+    ``emulate`` its calls run on the emulator."""
     return training_model(
         blocks(seed), nn.SoftmaxCrossEntropy(), optim.AdamW(lr=lr),
         strategy=PipelinedExecution("B1", "B2", "B3", "B4"),
         gradient_accumulation=gradient_accumulation, device_iterations=device_iterations,
-        replication_factor=replicas, replicated_tensor_sharding=rts,
+        replication_factor=replicas, replicated_tensor_sharding=rts, emulate=emulate,
         target=IPUModel("ipu2", num_ipus=4 * replicas).create_device().target,
     )
 

@@ -8,9 +8,13 @@ is a FIFO of tile variables (one slot per micro-batch in flight, as TensorFlow's
 in the compiler's out-of-memory report. Activations and gradients cross IPUs as ``Copy``
 programs; samples and labels come in over host streams (infeeds) and the losses go out
 over one (an outfeed). The ops run in the schedule's order: one program per op of the
-schedule, run in one ``Engine.run`` per pipeline run (so the trace shows, for any F, B, W
-or R op, the supersteps that made it: :meth:`EmulatedRunResult.steps_of`). A schedule
-that splits the backward (ZB-H1, ZB-V, DualPipeV) runs its B ops as the input gradient
+schedule; a call is ONE ``Engine.run``, its device iterations a ``Repeat`` of the
+zeroing, every op and the weight update, as PopART builds its one program
+(``willow/src/popx/popprograms.cpp``: ``Repeat(batchesPerStep, ...)``), with the call's
+samples and labels streamed in over host streams, a micro-batch at a time (so the trace
+shows, for any F, B, W or R op, the supersteps that made it:
+:meth:`EmulatedRunResult.steps_of`; Adam's bias corrections are stepped on the device).
+A schedule that splits the backward (ZB-H1, ZB-V, DualPipeV) runs its B ops as the input gradient
 alone and its W ops as compute sets of their own, writing the weight gradients.
 
 Gradients are accumulated on the device (SUM, MEAN, RUNNING_MEAN, in the accumulator

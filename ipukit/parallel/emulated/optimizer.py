@@ -168,14 +168,6 @@ class Optimizer:
                               if have is None else backend.to_numpy(have[m]))
         return steps
 
-    def before_update(self, eng, steps: dict, r: int):
-        b1, b2 = getattr(self.opt, "betas", (0, 0))
-        for (key, rep), st in self.state.items():
-            if "corr" in st:
-                t = steps[key] + r + 1
-                eng.write_tensor(self.handle(key, rep, "corr"),
-                                 np.array([1 - b1**t, 1 - b2**t], np.float32))
-
     def read(self, eng, steps: dict, runs: int):
         xp = backend.get_xp()
         for (key, rep), st in self.state.items():

@@ -19,10 +19,12 @@ from ... import backend
 from ...engine import MAX_EMULATED_STEPS, Engine
 from ...errors import IpuError, PipelineConfigError
 from ...graph import Graph
-from ...program import Copy, Sequence
+from ...poplibs import popops, poputil
+from ...poplibs.expr import _1
+from ...program import Copy, Repeat, Sequence
 from ...target import Device, Target
-from ...tensor import FLOAT, UNSIGNED_INT
-from .. import replication
+from ...tensor import FLOAT, UNSIGNED_INT, concat
+from .. import optim, replication
 from ..runner import MemoryRecord, Pipeline, PipelineOptions
 from . import collectives
 from .optimizer import Optimizer
@@ -95,20 +97,49 @@ class Emulation:
         programs = self._unroll(firsts)
         if not self.training:  # program 0 runs every op
             self.counts = [0] + [leaves(q) for q in programs]
-            self.engine = Engine(g, [Sequence(*programs)])
+            self.engine = Engine(g, [Repeat(p.repeat_count, Sequence(*programs))])
             self.engine.load(self.device)
             return
-        update = self._all_reduce()
         rts = p.replication_factor if (p.replicated_optimizer_state_sharding
                                        and p.replication_factor > 1) else 1
-        update.add(Sequence(*(s.update_program(self.opt, rts)
-                              for st in self.replicas for s in st)))
+        steps = Sequence(*(s.update_program(self.opt, rts) for st in self.replicas for s in st))
+        update = Sequence(self._bias_corrections(), self._all_reduce(), steps)
         if rts > 1:
             update.add(self._all_gather())
         self.counts = [leaves(zero)] + [leaves(q) for q in programs] + [leaves(update)]
-        # program 0 zeroes the accumulators and runs every op; program 1 updates weights
-        self.engine = Engine(g, [Sequence(zero, *programs), update])
+        # one program, one Engine.run per call, as PopART's: the device iterations are a
+        # Repeat on the device, each zeroing, running every op and updating the weights
+        self.engine = Engine(g, [Repeat(p.repeat_count, Sequence(zero, *programs, update))])
         self.engine.load(self.device)
+
+    def _bias_corrections(self) -> Sequence:
+        """Adam's bias corrections ``1 - beta^t`` stepped on the device before each update
+        (``c <- (1 - beta) + beta * c``), one compute set per beta and IPU, so the device
+        iterations of a call need no host between them."""
+        prog = Sequence()
+        if self.opt is None or not issubclass(self.opt.kind, optim.Adam):
+            return prog
+        vgs = {m.ipu: m.vg for st in self.replicas for s in st
+               for m in getattr(s, "members", [s])}
+        tpi, on = self.target.tiles_per_ipu, {}
+        for st in self.opt.state.values():
+            tile = int(poputil.tile_of_elements(self.graph, st["corr"])[0])
+            on.setdefault(tile // tpi, []).append(st["corr"])
+        for q, cs in on.items():
+            for i, beta in enumerate(self.opt.opt.betas):
+                popops.map(vgs[q], (1 - beta) + beta * _1, [concat([c[i:i + 1] for c in cs])],
+                           prog, f"ipu{q}/optimizer/bias correction {i + 1}", inplace=True)
+        return prog
+
+    def _write_bias_corrections(self, eng, steps: dict) -> None:
+        """Adam's ``1 - beta^t`` at the step each weight has reached (``t`` = its updates
+        so far); :meth:`_bias_corrections` steps them on the device before each update."""
+        b1, b2 = getattr(self.opt.opt, "betas", (0, 0))
+        for (key, rep), st in self.opt.state.items():
+            if "corr" in st:
+                t = steps[key]
+                eng.write_tensor(self.opt.handle(key, rep, "corr"),
+                                 np.array([1 - b1**t, 1 - b2**t], np.float32))
 
     def _all_reduce(self) -> Sequence:
         """Sum (or average) the replicas' accumulators: GCL's ring all-reduce
@@ -262,9 +293,12 @@ class Emulation:
 
     # -- running --------------------------------------------------------------------------
     def run(self, xs, ys):
-        """Train on ``xs[r, replica, m]`` for every pipeline run ``r``; returns the losses
-        ``(repeat, replica, micro-batch)``, per op the trace events it made, and (inference)
-        the last stage's outputs ``(repeat, replica, micro-batch, ...)``, else None."""
+        """Train on ``xs[r, replica, m]`` for every pipeline run (device iteration) ``r``,
+        all of them in ONE ``Engine.run``: each replica's samples and labels for the whole
+        call stream in over its host streams, a micro-batch per F of its first (last)
+        stage, as PopTorch's host streams feed a call. Returns the losses ``(repeat,
+        replica, micro-batch)``, per op the trace events it made, and (inference) the last
+        stage's outputs ``(repeat, replica, micro-batch, ...)``, else None."""
         p, eng, training = self.pipeline, self.engine, self.training
         for st in self.replicas:
             for s in st:
@@ -272,46 +306,47 @@ class Emulation:
                     eng.write_tensor(f"{s.pre}{s.k}.{name}",
                                      backend.to_numpy(p.stages[s.k].params[name]))
         steps = self.opt.write(eng) if training else {}
+        if training:
+            self._write_bias_corrections(eng, steps)
         f0 = [o.microbatch for o in self.ops if o.phase == "F" and o.stage == 0]
         fl = [o.microbatch for o in self.ops if o.phase == "F" and o.stage == len(p.stages) - 1]
-        shape = (p.repeat_count, p.replication_factor, p.gradient_accumulation)
+        runs = p.repeat_count
+        shape = (runs, p.replication_factor, p.gradient_accumulation)
+        outs, results = [], []
+        for rep, st in enumerate(self.replicas):
+            pre = st[0].pre
+            eng.connect_stream(pre + "samples", np.ascontiguousarray(xs[:, rep][:, f0],
+                                                                     np.float32))
+            if self.scored:
+                eng.connect_stream(pre + "labels",
+                                   np.ascontiguousarray(ys[:, rep][:, fl]).astype(np.uint32))
+                outs.append(np.zeros((runs, len(fl)), np.float32))
+                eng.connect_stream(pre + "losses", outs[-1])
+            if not training:
+                results.append(np.zeros((runs, len(fl)) + self.out_shape, np.float32))
+                eng.connect_stream(pre + "outputs", results[-1])
+        pos = len(eng.trace) + 1  # after the host sync
+        eng.run(0)
         losses = np.zeros(shape if self.scored else shape[:2] + (0,))
         outputs = None if training else np.zeros(shape + self.out_shape, np.float32)
+        for rep, out in enumerate(outs):
+            losses[:, rep, fl] = out
+        for rep, out in enumerate(results):
+            outputs[:, rep, fl] = out
         records = []
-        for r in range(p.repeat_count):
-            outs, results = [], []
-            for rep, st in enumerate(self.replicas):
-                pre = st[0].pre
-                eng.connect_stream(pre + "samples",
-                                   np.ascontiguousarray(xs[r, rep][f0], np.float32))
-                if self.scored:
-                    eng.connect_stream(pre + "labels",
-                                       np.ascontiguousarray(ys[r, rep][fl]).astype(np.uint32))
-                    outs.append(np.zeros(len(fl), np.float32))
-                    eng.connect_stream(pre + "losses", outs[-1])
-                if not training:
-                    results.append(np.zeros((len(fl),) + self.out_shape, np.float32))
-                    eng.connect_stream(pre + "outputs", results[-1])
-            pos = len(eng.trace) + 1 + self.counts[0]  # after the host sync and the zeroing
-            eng.run(0)
-            if training:
-                self.opt.before_update(eng, steps, r)
-                eng.run(1)
-            for rep, out in enumerate(outs):
-                losses[r, rep, fl] = out
-            for rep, out in enumerate(results):
-                outputs[r, rep, fl] = out
+        for r in range(runs):
+            pos += self.counts[0]  # the zeroing
             for i, op in enumerate(self.ops):
                 n = self.counts[i + 1]
                 records.append(OpSteps(r, op.phase, op.stage, op.microbatch,
                                        self.stages[op.stage].ipu, pos, pos + n))
                 pos += n
             if training:
-                records.append(OpSteps(r, "optimizer", -1, -1, -1, pos + 1,
-                                       pos + 1 + self.counts[-1]))
+                records.append(OpSteps(r, "optimizer", -1, -1, -1, pos, pos + self.counts[-1]))
+                pos += self.counts[-1]
         if not training:
             return losses, records, outputs
-        self.opt.read(eng, steps, p.repeat_count)
+        self.opt.read(eng, steps, runs)
         xp = backend.get_xp()
         for s in self.stages:
             for name in s.params:
