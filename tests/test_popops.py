@@ -638,9 +638,10 @@ def test_vertex_addresses_become_regions_only_where_they_are_one(chunks):
              addresses(c[0], (c[1], c[2]), (c[3], c[4])).reshape(-1) for c in chunks]
     n = np.array([p.size for p in parts])
     hi = np.cumsum(n)
-    for part, layout in zip(parts, _regions(np.concatenate(parts), hi - n, hi)):
+    for c, part, layout in zip(chunks, parts, _regions(np.concatenate(parts), hi - n, hi)):
         if isinstance(layout, np.ndarray):
             assert np.array_equal(layout, part)
+            assert isinstance(c, list)  # a region is always found
         else:
             assert min(layout[2]) >= 0 and np.array_equal(addresses(*layout).reshape(-1), part)
     assert _regions(np.arange(10, 20), np.array([0, 5]), np.array([5, 10])) == [

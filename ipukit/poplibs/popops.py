@@ -359,15 +359,22 @@ def _regions(idx: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> list:
     n, first = hi - lo, np.minimum(lo, idx.size - 1)
     step = np.diff(idx, append=idx[-1:])  # step[j]: from address j to j + 1
     s = step[first] * (n > 1)  # each vertex's first step
-    at = np.arange(idx.size) - np.repeat(lo, n)  # each address's place in its vertex's
-    bad = np.flatnonzero((step != np.repeat(s, n)) & (at < np.repeat(n, n) - 1))
-    brk = bad[np.minimum(np.searchsorted(bad, lo), bad.size - 1)] if bad.size else hi
-    run = np.where((brk >= lo) & (brk < hi - 1), brk - lo + 1, n).clip(1)  # L, each vertex's
+    # the steps that are not its vertex's first step (breaks), but for each vertex's last
+    # (into the next vertex): a region's are exactly its runs' ends, each the same jump
+    bad = np.flatnonzero(step != np.repeat(s, n))
+    v = np.searchsorted(hi, bad, "right")  # each break's vertex
+    keep = bad != hi[np.minimum(v, n.size - 1)] - 1
+    bad, v = bad[keep], v[keep]
+    count = np.bincount(v, minlength=n.size)
+    brk = hi  # each vertex's first break (where it has one)
+    if bad.size:
+        brk = bad[np.minimum(np.searchsorted(v, np.arange(n.size)), bad.size - 1)]
+    run = np.where(count > 0, brk - lo + 1, n).clip(1)  # L, each vertex's
     gap = idx[np.minimum(lo + run, idx.size - 1)] - idx[first]  # S (the second run's start)
-    expect = np.repeat(idx[first], n) + (np.repeat(gap, n) * (at // np.repeat(run, n))
-                                         + np.repeat(s, n) * (at % np.repeat(run, n)))
-    wrong = np.bincount(np.repeat(np.arange(n.size), n), expect != idx, n.size)
-    ok = (wrong == 0) & (n % run == 0) & (s >= 0) & ((gap >= 0) | (n == run)) & (n > 0)
+    jump = gap - (run - 1) * s  # the step from a run's end to the next run
+    wrong = np.bincount(v, ((bad - lo[v] + 1) % run[v] != 0) | (step[bad] != jump[v]), n.size)
+    ok = ((wrong == 0) & (count == n // run - 1) & (n % run == 0) & (s >= 0)
+          & ((gap >= 0) | (n == run)) & (n > 0))
     out = []
     for a, b, k, r, d, e, good in zip(lo.tolist(), hi.tolist(), n.tolist(), run.tolist(),
                                       gap.tolist(), s.tolist(), ok.tolist()):
