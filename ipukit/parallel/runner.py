@@ -682,9 +682,23 @@ class Pipeline:
                 f"{worst.time:,.0f} but has {limit:,} ({self.target.tiles_per_ipu} tiles x "
                 f"{self.target.bytes_per_tile:,} bytes): weights {worst.weights:,}, stashed "
                 f"activations {worst.stash:,}, gradient accumulators {worst.gradients:,}, "
-                f"optimiser state {worst.optimizer:,}. Use recomputation=True, "
-                "offload_optimizer_state=True, a smaller micro-batch or more IPUs."
+                f"optimiser state {worst.optimizer:,}.{self._offload_text(memory)} Use "
+                f"recomputation=True, {'' if self.offload else 'offload_optimizer_state=True, '}"
+                "a smaller micro-batch or more IPUs."
             )
+
+    def _offload_text(self, memory) -> str:
+        """Where the optimiser state is offloaded, what Streaming Memory holds; where it is
+        on chip and every IPU would fit without it, that offloading it is the fix."""
+        if self.offload:
+            return (f" The optimiser state is offloaded: {self._optimizer_bytes():,} bytes in "
+                    "Streaming Memory (remote buffers), off the IPU.")
+        if all(r.total - r.optimizer <= self.target.bytes_per_ipu for r in memory):
+            return (" Offloading the optimiser state to Streaming Memory (remote buffers: "
+                    "offload_optimizer_state=True, TensorFlow's "
+                    "offload_weight_update_variables, PopTorch's useOnChipStorage(False)) "
+                    "makes every IPU fit.")
+        return ""
 
     def _update_times(self, now, timeline) -> float:
         """Append the collectives across replicas and the weight update; return their end."""
