@@ -73,14 +73,18 @@ def out_of_memory(graph, mem, error: bool) -> str:
             "{'debug.allowOutOfMemory': 'false'} make this an OutOfMemoryError.")
 
 
+def largest_remote_buffers(mem, k: int = 3) -> list[tuple[str, int]]:
+    """The ``k`` remote buffers (Streaming Memory) holding most bytes, as (name, bytes)."""
+    return sorted(mem.remote.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+
+
 def streaming_memory_text(mem) -> str:
     """' Streaming Memory holds 8,512 B in 2 remote buffers (...), off the tiles: not in
     these figures.' where the graph has remote buffers, else ''."""
     if not mem.remote:
         return ""
-    largest = sorted(mem.remote.items(), key=lambda kv: (-kv[1], kv[0]))
-    names = ", ".join(f"'{name}' {b:,} B" for name, b in largest[:3])
-    n = len(largest)
+    names = ", ".join(f"'{name}' {b:,} B" for name, b in largest_remote_buffers(mem))
+    n = len(mem.remote)
     return (f" Streaming Memory holds {mem.streaming_memory:,} B in {n} remote buffer"
             f"{'s' if n > 1 else ''} ({names}{', ...' if n > 3 else ''}), off the tiles: "
             "not in these figures.")

@@ -35,6 +35,7 @@ from matplotlib.patches import Rectangle
 
 from .. import report
 from ..compile import Executable
+from ..memory_report import largest_remote_buffers
 from ..report import NAME_CHARS, figure_text
 from ..trace import Trace
 from ._player import Widget, esc, new_figure, pack
@@ -83,12 +84,10 @@ class MemoryMap(Widget):
     def streaming_memory(self, n: int = 3) -> dict | None:
         """The remote buffers in Streaming Memory (not tile memory): their total bytes,
         count and the ``n`` largest as (name, bytes); None where there are none."""
-        remote = self.memory.remote
-        if not remote:
+        if not self.memory.remote:
             return None
-        largest = sorted(remote.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
-        return {"bytes": int(self.memory.streaming_memory), "buffers": len(remote),
-                "largest": [[name, int(b)] for name, b in largest]}
+        return {"bytes": int(self.memory.streaming_memory), "buffers": len(self.memory.remote),
+                "largest": [[name, int(b)] for name, b in largest_remote_buffers(self.memory, n)]}
 
     def streaming_memory_line(self) -> str:
         """'Streaming Memory (remote buffers, off the IPU; not in this map): 8,040 B in 3
