@@ -21,6 +21,9 @@ What is guaranteed (the README's "Grading a notebook" says it for learners):
   a read-only copy. In both cases the kit's files are compared with a copy in this
   process's memory before and after the notebook: a change voids the grade (exit status
   2, nothing on stdout) and the kit is restored, so nothing carries into the next one.
+  Each changed or added file is first moved to a new folder of ``ipukit-grade-backups``
+  beside the kit's package (else of the temporary folder), which the message names: an
+  instructor's edit saved while a batch is being graded is kept there, not reverted.
 * **Process hygiene.** The kernel's stdout and stderr go to ``/dev/null``; ``--json``
   prints one document, at the end; ``--output FILE`` writes it atomically (a temporary
   file in the same folder, renamed). This process is a child subreaper and ends every
@@ -84,6 +87,8 @@ from .grading.feedback import Result, format_scoreboard, load_lesson
 
 #: The kit's package: what the kernel must not change.
 KIT = Path(__file__).resolve().parent
+#: Where the files of the kit that changed during a grade are moved before it is restored.
+BACKUPS = KIT.parent / "ipukit-grade-backups"
 #: Default size limit of the scratch folder (MB).
 SCRATCH_LIMIT_MB = 200
 
@@ -203,15 +208,40 @@ def grade(path: str | Path, timeout: float = 60, total_timeout: float = TOTAL_TI
 
 
 def _kit_unchanged(kit) -> None:
-    """KitChanged (after putting the kit's files back) if the notebook changed them."""
+    """KitChanged (after putting the kit's files back) if the notebook changed them. Each
+    changed or added file is first moved to a new folder of ``BACKUPS`` (else of the
+    temporary folder): an instructor's edit saved during grading is kept, never reverted
+    unseen."""
     changed = kit.changes()
     if changed:
-        kit.restore()
+        backup, why = _backup_folder()
+        kept = kit.restore(backup)
+        if backup and not kept:
+            backup.rmdir()
+        names = f"{', '.join(kept[:5])}{', ...' if len(kept) > 5 else ''}"
+        moved = (f" The changed files ({names}) were moved to {backup} first: an edit saved "
+                 "while grading is kept there; copy it back when no grade is running."
+                 if kept else why)
         raise KitChanged(
             f"this grade is void: the kit's files changed while the notebook ran "
             f"({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''}); they were "
-            "restored from the copy taken before it ran. Grade submitted work where the kit "
-            "is read-only to the kernel (Linux with Landlock).")
+            f"restored from the copy taken before it ran.{moved} Grade submitted work where "
+            "the kit is read-only to the kernel (Linux with Landlock).")
+
+
+def _backup_folder() -> tuple[Path | None, str]:
+    """A new folder for the kit's changed files, in ``BACKUPS`` (beside the kit), else in
+    the temporary folder; else None and why."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    try:
+        BACKUPS.mkdir(exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f"{stamp}-", dir=BACKUPS)), ""
+    except OSError:
+        pass
+    try:
+        return Path(tempfile.mkdtemp(prefix=f"ipukit-grade-backup-{stamp}-")), ""
+    except OSError as exc:
+        return None, f" No folder could be made to keep the changed files ({exc})."
 
 
 def _unprotected(landlock: bool) -> str:

@@ -61,6 +61,7 @@ def out_of_memory(graph, mem, error: bool) -> str:
         "IPUs, use smaller tensors, or order the programs so that fewer not-always-live "
         "tensors are live at once (report.liveness shows them)."
     )
+    detail += streaming_memory_text(mem) + offload_hint(mem)
     if error:
         first = mem.worst(1)[0][0]
         return (f"Memory allocation error : Out of memory on tile {first}: "
@@ -70,3 +71,36 @@ def out_of_memory(graph, mem, error: bool) -> str:
             f"{detail} The IPUModel runs on (debug.allowOutOfMemory is true); on an IPU "
             "this graph would not compile. Engine options "
             "{'debug.allowOutOfMemory': 'false'} make this an OutOfMemoryError.")
+
+
+def largest_remote_buffers(mem, k: int = 3) -> list[tuple[str, int]]:
+    """The ``k`` remote buffers (Streaming Memory) holding most bytes, as (name, bytes)."""
+    return sorted(mem.remote.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+
+
+def streaming_memory_text(mem) -> str:
+    """' Streaming Memory holds 8,512 B in 2 remote buffers (...), off the tiles: not in
+    these figures.' where the graph has remote buffers, else ''."""
+    if not mem.remote:
+        return ""
+    names = ", ".join(f"'{name}' {b:,} B" for name, b in largest_remote_buffers(mem))
+    n = len(mem.remote)
+    return (f" Streaming Memory holds {mem.streaming_memory:,} B in {n} remote buffer"
+            f"{'s' if n > 1 else ''} ({names}{', ...' if n > 3 else ''}), off the tiles: "
+            "not in these figures.")
+
+
+def offload_hint(mem) -> str:
+    """Where the fullest tile's always-live variables are at least its excess (moving some
+    of them off the tiles would make it fit), the fix by Streaming Memory, else ''."""
+    tile = mem.worst(1)[0][0]
+    excess = int(mem.total[tile]) - mem.bytes_per_tile
+    variables = mem.categories.get("variables")
+    if excess <= 0 or variables is None or int(variables[tile]) < excess:
+        return ""
+    return (" Or offload a variable that is used only at times (such as optimiser state) "
+            "to Streaming Memory, \"remote (meaning not on the IPU) memory\" (Poplar's "
+            "RemoteBuffer): graph.add_remote_buffer(name, dtype, num_elements), then "
+            "Copy(buffer, tensor) before it is used and Copy(tensor, buffer) after; between "
+            "the copies it takes no tile memory (TensorFlow: offload_weight_update_variables; "
+            "PopTorch: useOnChipStorage(False)).")

@@ -609,6 +609,8 @@ def test_payloads_in_every_name_never_run_in_saved_pages(tmp_path):
     assert p(9) in shown["timeline"] and p(10) in shown["timeline"]
     assert p(4) in shown["timeline"]  # a hovered span's label
     assert f"{p(7)} variables" in shown["memory"]  # a category, its button and tooltip
+    assert f"in 1 buffer (largest: {p(8)} 32 B)" in shown["memory"]  # a remote buffer
+    assert f"RemoteCopy {p(3)} -> {p(8)}" in shown["bsp"]
     assert "\ufffd" in shown["timeline"] or "\ufffd" in shown["bsp"]  # the lone surrogate
     assert "x" * 1000 not in "".join(shown.values())  # 100,000 characters: cut
 

@@ -103,6 +103,33 @@ def test_the_update_takes_longer_by_exactly_the_remote_copies_cost(name):
         assert [s.name for s in off if s.kind != "remote"] == [s.name for s in on]
 
 
+def optimizer_cycles(result, ipu_id):
+    """The duration of IPU ``ipu_id``'s first weight update (the "optimizer" span)."""
+    return next(s.duration for s in result.timeline if s.kind == "optimizer"
+                and s.ipu == ipu_id)
+
+
+def copies_agree(numpy_on, numpy_off, emulated_off, ipus, target):
+    """Each IPU's update in the NumPy runner grows by exactly its remote copies' Streaming
+    Memory time on the emulator (``cost.remote_cycles`` of each "remote" superstep's
+    bytes); the emulator's supersteps also pay their internal sync, one per copy."""
+    remote = [s for s in update_steps(emulated_off)[0] if s.kind == "remote"]
+    for q in ipus:
+        mine = [s for s in remote if s.ipus == (q,)]
+        link = sum(cost.remote_cycles(s.remote_bytes, target) for s in mine)
+        assert mine and optimizer_cycles(numpy_off, q) - optimizer_cycles(numpy_on, q) == link
+        assert sum(s.cycles for s in mine) == link + len(mine) * cost.sync_cycles(target)
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_both_runners_cost_the_offloaded_state_at_streaming_memory_s_rate(name):
+    make, states = OPTIMIZERS[name]
+    (_, np_on), (_, np_off), (_, emu_off) = (
+        run(make, e, o) for e, o in ((False, False), (False, True), (True, True)))
+    copies_agree(np_on, np_off, emu_off, range(3), TARGET)
+    assert np_off.host_bytes == 4 * states * sum(STAGE_FLOATS)  # still counted off chip
+
+
 @pytest.mark.parametrize("name", OPTIMIZERS)
 def test_losses_weights_and_state_equal_on_chip_and_offloaded(name):
     make, _ = OPTIMIZERS[name]
@@ -152,6 +179,11 @@ def test_replicated_sharded_offloaded_state_trains_as_the_numpy_runner():
                      replicated_optimizer_state_sharding=True, emulate=emulate)
         out.append((p, p.run(x, y)))
     (pa, a), (pb, b) = out
+    remote = [s for s in update_steps(b)[0] if s.kind == "remote"]
+    for q in range(3):  # replica 0's shards: the same buffers in both runners
+        mine = [s for s in remote if s.ipus == (q,)]
+        span = next(s for s in a.timeline if s.kind == "optimizer" and s.ipu == q)
+        assert span.bytes == sum(s.remote_bytes for s in mine) // 2  # each in, then out
     np.testing.assert_allclose(b.losses, a.losses, rtol=1e-4, atol=1e-6)
     for k in pa.params:
         np.testing.assert_allclose(pb.params[k], pa.params[k], rtol=1e-4, atol=1e-6)

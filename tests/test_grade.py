@@ -473,6 +473,81 @@ def kit_file_kept():
         pytest.fail("the kit's file was left changed")
 
 
+@pytest.fixture(autouse=True)
+def backups(tmp_path, monkeypatch) -> Path:
+    """Where the grader keeps the kit's changed files (not beside the real kit)."""
+    folder = tmp_path / "backups"
+    monkeypatch.setattr(grade_module, "BACKUPS", folder)
+    return folder
+
+
+def test_an_edit_saved_to_the_kit_during_grading_is_kept_and_the_grade_void(
+        tmp_path, kit_file_kept, backups, monkeypatch, capsys):
+    """An instructor saves an edit of a kit file while a batch is being graded: that grade
+    is void (exit status 2), the kit is restored for the next notebook, and the edit is in
+    the backup folder the message names, not lost."""
+    edited = kit_file_kept + b"\n# an instructor's edit, saved during grading\n"
+    real_run = grade_module.run_notebook
+
+    def instructor_saves_during_the_run(*args, **kw):
+        KIT_FILE.write_bytes(edited)
+        return real_run(*args, **kw)
+
+    monkeypatch.setattr(grade_module, "run_notebook", instructor_saves_during_the_run)
+    path = notebook(tmp_path / "01_me.ipynb", ["pass"])
+    assert main([str(path), "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # no report for a void grade
+    (kept,) = backups.glob("*/grading/feedback.py")
+    assert kept.read_bytes() == edited  # the edit, moved to the backup
+    assert KIT_FILE.read_bytes() == kit_file_kept  # the kit restored for the next one
+    assert "this grade is void" in err and f"were moved to {kept.parents[1]} first" in err
+    assert "(grading/feedback.py)" in err
+    monkeypatch.setattr(grade_module, "run_notebook", real_run)
+    assert quietly(untouched(tmp_path / "01_next.ipynb"))["score"] == 0  # nothing carried
+    assert KIT_FILE.read_bytes() == kit_file_kept
+
+
+def test_a_file_added_to_the_kit_is_moved_to_the_backup_too(tmp_path, backups, monkeypatch):
+    added = grade_module.KIT / "grading" / f"planted_{uuid.uuid4().hex}.py"
+    real_run = grade_module.run_notebook
+
+    def plant(*args, **kw):
+        added.write_text("forged = True\n")
+        return real_run(*args, **kw)
+
+    monkeypatch.setattr(grade_module, "run_notebook", plant)
+    try:
+        with pytest.raises(grade_module.KitChanged, match=f"grading/{added.name}"):
+            quietly(notebook(tmp_path / "01_me.ipynb", ["pass"]), total_timeout=20)
+        assert not added.exists()
+        (kept,) = backups.glob(f"*/grading/{added.name}")
+        assert kept.read_text() == "forged = True\n"
+    finally:
+        added.unlink(missing_ok=True)
+
+
+def test_the_kit_is_restored_even_where_no_backup_folder_can_be_made(
+        tmp_path, kit_file_kept, monkeypatch):
+    monkeypatch.setattr(grade_module, "BACKUPS", Path("/proc/no-such-folder"))
+    monkeypatch.setattr(grade_module.tempfile, "mkdtemp", lambda **kw: (_ for _ in ()).throw(
+        OSError(28, "No space left on device")))
+    KIT_FILE.write_bytes(kit_file_kept + b"\n# edited\n")
+    with pytest.raises(grade_module.KitChanged, match="No folder could be made to keep"):
+        grade_module._kit_unchanged(snapshot_before(kit_file_kept))
+    assert KIT_FILE.read_bytes() == kit_file_kept
+
+
+def snapshot_before(original: bytes) -> sandbox.KitSnapshot:
+    """A snapshot of the kit as it was with KIT_FILE holding ``original``."""
+    now = KIT_FILE.read_bytes()
+    KIT_FILE.write_bytes(original)
+    try:
+        return sandbox.KitSnapshot(grade_module.KIT)
+    finally:
+        KIT_FILE.write_bytes(now)
+
+
 @LANDLOCK
 def test_a_cell_cannot_rewrite_the_kit_and_the_next_notebook_keeps_its_score(tmp_path,
                                                                               kit_file_kept):

@@ -289,6 +289,39 @@ def test_out_of_memory_names_the_ipu_and_keeps_the_weights():
         p.run(x, np.zeros(len(x), dtype=int))
     for a, b in zip(p.params.values(), before):
         np.testing.assert_array_equal(a, b)
+    # TF's default offloads the optimiser state: the message says where it is, and does not
+    # suggest offloading it again
+    state = 2 * sum(a.nbytes for a in before)
+    with pytest.raises(OutOfMemoryError, match="The optimiser state is offloaded: "
+                       rf"{state:,} bytes in Streaming Memory") as err:
+        p.run(x, np.zeros(len(x), dtype=int))
+    assert "offload_optimizer_state=True" not in str(err.value)
+
+
+def test_out_of_memory_suggests_offloading_only_where_it_makes_the_ipus_fit():
+    """Offloading the optimiser state (TF's offload_weight_update_variables, PopTorch's
+    useOnChipStorage(False)) is suggested where the IPUs would fit without it; the model
+    then indeed runs offloaded."""
+    target = IPUModel("ipu2", num_ipus=2, tiles_per_ipu=1).create_device().target
+
+    def model(width, offload):  # AdamW: weights, accumulators and 2 x weights of state
+        stages = [[nn.Dense(100, width, rng=0), nn.ReLU()], [nn.Dense(width, 3, rng=1)]]
+        return pipeline(stages, None, 4, "grouped", optimizer=optim.AdamW(),
+                        loss=nn.SoftmaxCrossEntropy(), target=target,
+                        offload_optimizer_state=offload)
+
+    x, y = np.ones((4 * 8, 100), dtype=np.float32), np.zeros(4 * 8, dtype=int)
+    weights = 4 * (100 * 400 + 400)  # stage 0: 4 x weights on chip > 638,976 B > 2 x
+    assert 4 * weights > target.bytes_per_ipu > 2 * weights + 8 * 100 * 4 * 8
+    with pytest.raises(OutOfMemoryError, match=r"Offloading the optimiser state to "
+                       r"Streaming Memory .* makes every IPU fit\. Use recomputation=True, "
+                       "offload_optimizer_state=True"):
+        model(400, False).run(x, y)
+    assert model(400, True).run(x, y).host_bytes == 2 * (weights + 4 * (400 * 3 + 3))
+    with pytest.raises(OutOfMemoryError) as err:  # too big even without its state
+        model(900, False).run(x, y)
+    assert "Offloading the optimiser state" not in str(err.value)
+    assert "offload_optimizer_state=True" in str(err.value)  # still one of the fixes
 
 
 def test_timeline_records():

@@ -8,7 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipukit.cost import IPU_LINK_BYTES_PER_SECOND, IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE
+from ipukit.cost import (
+    IPU_LINK_BYTES_PER_SECOND,
+    IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE,
+    STREAMING_MEMORY_BYTES_PER_SECOND,
+    STREAMING_MEMORY_LATENCY_SECONDS,
+)
 from ipukit.errors import PipelineConfigError
 from ipukit.parallel import (
     Block,
@@ -162,14 +167,17 @@ def test_rts_changes_memory_and_communication_not_one_weight(replicas, offload):
         upd0 = [rec for rec in r0.timeline if rec.ipu == q and rec.kind == "optimizer"]
         upd1 = [rec for rec in r1.timeline if rec.ipu == q and rec.kind == "optimizer"]
         # Adam: 12 FLOPs per element, 32 per cycle on one tile; 1/R of them with RTS, and
-        # each replica streams only its shard of an offloaded state, in and out
-        host = IPU_MODEL_HOST_LINK_BYTES_PER_CYCLE  # ipu2's host link (tut6-calibrated)
+        # each replica copies only its shard of an offloaded state (m and v: one remote
+        # buffer each), in and out, at Streaming Memory's latency and rate
+        clock = p0.target.clock_hz
         for recs, n, nbytes in ((upd0, sum(a.size for a in params), state),
                                 (upd1, sum(math.ceil(a.size / replicas) for a in params),
                                  shard)):
             nbytes = nbytes if offload else 0
+            copy = (math.ceil(STREAMING_MEMORY_LATENCY_SECONDS * clock)
+                    + math.ceil(nbytes / 2 / (STREAMING_MEMORY_BYTES_PER_SECOND / clock)))
             assert {(rec.duration, rec.bytes) for rec in recs} == {
-                (math.ceil(12 * n / 32) + 2 * math.ceil(nbytes / host), nbytes)}
+                (math.ceil(12 * n / 32) + (2 * 2 * copy if nbytes else 0), nbytes)}
 
 
 def test_rts_shards_cover_every_element_once():

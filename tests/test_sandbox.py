@@ -166,6 +166,21 @@ def test_the_snapshot_notices_every_change_and_restores_it(tmp_path, change):
     assert not (root / "grading" / "extra.py").exists()
 
 
+def test_restore_moves_the_changed_and_added_files_to_the_backup_first(tmp_path):
+    root = kit(tmp_path)
+    snap = sandbox.KitSnapshot(root)
+    (root / "grading" / "checks.py").write_text("y = 3  # an edit\n")
+    (root / "grading" / "extra.py").write_text("z = 1\n")
+    (root / "__init__.py").unlink()
+    backup = tmp_path / "backup"
+    assert snap.restore(backup) == ["grading/checks.py", "grading/extra.py"]
+    assert snap.changes() == []
+    assert (root / "grading" / "checks.py").read_text() == "y = 2\n"
+    assert (backup / "grading" / "checks.py").read_text() == "y = 3  # an edit\n"
+    assert (backup / "grading" / "extra.py").read_text() == "z = 1\n"
+    assert sorted(p.name for p in backup.rglob("*") if p.is_file()) == ["checks.py", "extra.py"]
+
+
 def test_the_kernels_copy_of_the_kit_is_read_only_with_the_same_times(tmp_path):
     root = kit(tmp_path)
     snap = sandbox.KitSnapshot(root)

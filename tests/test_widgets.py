@@ -617,6 +617,41 @@ def test_memory_map_caption_title_and_header_are_separate():
     # the browser's caption: tests/test_browser.py::test_saved_pages_play_offline
 
 
+def test_memory_map_shows_streaming_memory_apart_from_tile_memory():
+    """Remote buffers (``Graph::addRemoteBuffer``: "remote (meaning not on the IPU)
+    memory", Poplar's RemoteBuffer) are not tile memory: the map and its table are the same
+    with or without them, and a line of their own gives their bytes and largest buffers."""
+    def compiled(buffers):
+        g = ipu.Graph(ipu.IPUModel(tiles_per_ipu=4).create_device().target)
+        v = g.add_variable(ipu.FLOAT, [6], "v")
+        g.set_tile_mapping(v[:4], 0)
+        g.set_tile_mapping(v[4:], 3)
+        for name, n in buffers:
+            g.add_remote_buffer(name, ipu.FLOAT, n)
+        return ipu.compile_graph(g, [])
+
+    plain = MemoryMap(compiled([]))
+    evil = "<img src=x onerror=alert(1)>"
+    m = MemoryMap(compiled([("m", 100), ("v", 100), (evil, 7), ("tiny", 1)]))
+    assert (m.bytes() == plain.bytes()).all() and m.worst() == plain.worst()
+    assert m.streaming_memory() == {"bytes": 832, "buffers": 4,
+                                    "largest": [["m", 400], ["v", 400], [evil, 28]]}
+    assert m.payload()["meta"]["streaming_memory"] == m.streaming_memory()
+    assert plain.streaming_memory() is None and plain.payload()["meta"]["streaming_memory"] is None
+    line = ("Streaming Memory (remote buffers, off the IPU; not in this map): 832 B in "
+            "4 buffers")
+    assert m.streaming_memory_line() == line and plain.streaming_memory_line() == ""
+    caption = m.caption(0)
+    assert caption.startswith(plain.caption(0))  # the table, then the line
+    assert caption.endswith(f'<p class="ipukit-streaming">{line} (largest: m 400 B, v 400 B, '
+                            "&lt;img src=x onerror=alert(1)&gt; 28 B, ...)</p>")
+    assert "<p" not in plain.caption(0)
+    m.render()
+    assert line in [t.get_text() for t in m.fig.texts]  # the figure's own line
+    plain.render()
+    assert not any("Streaming" in t.get_text() for t in plain.fig.texts)
+
+
 def test_memory_map_of_a_trace_steps_through_categories(trace):
     m = MemoryMap(trace)
     assert m.names == ["total"] + list(trace.memory.categories)

@@ -19,6 +19,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.test_browser import CHROMIUM, FLAGS, demo_trace, op_point  # noqa: E402
 
 
+def offloaded_trace():
+    """An emulated 3-stage pipeline (Adam) whose optimiser state is in remote buffers."""
+    import numpy as np
+
+    import ipukit as ipu
+    from ipukit.parallel import nn, optim, pipeline
+
+    target = ipu.IPUModel(num_ipus=3, tiles_per_ipu=4).create_device().target
+    stages = [[nn.Dense(6, 8, rng=1), nn.ReLU()], [nn.Dense(8, 8, rng=2), nn.ReLU()],
+              [nn.Dense(8, 3, rng=3)]]
+    p = pipeline(stages, None, 6, optimizer=optim.Adam(0.01), loss=nn.SoftmaxCrossEntropy(),
+                 target=target, emulate=True, offload_optimizer_state=True)
+    rng = np.random.default_rng(0)
+    return p.run(rng.normal(size=(36, 6)).astype("float32"), rng.integers(0, 3, 36)).trace
+
+
 def widgets() -> dict:
     """Name -> (widget, where to hover: fractions of its canvas, an op's Span, or None)."""
     trace = demo_trace(2, 8)
@@ -27,7 +43,8 @@ def widgets() -> dict:
     timeline = PipelineTimeline(schedule("grouped", 4, 8), compare=schedule("1f1b", 4, 8))
     timeline.frame = 150
     out = {"bsp_view": (bsp, (0.1, 0.25)), "pipeline_timeline": (timeline, None),
-           "memory_map": (MemoryMap(trace), (0.42, 0.22))}  # its tooltip clear of the scale
+           "memory_map": (MemoryMap(trace), (0.42, 0.22)),  # its tooltip clear of the scale
+           "memory_map_streaming": (MemoryMap(offloaded_trace()), None)}
     after = {"zb_h1": (schedule("zb_h1", 4, 8), schedule("1f1b", 4, 8)),
              "interleaved_1f1b": (schedule("interleaved_1f1b", 4, 8, virtual_stages=2),
                                   schedule("1f1b", 4, 8)),

@@ -389,10 +389,21 @@ class KitSnapshot:
             return []
         return sorted(k for k in set(now) | set(self.files) if now.get(k) != self.files.get(k))
 
-    def restore(self) -> None:
-        """Put back every file as it was (removing those added since)."""
+    def restore(self, backup: Path | None = None) -> list[str]:
+        """Put back every file as it was (removing those added since). With ``backup`` (a
+        folder), each changed or added regular file is first moved there, under its
+        relative path, so that no edit made meanwhile is lost; returns the paths moved
+        (one that cannot be moved is replaced all the same)."""
+        kept = []
         for rel in self.changes():
             path = self.root / rel
+            if backup is not None and path.is_file() and not path.is_symlink():
+                try:  # a rename where it can, else a copy; the kit is restored regardless
+                    (backup / rel).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.move(path, backup / rel)
+                    kept.append(rel)
+                except OSError:
+                    pass
             if path.is_symlink() or path.is_file():
                 path.unlink()
             elif path.is_dir():
@@ -402,6 +413,7 @@ class KitSnapshot:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(data)
                 os.chmod(path, stat.S_IMODE(mode))
+        return kept
 
     def copy_to(self, dest: Path) -> None:
         """A read-only copy of the snapshot at ``dest`` (times kept: compiled caches hold)."""

@@ -52,6 +52,7 @@ of a training model (``Pipeline.run``), and what each costs:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -348,7 +349,7 @@ def static_bytes(stages, dtypes, optimizer_state: int = 0) -> tuple[int, int, in
 
 
 def weight_update_steps(weight_bytes: int, gradient_bytes: int, optimizer_flops: float,
-                        offloaded_state: int, replicas: int, rts: bool,
+                        offloaded: Sequence[tuple[int, int]], replicas: int, rts: bool,
                         cost) -> list[tuple[str, float, int]]:
     """``(kind, cycles, bytes)`` of one IPU's weight update, in order (``cost``: a
     :class:`~ipukit.cost.CostModel`).
@@ -356,10 +357,12 @@ def weight_update_steps(weight_bytes: int, gradient_bytes: int, optimizer_flops:
     Replicated: ``allreduce`` (ring: 2(R−1)/R of the gradient bytes sent), or with RTS
     ``reducescatter`` then ``allgather`` ((R−1)/R of the gradient, then weight, bytes),
     each costing its ring steps' latency plus its bytes over a link (``cost.ring``).
-    ``optimizer``: its FLOPs plus offloaded state streamed in and out over the host link.
+    ``optimizer``: its FLOPs plus each remote buffer of offloaded state, ``offloaded``'s
+    ``(bytes, cycles of one copy)`` (:func:`ipukit.cost.remote_cycles`), copied in from
+    Streaming Memory and back out.
     """
-    update = ("optimizer", cost.compute(optimizer_flops) + 2 * cost.host(offloaded_state),
-              offloaded_state)
+    update = ("optimizer", cost.compute(optimizer_flops) + 2 * sum(c for _, c in offloaded),
+              sum(b for b, _ in offloaded))
     if replicas == 1:
         return [update]
 

@@ -33,8 +33,9 @@ The result has the per-micro-batch losses and two plain records:
   gradient sent over IPU-Links after the op, ``bytes`` ÷ link bandwidth), ``"sync"`` (the
   end of a lock-step step), ``"allreduce"`` (gradients reduced across replicas, ring
   all-reduce; with RTS ``"reducescatter"`` and ``"allgather"``), ``"optimizer"`` (the
-  weight update, plus streaming offloaded state in and out of Streaming Memory, timed at
-  the host link's bandwidth (kit convention)). ``stage`` and ``microbatch`` are -1
+  weight update, plus copying offloaded state in from Streaming Memory and back out, each
+  remote buffer's copy timed by ``cost.remote_cycles`` as on the emulator (kit
+  convention)). ``stage`` and ``microbatch`` are -1
   where they do not apply. Replicas run the same timeline on their
   own IPUs; the spans are replica 0's. ``timeline.measures()`` gives the bubble and each
   IPU's idle time by cause.
@@ -65,7 +66,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import backend
-from ..cost import CostModel
+from ..cost import CostModel, remote_cycles
 from ..errors import IpuError, OutOfMemoryError, PipelineConfigError
 from ..target import IPUModel, Target
 from ..timeline import Span, Timeline
@@ -650,10 +651,19 @@ class Pipeline:
         (:func:`replication.weight_update_steps`)."""
         o = self.options
         w, g, _ = self.static_bytes(stages)
-        state, flops = self._optimizer_share(stages)
+        flops = self._optimizer_share(stages)[1]
         return replication.weight_update_steps(
-            w, g, flops, state if o.offload_optimizer_state else 0, o.replication_factor,
+            w, g, flops, self.remote_buffers(stages), o.replication_factor,
             o.replicated_optimizer_state_sharding, self.cost)
+
+    def remote_buffers(self, stages) -> list[tuple[int, int]]:
+        """``(bytes, cycles of one copy)`` of each remote buffer of offloaded optimiser
+        state of ``stages`` on one IPU: one per stage and optimiser slot (Adam's m and v),
+        as the emulator builds them, each copy costed by :func:`ipukit.cost.remote_cycles`
+        (Streaming Memory's link); none when the state is on chip."""
+        slots = self.optimizer.slots if self.offload else 0
+        sizes = [self._optimizer_share([s])[0] // max(slots, 1) for s in stages] * slots
+        return [(b, remote_cycles(b, self.target)) for b in sizes if b]
 
     def _optimizer_share(self, stages):
         o = self.options
@@ -672,9 +682,23 @@ class Pipeline:
                 f"{worst.time:,.0f} but has {limit:,} ({self.target.tiles_per_ipu} tiles x "
                 f"{self.target.bytes_per_tile:,} bytes): weights {worst.weights:,}, stashed "
                 f"activations {worst.stash:,}, gradient accumulators {worst.gradients:,}, "
-                f"optimiser state {worst.optimizer:,}. Use recomputation=True, "
-                "offload_optimizer_state=True, a smaller micro-batch or more IPUs."
+                f"optimiser state {worst.optimizer:,}.{self._offload_text(memory)} Use "
+                f"recomputation=True, {'' if self.offload else 'offload_optimizer_state=True, '}"
+                "a smaller micro-batch or more IPUs."
             )
+
+    def _offload_text(self, memory) -> str:
+        """Where the optimiser state is offloaded, what Streaming Memory holds; where it is
+        on chip and every IPU would fit without it, that offloading it is the fix."""
+        if self.offload:
+            return (f" The optimiser state is offloaded: {self._optimizer_bytes():,} bytes in "
+                    "Streaming Memory (remote buffers), off the IPU.")
+        if all(r.total - r.optimizer <= self.target.bytes_per_ipu for r in memory):
+            return (" Offloading the optimiser state to Streaming Memory (remote buffers: "
+                    "offload_optimizer_state=True, TensorFlow's "
+                    "offload_weight_update_variables, PopTorch's useOnChipStorage(False)) "
+                    "makes every IPU fit.")
+        return ""
 
     def _update_times(self, now, timeline) -> float:
         """Append the collectives across replicas and the weight update; return their end."""

@@ -11,6 +11,10 @@ fullest tile's total, serves every category, so equal colours are equal bytes (1
 1,664 B look alike; the table and the tooltip give the bytes). Hover a tile for its bytes
 by category, click it to read it as ``view.selected``.
 
+A graph's remote buffers (``graph.add_remote_buffer``) are in Streaming Memory, off the
+IPU: they are not tile memory, so they are not on the map; a line of their own under the
+title and below the table says how many bytes they hold, and in which buffers.
+
 It reads a Trace (``engine.trace``) or an Executable (``ipu.compile_graph``); it never
 compiles (compile a Graph with ``ipu.compile_graph(graph, [])`` to see its variables).
 
@@ -31,6 +35,7 @@ from matplotlib.patches import Rectangle
 
 from .. import report
 from ..compile import Executable
+from ..memory_report import largest_remote_buffers
 from ..report import NAME_CHARS, figure_text
 from ..trace import Trace
 from ._player import Widget, esc, new_figure, pack
@@ -67,13 +72,32 @@ class MemoryMap(Widget):
                 "category_colours": CATEGORY_COLOURS, "bytes_per_tile": t.bytes_per_tile,
                 "scale": self.scale(),
                 "layout": {"num_ipus": t.num_ipus, "tiles_per_ipu": t.tiles_per_ipu,
-                           "cols": lay.cols, "rows": lay.rows, "gap": lay.GAP}}
+                           "cols": lay.cols, "rows": lay.rows, "gap": lay.GAP},
+                "streaming_memory": self.streaming_memory()}
         return {"meta": meta, "arrays": {"memory": pack(list(self.memory.categories.values()))}}
 
     # -- the model ---------------------------------------------------------------------------
     def scale(self) -> int:
         """The top of the one colour scale (its bottom is 0): the fullest tile's total."""
         return int(self.memory.total.max()) if self.memory.total.size else 0
+
+    def streaming_memory(self, n: int = 3) -> dict | None:
+        """The remote buffers in Streaming Memory (not tile memory): their total bytes,
+        count and the ``n`` largest as (name, bytes); None where there are none."""
+        if not self.memory.remote:
+            return None
+        return {"bytes": int(self.memory.streaming_memory), "buffers": len(self.memory.remote),
+                "largest": [[name, int(b)] for name, b in largest_remote_buffers(self.memory, n)]}
+
+    def streaming_memory_line(self) -> str:
+        """'Streaming Memory (remote buffers, off the IPU; not in this map): 8,040 B in 3
+        buffers' (plain text), or '' where the graph has none."""
+        sm = self.streaming_memory()
+        if sm is None:
+            return ""
+        n = sm["buffers"]
+        return (f"Streaming Memory (remote buffers, off the IPU; not in this map): "
+                f"{sm['bytes']:,} B in {n} buffer{'s' if n > 1 else ''}")
 
     def num_frames(self) -> int:
         return len(self.names)
@@ -97,8 +121,8 @@ class MemoryMap(Widget):
             self.fig = new_figure(11.5, 4.6)
         fig, t = self.fig, self.target
         fig.clf()
-        gs = fig.add_gridspec(1, 2, width_ratios=[1.45, 1], left=0.06, right=0.97, top=0.86,
-                              bottom=0.13, wspace=0.3)
+        gs = fig.add_gridspec(1, 2, width_ratios=[1.45, 1], left=0.06, right=0.97,
+                              top=0.8 if self.memory.remote else 0.86, bottom=0.13, wspace=0.3)
         ax = self.ax_map = fig.add_subplot(gs[0, 0])
         name = self.names[k]
         report.tile_memory_map(self.compiled, ax, None if name == "total" else name,
@@ -123,6 +147,9 @@ class MemoryMap(Widget):
         fig.text(0.06, 0.955, f"Tile memory by category ({t.num_ipus} IPU"
                  f"{'s' if t.num_ipus > 1 else ''} x {t.tiles_per_ipu:,} tiles)",
                  fontsize=13, weight="bold", va="center")
+        if self.memory.remote:
+            fig.text(0.06, 0.905, self.streaming_memory_line(), fontsize=9, va="center",
+                     color="#555")
 
     def _worst_bars(self, bars) -> None:
         """The fullest tiles (all categories) as stacked bars, PopVision's memory table."""
@@ -152,4 +179,15 @@ class MemoryMap(Widget):
         name = esc(self.names[k], NAME_CHARS)
         return (f'<table class="ipukit-worst">\n<caption>Fullest tiles ({name})</caption>'
                 "\n<tr><th>tile</th> <th>IPU</th> <th>bytes</th> "
-                f"<th>tile full (all categories)</th></tr>\n{rows}</table>")
+                f"<th>tile full (all categories)</th></tr>\n{rows}</table>"
+                f"{self._streaming_memory_html()}")
+
+    def _streaming_memory_html(self) -> str:
+        """The Streaming Memory line and its largest buffers, as a paragraph ('' if none)."""
+        sm = self.streaming_memory()
+        if sm is None:
+            return ""
+        names = ", ".join(f"{esc(name, NAME_CHARS)} {b:,} B" for name, b in sm["largest"])
+        more = ", ..." if sm["buffers"] > len(sm["largest"]) else ""
+        return (f'\n<p class="ipukit-streaming">{esc(self.streaming_memory_line())} '
+                f"(largest: {names}{more})</p>")

@@ -3,8 +3,9 @@
 tests/test_browser.py opens them (``save_html`` pages, and a notebook exported with
 ``jupyter nbconvert --to html``), plays, scrubs and hovers them, and asserts that no payload
 runs: each one that ran would set ``window.__ipukit_pwned`` (or open a dialog). The names:
-tensors, compute sets, a vertex class, a data stream (all in the Trace's step names),
-memory categories, span kinds and labels, and the panel titles of a run's timeline.
+tensors, compute sets, a vertex class, a data stream and a remote buffer (all in the
+Trace's step names; the remote buffer in the MemoryMap's Streaming Memory line too), memory
+categories, span kinds and labels, and the panel titles of a run's timeline.
 """
 
 import numpy as np
@@ -68,7 +69,9 @@ def trace():
             g.set_tile_mapping(v, (i + c) % 8)
         progs.append(ipu.Execute(cs))
     stream = g.add_host_to_device_fifo(payload(6), ipu.FLOAT, 32)
-    progs = [ipu.Copy(stream, x), *progs, ipu.Copy(y, z)]  # a stream copy, an IPU-Link copy
+    buf = g.add_remote_buffer(payload(8), ipu.FLOAT, 8)  # Streaming Memory, named too
+    progs = [ipu.Copy(stream, x), *progs, ipu.Copy(y, z),  # a stream copy, an IPU-Link copy
+             ipu.Copy(z, buf)]  # and a copy to the remote buffer
     eng = ipu.Engine(g, ipu.Sequence(*progs))
     eng.load(dev)
     eng.connect_stream(payload(6), np.arange(32, dtype=np.float32))

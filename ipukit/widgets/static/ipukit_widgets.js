@@ -1280,14 +1280,18 @@ function memoryView(meta, A) {
   let bars = null;
   let layer = null;
   const buttons = h("div", { class: "ipukit-categories", role: "group", "aria-label": "category" });
+  // remote buffers are in Streaming Memory, off the IPU: a line of their own, not the map
+  const sm = meta.streaming_memory;
+  const smLine = sm ? `Streaming Memory (remote buffers, off the IPU; not in this map): ` +
+    `${fmt(sm.bytes)} B in ${sm.buffers} buffer${sm.buffers > 1 ? "s" : ""}` : "";
   const view = {
     kind: "memory",
     numFrames: names.length,
     playAll: true, // Play shows every category, from the total
     extraControls: buttons,
-    height: () => 360,
+    height: () => (sm ? 380 : 360),
     resized(w, hgt) {
-      g = gridGeometry(meta, 10, 8, w * 0.55, hgt - 50);
+      g = gridGeometry(meta, 10, 8, w * 0.55, hgt - (sm ? 70 : 50));
       bars = { x0: w * 0.66, y0: 30, w: w * 0.31, h: hgt - 80 };
     },
     draw(ctx, pos, w, hover) {
@@ -1331,6 +1335,10 @@ function memoryView(meta, A) {
       ctx.textAlign = "left";
       ctx.fillText(`0 … ${fmt(meta.scale)} B: one scale for every category (the fullest tile's ` +
         `total; a tile has ${fmt(meta.bytes_per_tile / 1024)} KiB)`, g.x0 + 210, cy + 9);
+      if (sm) {
+        ctx.fillStyle = "#555";
+        ctx.fillText(smLine, g.x0, cy + 29);
+      }
       this.drawBars(ctx);
     },
     drawBars(ctx) {
@@ -1387,8 +1395,12 @@ function memoryView(meta, A) {
       const rows = worst(k, 5).map((t) => [tr(String(t), String(Math.floor(t / meta.layout.tiles_per_ipu)),
         fmt(cache[k][t]), `${(100 * cache[0][t] / meta.bytes_per_tile).toFixed(1)}%`), "\n"]);
       const head = ["tile", "IPU", "bytes", "tile full (all categories)"].map((t) => [h("th", {}, t), " "]);
-      return h("table", { class: "ipukit-worst" }, "\n",
+      const table = h("table", { class: "ipukit-worst" }, "\n",
         h("caption", {}, `Fullest tiles (${short(names[k])})`), "\n", h("tr", {}, head), "\n", rows);
+      if (!sm) return table;
+      const largest = sm.largest.map(([name, b]) => `${short(name)} ${fmt(b)} B`).join(", ");
+      return [table, "\n", h("p", { class: "ipukit-streaming" }, `${smLine} (largest: ` +
+        `${largest}${sm.buffers > sm.largest.length ? ", ..." : ""})`)];
     },
   };
   return view;
