@@ -153,6 +153,17 @@ STORED_OUTPUT = """async (text) => {
 CELL_INDEX = """(text) => window.jupyterapp.shell.currentWidget.content.widgets.findIndex(
     c => c.model.sharedModel.getSource().includes(text))"""
 
+#: Prints whether NumPy, the kit and Matplotlib were imported from unchecked-hash bytecode
+#: (PEP 552: flags 1) and the standard library's json from its ``.pyc``.
+BYTECODE_USED = """import importlib.util, json
+import matplotlib.pyplot, numpy, ipukit
+def flags(m):
+    with open(importlib.util.cache_from_source(m.__file__), "rb") as f:
+        return f.read(8)[4:]
+print("bytecode:", [flags(m) == bytes([1, 0, 0, 0]) for m in (numpy, ipukit, matplotlib)],
+      json.__file__.endswith(".pyc"))
+"""
+
 
 def test_jupyterlite_runs_the_kit_and_its_checks(site, server, browser):
     if site[1]:
@@ -171,6 +182,7 @@ def test_jupyterlite_runs_the_kit_and_its_checks(site, server, browser):
     imports = page.evaluate(CELL_INDEX, "import ipukit as ipu")
     text = page.evaluate(RUN_CELL, [imports, None])  # the kit, from the site's own wheel
     assert "Error" not in text, text
+    first_imports = text
     page.evaluate(RUN_CELL, [first - 1, None])  # the stub, as generated
     text = page.evaluate(RUN_CELL, [first, None])
     assert re.search(r"NOT SOLVED YET · Exercise 01\.1 .*0/2 points", text, re.S), text
@@ -182,5 +194,10 @@ def test_jupyterlite_runs_the_kit_and_its_checks(site, server, browser):
     # the README's tutorial 3
     text = page.evaluate(RUN_CELL, [-1, readme_example()])
     assert V2 in text, text
+    # the kernel reads the bytecode and Matplotlib's font list that the build made
+    # (tools/site/precompile.py) instead of compiling every module and building the list
+    text = page.evaluate(RUN_CELL, [-1, BYTECODE_USED])
+    assert "bytecode: [True, True, True] True" in text, text
+    assert "font cache" not in first_imports + text, first_imports + text
     page.screenshot(path=str(SHOTS / "site_lite_exercise01.png"))
     print(f"JupyterLite: kernel ready {started:.1f} s after the page was opened")

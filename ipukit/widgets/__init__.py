@@ -13,8 +13,24 @@ Each is an ``anywidget.AnyWidget``: Python sends the data once, the browser play
 output also carries that page (``text/html``, for nbconvert) and a PNG (``static()``).
 """
 
-from .bsp_view import BSPFrame, BSPView
-from .memory_map import MemoryMap
-from .pipeline_timeline import Panel, PipelineTimeline
+import importlib
+
+#: Each widget's module, imported when the name is first used (module ``__getattr__``), so
+#: ``from ipukit.widgets import BSPView`` does not import the pipeline schedules, which
+#: ``PipelineTimeline`` needs: each import costs seconds in the browser (Pyodide).
+_MODULES = {"BSPFrame": "bsp_view", "BSPView": "bsp_view", "MemoryMap": "memory_map",
+            "Panel": "pipeline_timeline", "PipelineTimeline": "pipeline_timeline"}
 
 __all__ = ["BSPFrame", "BSPView", "MemoryMap", "Panel", "PipelineTimeline"]
+
+
+def __getattr__(name):
+    if name not in _MODULES:
+        raise AttributeError(f"module 'ipukit.widgets' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_MODULES[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

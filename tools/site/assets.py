@@ -11,6 +11,9 @@ cache (``$IPUKIT_SITE_CACHE``, default ``~/.cache/ipukit-site``) and verified by
   the kit's own wheel built from the checkout) is added to the lock file as extra entries
   (kit convention), so that a cell's ``import ipukit`` loads the kit and its dependencies
   from the site itself, as Pyodide loads numpy: no ``%pip`` cell, no network.
+* Then every wheel and the standard library get their bytecode, and Matplotlib's wheel its
+  font list, made by Pyodide itself under Node.js (``precompiled``; kit convention), so
+  that a new kernel in the browser compiles none of them again.
 
 Run as a script to fill the cache: ``python tools/site/assets.py``.
 """
@@ -283,8 +286,42 @@ def stage_pyodide(dest: Path, scratch: Path) -> dict:
     shutil.copy2(kit, dest / kit.name)
     lock["packages"]["ipukit"] = entry("ipukit", kit, KIT_DEPENDS, ["ipukit"])
     added["ipukit"] = kit.name
+    shipped = [e["file_name"] for e in lock["packages"].values()
+               if e["file_name"].endswith(".whl") and (dest / e["file_name"]).exists()]
+    precompiled(dest, [*shipped, "python_stdlib.zip"])
+    for e in lock["packages"].values():
+        if e["file_name"] in shipped:
+            e["sha256"] = sha256(dest / e["file_name"])
     (dest / "pyodide-lock.json").write_text(json.dumps(lock, separators=(",", ":")))
     return added
+
+
+def precompiled(dest: Path, names: list[str]) -> None:
+    """Each of ``names`` (wheels, ``python_stdlib.zip``) in ``dest`` replaced by the same
+    files plus their bytecode, and Matplotlib's wheel plus its font list (precompile.py,
+    run in Pyodide by Node.js), so the browser's kernel does not compile every module it
+    imports, nor build the font list, in every new kernel (kit convention: Pyodide's
+    files are verified as published, then these are derived from them; the site's lock
+    lists the derived files' sha256). Cached by each input's sha256 and the script's."""
+    script = Path(__file__).with_name("precompile.py")
+    cache = cache_dir() / f"precompiled-{PYODIDE_VERSION}-{sha256(script.read_bytes())[:12]}"
+    hashes = {n: sha256(dest / n) for n in names}
+    todo = [n for n in names if not (cache / hashes[n] / n).exists()]
+    if todo:
+        print(f"precompiling {len(todo)} wheels/zips in Pyodide (cached)", flush=True)
+        with tempfile.TemporaryDirectory(dir=cache_dir(), prefix=".precompile-") as tmp:
+            src, out = Path(tmp, "in"), Path(tmp, "out")
+            src.mkdir()
+            out.mkdir()
+            for n in todo:
+                shutil.copy2(dest / n, src / n)
+            _run(["node", str(script.with_suffix(".mjs")), str(pyodide_dir()), str(src),
+                  str(out)], "node precompile.mjs (bytecode for the browser)")
+            for n in todo:
+                (cache / hashes[n]).mkdir(parents=True, exist_ok=True)
+                shutil.move(out / n, cache / hashes[n] / n)
+    for n in names:
+        shutil.copy2(cache / hashes[n] / n, dest / n)
 
 
 if __name__ == "__main__":
