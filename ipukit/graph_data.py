@@ -61,9 +61,10 @@ from .vertex import Vertex
 
 #: The format's name and version, the first key of every description.
 FORMAT = "ipukit.graph/1"
-#: Most elements one tensor region may describe, and most vertices, variables and program
-#: nodes a description may hold (kit convention: far above any exercise's graph; data past
-#: them is refused before anything is built for it).
+#: Most elements all the description's tensor regions may hold together (a region of stride
+#: 0 describes many elements in a few numbers), and most vertices, variables or program
+#: nodes of one kind (kit convention: far above any exercise's graph; data past them is
+#: refused before anything is built for it).
 MAX_ELEMENTS = 1 << 22
 MAX_ITEMS = 100_000
 _TYPES = {"float32": np.float32, "float16": np.float16, "int32": np.int32,
@@ -256,6 +257,8 @@ def _shape(x, what: str) -> tuple:
 class _Builder:
     def __init__(self, target: Target):
         self.g = Graph(target)
+        self.elements = 0  # in the regions read so far
+        self.nodes = 0  # program nodes read so far
 
     def build(self, data):
         data = _dict(data, "a graph description")
@@ -285,7 +288,6 @@ class _Builder:
             g.create_host_write(name, self.tensor(t, f"host write {name!r}"))
         for name, t in _dict(data["host_reads"], "host_reads").items():
             g.create_host_read(name, self.tensor(t, f"host read {name!r}"))
-        self.nodes = 0
         return g, [self.program(p) for p in _list(data["programs"], "programs")]
 
     def _variable(self, dtype, var) -> None:
@@ -326,7 +328,13 @@ class _Builder:
 
     def tensor(self, t, what: str) -> Tensor:
         """The tensor a region describes, every address inside its type's storage."""
-        t = _dict(t, what)
+        found = self._tensor(_dict(t, what), what)
+        self.elements += found.num_elements()
+        _need(self.elements <= MAX_ELEMENTS, f"{what}: the description's tensors hold more "
+              f"than {MAX_ELEMENTS:,} elements together")
+        return found
+
+    def _tensor(self, t: dict, what: str) -> Tensor:
         dtype = _dtype(t.get("dtype"), what)
         pool = self.g.pools.get(dtype)
         size = 0 if pool is None else pool.size
@@ -339,8 +347,6 @@ class _Builder:
             return Tensor(self.g, dtype, idx.astype(np.intp), what)
         if "regions" in t:
             regions = [self._layout(r, dtype, size, what) for r in _list(t["regions"], what)]
-            _need(sum(math.prod(s) for _, s, _ in regions) <= MAX_ELEMENTS,
-                  f"{what}: more than {MAX_ELEMENTS:,} elements")
             return RegionList(self.g, dtype, regions, what)
         return Tensor(self.g, dtype, self._layout([t["offset"], t["shape"], t["strides"]],
                                                   dtype, size, what), what)

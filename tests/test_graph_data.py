@@ -204,6 +204,15 @@ def test_any_unreadable_description_is_a_graph_data_error(broken):
         from_plain(broken, device().target)
 
 
+def test_regions_of_stride_0_cannot_describe_more_than_the_budget():
+    g, data = scale_graph()
+    wide = {"dtype": "float32", "offset": 0, "shape": [1 << 21], "strides": [0]}
+    data["host_reads"] = {f"r{k}": wide for k in range(3)}
+    with pytest.raises(GraphDataError, match="host read 'r1': the description's tensors hold "
+                       "more than 4,194,304 elements together"):
+        from_plain(data, g.target)
+
+
 def test_kit_codelets_are_the_kit_modules_vertex_classes():
     found = graph_data.kit_codelets()
     assert found["ipukit.grading.lesson01.Scale"] is Scale
