@@ -204,7 +204,7 @@ def test_01_1_numbers_without_a_graph_score_nothing():
         feedback.judge(ex, sent(right), cases)
 
 
-def test_01_1_a_hand_written_graph_is_run_by_the_judge_on_its_own_x():
+def test_01_1_a_hand_written_graph_is_run_by_the_judge_on_its_own_x(capfd):
     ex, cases, graphs = solution_graphs("01.1")
     cost = feedback.judge(ex, sent(graphs), cases)  # the star: the judge's own run
     assert cost.star and cost.used == sum(c["_budget"] for c in cases)
@@ -219,6 +219,10 @@ def test_01_1_a_hand_written_graph_is_run_by_the_judge_on_its_own_x():
              for g, c in zip(graphs, cases)]  # x and y all on tile 0: no exchange to plan
     with pytest.raises(feedback.Wrong, match="does not keep the exercise's tensor x"):
         feedback.judge(ex, sent(moved), cases)
+    printing = [dict(g, programs=[{"Sequence": [{"PrintTensor": [
+        "\x1b[2J", g["host_writes"]["x"], {}]}, g["programs"][0]]}]) for g in graphs]
+    assert feedback.judge(ex, sent(printing), cases).star  # a program that prints: fine,
+    assert capfd.readouterr() == ("", "")  # but not on the judge's stdout or stderr
     looping = [dict(g, programs=[{"Repeat": [10**9, g["programs"][0]]}]) for g in graphs]
     with pytest.raises(feedback.Wrong, match="steps"):
         feedback.judge(ex, sent(looping), cases)

@@ -5,8 +5,11 @@ budget), a placement of vertices on tiles (01.2, with a budget) and a two-neighb
 stencil over a ring of tiles (01.4); 01.3 is a formula. Every check is judged
 (:func:`~ipukit.grading.feedback.exercise`): fixed edge cases and drawn ones, the
 learner's code run on them in the kernel, the verdict from NumPy references and the
-emulator's compiler. Points never rest on a cycle count the kernel measured (01.1's earns
-only the star); 01.2's placement is plain data, so its cycles are worked out by the judge.
+emulator's compiler. The graph exercises (01.1, 01.4) send the graph and program the
+learner built as plain data (:mod:`ipukit.graph_data`): the judge rebuilds them with the
+kit's codelets and runs them on inputs the kernel never sees, so their results and 01.1's
+cycles (its star) are the judge's own. 01.2's placement is plain data, so its cycles are
+worked out by the judge.
 
 >>> from ipukit.grading import lesson01
 >>> r = lesson01.check_placement(lambda cycles, num_tiles: [0] * len(cycles), show=False)
@@ -15,6 +18,8 @@ WRONG · Exercise 01.2 · place vertices on tiles: 0/2 points
 """
 
 from __future__ import annotations
+
+import io
 
 import numpy as np
 
@@ -31,6 +36,7 @@ from .feedback import (
     Cost,
     Wrong,
     as_int,
+    clipped,
     exercise,
     first_mismatch,
     library_error,
@@ -97,6 +103,7 @@ def _fetch_and_send_back_steps(tiles: int = 4):
 #: Most supersteps the judge emulates of a learner's program (kit convention: the
 #: references take 3; a program sent as data could ask for a Repeat of billions).
 MAX_STEPS = 1_000
+
 
 class Scale(ipu.Vertex):
     """out = 2 * x (the lesson's codelet; exercises 01.1 uses it)."""
@@ -193,7 +200,8 @@ def _judged_run(sent, base, what: str, x, read: str):
         eng = ipu.Engine(g, progs[0], {"debug.maxEmulatedSteps": MAX_STEPS})
     except ipu.IpuError as exc:
         raise Wrong(_no_compile(f"{what}: your graph", exc)) from None
-    try:
+    eng.set_print_tensor_stream(io.StringIO())  # a PrintTensor never reaches the grader's
+    try:  # stderr
         eng.load(dev)
         eng.write_tensor("x", x)
         eng.run()
@@ -467,6 +475,8 @@ def _ring_trial(case, build_ring_difference):
     return {"graph": sent, "codelets": {cls.__name__: _codelet_run(cls, case["left"],
                                                                     case["right"])
                                         for cls in mine}}
+
+
 @exercise("01.4", "a central difference over a ring of tiles", points=3, hints=(
     "Row t of out needs rows t - 1 and t + 1 of x: the neighbouring tiles' data. Who "
     "wraps around at the ends?",
@@ -487,6 +497,7 @@ def check_ring_difference(cases, outputs):
         what = _ring_what(case)
         want = case["right"] - case["left"]
         for name, got in sent["codelets"].items():
+            name = clipped(name, 80)
             _not_negated(want, got, f"{what}: your codelet {name}: out", "out = right - left")
             first_mismatch(want, got, f"{what}: your codelet {name} on left "
                            f"{np.array2string(case['left'], precision=3)} and right "
