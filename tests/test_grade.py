@@ -942,10 +942,11 @@ def build_ring_difference(graph, x, out):
     pass"""
 
 
-@pytest.mark.xfail(strict=True, reason="issue 26 point 1 is not met for exercises judged on "
-                   "what the learner's graph computed: the kernel can send the right numbers "
-                   "without a graph (01.1 and 01.4 score 5/9 with no graph at all)")
 def test_outputs_worked_out_in_the_kernel_without_a_graph_score_nothing(tmp_path):
+    """Issue 26 point 1 for the exercises whose point is a graph (01.1, 01.4): the kernel
+    sends the graph and program as data and the judge runs them on its own x, so the right
+    numbers worked out in the kernel with no graph (here by replacing run_trials) score
+    nothing (they scored 5/9)."""
     report = quietly(untouched(tmp_path / "01_me.ipynb", FORGED_OUTPUTS))
     assert report["score"] == 0, report["exercises"]
 

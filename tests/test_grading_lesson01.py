@@ -106,6 +106,39 @@ def ring(left, right):
     return build
 
 
+class NegatedDiff(Diff):
+    def compute(self):
+        self.out[...] = self.left - self.right
+
+
+def test_01_4_the_learners_codelet_is_checked_apart_and_named():
+    def build(graph, x, out):
+        tiles = x.shape[0]
+        cs = graph.add_compute_set("difference")
+        for t in range(tiles):  # wired the wrong way round, and the codelet too
+            graph.add_vertex(cs, NegatedDiff, {"left": x[(t + 1) % tiles],
+                                               "right": x[(t - 1) % tiles], "out": out[t]},
+                             tile=t)
+        return ipu.Execute(cs)
+
+    r = lesson01.check_ring_difference(build, show=False)
+    assert r.status == "failed"
+    assert "your codelet NegatedDiff: out is the negative of what was asked" in r.message
+
+
+def test_01_4_the_kernel_sends_the_graph_and_the_codelets_rows_only():
+    ex, cases, graphs = solution_graphs("01.4")
+    assert all("x" not in feedback.public(c) for c in cases)
+    assert all(set(g) == {"graph", "codelets"} and list(g["codelets"]) == ["Difference"]
+               for g in graphs)
+    assert {v["codelet"] for v in graphs[0]["graph"]["vertices"]} == {
+        "ipukit.grading.lesson01._Difference"}
+    feedback.judge(ex, sent(graphs), cases)
+    forged = [{"graph": {}, "codelets": {}} for _ in cases]
+    with pytest.raises(feedback.Wrong, match="cannot be rebuilt"):
+        feedback.judge(ex, sent(forged), cases)
+
+
 def test_the_ring_solution_and_its_mistakes():
     assert lesson01.check_ring_difference(
         ring(lambda t, n: (t - 1) % n, lambda t, n: (t + 1) % n), show=False).passed
@@ -154,15 +187,63 @@ def test_cases_and_trials_are_plain_data(ex_id):
     assert (cost is not None and cost.star) == (ex_id in ("01.1", "01.2"))
 
 
-def test_01_1_cycles_from_the_kernel_earn_only_the_star():
-    ex = EXERCISES["01.1"]
+def solution_graphs(ex_id):
+    """What the solution's trial sends for each notebook case of ``ex_id``."""
+    ex = EXERCISES[ex_id]
+    ns = notebook_namespace("solutions", NOTEBOOK)
     cases = feedback.notebook_cases(ex)
-    right = [{"y": 2 * c["x"], "cycles": 0} for c in cases]
-    assert feedback.judge(ex, sent(right), cases).star  # a forged cycle count: only the star
-    wrong = [{"y": 2 * c["x"] + (k == 3), "cycles": 0} for k, c in enumerate(cases)]
-    drawn = r"x and y with \[[\d, ]+\] elements on tiles 0-\d: y\[0\]"  # case 4: drawn
-    with pytest.raises(feedback.Wrong, match=drawn):
-        feedback.judge(ex, sent(wrong), cases)
+    return ex, cases, [ex.trial(feedback.public(c), ns[ex.answers[0]]) for c in cases]
+
+
+def test_01_1_numbers_without_a_graph_score_nothing():
+    """Issue 26 point 1: the kernel sends its graph, not y; x stays with the judge."""
+    ex, cases, _ = solution_graphs("01.1")
+    assert all("x" not in feedback.public(c) for c in cases)
+    right = [{"y": 2 * c["_x"], "cycles": 0} for c in cases]  # even knowing x
+    with pytest.raises(feedback.Wrong, match="your graph cannot be rebuilt: GraphDataError"):
+        feedback.judge(ex, sent(right), cases)
+
+
+def test_01_1_a_hand_written_graph_is_run_by_the_judge_on_its_own_x(capfd):
+    ex, cases, graphs = solution_graphs("01.1")
+    cost = feedback.judge(ex, sent(graphs), cases)  # the star: the judge's own run
+    assert cost.star and cost.used == sum(c["_budget"] for c in cases)
+    copied = [dict(g, programs=[{"Copy": [{"tensor": g["host_writes"]["x"]},
+                                          {"tensor": g["host_reads"]["y"]}, None]}])
+              for g in graphs]  # y = x, written by hand
+    with pytest.raises(feedback.Wrong, match=r"\[4, 4, 4, 4\] elements on tiles 0-3: y\[0\]: "
+                       "expected"):
+        feedback.judge(ex, sent(copied), cases)
+    moved = [dict(g, pools={"float32": [dict(v, mapping=np.array([[0, 0, len(c["_x"])]]))
+                                        for v in g["pools"]["float32"]]})
+             for g, c in zip(graphs, cases)]  # x and y all on tile 0: no exchange to plan
+    with pytest.raises(feedback.Wrong, match="does not keep the exercise's tensor x"):
+        feedback.judge(ex, sent(moved), cases)
+    printing = [dict(g, programs=[{"Sequence": [{"PrintTensor": [
+        "\x1b[2J", g["host_writes"]["x"], {}]}, g["programs"][0]]}]) for g in graphs]
+    assert feedback.judge(ex, sent(printing), cases).star  # a program that prints: fine,
+    assert capfd.readouterr() == ("", "")  # but not on the judge's stdout or stderr
+    looping = [dict(g, programs=[{"Repeat": [10**9, g["programs"][0]]}]) for g in graphs]
+    with pytest.raises(feedback.Wrong, match="steps"):
+        feedback.judge(ex, sent(looping), cases)
+
+
+def test_01_1_a_codelet_not_of_the_kit_is_refused_by_name():
+    class Twice(ipu.Vertex):
+        x = ipu.Input(ipu.Vector(ipu.FLOAT))
+        out = ipu.Output(ipu.Vector(ipu.FLOAT))
+
+        def compute(self):
+            self.out[...] = 2 * self.x
+
+    def build(graph, x, y):
+        cs = graph.add_compute_set("scale")
+        graph.add_vertex(cs, Twice, {"x": x, "out": y}, tile=0)
+        return ipu.Execute(cs)
+
+    r = lesson01.check_scale_superstep(build, show=False)
+    assert r.status == "failed" and "runs codelet 'Twice', which is not one of the kit's" \
+        in r.message
 
 
 def test_01_2_cycles_are_worked_out_by_the_judge_from_the_placement():

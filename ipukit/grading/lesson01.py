@@ -5,8 +5,11 @@ budget), a placement of vertices on tiles (01.2, with a budget) and a two-neighb
 stencil over a ring of tiles (01.4); 01.3 is a formula. Every check is judged
 (:func:`~ipukit.grading.feedback.exercise`): fixed edge cases and drawn ones, the
 learner's code run on them in the kernel, the verdict from NumPy references and the
-emulator's compiler. Points never rest on a cycle count the kernel measured (01.1's earns
-only the star); 01.2's placement is plain data, so its cycles are worked out by the judge.
+emulator's compiler. The graph exercises (01.1, 01.4) send the graph and program the
+learner built as plain data (:mod:`ipukit.graph_data`): the judge rebuilds them with the
+kit's codelets and runs them on inputs the kernel never sees, so their results and 01.1's
+cycles (its star) are the judge's own. 01.2's placement is plain data, so its cycles are
+worked out by the judge.
 
 >>> from ipukit.grading import lesson01
 >>> r = lesson01.check_placement(lambda cycles, num_tiles: [0] * len(cycles), show=False)
@@ -16,22 +19,27 @@ WRONG · Exercise 01.2 · place vertices on tiles: 0/2 points
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 
 import ipukit as ipu
+from ipukit import graph_data
 
 from .common import BusyVertex as _Busy
 from .common import SumVertex
 from .common import as_count as _as_int
 from .common import device as _device
 from .common import device_cycles as _device_cycles
-from .common import engine as _engine
+from .common import no_compile as _no_compile
 from .feedback import (
     Cost,
     Wrong,
     as_int,
+    clipped,
     exercise,
     first_mismatch,
+    library_error,
     plural,
     side_by_side,
     timeline,
@@ -92,6 +100,11 @@ def _fetch_and_send_back_steps(tiles: int = 4):
 
 # -- lesson 01: the IPU and BSP ----------------------------------------------------------
 
+#: Most supersteps the judge emulates of a learner's program (kit convention: the
+#: references take 3; a program sent as data could ask for a Repeat of billions).
+MAX_STEPS = 1_000
+
+
 class Scale(ipu.Vertex):
     """out = 2 * x (the lesson's codelet; exercises 01.1 uses it)."""
 
@@ -141,35 +154,66 @@ def _scale_what(counts) -> str:
 
 
 def _scale_cases(rng) -> list[dict]:
-    """The fixed mappings and one drawn one, with x; ``_budget``: the reference's cycles."""
+    """The fixed mappings and one drawn one; private to the judge: x and ``_budget``, the
+    reference's cycles."""
     drawn = rng.integers(0, 20, int(rng.integers(2, 6))).tolist()
     drawn[int(rng.integers(len(drawn)))] += 1  # never an empty tensor
     found = []
     for counts in [*_SCALE_COUNTS, drawn]:
         _, g, x, y = _mapped_pair(counts)
         found.append({"counts": [int(c) for c in counts],
-                      "x": rng.normal(size=sum(counts)).astype(np.float32),
+                      "_x": rng.normal(size=sum(counts)).astype(np.float32),
                       "_budget": _device_cycles(ipu.Engine(g, _reference_scale(g, x, y)))})
     return found
 
 
-def _run_on_x(dev, g, prog, what: str, x, read: str):
-    """The learner's program run after writing ``x``: its engine and what ``read`` holds."""
+def _sent_graph(g, prog, what: str, stand_ins=None) -> dict:
+    """The learner's graph and program as plain data (the learner's kernel): the judge
+    rebuilds and runs it itself (:func:`_judged_run`)."""
     if not isinstance(prog, ipu.Program):
         raise Wrong(f"{what}: return a program, got {prog!r}")
-    eng = _engine(g, prog, f"{what}: your graph")
-    eng.load(dev)
-    eng.write_tensor("x", x)
-    eng.run()
+    try:
+        return graph_data.to_plain(g, [prog], stand_ins)
+    except graph_data.GraphDataError as exc:
+        raise Wrong(f"{what}: {exc}") from None
+
+
+def _judged_run(sent, base, what: str, x, read: str):
+    """The graph the kernel described, rebuilt here with the kit's own code and run on the
+    judge's ``x``: its engine and what ``read`` holds. ``base``: the judge's own graph of
+    the case before the learner's code ran; the handles x and ``read`` must be its tensors,
+    mapped as it maps them (a graph that moved them answers another exercise)."""
+    dev = _device(base.target.num_tiles)
+    try:
+        g, progs = graph_data.from_plain(sent, dev.target)
+    except ipu.IpuError as exc:
+        raise Wrong(library_error(f"{what}: your graph cannot be rebuilt", exc)) from None
+    if len(progs) != 1:
+        raise Wrong(f"{what}: expected one program, got {len(progs)}")
+    for name, handles in (("x", "host_writes"), (read, "host_reads")):
+        mine, want = getattr(g, handles).get(name), getattr(base, handles)[name]
+        if (mine is None or mine.shape != want.shape or mine.dtype != want.dtype
+                or g.get_tile_mapping(mine, False) != base.get_tile_mapping(want)):
+            raise Wrong(f"{what}: your graph does not keep the exercise's tensor {name} "
+                        "(its shape, type and tile mapping)")
+    try:
+        eng = ipu.Engine(g, progs[0], {"debug.maxEmulatedSteps": MAX_STEPS})
+    except ipu.IpuError as exc:
+        raise Wrong(_no_compile(f"{what}: your graph", exc)) from None
+    eng.set_print_tensor_stream(io.StringIO())  # a PrintTensor never reaches the grader's
+    try:  # stderr
+        eng.load(dev)
+        eng.write_tensor("x", x)
+        eng.run()
+    except ipu.IpuError as exc:
+        raise Wrong(library_error(f"{what}: your graph fails when run", exc)) from None
     return eng, eng.read_tensor(read)
 
 
 def _scale_trial(case, build_scale):
-    """The learner's program on one mapping (the learner's kernel): y and its cycles."""
-    dev, g, x, y = _mapped_pair(case["counts"])
-    eng, got = _run_on_x(dev, g, build_scale(g, x, y), _scale_what(case["counts"]),
-                         case["x"], "y")
-    return {"y": got, "cycles": _device_cycles(eng)}
+    """The learner's graph and program on one mapping (the learner's kernel)."""
+    _, g, x, y = _mapped_pair(case["counts"])
+    return _sent_graph(g, build_scale(g, x, y), _scale_what(case["counts"]))
 
 
 @exercise("01.1", "one superstep: y = 2x on every tile", points=2, budget="cycles", hints=(
@@ -183,14 +227,17 @@ def _scale_trial(case, build_scale):
     answers=("build_scale",), cases=_scale_cases, trial=_scale_trial)
 def check_scale_superstep(cases, outputs):
     """Exercise 01.1: ``build_scale(graph, x, y)`` → a program with y = 2 x, for x and y
-    mapped alike (unevenly) over the tiles. Points: y; the star: cycles within one vertex
-    per worker and no exchange (the cycles are the kernel's figure: they earn only the
-    star)."""
+    mapped alike (unevenly) over the tiles. The kernel sends the graph and program it built
+    (:mod:`ipukit.graph_data`); the judge rebuilds them with the kit's codelets, runs them on
+    its own x and compares y (points); the star: the cycles of that run within one vertex
+    per worker and no exchange."""
     used = budget = 0
-    for case, out in zip(cases, outputs):
+    for case, sent in zip(cases, outputs):
         what = _scale_what(case["counts"])
-        first_mismatch(2 * case["x"], out["y"], f"{what}: y")
-        used += _as_int(out["cycles"], f"{what}: the cycles of your program")
+        _, base, _, _ = _mapped_pair(case["counts"])
+        eng, y = _judged_run(sent, base, what, case["_x"], "y")
+        first_mismatch(2 * case["_x"], y, f"{what}: y")
+        used += _device_cycles(eng)
         budget += case["_budget"]
     return Cost(used, budget, "cycle")
 
@@ -346,29 +393,88 @@ def check_superstep_cycles(cases, outputs):
 
 # -- 01.4: a stencil over a ring of tiles ---------------------------------------------------
 
+class _Difference(ipu.Vertex):
+    """out = right - left: the codelet exercise 01.4 asks for, as the judge runs it in
+    place of the learner's (whose compute is checked on its own, in the kernel)."""
+
+    left = ipu.Input(ipu.Vector(ipu.FLOAT))
+    right = ipu.Input(ipu.Vector(ipu.FLOAT))
+    out = ipu.Output(ipu.Vector(ipu.FLOAT))
+
+    def compute(self):
+        self.out[...] = self.right - self.left
+
+
 def _ring_cases(rng) -> list[dict]:
-    """Rings of 3-5 tiles (fixed) and a drawn one, rows of 1-4 values."""
+    """Rings of 3-5 tiles (fixed) and a drawn one, rows of 1-4 values; ``left`` and
+    ``right``: rows for the learner's codelet alone; x: private to the judge."""
     shapes = [(3, 1), (4, 3), (5, 2), (int(rng.integers(3, 8)), int(rng.integers(1, 5)))]
-    return [{"tiles": t, "k": k, "x": rng.normal(size=(t, k)).astype(np.float32)}
-            for t, k in shapes]
+    return [{"tiles": t, "k": k, "left": rng.normal(size=k).astype(np.float32),
+             "right": rng.normal(size=k).astype(np.float32),
+             "_x": rng.normal(size=(t, k)).astype(np.float32)} for t, k in shapes]
 
 
 def _ring_what(case) -> str:
     return f"{plural(case['tiles'], 'tile')}, rows of {case['k']}"
 
 
-def _ring_trial(case, build_ring_difference):
-    """The learner's program on one ring (the learner's kernel): out."""
-    tiles, k, what = case["tiles"], case["k"], _ring_what(case)
-    dev = _device(tiles)
-    g = ipu.Graph(dev.target)
+def _ring_graph(tiles: int, k: int):
+    """x and out of ``tiles`` rows of ``k``, row t on tile t, with their host handles."""
+    g = ipu.Graph(_device(tiles).target)
     x, out = (g.add_variable(ipu.FLOAT, [tiles, k], nm) for nm in ("x", "out"))
     for t in range(tiles):
         g.set_tile_mapping(x[t], t)
         g.set_tile_mapping(out[t], t)
     g.create_host_write("x", x)
     g.create_host_read("out", out)
-    return _run_on_x(dev, g, build_ring_difference(g, x, out), what, case["x"], "out")[1]
+    return g, x, out
+
+
+def _same_fields(cls, reference) -> bool:
+    """Whether codelet ``cls`` has ``reference``'s fields (names, kinds and types)."""
+    def shape(c):
+        return {n: (f.kind, f.vector, f.dtype) for n, f in c.fields.items()}
+
+    return isinstance(cls, type) and issubclass(cls, ipu.Vertex) and shape(cls) == shape(
+        reference)
+
+
+def _codelet_run(cls, left, right) -> np.ndarray:
+    """What codelet ``cls`` computes as one vertex on ``left`` and ``right`` (the learner's
+    kernel)."""
+    dev = _device(1)
+    g = ipu.Graph(dev.target)
+    fields = {nm: g.add_variable(ipu.FLOAT, [len(left)], nm) for nm in ("left", "right", "out")}
+    for nm, t in fields.items():
+        g.set_tile_mapping(t, 0)
+        (g.create_host_read if nm == "out" else g.create_host_write)(nm, t)
+    cs = g.add_compute_set("codelet")
+    g.add_vertex(cs, cls, fields, tile=0)
+    eng = ipu.Engine(g, ipu.Execute(cs))
+    eng.load(dev)
+    eng.write_tensor("left", left)
+    eng.write_tensor("right", right)
+    eng.run()
+    return eng.read_tensor("out")
+
+
+def _ring_trial(case, build_ring_difference):
+    """The learner's graph and program on one ring, with the learner's codelet sent as the
+    kit's :class:`_Difference`; and what that codelet computes on ``left`` and ``right``
+    (the learner's kernel)."""
+    what = _ring_what(case)
+    g, x, out = _ring_graph(case["tiles"], case["k"])
+    prog = build_ring_difference(g, x, out)
+    mine = [c for c in dict.fromkeys(g.v_cls) if graph_data.codelet_name(c) is None]
+    for cls in mine:
+        if not _same_fields(cls, _Difference):
+            raise Wrong(f"{what}: codelet '{cls.__name__}' has fields {dict(cls.fields)}; "
+                        "the exercise's has left and right (Input(Vector(float32))) and out "
+                        "(Output(Vector(float32)))")
+    sent = _sent_graph(g, prog, what, {cls: _Difference for cls in mine})
+    return {"graph": sent, "codelets": {cls.__name__: _codelet_run(cls, case["left"],
+                                                                    case["right"])
+                                        for cls in mine}}
 
 
 @exercise("01.4", "a central difference over a ring of tiles", points=3, hints=(
@@ -382,13 +488,32 @@ def _ring_trial(case, build_ring_difference):
     answers=("build_ring_difference",), cases=_ring_cases, trial=_ring_trial)
 def check_ring_difference(cases, outputs):
     """Exercise 01.4: ``build_ring_difference(graph, x, out)`` → a program with
-    out[t] = x[t + 1] - x[t - 1] (rows, indices modulo T), row t of x and out on tile t."""
-    for case, got in zip(cases, outputs):
+    out[t] = x[t + 1] - x[t - 1] (rows, indices modulo T), row t of x and out on tile t.
+    The kernel sends the graph and program it built, the learner's codelet in it named as
+    the kit's :class:`_Difference`, and what that codelet computes on the case's ``left``
+    and ``right``; the judge checks the codelet's rows, then rebuilds the graph, runs it on
+    its own x and compares out."""
+    for case, sent in zip(cases, outputs):
         what = _ring_what(case)
-        want = np.roll(case["x"], -1, axis=0) - np.roll(case["x"], 1, axis=0)
-        got = np.asarray(got)
-        if (got.shape == want.shape and got.dtype.kind == "f" and not np.allclose(want, 0)
-                and np.allclose(got, -want, atol=1e-6)):
-            raise Wrong(f"{what}: out is the negative of what was asked: out[t] = "
-                        "x[t + 1] - x[t - 1] (right neighbour minus left)")
+        want = case["right"] - case["left"]
+        for name, got in sent["codelets"].items():
+            name = clipped(name, 80)
+            _not_negated(want, got, f"{what}: your codelet {name}: out", "out = right - left")
+            first_mismatch(want, got, f"{what}: your codelet {name} on left "
+                           f"{np.array2string(case['left'], precision=3)} and right "
+                           f"{np.array2string(case['right'], precision=3)}: out")
+        base, _, _ = _ring_graph(case["tiles"], case["k"])
+        x = case["_x"]
+        got = _judged_run(sent["graph"], base, what, x, "out")[1]
+        want = np.roll(x, -1, axis=0) - np.roll(x, 1, axis=0)
+        _not_negated(want, got, f"{what}: out", "out[t] = x[t + 1] - x[t - 1] (right "
+                     "neighbour minus left)")
         first_mismatch(want, got, f"{what}: out")
+
+
+def _not_negated(want, got, name: str, asked: str) -> None:
+    """Wrong if ``got`` is exactly ``-want`` (a subtraction the wrong way round)."""
+    got = np.asarray(got)
+    if (got.shape == want.shape and got.dtype.kind == "f" and not np.allclose(want, 0)
+            and np.allclose(got, -want, atol=1e-6)):
+        raise Wrong(f"{name} is the negative of what was asked: {asked}")
