@@ -137,7 +137,7 @@ def tile_memory_map(trace: Trace, ax=None, category: str | None = None, cmap="vi
         ax.scatter([t % cols for t in over], [t // cols for t in over], marker="x",
                    color="red", s=12, label=f"over {mem.bytes_per_tile:,} B")
         ax.legend(loc="upper right", fontsize=7)
-    ax.set_title(f"Tile memory: {figure_text(category or 'total', 24)} (max "
+    ax.set_title(f"Tile memory: {figure_text(category or 'total', 40)} (max "
                  f"{int(values[worst]):,} B on tile {worst}"
                  f"{f'; {len(over)} tiles out of memory' if over else ''})")
     ax.set_xlabel(f"tile % {cols}")
@@ -152,6 +152,8 @@ def memory_map_figure(trace: Trace):
     fig, axes = plt.subplots(2, math.ceil(len(names) / 2), figsize=(16, 7))
     for ax, name in zip(axes.flat, names):
         tile_memory_map(trace, ax, name)
+        # the bytes on a line of their own, so that a title never runs into the next one
+        ax.set_title(ax.get_title().replace(" (max", "\n(max", 1), fontsize=10)
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
     fig.tight_layout()
@@ -191,11 +193,11 @@ def execution_trace(trace: Trace, ax=None, run: int | None = None, max_labels: i
         if step.kind == "compute" and step.compute_cycles and row < max_labels:
             slow = int(np.argmax(step.tile_compute_cycles))
             ax.annotate(f"slowest tile {slow}", (end, row), xytext=(3, 0),
-                        textcoords="offset points", va="center", fontsize=7)
+                        textcoords="offset points", va="center", fontsize=8)
     _name_rows(ax, [s.name for _, s in executed])
     ax.set_xlabel("cycles")
     ax.set_title("Execution trace (sync / exchange / compute / exchange out per superstep)")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper right", fontsize=8)  # the steps run from top left to bottom right
     ax.figure.tight_layout()
     return ax
 
@@ -218,11 +220,17 @@ def span_supersteps(result, span, max_steps: int = 40):
                                    gridspec_kw={"height_ratios": [1, 2]})
     colours = {"F": "#56B4E9", "B": "#D55E00", "W": "#CC79A7", "R": "#F0E442",
                "optimizer": "#999999"}
+    named = set()
+    split = any(rec.kind == "W" for rec in result.timeline)
     for rec in result.timeline:
         if rec.kind in colours:
             chosen = rec is span or rec == span
             top.barh(rec.ipu, rec.duration, left=rec.start, color=colours[rec.kind],
-                     edgecolor="black" if chosen else "white", linewidth=2 if chosen else 0.3)
+                     edgecolor="black" if chosen else "white", linewidth=2 if chosen else 0.3,
+                     label=None if rec.kind in named else
+                     op_name(rec.kind, split) if rec.kind in OPS else rec.kind)
+            named.add(rec.kind)
+    top.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)  # clear of the bars
     top.set_yticks(sorted({r.ipu for r in result.timeline if r.ipu >= 0}))
     top.set_yticklabels([f"IPU {q}" for q in top.get_yticks()])
     top.invert_yaxis()
@@ -274,8 +282,11 @@ def liveness(trace: Trace, ax=None, tile: int | None = None, top: int = 8):
     first = {}
     for v, a, _ in live.runs.tolist():
         first.setdefault(v, a)
+    # a variable's colour follows its name (the named ones in name order), not the program
+    # order, so the same variables keep their colours in the figures of two orders
+    rank = {v: k for k, v in enumerate(sorted(named, key=lambda v: live.names[v]))}
     shown = set()
-    for k, v in enumerate(sorted(first, key=lambda v: (first[v], v))):
+    for v in sorted(first, key=lambda v: (first[v], v)):
         if not nbytes[v]:
             continue
         height = np.zeros(n, np.int64)
@@ -283,7 +294,7 @@ def liveness(trace: Trace, ax=None, tile: int | None = None, top: int = 8):
             if w == v:
                 height[a:b + 1] = nbytes[v]
         label = (figure_text(live.names[v], 40) if v in named else "other not-always-live")
-        colour = colours[k % len(colours)] if v in named else "#e8b4c8"
+        colour = colours[rank[v] % len(colours)] if v in named else "#e8b4c8"
         ax.bar(x, height, bottom=bottom, color=colour, edgecolor="white", linewidth=0.5,
                label=None if label in shown else label)
         shown.add(label)
@@ -298,19 +309,21 @@ def liveness(trace: Trace, ax=None, tile: int | None = None, top: int = 8):
                    label=f"tile memory ({mem.bytes_per_tile:,} B)")
     peak = int(np.argmax(total))
     side = "left" if 3 * peak < n - 1 else "right" if 3 * peak > 2 * (n - 1) else "center"
+    top_y = max(apart, int(total.max()), mem.bytes_per_tile if tile is not None else 0) * 1.2
+    # written above the dashed line where the peak comes within 6% of the plot of it
+    at = apart if 0 <= apart - int(total[peak]) < 0.06 * top_y else int(total[peak])
     ax.annotate(f"peak: {figure_text(live.labels[peak], 60)} ({int(total[peak]):,} B; "
-                f"reuse saves {apart - int(total[peak]):,} B)", (peak, total[peak]),
+                f"reuse saves {apart - int(total[peak]):,} B)", (peak, at),
                 xytext=(0, 6), textcoords="offset points", ha=side, fontsize=8)
-    ax.set_ylim(0, max(apart, int(total.max()), mem.bytes_per_tile if tile is not None
-                       else 0) * 1.2 + 1)
+    ax.set_ylim(0, top_y + 1)
     ax.yaxis.set_major_formatter(_plt().FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.set_xticks(x)
     ax.set_xticklabels([figure_text(label, 32) for label in live.labels], rotation=60,
-                       ha="right", fontsize=7)
+                       ha="right", fontsize=8)
     ax.set_ylabel("bytes" + (" (all tiles)" if tile is None else f" (tile {tile})"))
     ax.set_title("Liveness per program point: always live, not-always-live variables, "
                  "exchange buffers")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.figure.tight_layout()
     return ax
 
@@ -366,7 +379,7 @@ def compare(a: Trace, b: Trace, labels=("A", "B")):
     ax2.barh(y, delta, color=np.where(delta <= 0, "#59a14f", "#e15759"))
     _name_rows(ax2, names, every=True)
     for k, d in enumerate(delta):
-        ax2.annotate(f"{int(d):+,}", (d, k), fontsize=7, va="center",
+        ax2.annotate(f"{int(d):+,}", (d, k), fontsize=8, va="center",
                      ha="left" if d >= 0 else "right", xytext=(3 if d >= 0 else -3, 0),
                      textcoords="offset points")
     ax2.axvline(0, color="black", lw=0.5)
@@ -475,7 +488,9 @@ def timeline(source, ax=None, title: str | None = None, select=None, rebase: boo
         if s.kind in OPS:
             mix, hatch = OP_STYLE[s.kind]
             colour = 1 - mix * (1 - np.array(to_rgb(palette[max(s.microbatch, 0) % 10])))
-            ax.broken_barh([(x, s.duration)], (y - 0.4, 0.8), color=colour, ec="white",
+            # facecolor, not color: Matplotlib >= 3.10 takes color for the hatch's colour
+            # too, and a W's stripes vanish into its box
+            ax.broken_barh([(x, s.duration)], (y - 0.4, 0.8), facecolor=colour, ec="white",
                            lw=0.5, hatch=hatch)
             ops.setdefault(s.kind, {})[max(s.microbatch, 0) % 10] = colour
             texts = op_labels(s, c)

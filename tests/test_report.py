@@ -221,3 +221,66 @@ def test_memory_map_marks_the_tiles_of_an_out_of_memory_graph():
     (marks,) = ax.collections  # the red crosses (the image is in ax.images)
     assert marks.get_offsets().tolist() == [[1.0, 1.0]]  # tile 3 of a 2 x 2 grid
     plt.close(ax.figure)
+
+
+def test_liveness_colours_follow_the_names_not_the_order():
+    """Lesson 05 drew square/out green above and red below: one variable, two colours. A
+    variable's colour is its name's, whichever order the program makes them in."""
+    from tests.test_liveness import two_temporaries
+
+    colours = []
+    for swap in (False, True):
+        dev, g, prog = two_temporaries("apart")
+        if swap:  # t2 made and summed first
+            prog = ipu.Sequence(*prog.programs[2:], *prog.programs[:2])
+        ax = report.liveness(ipu.Engine(g, prog).trace, tile=0)
+        colours.append({b.get_label(): tuple(b.patches[0].get_facecolor())
+                        for b in ax.containers if b.get_label() in ("t1", "t2")})
+        plt.close(ax.figure)
+    assert colours[0] == colours[1] and colours[0]["t1"] != colours[0]["t2"]
+
+
+def test_liveness_peak_label_clear_of_the_dashed_line(traces):
+    """Lesson 05's peak label sat on the dashed line (84,768 B under 87,072 B): a label within
+    6% of the plot under the line is written above it. tut6's peak is 8,000 B under it."""
+    ax = report.liveness(traces[0])
+    ax.figure.canvas.draw()
+    line = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"][0]
+    renderer = ax.figure.canvas.get_renderer()
+    text = ax.texts[0].get_window_extent(renderer)
+    y_line = ax.transData.transform((0, line.get_ydata()[0]))[1]
+    assert ax.texts[0].xy[1] == line.get_ydata()[0]  # written from the line, not the bar
+    assert text.y0 > y_line  # the whole label above the line, none of it struck through
+    plt.close(ax.figure)
+
+
+def test_memory_map_figure_titles_do_not_overlap(traces):
+    """Lesson 05's seven maps: "...vertex code (max 2,048 B on tile 0)" ran into the next
+    panel's title. No two titles' boxes meet, and each fits its panel's width."""
+    fig = report.memory_map_figure(traces[0])
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    shown = [ax for ax in fig.axes if ax.get_title()]
+    boxes = [ax.title.get_window_extent(renderer) for ax in shown]
+    assert len(boxes) == 1 + len(traces[0].memory.categories)
+    for i, a in enumerate(boxes):
+        assert not any(a.overlaps(b) for b in boxes[i + 1:]), shown[i].get_title()
+    plt.close(fig)
+
+
+def test_timeline_w_boxes_are_striped_as_their_legend():
+    """Matplotlib >= 3.10 takes ``color=`` for the hatch too: lesson 13's W boxes lost their
+    stripes while the legend kept them. Every W box is hatched in white on its colour."""
+    from matplotlib.colors import to_hex
+
+    from ipukit.parallel import schedule
+
+    s = schedule("zb_h1", 4, 8)
+    ax = report.timeline(s.timeline(t_F=1, t_B=1, t_W=1))
+    spans = s.timeline(t_F=1, t_B=1, t_W=1).spans
+    ws = [bar for bar, op in zip(ax.collections, spans) if op.kind == "W"]
+    assert len(ws) == 4 * 8
+    for bar in ws:
+        assert bar.get_hatch() == "////"
+        assert to_hex(bar.get_hatchcolor()[0]) == "#ffffff" != to_hex(bar.get_facecolor()[0])
+    plt.close(ax.figure)

@@ -1168,3 +1168,25 @@ def test_static_legend_shows_the_boxes_colours():
     assert entries == {"F: forward": boxes["F"], "B: backward": boxes["B"]}
     assert len(boxes["F"]) == len(boxes["B"]) == 4  # one colour per micro-batch
     plt.close(ax.figure)
+
+
+def test_static_timeline_names_its_thin_bars_in_the_browsers_colours():
+    """Lesson 10 called its syncs grey: the browser drew them purple, the static picture
+    grey, and neither's legend named a thin bar. Now both draw a sync in BSPView's purple, a
+    link blue, the rest grey, and the legend names each colour's kinds."""
+    from matplotlib.colors import to_hex
+
+    from ipukit.report import PHASE_COLOURS
+    from ipukit.timeline import Span, Timeline
+    from ipukit.widgets._player import LINK
+
+    spans = [Span(0, "F", 0, 4, 0, 0), Span(0, "link", 4, 1, 0, 0), Span(1, "sync", 4, 1),
+             Span(1, "F", 5, 4, 1, 0), Span(1, "B", 9, 8, 1, 0), Span(0, "B", 17, 8, 0, 0),
+             Span(0, "allreduce", 25, 3), Span(1, "optimizer", 25, 2)]
+    view = PipelineTimeline(Timeline(spans, num_ipus=2))
+    view.render(view.num_frames() - 1)
+    texts = [t.get_text() for t in view.fig.legends[0].get_texts()]
+    assert texts[2:] == ["thin bar: allreduce, optimizer", "thin bar: link", "thin bar: sync"]
+    ops, thin = [c for c in view.fig.axes[0].collections if len(c.get_paths()) == 4]
+    assert [to_hex(f) for f in thin.get_facecolors()] == \
+        [LINK.lower(), PHASE_COLOURS["sync"].lower(), "#7f7f7f", "#7f7f7f"]

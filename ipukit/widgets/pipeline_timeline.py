@@ -56,6 +56,7 @@ from ..parallel.schedule import ALL_KINDS, Schedule, schedule
 from ..report import (
     NAME_CHARS,
     OP_STYLE,
+    PHASE_COLOURS,
     chunk_band,
     chunk_colour,
     chunks,
@@ -525,7 +526,7 @@ class PipelineTimeline(Widget):
             verts = [[(b.start, row[b.ipu] + 0.3), (e, row[b.ipu] + 0.3),
                       (e, row[b.ipu] + 0.48), (b.start, row[b.ipu] + 0.48)]
                      for b, e in zip(other, ends)]
-            colours = [LINK if b.kind == "link" else "#7f7f7f" for b in other]
+            colours = [thin_colour(b.kind) for b in other]
             ax.add_collection(PolyCollection(verts, facecolors=colours, linewidths=0))
         char_px = 0.62 * self.fig.dpi / 72  # a character's width per point of size, about
         if len(tl.compute) <= MAX_LABELS:
@@ -624,7 +625,29 @@ def _legend(tls) -> tuple[list, list[str]]:
     if any(tl.units for tl in tls):
         handles.append(Line2D([0, 1], [1, 1], color="#111111", lw=1.2))
         labels.append("bracket: one unit")
+    for colour, names in thin_kinds(tls):
+        handles.append(Rectangle((0, 0), 1, 0.4, color=colour))
+        labels.append(f"thin bar: {', '.join(figure_text(k, 24) for k in names)}")
     return handles, labels
+
+
+def thin_colour(kind: str) -> str:
+    """The colour of a thin bar under the boxes (a span that is no op): an IPU-Link copy
+    blue, a sync or exchange in its phase's colour (as BSPView), the rest grey (the browser's
+    colours, static/ipukit_widgets.js)."""
+    if kind in ("sync", "exchange"):
+        return PHASE_COLOURS[kind]
+    return LINK if kind == "link" else "#7f7f7f"
+
+
+def thin_kinds(tls) -> list[tuple[str, list[str]]]:
+    """(colour, the kinds drawn in it) of the thin bars shown, for the legend: the grey ones
+    together (allreduce, optimizer)."""
+    kinds = sorted({b.kind for tl in tls for b in tl.boxes if b.kind not in COMPUTE})
+    out: dict[str, list[str]] = {}
+    for kind in kinds:
+        out.setdefault(thin_colour(kind), []).append(kind)
+    return list(out.items())
 
 
 def amount(v: float) -> str:

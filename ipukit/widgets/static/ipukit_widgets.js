@@ -787,7 +787,25 @@ function timelineKey(panels) {
     const name = k === "B" && shown.has("W") ? "B: backward (input gradient if split)" : OP_NAMES[k];
     items.push(h("span", { class: "ipukit-key", "data-op": k }, swatch({ background }), name));
   }
+  // the thin bars under the boxes (spans that are no op), as colourOf draws them: links
+  // blue, a phase in its colour, the rest grey together (pipeline_timeline.thin_kinds)
+  const THIN = { link: "#0072B2", sync: "#8E6BBE", exchange: "#E69F00" };
+  const ops = new Set(["F", "B", "R", "W", "compute"]);
+  const kinds = new Set();
+  for (const p of panels) {
+    for (let i = 0; i < p.num_spans; i++) kinds.add(p.kinds[p.kind[i]]);
+  }
+  const thin = new Map();
+  for (const k of [...kinds].filter((k) => !ops.has(k)).sort()) {
+    const c = THIN[k] || "#7f7f7f";
+    if (!thin.has(c)) thin.set(c, []);
+    thin.get(c).push(k);
+  }
   if (!items.length) return "";
+  for (const [c, ks] of thin) {
+    items.push(h("span", { class: "ipukit-key", "data-op": "thin" },
+      swatch({ background: c, height: "4px" }), `thin bar: ${ks.map((k) => short(k, 24)).join(", ")}`));
+  }
   if (chunks > 1) {
     const bands = Array.from({ length: chunks }, (_, c) => swatch({ background: chunkColour(c, chunks),
       width: "10px", height: "6px" }));
