@@ -636,7 +636,7 @@ class _Compiler:
         # receive it). Exchange out: what it writes to another tile is sent after compute.
         sent, transfers, results = np.zeros(n_tiles), None, None
         if any(r[0].size for _, _, r in fields) and (pieces := self._remote_pieces(fields, cat)):
-            (code, size, kind), (f, vt, start, end, et), disjoint = pieces  # (not all local)
+            (code, size, kind), (f, vt, start, end, et), runs = pieces  # (not all local)
             # a vertex's tile sends what it writes elsewhere (pieces of no length are on their
             # vertex's tile, see _remote_pieces)
             w = np.flatnonzero((kind != "input")[f] & (end > start))
@@ -645,16 +645,19 @@ class _Compiler:
             # (pieces only written read nothing)
             rd = (kind != "output")[f]
             end = end if rd.all() else np.where(rd, end, start)
-            if disjoint:  # (no piece overlaps another of its field and tile: no union)
-                once = (end - start) * size[f]
+            if runs is not None and _disjoint(kind, n_tiles, *runs):  # (no piece overlaps
+                once = (end - start) * size[f]  # another of its field and tile: no union)
             else:  # (in the order _union_lengths sorts them)
                 order, once = _union_lengths(f * n_tiles + vt, start, end)
                 f, vt, start, end, et = (x[order] for x in (f, vt, start, end, et))
                 once *= size[f]
             # and it sends each element read from it once (per type: the pieces' addresses are
             # in their type's storage)
-            order, read_from = _union_lengths(code[f], start, end)
-            sent = np.bincount(et[order], weights=read_from * size[f[order]], minlength=n_tiles)
+            if runs is not None:
+                sent = self._sent(code, size, kind, *runs)
+            else:
+                order, read_from = _union_lengths(code[f], start, end)
+                sent = np.bincount(et[order], read_from * size[f[order]], n_tiles)
             transfers = (et, vt, once)
         index = self._step(cs.name, "compute", sync=cost.sync_cycles(t), compute=compute,
                            transfers=transfers, tile_out=sent.astype(np.int64), results=results,
@@ -685,7 +688,8 @@ class _Compiler:
         """Every field's address runs (``cat``) cut where the tile changes, keeping the
         pieces held on another tile than their vertex's. Returns per field (its type's pool
         index, item size, kind), per piece (field, vertex tile, start, end, the tile holding
-        it) and whether no two runs one tile reads through one field share an address."""
+        it) and, when there are more remote pieces than runs, the runs (field, vertex tile,
+        begin, length: see :meth:`_sent`)."""
         f, _, vt, b, n = cat
         codes = [list(self.g.pools).index(fp.access.dtype) for _, fp, _ in fields]
         code, size, kind = np.array(codes), *(np.array(x) for x in zip(*(
@@ -711,18 +715,44 @@ class _Compiler:
         f, vt, start, end, tile = pieces[0] if len(pieces) == 1 else (
             np.concatenate(x) for x in zip(*pieces))
         remote = tile != vt
-        # (a matmul's operand: far more remote pieces than runs; runs that do not overlap cut
-        # into pieces that do not, so checking the runs spares a union of the pieces: the
-        # CI-size embedding's first projection, 3.1 million pieces of 64,768 runs)
+        # (a matmul's operand: far more remote pieces than runs, which are then checked for
+        # overlaps and unions instead of the pieces: the CI-size embedding's first
+        # projection, 3.1 million pieces of 64,768 runs)
         n_remote = np.count_nonzero(remote)
-        disjoint = n_remote > runs[0].size and _disjoint(kind, self.t.num_tiles, *runs)
+        runs = runs if n_remote > runs[0].size else None
         if 2 * n_remote >= remote.size:  # mostly remote (a matmul's operands):
             end[~remote] = start[~remote]  # the others given no length (no copy of every piece)
-            return (code, size, kind), (f, vt, start, end, tile), disjoint
+            return (code, size, kind), (f, vt, start, end, tile), runs
         if remote.any():  # (None when every piece is on its vertex's tile)
             remote = np.flatnonzero(remote)
             pieces = tuple(x[remote] for x in (f, vt, start, end, tile))
-            return (code, size, kind), pieces, disjoint
+            return (code, size, kind), pieces, runs
+
+    def _sent(self, code, size, kind, f, vt, b, n) -> np.ndarray:
+        """The bytes each tile sends of the runs (field slot, vertex tile, begin, length)
+        read from it by a vertex on another tile, each element once. Runs alike (type,
+        begin, length) are cut once: the whole run is sent when two tiles or more read it
+        (one at most holds a piece), otherwise its pieces away from its reader's tile."""
+        rd = np.flatnonzero((kind[f] != "output") & (n > 0))
+        c, vt, b, n = code[f[rd]], vt[rd], b[rd], n[rd]
+        o = np.lexsort((vt, n, b, c))  # alike runs together, by reader tile
+        c, vt, b, n = c[o], vt[o], b[o], n[o]
+        new = (c[1:] != c[:-1]) | (b[1:] != b[:-1]) | (n[1:] != n[:-1])
+        first = np.flatnonzero(np.concatenate(([True], new)))
+        last = np.append(first[1:], c.size) - 1
+        many = vt[first] != vt[last]  # (read by more than one tile)
+        item = dict(zip(code.tolist(), size.tolist()))
+        sent = np.zeros(self.t.num_tiles)
+        for k, pool in enumerate(self.g.pools.values()):
+            groups = np.flatnonzero(c[first] == k)
+            if groups.size:
+                alike = first[groups]
+                run, start, end, tile = pool.pieces(b[alike], n[alike])
+                keep = np.flatnonzero(many[groups][run] | (tile != vt[alike][run]))
+                order, once = _union_lengths(np.zeros(keep.size, np.int64), start[keep],
+                                             end[keep])
+                sent += np.bincount(tile[keep][order], once * item[k], self.t.num_tiles)
+        return sent
 
     # -- memory ---------------------------------------------------------------------------
     def _memory(self, nodes) -> TileMemory:
