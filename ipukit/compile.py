@@ -645,8 +645,8 @@ class _Compiler:
             # (pieces only written read nothing)
             rd = (kind != "output")[f]
             end = end if rd.all() else np.where(rd, end, start)
-            if runs is not None and _disjoint(kind, n_tiles, *runs):  # (no piece overlaps
-                once = (end - start) * size[f]  # another of its field and tile: no union)
+            if runs is not None and _disjoint(kind, n_tiles, *runs):
+                once = (end - start) * size[f]  # (pieces that do not overlap: no union)
             else:  # (in the order _union_lengths sorts them)
                 order, once = _union_lengths(f * n_tiles + vt, start, end)
                 f, vt, start, end, et = (x[order] for x in (f, vt, start, end, et))
@@ -715,9 +715,9 @@ class _Compiler:
         f, vt, start, end, tile = pieces[0] if len(pieces) == 1 else (
             np.concatenate(x) for x in zip(*pieces))
         remote = tile != vt
-        # (a matmul's operand: far more remote pieces than runs, which are then checked for
-        # overlaps and unions instead of the pieces: the CI-size embedding's first
-        # projection, 3.1 million pieces of 64,768 runs)
+        # (a matmul's operand: far more remote pieces than runs; then _compute_step checks
+        # the runs for overlaps and _sent cuts runs alike once, instead of sorting the
+        # pieces: the CI-size embedding's first projection, 3.1 million of 64,768 runs)
         n_remote = np.count_nonzero(remote)
         runs = runs if n_remote > runs[0].size else None
         if 2 * n_remote >= remote.size:  # mostly remote (a matmul's operands):
@@ -733,16 +733,20 @@ class _Compiler:
         read from it by a vertex on another tile, each element once. Runs alike (type,
         begin, length) are cut once: the whole run is sent when two tiles or more read it
         (one at most holds a piece), otherwise its pieces away from its reader's tile."""
+        sent = np.zeros(self.t.num_tiles)
         rd = np.flatnonzero((kind[f] != "output") & (n > 0))
-        c, vt, b, n = code[f[rd]], vt[rd], b[rd], n[rd]
-        o = np.lexsort((vt, n, b, c))  # alike runs together, by reader tile
-        c, vt, b, n = c[o], vt[o], b[o], n[o]
+        if not rd.size:  # (only outputs are remote)
+            return sent
+        o = rd[np.lexsort((vt[rd], n[rd], b[rd], code[f[rd]]))]  # alike runs together, by tile
+        c = code[f[o]]
+        vt = vt[o]
+        b = b[o]
+        n = n[o]
         new = (c[1:] != c[:-1]) | (b[1:] != b[:-1]) | (n[1:] != n[:-1])
         first = np.flatnonzero(np.concatenate(([True], new)))
         last = np.append(first[1:], c.size) - 1
         many = vt[first] != vt[last]  # (read by more than one tile)
         item = dict(zip(code.tolist(), size.tolist()))
-        sent = np.zeros(self.t.num_tiles)
         for k, pool in enumerate(self.g.pools.values()):
             groups = np.flatnonzero(c[first] == k)
             if groups.size:

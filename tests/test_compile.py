@@ -210,6 +210,26 @@ def test_exchange_in_moves_and_sends_each_element_once_however_finely_it_is_mapp
     assert step.phase_bytes("exchange")[1].tolist() == sent
 
 
+def test_outputs_mapped_element_by_element_are_sent_once_after_compute():
+    class Fill(ipu.Vertex):
+        out = ipu.Output(ipu.Vector(ipu.FLOAT))
+
+        def compute(self):
+            self.out[...] = 1.0
+
+    dev, g = small(tiles=4)
+    y = g.add_variable(ipu.FLOAT, [24], "y")
+    for i in range(24):  # (each run of 12 crosses 12 tiles: more remote pieces than runs)
+        g.set_tile_mapping(y[i], i % 4)
+    cs = g.add_compute_set("fill")
+    g.add_vertex(cs, Fill, {"out": y[0:12]}, tile=0)
+    g.add_vertex(cs, Fill, {"out": y[12:24]}, tile=1)
+    step = ipu.compile_graph(g, [ipu.Execute(cs)]).steps[1]
+    # each vertex sends the 9 of its 12 elements held on the 3 other tiles; nothing comes in
+    assert step.phase_bytes("exchange out")[1].tolist() == [36, 36, 0, 0]
+    assert step.phase_bytes("exchange")[1].tolist() == [0, 0, 0, 0]
+
+
 def test_a_step_without_remote_outputs_has_no_exchange_out():
     dev, g = small(tiles=2)
     x = g.add_variable(ipu.FLOAT, [4], "x")
