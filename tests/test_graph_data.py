@@ -255,7 +255,8 @@ def test_codelets_popops_generates_travel_as_their_recipes_and_run_alike():
      "a constant"),
     ({"popops.map": [["ARG", 1], ["object"], "float32", False, True]}, "element types"),
     ({"popops.reduce": ["SYSTEM", "float32", "float32", False, True]}, "an operation of"),
-    ({"popops.reduce": ["ADD", "float32", "float32", 0, True]}, "inplace/update and multi as True/False"),
+    ({"popops.reduce": ["ADD", "float32", "float32", 0, True]},
+     "inplace/update and multi as True/False"),
     ({"builtins.eval": ["1"] * 5}, "popops.map or popops.reduce"),
 ])
 def test_malformed_popops_recipes_are_named_errors(recipe, message):
