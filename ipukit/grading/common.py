@@ -137,14 +137,16 @@ def sent_graph(g, prog, what: str, stand_ins=None) -> dict:
         raise Wrong(f"{what}: {exc}") from None
 
 
-def rebuilt_engine(sent, base, what: str, kept=(), reads=()):
+def rebuilt_engine(sent, base, what: str, kept=(), reads=(), check=None):
     """The graph the kernel described, rebuilt here (the judge) with the kit's own code,
     compiled (at most :data:`MAX_STEPS` emulated steps) and loaded on a fresh device; a
     PrintTensor in it writes to a private buffer, never the grader's stderr. ``base``: the
     judge's own graph of the case before the learner's code ran; each ``(name, kind)`` in
     ``kept`` (kind ``"host_writes"``, ``"host_reads"``) must be the same tensor there, with
-    base's shape, type and tile mapping (a graph that moved it answers another exercise);
-    each name in ``reads`` must be a host read of the rebuilt graph."""
+    base's shape, type and tile mapping (a graph that moved it answers another exercise),
+    or kind ``"remote_buffers"``: base's type, size and repeats;
+    each name in ``reads`` must be a host read of the rebuilt graph; ``check(graph)``, if
+    given, looks at the rebuilt graph before it is compiled (raising Wrong)."""
     dev = device(base.target.num_tiles, base.target.num_ipus)
     try:
         g, progs = graph_data.from_plain(sent, dev.target)
@@ -154,13 +156,20 @@ def rebuilt_engine(sent, base, what: str, kept=(), reads=()):
         raise Wrong(f"{what}: expected one program, got {len(progs)}")
     for name, handles in kept:
         mine, want = getattr(g, handles).get(name), getattr(base, handles)[name]
-        if (mine is None or mine.shape != want.shape or mine.dtype != want.dtype
+        if handles == "remote_buffers":
+            if mine is None or (mine.dtype, mine.num_elements, mine.repeats) != (
+                    want.dtype, want.num_elements, want.repeats):
+                raise Wrong(f"{what}: your graph does not keep the exercise's remote buffer "
+                            f"{name!r} (its type, size and repeats)")
+        elif (mine is None or mine.shape != want.shape or mine.dtype != want.dtype
                 or g.get_tile_mapping(mine, False) != base.get_tile_mapping(want)):
             raise Wrong(f"{what}: your graph does not keep the exercise's tensor {name} "
                         "(its shape, type and tile mapping)")
     for name in reads:
         if name not in g.host_reads:
             raise Wrong(f"{what}: your graph has no host read {name!r}: return the tensor")
+    if check is not None:
+        check(g)
     try:
         eng = ipu.Engine(g, progs[0], {"debug.maxEmulatedSteps": MAX_STEPS})
     except ipu.IpuError as exc:
