@@ -148,7 +148,7 @@ def _sent_with_codelets(case, g, prog, what, reference, fields, inputs, outputs)
     """The learner's graph and program (compiled here first, so that a race is named at
     once), the learner's codelets sent as the kit's ``reference``, and what each of them
     computes on each of ``inputs`` (the learner's kernel)."""
-    _compile(g, prog, f"{what}: your program")
+    _compile(g, prog, f"{what}: your graph")
     mine = stand_ins(g, reference, what, fields)
     return {"graph": sent_graph(g, prog, what, mine),
             "codelets": {cls.__name__: [codelet_run(cls, piece, outputs)["out"]
