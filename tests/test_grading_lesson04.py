@@ -53,17 +53,24 @@ def test_a_cost_without_the_combine_sync_names_the_case_then_the_supersteps():
     assert "the supersteps: 'local sums' (" in r.message
 
 
-def test_smoothing_once_whatever_the_count_fails():
-    def once(graph, v, iterations):
+def smoothing_with(cls, repeat=True):
+    """The reference smoothing with codelet ``cls`` (``repeat``: else once, whatever the
+    count)."""
+    def build(graph, v, iterations):
         n = v.shape[0]
         new = graph.add_variable(ipu.FLOAT, [n - 2], "new")
         cs = graph.add_compute_set("smooth")
         for i in range(1, n - 1):
             graph.set_tile_mapping(new[i - 1], i)
-            graph.add_vertex(cs, Mean3, {"x": v[i - 1:i + 2], "out": new[i - 1]}, tile=i)
-        return ipu.Sequence(ipu.Execute(cs), ipu.Copy(new, v[1:-1]))
+            graph.add_vertex(cs, cls, {"x": v[i - 1:i + 2], "out": new[i - 1]}, tile=i)
+        step = ipu.Sequence(ipu.Execute(cs), ipu.Copy(new, v[1:-1]))
+        return ipu.Repeat(iterations, step) if repeat else step
 
-    r = lesson04.check_smoothing(once, show=False)
+    return build
+
+
+def test_smoothing_once_whatever_the_count_fails():
+    r = lesson04.check_smoothing(smoothing_with(Mean3, repeat=False), show=False)
     assert r.status == "failed" and "v after 3 iterations (n=8, start [0, 9, 0, 3, 6, 0, " \
         "12, 3])" in r.message
 
@@ -218,16 +225,7 @@ def test_04_2_the_learners_codelet_is_checked_apart():
         def compute(self):
             self.out[...] = self.x.sum(axis=-1)
 
-    def build(graph, v, iterations):
-        n = v.shape[0]
-        new = graph.add_variable(ipu.FLOAT, [n - 2], "new")
-        cs = graph.add_compute_set("smooth")
-        for i in range(1, n - 1):
-            graph.set_tile_mapping(new[i - 1], i)
-            graph.add_vertex(cs, Sum3, {"x": v[i - 1:i + 2], "out": new[i - 1]}, tile=i)
-        return ipu.Repeat(iterations, ipu.Sequence(ipu.Execute(cs), ipu.Copy(new, v[1:-1])))
-
-    r = lesson04.check_smoothing(build, show=False)
+    r = lesson04.check_smoothing(smoothing_with(Sum3), show=False)
     assert r.status == "failed" and r.message.startswith(
         "n=6, 1 iteration: your codelet Sum3 on x = [")
     assert "(the mean of x)" in r.message

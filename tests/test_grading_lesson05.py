@@ -136,14 +136,23 @@ class RowSum(ipu.Vertex):
         self.out[...] = self.x.sum(axis=-1)
 
 
-def one_vertex_per_row(graph, x, prog):  # correct, but every row gathered on one tile
-    out = graph.add_variable(ipu.FLOAT, [x.shape[0]], "out")
-    cs = graph.add_compute_set("rows")
-    for r in range(x.shape[0]):
-        graph.set_tile_mapping(out[r], 0)
-        graph.add_vertex(cs, RowSum, {"x": x[r], "out": out[r]}, tile=0)
-    prog.add(ipu.Execute(cs))
-    return out
+def per_row(cls, whole_rows=False):
+    """A build that runs ``cls`` on each row of x, all on tile 0, into out[row] (a number,
+    or with ``whole_rows`` a row of x's shape)."""
+    def build(graph, x, prog):
+        out = graph.add_variable(ipu.FLOAT, list(x.shape) if whole_rows else [x.shape[0]],
+                                 "out")
+        cs = graph.add_compute_set("rows")
+        for r in range(x.shape[0]):
+            graph.set_tile_mapping(out[r], 0)
+            graph.add_vertex(cs, cls, {"x": x[r], "out": out[r]}, tile=0)
+        prog.add(ipu.Execute(cs))
+        return out
+
+    return build
+
+
+one_vertex_per_row = per_row(RowSum)  # correct, but every row gathered on one tile
 
 
 def test_reduce_rows_solution_gets_the_star_and_a_gather_does_not():
@@ -490,16 +499,7 @@ def test_05_3_the_learners_codelet_runs_as_the_kits_and_is_checked_apart():
         def compute(self):
             self.out[...] = self.x.mean(axis=-1)
 
-    def mean_rows(graph, x, prog):  # right wiring, the codelet averages
-        out = graph.add_variable(ipu.FLOAT, [x.shape[0]], "out")
-        cs = graph.add_compute_set("rows")
-        for r in range(x.shape[0]):
-            graph.set_tile_mapping(out[r], 0)
-            graph.add_vertex(cs, Mean, {"x": x[r], "out": out[r]}, tile=0)
-        prog.add(ipu.Execute(cs))
-        return out
-
-    r = lesson05.check_reduce_rows(mean_rows)
+    r = lesson05.check_reduce_rows(per_row(Mean))  # right wiring, the codelet averages
     assert r.status == "failed" and "your codelet Mean on x = [" in r.message
 
     class Wide(ipu.Vertex):
@@ -576,15 +576,6 @@ def test_05_5_a_codelet_of_the_learners_own_is_refused_by_name():
             z = self.x - self.x.max()
             self.out[...] = z - np.log(np.exp(z).sum())
 
-    def own(graph, x, prog):
-        out = graph.add_variable(ipu.FLOAT, list(x.shape), "out")
-        cs = graph.add_compute_set("mine")
-        for r in range(x.shape[0]):
-            graph.set_tile_mapping(out[r], 0)
-            graph.add_vertex(cs, LogSoftmax, {"x": x[r], "out": out[r]}, tile=0)
-        prog.add(ipu.Execute(cs))
-        return out
-
-    r = lesson05.check_log_softmax(own)
+    r = lesson05.check_log_softmax(per_row(LogSoftmax, whole_rows=True))
     assert r.status == "failed" and "runs codelet 'LogSoftmax', which is not one of the " \
         "kit's" in r.message
