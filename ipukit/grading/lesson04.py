@@ -144,7 +144,7 @@ def _smoothing_what(case) -> str:
     return f"n={case['n']}, {plural(case['iterations'], 'iteration')}"
 
 
-def _sent_with_codelets(case, g, prog, what, reference, fields, inputs, outputs) -> dict:
+def _sent_with_codelets(g, prog, what, reference, fields, inputs, outputs) -> dict:
     """The learner's graph and program (compiled here first, so that a race is named at
     once), the learner's codelets sent as the kit's ``reference``, and what each of them
     computes on each of ``inputs`` (the learner's kernel)."""
@@ -160,7 +160,7 @@ def _smoothing_trial(case, build_smoothing):
     kit's :class:`_Mean3`, and what it computes on ``pieces``."""
     _, g, v = _automaton_graph(case["n"], "v")
     prog = program(build_smoothing(g, v, case["iterations"]), "build_smoothing")
-    return _sent_with_codelets(case, g, prog, _smoothing_what(case), _Mean3,
+    return _sent_with_codelets(g, prog, _smoothing_what(case), _Mean3,
                                "x (Input(Vector(float32))) and out (Output(float32))",
                                [{"x": p} for p in case["pieces"]], {"out": []})
 
@@ -332,7 +332,7 @@ def _automaton_trial(case, build_automaton):
     _, g, cells = _automaton_graph(case["n"])
     prog = program(build_automaton(g, cells, case["generations"]),
                    f"{what}: build_automaton")
-    return _sent_with_codelets(case, g, prog, what, _Xor, "left and right "
+    return _sent_with_codelets(g, prog, what, _Xor, "left and right "
                                "(Input(float32)) and out (Output(float32))", _XOR_PAIRS,
                                {"out": []})
 

@@ -252,11 +252,12 @@ def _device_cycles(eng) -> int:
     return sum(s.cycles for s in eng.trace.executed_steps() if s.kind != "host")
 
 
-def _sent_ops(case, build, shape, what, stand_ins=None) -> dict:
+def _sent_ops(case, build, shape, what, reference=None, fields: str = ""):
     """``build(graph, x, prog)`` on a graph with the case's x ([rows, cols] mapped linearly
     over its tiles; its values stay with the judge), the tensor it returns read back as
-    "out": the graph and program as plain data (the trial's side). Wrong for a result that
-    is not a tensor of ``shape``."""
+    "out": the graph and program as plain data (the trial's side), the learner's codelets
+    sent as the kit's ``reference`` (with the exercise's ``fields``, in words), and the list
+    of those codelets. Wrong for a result that is not a tensor of ``shape``."""
     _, g, x = _reduce_graph(case["rows"], case["cols"], case["tiles"])
     prog = ipu.Sequence()
     with naming(what):
@@ -264,8 +265,8 @@ def _sent_ops(case, build, shape, what, stand_ins=None) -> dict:
     if not isinstance(out, ipu.Tensor) or tuple(out.shape) != tuple(shape):
         raise Wrong(f"{what}: return a tensor of shape {list(shape)}, got {out!r}"[:300])
     g.create_host_read("out", out)
-    mine = stand_ins(g) if stand_ins is not None else None
-    return sent_graph(g, prog, what, mine)
+    mine = stand_ins(g, reference, what, fields) if reference is not None else {}
+    return sent_graph(g, prog, what, mine), list(mine)
 
 
 def _judged_ops(case, sent, shape, what):
@@ -326,17 +327,10 @@ def _reduce_what(case) -> str:
 def _reduce_trial(case, reduce_rows):
     """The learner's graph and program (the learner's codelets sent as the kit's
     :class:`_PartialSum`), and what each of those codelets computes on ``pieces``."""
-    what = _reduce_what(case)
-    found = {}
-
-    def mine(g):
-        found.update(stand_ins(g, _PartialSum, what, "x (Input(Vector(float32))) and out "
-                               "(Output(float32))"))
-        return found
-
-    sent = _sent_ops(case, reduce_rows, [case["rows"]], what, mine)
+    sent, mine = _sent_ops(case, reduce_rows, [case["rows"]], _reduce_what(case), _PartialSum,
+                           "x (Input(Vector(float32))) and out (Output(float32))")
     return {"graph": sent, "codelets": {cls.__name__: [codelet_run(
-        cls, {"x": piece}, {"out": []})["out"] for piece in case["pieces"]] for cls in found}}
+        cls, {"x": piece}, {"out": []})["out"] for piece in case["pieces"]] for cls in mine}}
 
 
 @exercise("05.3", "a row sum built like popops.reduce", points=3, budget="cycles", hints=(
@@ -610,7 +604,7 @@ def _softmax_what(case) -> str:
 
 def _softmax_trial(case, log_softmax):
     """The learner's graph and program (popops ops: the kit's codelets, sent as they are)."""
-    return _sent_ops(case, log_softmax, [case["rows"], case["cols"]], _softmax_what(case))
+    return _sent_ops(case, log_softmax, [case["rows"], case["cols"]], _softmax_what(case))[0]
 
 
 @exercise("05.5", "a log-softmax op from popops ops", points=3, budget="cycles", hints=(
