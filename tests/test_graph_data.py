@@ -214,7 +214,7 @@ def test_regions_of_stride_0_cannot_describe_more_than_the_budget():
 
 
 def popops_graph():
-    """A reduce and a map whose expression holds a float32 constant and a Python one."""
+    """A reduce and a map whose expression holds NumPy constants (float32, int64)."""
     from ipukit.poplibs import expr, popops, poputil
 
     g = ipu.Graph(device().target)
@@ -222,7 +222,8 @@ def popops_graph():
     poputil.map_tensor_linearly(g, x)
     prog = ipu.Sequence()
     m = popops.reduce(g, x, [1], popops.Operation.MAX, prog, "max").reshape([3, 1])
-    out = popops.map(g, np.float32(0.9) * expr.Exp(expr._1 - expr._2) + 1, [x, m], prog, "m")
+    out = popops.map(g, np.float32(0.9) * expr.Exp(expr._1 - expr._2) + np.int64(1), [x, m],
+                     prog, "m")
     g.create_host_write("x", x)
     g.create_host_read("out", out)
     return g, prog

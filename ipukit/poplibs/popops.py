@@ -266,7 +266,10 @@ def codelet_recipe(cls) -> dict | None:
     {'popops.reduce': ['ADD', 'float32', 'float32', False, True]}
     """
     recipe = vars(cls).get("_recipe") if isinstance(cls, type) else None
-    return recipe if recipe is not None and codelet_from_recipe(recipe) is cls else None
+    try:
+        return recipe if recipe is not None and codelet_from_recipe(recipe) is cls else None
+    except IpuError:  # e.g. a constant of a type a recipe does not carry (complex)
+        return None
 
 
 #: Most nodes, and most nested levels, of an expression a recipe may describe (kit
@@ -274,6 +277,9 @@ def codelet_recipe(cls) -> dict | None:
 MAX_EXPR_NODES = 1_000
 MAX_EXPR_DEPTH = 64
 _RECIPE_TYPES = ("float32", "float16", "int32", "uint32", "bool")
+#: The NumPy number types a constant of an expression may have in a recipe.
+_CONST_TYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+                "uint16", "uint32", "uint64")
 
 
 def codelet_from_recipe(recipe) -> type:
@@ -331,8 +337,7 @@ def _expr_from_plain(tree, num_args: int, seen: list, need, depth: int) -> Expr:
              f"a placeholder _1.._{num_args}")
         return Expr("ARG", args[0])
     if op == "CONST":
-        kinds = {"int": int, "float": float, "float64": np.float64,
-                 **{t: np.dtype(t).type for t in _RECIPE_TYPES}}
+        kinds = {"int": int, "float": float, **{t: np.dtype(t).type for t in _CONST_TYPES}}
         need(len(args) == 2 and isinstance(args[0], numbers.Real)
              and not isinstance(args[0], bool) and args[1] in kinds, "a constant")
         return Expr("CONST", kinds[args[1]](args[0]))
