@@ -106,3 +106,19 @@ def judged_checks_hold(lesson: str, notebook: str, seeds=(1, 2, 3)) -> None:
                     replay_failed = True
         # fresh random cases: replaying the notebook's outputs fails on at least one seed
         assert replay_failed or not fresh, f"{ex.id}: a replay passes every fresh seed"
+
+
+def to_judge(values) -> list:
+    """Trial outputs as they reach the judge (plain data through JSON)."""
+    import json
+
+    return json.loads(json.dumps([{"ok": plain.encode(v)} for v in values]))
+
+
+def solution_trials(ex_id: str, notebook: str):
+    """The exercise, its notebook cases and what the solution's trial sends for each."""
+    ex = feedback.EXERCISES[ex_id]
+    ns = notebook_namespace("solutions", notebook)
+    cases = feedback.notebook_cases(ex)
+    return ex, cases, [ex.trial(feedback.public(c), *(ns[n] for n in ex.answers))
+                       for c in cases]

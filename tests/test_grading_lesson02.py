@@ -5,8 +5,14 @@ streams lose points, with a message naming the case."""
 import pytest
 
 import ipukit as ipu
-from ipukit.grading import lesson02
-from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises, judged_checks_hold
+from ipukit.grading import feedback, lesson02
+from tests.lessons import (
+    SOLVED_AND_UNTOUCHED,
+    grade_exercises,
+    judged_checks_hold,
+    solution_trials,
+    to_judge,
+)
 
 NOTEBOOK = "02_graphs_tensors_streams.ipynb"
 CALLS = {"02.1": ("check_map_evenly", "map_evenly"),
@@ -148,3 +154,39 @@ def test_docstring_examples_run():
     import doctest
 
     assert doctest.testmod(lesson02).failed == 0
+
+
+# -- 02.3 is judged on the graph (issue 26 point 1) ------------------------------------------
+
+def test_02_3_right_numbers_without_a_graph_score_nothing():
+    ex, cases, sent = solution_trials("02.3", NOTEBOOK)
+    assert all("data" not in feedback.public(c) and "_data" in c for c in cases)
+    assert feedback.judge(ex, to_judge(sent), cases) is None  # the judge streams its data
+    right = [{"streams": {"in": {"to_device": True, "n": c["n"], "type": "float"},
+                          "out": {"to_device": False, "n": c["n"], "type": "float"}},
+              "out": c["_data"][::-1], "copies": 2} for c in cases]
+    with pytest.raises(feedback.Wrong, match="n=1: your graph cannot be rebuilt: "
+                       "GraphDataError"):
+        feedback.judge(ex, to_judge(right), cases)
+
+
+def test_02_3_hand_edited_graphs_are_run_by_the_judge_and_named():
+    ex, cases, sent = solution_trials("02.3", NOTEBOOK)
+    forward = []  # the copy out reads v itself, not the reversed view
+    for g in sent:
+        copy_in, copy_out = g["programs"][0]["Sequence"]
+        v = copy_in["Copy"][1]
+        forward.append(dict(g, programs=[{"Sequence": [copy_in, {"Copy": [
+            v, copy_out["Copy"][1], None]}]}]))
+    with pytest.raises(feedback.Wrong, match=r"'out' for n=4\[0\]: expected"):
+        feedback.judge(ex, to_judge(forward), cases)
+    renamed = [dict(g, streams=[["input" if s[0] == "in" else s[0], *s[1:]]
+                                for s in g["streams"]],
+                    programs=[{"Sequence": []}]) for g in sent]
+    with pytest.raises(feedback.Wrong, match="n=1: expected a host-to-device FIFO named 'in' "
+                       "of 1 floats; the graph has"):
+        feedback.judge(ex, to_judge(renamed), cases)
+    twice = [dict(g, programs=[{"Repeat": [2, g["programs"][0]]}]) for g in sent]
+    with pytest.raises(feedback.Wrong, match=r"n=1: your program moved 16 bytes over the host "
+                       r"link \(4 stream copies\)"):
+        feedback.judge(ex, to_judge(twice), cases)

@@ -8,7 +8,13 @@ import pytest
 import ipukit as ipu
 from ipukit.grading import feedback, lesson04
 from ipukit.poplibs import poputil
-from tests.lessons import SOLVED_AND_UNTOUCHED, grade_exercises, judged_checks_hold
+from tests.lessons import (
+    SOLVED_AND_UNTOUCHED,
+    grade_exercises,
+    judged_checks_hold,
+    solution_trials,
+    to_judge,
+)
 
 NOTEBOOK = "04_compute_sets_races_exchange.ipynb"
 CALLS = {"04.1": ("check_reduction_cycles", "reduction_cycles"),
@@ -47,17 +53,24 @@ def test_a_cost_without_the_combine_sync_names_the_case_then_the_supersteps():
     assert "the supersteps: 'local sums' (" in r.message
 
 
-def test_smoothing_once_whatever_the_count_fails():
-    def once(graph, v, iterations):
+def smoothing_with(cls, repeat=True):
+    """The reference smoothing with codelet ``cls`` (``repeat``: else once, whatever the
+    count)."""
+    def build(graph, v, iterations):
         n = v.shape[0]
         new = graph.add_variable(ipu.FLOAT, [n - 2], "new")
         cs = graph.add_compute_set("smooth")
         for i in range(1, n - 1):
             graph.set_tile_mapping(new[i - 1], i)
-            graph.add_vertex(cs, Mean3, {"x": v[i - 1:i + 2], "out": new[i - 1]}, tile=i)
-        return ipu.Sequence(ipu.Execute(cs), ipu.Copy(new, v[1:-1]))
+            graph.add_vertex(cs, cls, {"x": v[i - 1:i + 2], "out": new[i - 1]}, tile=i)
+        step = ipu.Sequence(ipu.Execute(cs), ipu.Copy(new, v[1:-1]))
+        return ipu.Repeat(iterations, step) if repeat else step
 
-    r = lesson04.check_smoothing(once, show=False)
+    return build
+
+
+def test_smoothing_once_whatever_the_count_fails():
+    r = lesson04.check_smoothing(smoothing_with(Mean3, repeat=False), show=False)
     assert r.status == "failed" and "v after 3 iterations (n=8, start [0, 9, 0, 3, 6, 0, " \
         "12, 3])" in r.message
 
@@ -72,7 +85,7 @@ class Mean3(ipu.Vertex):
 
 def test_the_automaton_cases_show_an_extra_or_missing_generation():
     for case in lesson04.check_automaton.exercise.cases(np.random.default_rng(7)):
-        k, start = case["generations"], case["start"]
+        k, start = case["generations"], case["_start"]
         here = lesson04.automaton(start, k)
         assert not np.array_equal(here, lesson04.automaton(start, k - 1))
         assert not np.array_equal(here, lesson04.automaton(start, k + 1))
@@ -186,3 +199,74 @@ def test_docstring_examples_run():
     import doctest
 
     assert doctest.testmod(lesson04).failed == 0
+
+
+# -- 04.2 and 04.3 are judged on the graph (issue 26 point 1) ---------------------------------
+
+def test_04_2_right_numbers_without_a_graph_score_nothing():
+    ex, cases, sent = solution_trials("04.2", NOTEBOOK)
+    assert all("v" not in feedback.public(c) and "_v" in c for c in cases)
+    assert {v["codelet"] for v in sent[0]["graph"]["vertices"]} == {
+        "ipukit.grading.lesson04._Mean3"}
+    assert feedback.judge(ex, to_judge(sent), cases) is None
+    right = [{"graph": {}, "codelets": {}, "v": lesson04.smoothing(c["_v"], c["iterations"])}
+             for c in cases]
+    with pytest.raises(feedback.Wrong, match="n=6, 1 iteration: your graph cannot be "
+                       "rebuilt: GraphDataError"):
+        feedback.judge(ex, to_judge(right), cases)
+    once = [dict(s, graph=dict(s["graph"], programs=[s["graph"]["programs"][0]["Repeat"][1]]))
+            for s in sent]  # the Repeat dropped by hand: one iteration whatever the count
+    with pytest.raises(feedback.Wrong, match=r"v after 3 iterations \(n=8, start "):
+        feedback.judge(ex, to_judge(once), cases)
+
+
+def test_04_2_the_learners_codelet_is_checked_apart():
+    class Sum3(Mean3):
+        def compute(self):
+            self.out[...] = self.x.sum(axis=-1)
+
+    r = lesson04.check_smoothing(smoothing_with(Sum3), show=False)
+    assert r.status == "failed" and r.message.startswith(
+        "n=6, 1 iteration: your codelet Sum3 on x = [")
+    assert "(the mean of x)" in r.message
+
+
+def test_04_3_the_judge_runs_the_graph_from_its_own_start_and_counts_its_cycles():
+    ex, cases, sent = solution_trials("04.3", NOTEBOOK)
+    assert all("start" not in feedback.public(c) and "_start" in c for c in cases)
+    assert [list(s["codelets"]) for s in sent] == [["Xor"]] * len(cases)
+    assert feedback.judge(ex, to_judge(sent), cases).star  # the judge's own cycles
+    right = [{"graph": {}, "codelets": {}, "cycles": 0,
+              "cells": lesson04.automaton(c["_start"], c["generations"])} for c in cases]
+    with pytest.raises(feedback.Wrong, match="5 cells, 1 generation: your graph cannot be "
+                       "rebuilt"):
+        feedback.judge(ex, to_judge(right), cases)
+    no_copy = [dict(s, graph=dict(s["graph"], programs=[{"Sequence": s["graph"]["programs"][0][
+        "Sequence"][:-1]}])) for s in sent]  # odd counts leave the result in the other buffer
+    with pytest.raises(feedback.Wrong, match="5 cells, 1 generation: cells holds generation "
+                       "0, not 1"):
+        feedback.judge(ex, to_judge(no_copy), cases)
+
+
+def test_04_3_the_learners_codelet_is_checked_on_every_pair_of_cells():
+    class Plus(Xor):
+        def compute(self):
+            self.out[...] = np.abs(self.left + self.right)
+
+    def build(g, cells, k):
+        other = second_buffer(g, cells)
+        return ipu.Repeat(k, ipu.Sequence(ipu.Execute(_step(g, cells, other, Plus)),
+                                          ipu.Copy(other, cells)))
+
+    r = lesson04.check_automaton(build, show=False)
+    assert r.status == "failed" and "your codelet Plus on left = 1, right = 1: " \
+        "expected out 0 (|left - right|), got 2" in r.message
+
+
+def _step(graph, src, dst, cls):
+    n = src.shape[0]
+    cs = graph.add_compute_set("step")
+    for i in range(n):
+        graph.add_vertex(cs, cls, {"left": src[(i - 1) % n], "right": src[(i + 1) % n],
+                                   "out": dst[i]}, tile=i)
+    return cs

@@ -19,6 +19,8 @@ from tests.lessons import (
     grade_exercises,
     judged_checks_hold,
     notebook_namespace,
+    solution_trials,
+    to_judge,
 )
 
 NOTEBOOK = "05_poplibs_profiling.ipynb"
@@ -134,14 +136,23 @@ class RowSum(ipu.Vertex):
         self.out[...] = self.x.sum(axis=-1)
 
 
-def one_vertex_per_row(graph, x, prog):  # correct, but every row gathered on one tile
-    out = graph.add_variable(ipu.FLOAT, [x.shape[0]], "out")
-    cs = graph.add_compute_set("rows")
-    for r in range(x.shape[0]):
-        graph.set_tile_mapping(out[r], 0)
-        graph.add_vertex(cs, RowSum, {"x": x[r], "out": out[r]}, tile=0)
-    prog.add(ipu.Execute(cs))
-    return out
+def per_row(cls, whole_rows=False):
+    """A build that runs ``cls`` on each row of x, all on tile 0, into out[row] (a number,
+    or with ``whole_rows`` a row of x's shape)."""
+    def build(graph, x, prog):
+        out = graph.add_variable(ipu.FLOAT, list(x.shape) if whole_rows else [x.shape[0]],
+                                 "out")
+        cs = graph.add_compute_set("rows")
+        for r in range(x.shape[0]):
+            graph.set_tile_mapping(out[r], 0)
+            graph.add_vertex(cs, cls, {"x": x[r], "out": out[r]}, tile=0)
+        prog.add(ipu.Execute(cs))
+        return out
+
+    return build
+
+
+one_vertex_per_row = per_row(RowSum)  # correct, but every row gathered on one tile
 
 
 def test_reduce_rows_solution_gets_the_star_and_a_gather_does_not():
@@ -463,3 +474,108 @@ def test_reuse_order_mistakes_lose_the_points(answer, says):
 def test_reuse_order_feedback_names_the_temporaries_live_together():
     r = lesson05.check_reuse_order(_names, show=False)
     assert "holds t00/out, t10/out live together" in r.message
+
+
+# -- 05.3 and 05.5 are judged on the graph (issue 26 point 1) ----------------------------------
+
+def test_05_3_right_sums_without_a_graph_score_nothing_and_x_stays_with_the_judge():
+    ex, cases, sent = solution_trials("05.3", NOTEBOOK)
+    assert all("x" not in feedback.public(c) and "_x" in c for c in cases)
+    assert feedback.judge(ex, to_judge(sent), cases).star  # the judge's own run, its cycles
+    right = [{"out": c["_x"].sum(axis=1), "cycles": 0, "graph": {},
+              "codelets": {}} for c in cases]  # even knowing x
+    with pytest.raises(feedback.Wrong, match=r"x of shape \[6, 100\] on 4 tiles: your graph "
+                       "cannot be rebuilt: GraphDataError"):
+        feedback.judge(ex, to_judge(right), cases)
+
+
+def test_05_3_the_learners_codelet_runs_as_the_kits_and_is_checked_apart():
+    ex, cases, sent = solution_trials("05.3", NOTEBOOK)
+    assert {v["codelet"] for v in sent[0]["graph"]["vertices"]} == {
+        "ipukit.grading.lesson05._PartialSum"}
+    assert list(sent[0]["codelets"]) == ["PartialSum"]
+
+    class Mean(RowSum):
+        def compute(self):
+            self.out[...] = self.x.mean(axis=-1)
+
+    r = lesson05.check_reduce_rows(per_row(Mean))  # right wiring, the codelet averages
+    assert r.status == "failed" and "your codelet Mean on x = [" in r.message
+
+    class Wide(ipu.Vertex):
+        x = ipu.Input(ipu.Vector(ipu.FLOAT))
+        out = ipu.Output(ipu.Vector(ipu.FLOAT))
+
+        def compute(self):
+            self.out[...] = self.x.sum(axis=-1, keepdims=True)
+
+    def wide(graph, x, prog):
+        out = graph.add_variable(ipu.FLOAT, [x.shape[0]], "out")
+        graph.set_tile_mapping(out, 0)
+        cs = graph.add_compute_set("rows")
+        for r in range(x.shape[0]):
+            graph.add_vertex(cs, Wide, {"x": x[r], "out": out[r:r + 1]}, tile=0)
+        prog.add(ipu.Execute(cs))
+        return out
+
+    r = lesson05.check_reduce_rows(wide)
+    assert r.status == "failed" and "codelet 'Wide' has fields" in r.message
+    assert "the exercise's has x (Input(Vector(float32))) and out" in r.message
+
+
+def test_05_3_a_hand_written_graph_is_run_by_the_judge_and_wrong_graphs_are_named():
+    ex, cases, sent = solution_trials("05.3", NOTEBOOK)
+    swapped = []  # the two compute sets run the other way round: partials not yet summed
+    for s in sent:
+        g = s["graph"]
+        progs = g["programs"][0]["Sequence"]
+        swapped.append(dict(s, graph=dict(g, programs=[{"Sequence": progs[::-1]}])))
+    with pytest.raises(feedback.Wrong, match=r"x of shape \[6, 100\] on 4 tiles: out\[1\]: "
+                       "expected"):
+        feedback.judge(ex, to_judge(swapped), cases)
+    moved = []  # x all on tile 0: a different exercise
+    for s, c in zip(sent, cases):
+        pools = {"float32": [dict(v, mapping=np.array([[0, 0, c["rows"] * c["cols"]]]))
+                             if v["name"] == "x" else v for v in s["graph"]["pools"]["float32"]]}
+        moved.append(dict(s, graph=dict(s["graph"], pools=pools)))
+    with pytest.raises(feedback.Wrong, match="does not keep the exercise's tensor x"):
+        feedback.judge(ex, to_judge(moved), cases)
+    unread = [dict(s, graph=dict(s["graph"], host_reads={})) for s in sent]
+    with pytest.raises(feedback.Wrong, match="your graph has no host read 'out'"):
+        feedback.judge(ex, to_judge(unread), cases)
+
+
+def test_05_5_popops_ops_travel_and_numbers_without_a_graph_score_nothing():
+    ex, cases, sent = solution_trials("05.5", NOTEBOOK)
+    assert all("x" not in feedback.public(c) for c in cases)
+    kinds = {next(iter(v["codelet"])) for v in sent[0]["vertices"]}
+    assert kinds == {"popops.map", "popops.reduce"}
+    assert feedback.judge(ex, to_judge(sent), cases).star
+    z = [c["_x"] - c["_x"].max(axis=1, keepdims=True) for c in cases]
+    right = [{"out": v - np.log(np.exp(v).sum(axis=1, keepdims=True)), "cycles": 0}
+             for v in z]
+    with pytest.raises(feedback.Wrong, match="your graph cannot be rebuilt: GraphDataError"):
+        feedback.judge(ex, to_judge(right), cases)
+    exp_only = []  # the last op's expression edited by hand to exp(x - m): softmax, unscaled
+    for g in sent:
+        vertices = [dict(v, codelet={"popops.map": [
+            ["EXPONENT", ["SUBTRACT", ["ARG", 1], ["ARG", 2]]], *v["codelet"]["popops.map"][1:]]})
+            if v["cs"] == len(g["compute_sets"]) - 1 else v for v in g["vertices"]]
+        exp_only.append(dict(g, vertices=vertices))
+    with pytest.raises(feedback.Wrong, match=r"log_softmax: x of shape \[4, 30\] \(row maxima "
+                       r".*\): out\[0, 0\]: expected"):
+        feedback.judge(ex, to_judge(exp_only), cases)
+
+
+def test_05_5_a_codelet_of_the_learners_own_is_refused_by_name():
+    class LogSoftmax(ipu.Vertex):
+        x = ipu.Input(ipu.Vector(ipu.FLOAT))
+        out = ipu.Output(ipu.Vector(ipu.FLOAT))
+
+        def compute(self):
+            z = self.x - self.x.max()
+            self.out[...] = z - np.log(np.exp(z).sum())
+
+    r = lesson05.check_log_softmax(per_row(LogSoftmax, whole_rows=True))
+    assert r.status == "failed" and "runs codelet 'LogSoftmax', which is not one of the " \
+        "kit's" in r.message

@@ -4,7 +4,7 @@ answers get feedback that names what is wrong."""
 
 import pytest
 
-from ipukit.grading import lesson09
+from ipukit.grading import feedback, lesson09
 from ipukit.parallel import optim, schedule
 from tests.lessons import (
     SOLVED_AND_UNTOUCHED,
@@ -12,6 +12,8 @@ from tests.lessons import (
     judged,
     judged_checks_hold,
     notebook_namespace,
+    solution_trials,
+    to_judge,
 )
 
 NOTEBOOK = "09_accumulation_recomputation_offloading.ipynb"
@@ -237,3 +239,38 @@ def test_offloaded_update_feedback():
 
     r = lesson09.check_offloaded_update(out_then_in, show=False)
     assert "copies the state back before it copies it in" in r.message
+
+
+# -- 09.6 is judged on the graph (issue 26 point 1) ------------------------------------------
+
+def test_09_6_right_numbers_without_a_graph_score_nothing():
+    ex, cases, sent = solution_trials("09.6", NOTEBOOK)
+    assert all(not {"weights", "state", "grads"} & set(feedback.public(c)) for c in cases)
+    assert feedback.judge(ex, to_judge(sent), cases) is None
+    right = []  # even knowing the judge's weights, state and gradients
+    for c in cases:
+        w, state = lesson09.momentum_reference(c)
+        right.append({"weights": w, "state": state, "runs": [[["remote", "s <- " +
+                      lesson09.STATE_BUFFER, 4 * c["n"]]]] * 2})
+    with pytest.raises(feedback.Wrong, match="7 weights on 3 tiles, lr=0.1, momentum=0.9: "
+                       "your graph cannot be rebuilt: GraphDataError"):
+        feedback.judge(ex, to_judge(right), cases)
+
+
+def test_09_6_hand_edited_graphs_are_run_by_the_judge_and_named():
+    ex, cases, sent = solution_trials("09.6", NOTEBOOK)
+    no_copy_back = [dict(g, programs=[{"Sequence": g["programs"][0]["Sequence"][:-1]}])
+                    for g in sent]
+    with pytest.raises(feedback.Wrong, match="run 1: copy the updated state back"):
+        feedback.judge(ex, to_judge(no_copy_back), cases)
+    bigger = [dict(g, remote_buffers=[[b[0], b[1], b[2] + 1, *b[3:]]
+                                      for b in g["remote_buffers"]]) for g in sent]
+    with pytest.raises(feedback.Wrong, match="does not keep the exercise's remote buffer "
+                       "'optimizer/momentum'"):
+        feedback.judge(ex, to_judge(bigger), cases)
+    no_update = [dict(g, programs=[{"Sequence": [g["programs"][0]["Sequence"][0],
+                                                  g["programs"][0]["Sequence"][-1]]}])
+                 for g in sent]  # in and out, no update in between
+    with pytest.raises(feedback.Wrong, match="after two updates expected the state in "
+                       "Streaming Memory"):
+        feedback.judge(ex, to_judge(no_update), cases)

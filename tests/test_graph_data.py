@@ -213,6 +213,68 @@ def test_regions_of_stride_0_cannot_describe_more_than_the_budget():
         from_plain(data, g.target)
 
 
+def popops_graph():
+    """A reduce and a map whose expression holds NumPy constants (float32, int64)."""
+    from ipukit.poplibs import expr, popops, poputil
+
+    g = ipu.Graph(device().target)
+    x = g.add_variable(ipu.FLOAT, [3, 5], "x")
+    poputil.map_tensor_linearly(g, x)
+    prog = ipu.Sequence()
+    m = popops.reduce(g, x, [1], popops.Operation.MAX, prog, "max").reshape([3, 1])
+    out = popops.map(g, np.float32(0.9) * expr.Exp(expr._1 - expr._2) + np.int64(1), [x, m],
+                     prog, "m")
+    g.create_host_write("x", x)
+    g.create_host_read("out", out)
+    return g, prog
+
+
+def test_codelets_popops_generates_travel_as_their_recipes_and_run_alike():
+    g, prog = popops_graph()
+    data = wire(to_plain(g, prog))
+    assert {v["codelet"] and next(iter(v["codelet"])) for v in data["vertices"]} == {
+        "popops.map", "popops.reduce"}
+    x = np.random.default_rng(3).normal(size=(3, 5)).astype(np.float32)
+    runs = []
+    for graph, p in ((g, prog), (lambda r: (r[0], r[1][0]))(from_plain(data, g.target))):
+        eng = ipu.Engine(graph, p)
+        eng.load(device())
+        eng.write_tensor("x", x)
+        eng.run()
+        runs.append((eng.read_tensor("out"), [s.cycles for s in eng.trace.executed_steps()]))
+    np.testing.assert_array_equal(runs[0][0], runs[1][0])
+    assert runs[0][1] == runs[1][1]
+    z = x - x.max(axis=1, keepdims=True)
+    np.testing.assert_allclose(runs[1][0], np.float32(0.9) * np.exp(z) + 1, rtol=1e-6)
+
+
+@pytest.mark.parametrize("recipe, message", [
+    ({"popops.map": [["EVAL", ["ARG", 1]], ["float32"], "float32", False, True]},
+     "an operation of"),
+    ({"popops.map": [["ARG", 2], ["float32"], "float32", False, True]}, "a placeholder _1.._1"),
+    ({"popops.map": [["CONST", "os", "int"], ["float32"], "float32", False, True]},
+     "a constant"),
+    ({"popops.map": [["ARG", 1], ["object"], "float32", False, True]}, "element types"),
+    ({"popops.reduce": ["SYSTEM", "float32", "float32", False, True]}, "an operation of"),
+    ({"popops.reduce": ["ADD", "float32", "float32", 0, True]},
+     "inplace/update and multi as True/False"),
+    ({"builtins.eval": ["1"] * 5}, "popops.map or popops.reduce"),
+])
+def test_malformed_popops_recipes_are_named_errors(recipe, message):
+    g, prog = popops_graph()
+    data = to_plain(g, prog)
+    data["vertices"][0]["codelet"] = recipe
+    with pytest.raises(GraphDataError,
+                       match=f"vertex 0: a popops codelet recipe: expected {message}"):
+        from_plain(data, g.target)
+    deep = ["ARG", 1]
+    for _ in range(2000):
+        deep = ["NEGATE", deep]
+    data["vertices"][0]["codelet"] = {"popops.map": [deep, ["float32"], "float32", False, True]}
+    with pytest.raises(GraphDataError, match="at most 1000 nodes and 64 levels"):
+        from_plain(data, g.target)
+
+
 def test_kit_codelets_are_the_kit_modules_vertex_classes():
     found = graph_data.kit_codelets()
     assert found["ipukit.grading.lesson01.Scale"] is Scale

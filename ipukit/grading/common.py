@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import math
 
 import numpy as np
 
 import ipukit as ipu
-from ipukit import backend, cost
+from ipukit import backend, cost, graph_data
 from ipukit.parallel import sharded
 
 from .feedback import Wrong, _not_implemented, as_int, library_error
@@ -115,6 +116,131 @@ def elements_of(view, tensor) -> np.ndarray:
     order = np.argsort(base, kind="stable")
     found = order[np.searchsorted(base, view_idx, sorter=order).clip(0, base.size - 1)]
     return np.where(base[found] == view_idx, found, -1).astype(np.int64)
+
+
+# -- graphs sent as plain data (ipukit.graph_data): the kernel describes, the judge runs -----
+
+#: Most supersteps the judge emulates of a learner's program (kit convention: the
+#: references take a few dozen; a program sent as data could ask for a Repeat of billions).
+MAX_STEPS = 1_000
+
+
+def sent_graph(g, prog, what: str, stand_ins=None) -> dict:
+    """The learner's graph and program as plain data (the learner's kernel): the judge
+    rebuilds and runs it itself (:func:`rebuilt_engine`). ``stand_ins``: the learner's
+    codelets -> the kit codelets the judge runs in their place."""
+    if not isinstance(prog, ipu.Program):
+        raise Wrong(f"{what}: return a program, got {prog!r}"[:300])
+    try:
+        return graph_data.to_plain(g, [prog], stand_ins)
+    except graph_data.GraphDataError as exc:
+        raise Wrong(f"{what}: {exc}") from None
+
+
+def rebuilt_engine(sent, base, what: str, kept=(), reads=(), check=None):
+    """The graph the kernel described, rebuilt here (the judge) with the kit's own code,
+    compiled (at most :data:`MAX_STEPS` emulated steps) and loaded on a fresh device; a
+    PrintTensor in it writes to a private buffer, never the grader's stderr. ``base``: the
+    judge's own graph of the case before the learner's code ran; each ``(name, kind)`` in
+    ``kept`` (kind ``"host_writes"``, ``"host_reads"``) must be the same tensor there, with
+    base's shape, type and tile mapping (a graph that moved it answers another exercise),
+    or kind ``"remote_buffers"``: base's type, size and repeats;
+    each name in ``reads`` must be a host read of the rebuilt graph; ``check(graph)``, if
+    given, looks at the rebuilt graph before it is compiled (raising Wrong)."""
+    dev = device(base.target.num_tiles, base.target.num_ipus)
+    try:
+        g, progs = graph_data.from_plain(sent, dev.target)
+    except ipu.IpuError as exc:
+        raise Wrong(library_error(f"{what}: your graph cannot be rebuilt", exc)) from None
+    if len(progs) != 1:
+        raise Wrong(f"{what}: expected one program, got {len(progs)}")
+    for name, handles in kept:
+        mine, want = getattr(g, handles).get(name), getattr(base, handles)[name]
+        if handles == "remote_buffers":
+            if mine is None or (mine.dtype, mine.num_elements, mine.repeats) != (
+                    want.dtype, want.num_elements, want.repeats):
+                raise Wrong(f"{what}: your graph does not keep the exercise's remote buffer "
+                            f"{name!r} (its type, size and repeats)")
+        elif (mine is None or mine.shape != want.shape or mine.dtype != want.dtype
+                or g.get_tile_mapping(mine, False) != base.get_tile_mapping(want)):
+            raise Wrong(f"{what}: your graph does not keep the exercise's tensor {name} "
+                        "(its shape, type and tile mapping)")
+    for name in reads:
+        if name not in g.host_reads:
+            raise Wrong(f"{what}: your graph has no host read {name!r}: return the tensor")
+    if check is not None:
+        check(g)
+    try:
+        eng = ipu.Engine(g, progs[0], {"debug.maxEmulatedSteps": MAX_STEPS})
+    except ipu.IpuError as exc:
+        raise Wrong(no_compile(f"{what}: your graph", exc)) from None
+    eng.set_print_tensor_stream(io.StringIO())
+    with judged_run(what):
+        eng.load(dev)
+    return eng
+
+
+@contextlib.contextmanager
+def judged_run(what: str):
+    """Run a rebuilt graph in the judge: a kit error is Wrong, naming the case."""
+    try:
+        with np.errstate(all="ignore"):
+            yield
+    except ipu.IpuError as exc:
+        raise Wrong(library_error(f"{what}: your graph fails when run", exc)) from None
+
+
+def learner_codelets(g) -> list:
+    """The codelets of ``g`` that are not the kit's (the learner's), in order of use."""
+    from ipukit.poplibs import popops
+
+    return [c for c in dict.fromkeys(g.v_cls)
+            if graph_data.codelet_name(c) is None and popops.codelet_recipe(c) is None]
+
+
+def same_fields(cls, reference) -> bool:
+    """Whether codelet ``cls`` has ``reference``'s fields (names, kinds and types)."""
+    def shape(c):
+        return {n: (f.kind, f.vector, f.dtype) for n, f in c.fields.items()}
+
+    return isinstance(cls, type) and issubclass(cls, ipu.Vertex) and shape(cls) == shape(
+        reference)
+
+
+def stand_ins(g, reference, what: str, fields: str) -> dict:
+    """The learner's codelets of ``g``, each -> ``reference`` (the kit codelet with the
+    exercise's fields that the judge runs in its place), or Wrong naming one whose fields
+    differ (``fields``: the exercise's, in words)."""
+    found = learner_codelets(g)
+    for cls in found:
+        if not same_fields(cls, reference):
+            raise Wrong(f"{what}: codelet '{cls.__name__}' has fields {dict(cls.fields)}; "
+                        f"the exercise's has {fields}"[:600])
+    return {cls: reference for cls in found}
+
+
+def codelet_run(cls, inputs: dict, outputs: dict) -> dict:
+    """What codelet ``cls`` computes as one vertex on tile 0 (the learner's kernel):
+    ``inputs`` field -> values, ``outputs`` field -> shape; the outputs' values."""
+    dev = device(1)
+    g = ipu.Graph(dev.target)
+    fields = {}
+    for name, value in inputs.items():
+        fields[name] = g.add_variable(ipu.FLOAT, list(np.shape(value)), name)
+        g.create_host_write(name, fields[name])
+    for name, shape in outputs.items():
+        fields[name] = g.add_variable(ipu.FLOAT, list(shape), name)
+        g.create_host_read(name, fields[name])
+    for t in fields.values():
+        g.set_tile_mapping(t, 0)
+    cs = g.add_compute_set("codelet")
+    g.add_vertex(cs, cls, fields, tile=0)
+    eng = ipu.Engine(g, ipu.Execute(cs))
+    eng.load(dev)
+    for name, value in inputs.items():
+        eng.write_tensor(name, value)
+    eng.run()
+    return {name: eng.read_tensor(name) for name in outputs}
 
 
 # -- judged checks: reading what a trial returned (the judge's side) -------------------------

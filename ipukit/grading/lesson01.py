@@ -19,19 +19,20 @@ WRONG · Exercise 01.2 · place vertices on tiles: 0/2 points
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 
 import ipukit as ipu
-from ipukit import graph_data
 
 from .common import BusyVertex as _Busy
 from .common import SumVertex
 from .common import as_count as _as_int
+from .common import codelet_run as _codelet_run
 from .common import device as _device
 from .common import device_cycles as _device_cycles
-from .common import no_compile as _no_compile
+from .common import judged_run as _judged
+from .common import rebuilt_engine as _rebuilt
+from .common import sent_graph as _sent_graph
+from .common import stand_ins as _stand_ins
 from .feedback import (
     Cost,
     Wrong,
@@ -39,7 +40,6 @@ from .feedback import (
     clipped,
     exercise,
     first_mismatch,
-    library_error,
     plural,
     side_by_side,
     timeline,
@@ -99,11 +99,6 @@ def _fetch_and_send_back_steps(tiles: int = 4):
 
 
 # -- lesson 01: the IPU and BSP ----------------------------------------------------------
-
-#: Most supersteps the judge emulates of a learner's program (kit convention: the
-#: references take 3; a program sent as data could ask for a Repeat of billions).
-MAX_STEPS = 1_000
-
 
 class Scale(ipu.Vertex):
     """out = 2 * x (the lesson's codelet; exercises 01.1 uses it)."""
@@ -167,46 +162,13 @@ def _scale_cases(rng) -> list[dict]:
     return found
 
 
-def _sent_graph(g, prog, what: str, stand_ins=None) -> dict:
-    """The learner's graph and program as plain data (the learner's kernel): the judge
-    rebuilds and runs it itself (:func:`_judged_run`)."""
-    if not isinstance(prog, ipu.Program):
-        raise Wrong(f"{what}: return a program, got {prog!r}")
-    try:
-        return graph_data.to_plain(g, [prog], stand_ins)
-    except graph_data.GraphDataError as exc:
-        raise Wrong(f"{what}: {exc}") from None
-
-
 def _judged_run(sent, base, what: str, x, read: str):
-    """The graph the kernel described, rebuilt here with the kit's own code and run on the
-    judge's ``x``: its engine and what ``read`` holds. ``base``: the judge's own graph of
-    the case before the learner's code ran; the handles x and ``read`` must be its tensors,
-    mapped as it maps them (a graph that moved them answers another exercise)."""
-    dev = _device(base.target.num_tiles)
-    try:
-        g, progs = graph_data.from_plain(sent, dev.target)
-    except ipu.IpuError as exc:
-        raise Wrong(library_error(f"{what}: your graph cannot be rebuilt", exc)) from None
-    if len(progs) != 1:
-        raise Wrong(f"{what}: expected one program, got {len(progs)}")
-    for name, handles in (("x", "host_writes"), (read, "host_reads")):
-        mine, want = getattr(g, handles).get(name), getattr(base, handles)[name]
-        if (mine is None or mine.shape != want.shape or mine.dtype != want.dtype
-                or g.get_tile_mapping(mine, False) != base.get_tile_mapping(want)):
-            raise Wrong(f"{what}: your graph does not keep the exercise's tensor {name} "
-                        "(its shape, type and tile mapping)")
-    try:
-        eng = ipu.Engine(g, progs[0], {"debug.maxEmulatedSteps": MAX_STEPS})
-    except ipu.IpuError as exc:
-        raise Wrong(_no_compile(f"{what}: your graph", exc)) from None
-    eng.set_print_tensor_stream(io.StringIO())  # a PrintTensor never reaches the grader's
-    try:  # stderr
-        eng.load(dev)
+    """The graph the kernel described, rebuilt by the judge and run on its ``x``: its
+    engine and what ``read`` holds (x and ``read`` kept as ``base`` has them)."""
+    eng = _rebuilt(sent, base, what, (("x", "host_writes"), (read, "host_reads")))
+    with _judged(what):
         eng.write_tensor("x", x)
         eng.run()
-    except ipu.IpuError as exc:
-        raise Wrong(library_error(f"{what}: your graph fails when run", exc)) from None
     return eng, eng.read_tensor(read)
 
 
@@ -430,34 +392,6 @@ def _ring_graph(tiles: int, k: int):
     return g, x, out
 
 
-def _same_fields(cls, reference) -> bool:
-    """Whether codelet ``cls`` has ``reference``'s fields (names, kinds and types)."""
-    def shape(c):
-        return {n: (f.kind, f.vector, f.dtype) for n, f in c.fields.items()}
-
-    return isinstance(cls, type) and issubclass(cls, ipu.Vertex) and shape(cls) == shape(
-        reference)
-
-
-def _codelet_run(cls, left, right) -> np.ndarray:
-    """What codelet ``cls`` computes as one vertex on ``left`` and ``right`` (the learner's
-    kernel)."""
-    dev = _device(1)
-    g = ipu.Graph(dev.target)
-    fields = {nm: g.add_variable(ipu.FLOAT, [len(left)], nm) for nm in ("left", "right", "out")}
-    for nm, t in fields.items():
-        g.set_tile_mapping(t, 0)
-        (g.create_host_read if nm == "out" else g.create_host_write)(nm, t)
-    cs = g.add_compute_set("codelet")
-    g.add_vertex(cs, cls, fields, tile=0)
-    eng = ipu.Engine(g, ipu.Execute(cs))
-    eng.load(dev)
-    eng.write_tensor("left", left)
-    eng.write_tensor("right", right)
-    eng.run()
-    return eng.read_tensor("out")
-
-
 def _ring_trial(case, build_ring_difference):
     """The learner's graph and program on one ring, with the learner's codelet sent as the
     kit's :class:`_Difference`; and what that codelet computes on ``left`` and ``right``
@@ -465,16 +399,12 @@ def _ring_trial(case, build_ring_difference):
     what = _ring_what(case)
     g, x, out = _ring_graph(case["tiles"], case["k"])
     prog = build_ring_difference(g, x, out)
-    mine = [c for c in dict.fromkeys(g.v_cls) if graph_data.codelet_name(c) is None]
-    for cls in mine:
-        if not _same_fields(cls, _Difference):
-            raise Wrong(f"{what}: codelet '{cls.__name__}' has fields {dict(cls.fields)}; "
-                        "the exercise's has left and right (Input(Vector(float32))) and out "
-                        "(Output(Vector(float32)))")
-    sent = _sent_graph(g, prog, what, {cls: _Difference for cls in mine})
-    return {"graph": sent, "codelets": {cls.__name__: _codelet_run(cls, case["left"],
-                                                                    case["right"])
-                                        for cls in mine}}
+    mine = _stand_ins(g, _Difference, what, "left and right (Input(Vector(float32))) and out "
+                      "(Output(Vector(float32)))")
+    sides = {"left": case["left"], "right": case["right"]}
+    return {"graph": _sent_graph(g, prog, what, mine),
+            "codelets": {cls.__name__: _codelet_run(cls, sides, {"out": [case["k"]]})["out"]
+                         for cls in mine}}
 
 
 @exercise("01.4", "a central difference over a ring of tiles", points=3, hints=(

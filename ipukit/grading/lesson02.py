@@ -3,8 +3,10 @@
 All four exercises are programs: a tile mapping (02.1), views (02.2), streams and copies
 (02.3) and a 2-D block mapping drawn on the tile grid (02.4). Every check is judged: the
 trial runs the learner's function on the judge's case and hands back plain data (the
-tile of each element, the elements a view reads, what the host received); the verdict
-works out what was asked from the case alone.
+tile of each element, the elements a view reads); the verdict works out what was asked
+from the case alone. 02.3 sends the graph and program as plain data
+(:mod:`ipukit.graph_data`): the judge rebuilds them and drives the host streams with its
+own data.
 
 >>> from ipukit.grading import lesson02
 >>> r = lesson02.check_map_evenly(lambda graph, t: graph.set_tile_mapping(t, 0), show=False)
@@ -21,8 +23,16 @@ import ipukit as ipu
 from ipukit.tensor import TYPE_NAMES
 
 from .common import device as _device
-from .common import element_tiles, elements_of, program
-from .feedback import Wrong, exercise, first_mismatch, plural, side_by_side, tile_grid
+from .common import element_tiles, elements_of, judged_run, program, rebuilt_engine, sent_graph
+from .feedback import (
+    Wrong,
+    clipped,
+    exercise,
+    first_mismatch,
+    plural,
+    side_by_side,
+    tile_grid,
+)
 
 # -- 02.1: an even mapping ------------------------------------------------------------------
 
@@ -145,30 +155,46 @@ def check_interleave(cases, outputs):
 # -- 02.3: streams ------------------------------------------------------------------------
 
 def _reverse_cases(rng) -> list[dict]:
-    return [{"n": n, "tiles": tiles, "data": rng.normal(size=n).astype(np.float32)}
+    """One element on one tile, even and odd sizes, a drawn one; the data the judge streams
+    in is private to it."""
+    return [{"n": n, "tiles": tiles, "_data": rng.normal(size=n).astype(np.float32)}
             for n, tiles in [(1, 1), (4, 2), (7, 3), (int(rng.integers(8, 20)), 4)]]
 
 
 def _reverse_trial(case, build_reverse):
-    """The FIFOs the learner's graph has, what 'out' received and how many stream copies
-    ran."""
-    n = case["n"]
-    dev = _device(case["tiles"])
-    g = ipu.Graph(dev.target)
-    prog = program(build_reverse(g, n), "build_reverse")
-    streams = {s.name: {"to_device": bool(s.to_device), "n": int(s.n),
-                        "type": TYPE_NAMES.get(s.dtype, str(s.dtype))}
-               for s in g.streams.values()}
-    if {"in", "out"} - set(streams):
-        return {"streams": streams}
+    """The learner's graph (its FIFOs) and program as plain data (the learner's kernel)."""
+    g = ipu.Graph(_device(case["tiles"]).target)
+    return sent_graph(g, program(build_reverse(g, case["n"]), "build_reverse"),
+                      f"n={case['n']}")
+
+
+def _reverse_streams(n: int):
+    """Wrong unless the rebuilt graph has the exercise's two FIFOs (the judge's side)."""
+    def check(g):
+        streams = {s.name[:80]: {"to_device": bool(s.to_device), "n": int(s.n),
+                                 "type": TYPE_NAMES.get(s.dtype, str(s.dtype))}
+                   for s in g.streams.values()}
+        for name, to_dev in (("in", True), ("out", False)):
+            kind = "host-to-device" if to_dev else "device-to-host"
+            if streams.get(name) != {"to_device": to_dev, "n": n, "type": "float"}:
+                raise Wrong(f"n={n}: expected a {kind} FIFO named '{name}' of {n} floats; "
+                            f"the graph has {clipped(str(streams or 'no FIFOs'), 300)}")
+
+    return check
+
+
+def _reverse_run(case, sent):
+    """The judge streams its own data through the graph the kernel sent: what 'out'
+    received and how many stream copies ran."""
+    n, what = case["n"], f"n={case['n']}"
+    base = ipu.Graph(_device(case["tiles"]).target)
+    eng = rebuilt_engine(sent, base, what, check=_reverse_streams(n))
     out = np.zeros(n, np.float32)
-    eng = ipu.Engine(g, prog)
-    eng.load(dev)
-    eng.connect_stream("in", case["data"].copy())
-    eng.connect_stream("out", out)
-    eng.run()
-    copies = [s.name for s in eng.trace.executed_steps() if s.kind == "stream"]
-    return {"streams": streams, "out": out, "copies": len(copies)}
+    with judged_run(what):
+        eng.connect_stream("in", case["_data"].copy())
+        eng.connect_stream("out", out)
+        eng.run()
+    return out, sum(s.kind == "stream" for s in eng.trace.executed_steps())
 
 
 @exercise("02.3", "a round trip through host streams", points=3, hints=(
@@ -181,19 +207,16 @@ def _reverse_trial(case, build_reverse):
     "down to 0; return ipu.Sequence of the copy in and the copy of that view out."),
     answers=("build_reverse",), cases=_reverse_cases, trial=_reverse_trial)
 def check_reverse_stream(cases, outputs):
-    """Exercise 02.3: ``build_reverse(graph, n)`` → program: 'in' → device → 'out' reversed."""
-    for case, got in zip(cases, outputs):
+    """Exercise 02.3: ``build_reverse(graph, n)`` → program: 'in' → device → 'out' reversed.
+    The kernel sends the graph and program (:mod:`ipukit.graph_data`); the judge rebuilds
+    them, drives the host streams with its own data and reads what 'out' received."""
+    for case, sent in zip(cases, outputs):
         n = case["n"]
-        for name, to_dev in (("in", True), ("out", False)):
-            s = got["streams"].get(name)
-            kind = "host-to-device" if to_dev else "device-to-host"
-            if s != {"to_device": to_dev, "n": n, "type": "float"}:
-                raise Wrong(f"n={n}: expected a {kind} FIFO named '{name}' of {n} floats; "
-                            f"the graph has {got['streams'] or 'no FIFOs'}")
-        first_mismatch(case["data"][::-1], got["out"], f"'out' for n={n}")
-        if got["copies"] != 2:  # each copy moves the whole FIFO: n floats
-            raise Wrong(f"n={n}: your program moved {4 * n * got['copies']} bytes over the "
-                        f"host link ({plural(got['copies'], 'stream copy')}); one copy in "
+        out, copies = _reverse_run(case, sent)
+        first_mismatch(case["_data"][::-1], out, f"'out' for n={n}")
+        if copies != 2:  # each copy moves the whole FIFO: n floats
+            raise Wrong(f"n={n}: your program moved {4 * n * copies} bytes over the "
+                        f"host link ({plural(copies, 'stream copy')}); one copy in "
                         f"and one out move {8 * n}")
 
 

@@ -4,7 +4,9 @@
 a tile mapping with an exchange budget. Every check is judged: the judge draws the cases
 and works out the expected values (NumPy) and cycles or bytes (the emulator's compiler,
 in the judge's process); the trial runs the learner's code and hands back plain data: a
-number, the values the host reads, a tile for every element.
+number, a tile for every element, or (04.2, 04.3) the graph and program the learner built
+(:mod:`ipukit.graph_data`, the learner's codelet named as the kit's and its outputs checked
+apart), which the judge rebuilds and runs on data the kernel never sees.
 
 >>> from ipukit.grading import lesson04
 >>> r = lesson04.check_mapping(lambda graph, x, reads: graph.set_tile_mapping(x, 0),
@@ -19,12 +21,25 @@ import numpy as np
 
 import ipukit as ipu
 
-from .common import SumVertex, element_tiles, no_compile, program
+from .common import (
+    SumVertex,
+    codelet_run,
+    element_tiles,
+    judged_run,
+    no_compile,
+    output_array,
+    output_field,
+    program,
+    rebuilt_engine,
+    sent_graph,
+    stand_ins,
+)
 from .common import as_count as _as_int
 from .common import device as _device
 from .feedback import (
     Cost,
     Wrong,
+    clipped,
     exercise,
     first_mismatch,
     plural,
@@ -99,25 +114,80 @@ def _reduction_steps(tiles: int, n: int, strategy: str):
     return [s for s in ipu.compile_graph(g, [prog]).steps if s.kind != "host"]
 
 
+class _Mean3(ipu.Vertex):
+    """out = the mean of x: the lesson's codelet as the judge runs it in place of the
+    learner's (whose compute is checked on its own, in the kernel)."""
+
+    x = ipu.Input(ipu.Vector(ipu.FLOAT))
+    out = ipu.Output(ipu.FLOAT)
+
+    def compute(self):
+        self.out[...] = self.x.mean(axis=-1)
+
+
 def _smoothing_cases(rng) -> list[dict]:
-    """One interior element, one and several iterations, random lengths and data."""
+    """One interior element, one and several iterations, random lengths and data (private
+    to the judge: the kernel only builds the graph); ``pieces``: three values for the
+    learner's codelet alone."""
     fixed = [(6, 1, [0, 9, 0, 3, 6, 0]), (8, 3, [0, 9, 0, 3, 6, 0, 12, 3]), (3, 2, [3, 0, 6])]
-    found = [{"n": n, "iterations": k, "v": np.array(v, np.float32)} for n, k, v in fixed]
+    found = [{"n": n, "iterations": k, "_v": np.array(v, np.float32)} for n, k, v in fixed]
     for _ in range(2):
         n = int(rng.integers(4, 11))
         found.append({"n": n, "iterations": int(rng.integers(2, 6)),
-                      "v": rng.integers(0, 20, n).astype(np.float32)})
+                      "_v": rng.integers(0, 20, n).astype(np.float32)})
+    for case in found:
+        case["pieces"] = [rng.normal(size=3).astype(np.float32) for _ in range(2)]
     return found
 
 
+def _smoothing_what(case) -> str:
+    return f"n={case['n']}, {plural(case['iterations'], 'iteration')}"
+
+
+def _sent_with_codelets(g, prog, what, reference, fields, inputs, outputs) -> dict:
+    """The learner's graph and program (compiled here first, so that a race is named at
+    once), the learner's codelets sent as the kit's ``reference``, and what each of them
+    computes on each of ``inputs`` (the learner's kernel)."""
+    _compile(g, prog, f"{what}: your graph")
+    mine = stand_ins(g, reference, what, fields)
+    return {"graph": sent_graph(g, prog, what, mine),
+            "codelets": {cls.__name__: [codelet_run(cls, piece, outputs)["out"]
+                                        for piece in inputs] for cls in mine}}
+
+
 def _smoothing_trial(case, build_smoothing):
-    dev, g, v = _automaton_graph(case["n"], "v")
+    """The learner's graph and program as plain data, the learner's codelet named as the
+    kit's :class:`_Mean3`, and what it computes on ``pieces``."""
+    _, g, v = _automaton_graph(case["n"], "v")
     prog = program(build_smoothing(g, v, case["iterations"]), "build_smoothing")
-    eng = _compile(g, prog, "your graph")
-    eng.load(dev)
-    eng.write_tensor("v", case["v"])
-    eng.run()
-    return eng.read_tensor("v")
+    return _sent_with_codelets(g, prog, _smoothing_what(case), _Mean3,
+                               "x (Input(Vector(float32))) and out (Output(float32))",
+                               [{"x": p} for p in case["pieces"]], {"out": []})
+
+
+def _codelets_right(got, inputs, want, what: str, asked: str) -> None:
+    """Wrong unless each learner codelet's outputs on ``inputs`` are ``want``."""
+    codelets = output_field(got, "codelets", what)
+    for name, outs in (codelets.items() if isinstance(codelets, dict) else ()):
+        outs = output_array(outs, [len(want)], f"{what}: your codelet")
+        for piece, mine, right in zip(inputs, outs, want):
+            if not np.isclose(mine, right, rtol=1e-5, atol=1e-6):
+                shown = ", ".join(f"{k} = {np.array2string(v, precision=3)}" if np.ndim(v)
+                                  else f"{k} = {float(v):g}" for k, v in piece.items())
+                raise Wrong(f"{what}: your codelet {clipped(str(name), 80)} on {shown}: "
+                            f"expected out {right:.4g} ({asked}), got {mine:.4g}")
+
+
+def _judged_cells(case, got, name: str, start, what: str):
+    """The judge rebuilds the graph the kernel sent (``name`` kept as the exercise maps
+    it), writes its own ``start`` there, runs it: the engine and what ``name`` holds."""
+    _, base, _ = _automaton_graph(case["n"], name)
+    kept = ((name, "host_writes"), (name, "host_reads"))
+    eng = rebuilt_engine(output_field(got, "graph", what), base, what, kept)
+    with judged_run(what):
+        eng.write_tensor(name, start)
+        eng.run()
+    return eng, eng.read_tensor(name)
 
 
 def smoothing(v, iterations: int) -> np.ndarray:
@@ -138,12 +208,19 @@ def smoothing(v, iterations: int) -> np.ndarray:
     "v[1:-1]); wrap both in ipu.Repeat(iterations, ipu.Sequence(...))."),
     answers=("build_smoothing",), cases=_smoothing_cases, trial=_smoothing_trial)
 def check_smoothing(cases, outputs):
-    """Exercise 04.2: ``build_smoothing(graph, v, iterations)`` → program (Jacobi smoothing)."""
+    """Exercise 04.2: ``build_smoothing(graph, v, iterations)`` → program (Jacobi smoothing).
+    The kernel sends the graph and program (:mod:`ipukit.graph_data`; the learner's codelet
+    named as the kit's :class:`_Mean3`) and what that codelet computes on ``pieces``; the
+    judge checks those, rebuilds the graph and runs it on its own v."""
     for case, got in zip(cases, outputs):
-        k, n = case["iterations"], case["n"]
-        first_mismatch(smoothing(case["v"], k), got,
+        k, n, what = case["iterations"], case["n"], _smoothing_what(case)
+        _codelets_right(got, [{"x": p} for p in case["pieces"]],
+                        [p.mean(dtype=np.float64) for p in case["pieces"]], what,
+                        "the mean of x")
+        _, v = _judged_cells(case, got, "v", case["_v"], what)
+        first_mismatch(smoothing(case["_v"], k), v,
                        f"v after {plural(k, 'iteration')} (n={n}, start "
-                       f"{case['v'].astype(int).tolist()})")
+                       f"{case['_v'].astype(int).tolist()})")
 
 
 def _compile(g, prog, what):
@@ -168,6 +245,9 @@ def automaton(cells, generations: int):
 
 
 class _Xor(ipu.Vertex):
+    """out = |left - right|: the lesson's codelet as the judge runs it in place of the
+    learner's (whose compute is checked on its own, in the kernel)."""
+
     left = ipu.Input(ipu.FLOAT)
     right = ipu.Input(ipu.FLOAT)
     out = ipu.Output(ipu.FLOAT)
@@ -215,11 +295,12 @@ def _executed_cycles(eng) -> int:
 
 def _automaton_cases(rng) -> list[dict]:
     """Odd and even generation counts (3: odd and a multiple of 3) on rings that do not
-    die out; each start is drawn until the generations just before and after the one
-    asked for differ from it, so being one generation off always shows. The budget (the
-    reference's cycles) is worked out here, in the judge."""
+    die out, then a drawn ring and count; each start is drawn until the generations just
+    before and after the one asked for differ from it, so being one generation off always
+    shows. The budget (the reference's cycles) is worked out here, in the judge."""
     found = []
-    for n, generations in [(5, 1), (9, 4), (11, 7), (10, 3), (13, 2)]:
+    drawn = (int(rng.choice([7, 9, 11, 13])), int(rng.integers(2, 7)))  # odd rings: alive
+    for n, generations in [(5, 1), (9, 4), (11, 7), (10, 3), (13, 2), drawn]:
         while True:
             start = rng.integers(0, 2, n).astype(np.float32)
             near = [automaton(start, k).tolist() for k in range(generations + 2)]
@@ -231,22 +312,29 @@ def _automaton_cases(rng) -> list[dict]:
         ref.load(dev)
         ref.write_tensor("cells", start)
         ref.run()
-        found.append({"n": n, "generations": generations, "start": start,
+        found.append({"n": n, "generations": generations, "_start": start,
                       "_budget": _executed_cycles(ref)})
     return found
 
 
+#: The inputs the learner's 04.3 codelet is checked on: every pair of 0/1 cells.
+_XOR_PAIRS = [{"left": np.float32(a), "right": np.float32(b)} for a in (0, 1) for b in (0, 1)]
+
+
+def _automaton_what(case) -> str:
+    return f"{plural(case['n'], 'cell')}, {plural(case['generations'], 'generation')}"
+
+
 def _automaton_trial(case, build_automaton):
-    """cells after the run, and the cycles it took (measured here: only for the star)."""
-    n, generations = case["n"], case["generations"]
-    what = f"{plural(n, 'cell')}, {plural(generations, 'generation')}"
-    dev, g, cells = _automaton_graph(n)
-    prog = program(build_automaton(g, cells, generations), f"{what}: build_automaton")
-    eng = _compile(g, prog, f"{what}: your program")
-    eng.load(dev)
-    eng.write_tensor("cells", case["start"])
-    eng.run()
-    return {"cells": eng.read_tensor("cells"), "cycles": _executed_cycles(eng)}
+    """The learner's graph and program as plain data, the learner's codelet named as the
+    kit's :class:`_Xor`, and what it computes on every pair of 0/1 cells."""
+    what = _automaton_what(case)
+    _, g, cells = _automaton_graph(case["n"])
+    prog = program(build_automaton(g, cells, case["generations"]),
+                   f"{what}: build_automaton")
+    return _sent_with_codelets(g, prog, what, _Xor, "left and right "
+                               "(Input(float32)) and out (Output(float32))", _XOR_PAIRS,
+                               {"out": []})
 
 
 @exercise("04.3", "double buffering: an automaton on a ring", points=3, budget="cycles",
@@ -265,13 +353,16 @@ def _automaton_trial(case, build_automaton):
 def check_automaton(cases, outputs):
     """Exercise 04.3: ``build_automaton(graph, cells, generations)`` → a program after
     which ``cells`` holds the given generation of new[i] = |x[i-1] - x[i+1]| (a ring,
-    cell i on tile i). Budget: double buffering without per-generation copies (the
-    cycles are measured in the learner's kernel, so they earn only the star)."""
+    cell i on tile i). The kernel sends the graph and program (the learner's codelet named
+    as the kit's :class:`_Xor`) and what that codelet computes on every pair of 0/1 cells;
+    the judge checks those, rebuilds the graph and runs it from its own start. Budget (the
+    star, from the judge's run): double buffering without per-generation copies."""
     used = budget = 0
     for case, got in zip(cases, outputs):
-        n, generations, start = case["n"], case["generations"], case["start"]
-        what = f"{plural(n, 'cell')}, {plural(generations, 'generation')}"
-        cells = np.asarray(got["cells"])
+        generations, start, what = case["generations"], case["_start"], _automaton_what(case)
+        _codelets_right(got, _XOR_PAIRS, [abs(p["left"] - p["right"]) for p in _XOR_PAIRS],
+                        what, "|left - right|")
+        eng, cells = _judged_cells(case, got, "cells", start, what)
         want = automaton(start, generations)
         if not np.array_equal(cells, want):
             shown = f"(start {start.astype(int).tolist()})"
@@ -280,7 +371,7 @@ def check_automaton(cases, outputs):
                     raise Wrong(f"{what}: cells holds generation {k}, not {generations} "
                                 + shown)
             first_mismatch(want, cells, f"{what}: cells {shown}")
-        used += int(got["cycles"])
+        used += _executed_cycles(eng)
         budget += case["_budget"]
     return Cost(used, budget, "cycle")
 

@@ -5,8 +5,10 @@ cases and works out the expected answers with the kit's own code; the learner's 
 only runs the learner's functions on them. 05.1 compiles a real ``popops.add`` and reads
 each tile's compute cycles from the step; 05.2 uses Graphcore's integer cost function of
 tut6 (``estimateCycles`` in ``tut6.cpp``, whose 10000×1000 numbers are in Graphcore's
-tests: split 7 on Mk2, total 3996); 05.3 and 05.5 compare the learner's graph's outputs
-with NumPy (their cycles, measured in the kernel, earn only the star); 05.4 reads the
+tests: split 7 on Mk2, total 3996); 05.3 and 05.5 send the graph and program the learner
+built as plain data (:mod:`ipukit.graph_data`; 05.3's codelet named as the kit's, its own
+sums checked apart): the judge rebuilds them, runs them on an x the kernel never sees and
+compares with NumPy (points), the star from that run's cycles; 05.4 reads the
 Trace of programs built from PopLibs ops; 05.6 builds the learner's order of ops (plain
 data) with popops in the judge and reads its tile peak from the kit's liveness.
 
@@ -24,8 +26,25 @@ import ipukit as ipu
 from ipukit.poplibs import poplin, popnn, popops, poputil
 from ipukit.poplibs.expr import Exp, Log, _1, _2, _3
 
-from .common import naming, output_array, output_field
-from .feedback import Cost, Wrong, as_int, as_ints, exercise, first_mismatch, library_error
+from .common import (
+    codelet_run,
+    judged_run,
+    naming,
+    output_array,
+    output_field,
+    rebuilt_engine,
+    sent_graph,
+    stand_ins,
+)
+from .feedback import (
+    Cost,
+    Wrong,
+    as_int,
+    as_ints,
+    clipped,
+    exercise,
+    first_mismatch,
+)
 
 
 def _target(tiles: int | None = None, version: str = "ipu2"):
@@ -233,26 +252,33 @@ def _device_cycles(eng) -> int:
     return sum(s.cycles for s in eng.trace.executed_steps() if s.kind != "host")
 
 
-def _run_ops(case, build, shape, what):
-    """``build(graph, x, prog)`` on the case's x ([rows, cols] mapped linearly over its
-    tiles), run: (the returned tensor's values, the device cycles). Wrong for a result that
-    is not a tensor of ``shape``, or a graph that does not compile (the trial's side)."""
-    dev, g, x = _reduce_graph(case["rows"], case["cols"], case["tiles"])
+def _sent_ops(case, build, shape, what, reference=None, fields: str = ""):
+    """``build(graph, x, prog)`` on a graph with the case's x ([rows, cols] mapped linearly
+    over its tiles; its values stay with the judge), the tensor it returns read back as
+    "out": the graph and program as plain data (the trial's side), the learner's codelets
+    sent as the kit's ``reference`` (with the exercise's ``fields``, in words), and the list
+    of those codelets. Wrong for a result that is not a tensor of ``shape``."""
+    _, g, x = _reduce_graph(case["rows"], case["cols"], case["tiles"])
     prog = ipu.Sequence()
     with naming(what):
         out = build(g, x, prog)
     if not isinstance(out, ipu.Tensor) or tuple(out.shape) != tuple(shape):
-        raise Wrong(f"{what}: return a tensor of shape {list(shape)}, got {out!r}")
+        raise Wrong(f"{what}: return a tensor of shape {list(shape)}, got {out!r}"[:300])
     g.create_host_read("out", out)
-    try:
-        eng = ipu.Engine(g, prog)
-    except ipu.IpuError as exc:
-        raise Wrong(library_error(f"{what}: your graph does not compile", exc)) from None
-    eng.load(dev)
-    eng.write_tensor("x", np.asarray(case["x"], np.float32))
-    with naming(what), np.errstate(all="ignore"):
+    mine = stand_ins(g, reference, what, fields) if reference is not None else {}
+    return sent_graph(g, prog, what, mine), list(mine)
+
+
+def _judged_ops(case, sent, shape, what):
+    """The graph the kernel sent, rebuilt and run by the judge on its own x (x kept as the
+    case maps it): (out's values as float64, the run's device cycles)."""
+    _, base, _ = _reduce_graph(case["rows"], case["cols"], case["tiles"])
+    eng = rebuilt_engine(sent, base, what, (("x", "host_writes"),), ("out",))
+    with judged_run(what):
+        eng.write_tensor("x", case["_x"])
         eng.run()
-    return eng.read_tensor("out"), _device_cycles(eng)
+        out = eng.read_tensor("out")
+    return output_array(out, shape, f"{what}: out"), _device_cycles(eng)
 
 
 def _reference_cycles(rows, cols, tiles, build) -> int:
@@ -270,13 +296,27 @@ def _popops_row_sums(g, x, prog):
     return popops.reduce(g, x, [1], popops.Operation.ADD, prog, "reference")
 
 
+class _PartialSum(ipu.Vertex):
+    """out = the sum of x: the codelet exercise 05.3 asks for, as the judge runs it in place
+    of the learner's (whose compute is checked on its own, in the kernel)."""
+
+    x = ipu.Input(ipu.Vector(ipu.FLOAT))
+    out = ipu.Output(ipu.FLOAT)
+
+    def compute(self):
+        self.out[...] = self.x.sum(axis=-1)
+
+
 def _reduce_cases(rng) -> list[dict]:
     """Rows spread over tiles, rows within a tile, one row, uneven sizes; then a random
-    shape. The budget: the cycles of popops.reduce on the same tensor."""
+    shape. The budget: the cycles of popops.reduce on the same tensor. ``pieces``: inputs
+    for the learner's codelet alone (one element, mixed signs, a long run); x is private
+    to the judge."""
     shapes = [(6, 100, 4), (3, 50, 8), (10, 7, 5), (1, 64, 4), (7, 13, 6),
               (int(rng.integers(1, 12)), int(rng.integers(1, 80)), int(rng.integers(2, 9)))]
     return [{"rows": r, "cols": c, "tiles": t,
-             "x": rng.normal(size=(r, c)).astype(np.float32),
+             "pieces": [rng.normal(size=n).astype(np.float32) for n in (1, 5, 37)],
+             "_x": rng.normal(size=(r, c)).astype(np.float32),
              "_budget": _reference_cycles(r, c, t, _popops_row_sums)} for r, c, t in shapes]
 
 
@@ -285,8 +325,12 @@ def _reduce_what(case) -> str:
 
 
 def _reduce_trial(case, reduce_rows):
-    out, cycles = _run_ops(case, reduce_rows, [case["rows"]], _reduce_what(case))
-    return {"out": out, "cycles": cycles}
+    """The learner's graph and program (the learner's codelets sent as the kit's
+    :class:`_PartialSum`), and what each of those codelets computes on ``pieces``."""
+    sent, mine = _sent_ops(case, reduce_rows, [case["rows"]], _reduce_what(case), _PartialSum,
+                           "x (Input(Vector(float32))) and out (Output(float32))")
+    return {"graph": sent, "codelets": {cls.__name__: [codelet_run(
+        cls, {"x": piece}, {"out": []})["out"] for piece in case["pieces"]] for cls in mine}}
 
 
 @exercise("05.3", "a row sum built like popops.reduce", points=3, budget="cycles", hints=(
@@ -302,20 +346,32 @@ def _reduce_trial(case, reduce_rows):
 def check_reduce_rows(cases, outputs):
     """Exercise 05.3: ``reduce_rows(graph, x, prog)`` adds to ``prog`` what computes
     out = x.sum(axis=1) for a 2-D ``x`` mapped linearly over the tiles, and returns
-    ``out``. Budget: the cycles of ``popops.reduce(graph, x, [1], ADD, prog)``."""
+    ``out``. The kernel sends the graph and program (the learner's codelet named as the
+    kit's :class:`_PartialSum`) and what that codelet computes on the case's ``pieces``;
+    the judge checks those sums, then rebuilds the graph, runs it on its own x and compares
+    out (points); the star: that run's cycles within those of
+    ``popops.reduce(graph, x, [1], ADD, prog)``."""
     used = budget = 0
     for case, got in zip(cases, outputs):
-        what, xv = _reduce_what(case), np.asarray(case["x"], np.float64)
+        what, xv = _reduce_what(case), np.asarray(case["_x"], np.float64)
+        codelets = output_field(got, "codelets", what)
+        for name, sums in (codelets.items() if isinstance(codelets, dict) else ()):
+            name = clipped(str(name), 80)
+            for piece, total in zip(case["pieces"], output_array(sums, [3], what)):
+                if not np.isclose(total, piece.sum(dtype=np.float64), rtol=1e-5, atol=1e-5):
+                    raise Wrong(f"{what}: your codelet {name} on x = "
+                                f"{np.array2string(piece, precision=3)[:200]}: expected out "
+                                f"{piece.sum():.4f}, got {total:.4f}")
         rows, cols = xv.shape
-        out = output_array(output_field(got, "out", what), [rows], f"{what}: out")
+        out, cycles = _judged_ops(case, output_field(got, "graph", what), [rows], what)
         columns = xv.sum(axis=0)
         if rows > 1 and cols >= rows and np.allclose(out, columns[:rows], rtol=1e-4,
                                                       atol=1e-4):
             raise Wrong(f"{what}: out holds column sums; sum each row (axis 1)")
         first_mismatch(xv.sum(axis=1), out, f"{what}: out", rtol=1e-4, atol=1e-4)
-        used += as_int(output_field(got, "cycles", what), f"{what}: cycles")
+        used += cycles
         budget += case["_budget"]
-    return Cost(used, budget, "cycle")  # cycles measured in the kernel: the star only
+    return Cost(used, budget, "cycle")  # the judge's own run
 
 
 # -- 05.4: read a profile ------------------------------------------------------------------
@@ -532,22 +588,23 @@ def _softmax_cases(rng) -> list[dict]:
     for tiles, data in found:
         rows, cols = data.shape
         cases.append({"rows": rows, "cols": cols, "tiles": tiles,
-                      "x": data.astype(np.float32),
+                      "_x": data.astype(np.float32),
                       "_budget": _reference_cycles(rows, cols, tiles,
                                                    _log_softmax_reference_prog)})
     return cases
 
 
 def _softmax_what(case) -> str:
-    x = np.asarray(case["x"])
-    return (f"log_softmax: x of shape [{case['rows']}, {case['cols']}] (row maxima "
-            f"{np.array2string(x.max(axis=1), precision=0)})")
+    """The case in words; in the judge, with its x's row maxima."""
+    what = f"log_softmax: x of shape [{case['rows']}, {case['cols']}]"
+    if "_x" not in case:  # the trial's side: x stays with the judge
+        return what
+    return f"{what} (row maxima {np.array2string(case['_x'].max(axis=1), precision=0)})"
 
 
 def _softmax_trial(case, log_softmax):
-    out, cycles = _run_ops(case, log_softmax, [case["rows"], case["cols"]],
-                           _softmax_what(case))
-    return {"out": out, "cycles": cycles}
+    """The learner's graph and program (popops ops: the kit's codelets, sent as they are)."""
+    return _sent_ops(case, log_softmax, [case["rows"], case["cols"]], _softmax_what(case))[0]
 
 
 @exercise("05.5", "a log-softmax op from popops ops", points=3, budget="cycles", hints=(
@@ -567,8 +624,8 @@ def check_log_softmax(cases, outputs):
     of four popops ops (max, exp, sum, subtract and log)."""
     used = budget = 0
     for case, got in zip(cases, outputs):
-        what, xv = _softmax_what(case), np.asarray(case["x"], np.float64)
-        out = output_array(output_field(got, "out", what), xv.shape, f"{what}: out")
+        what, xv = _softmax_what(case), np.asarray(case["_x"], np.float64)
+        out, cycles = _judged_ops(case, got, xv.shape, what)
         z = xv - xv.max(axis=1, keepdims=True)
         want = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
         if not np.isfinite(out).all():
@@ -581,9 +638,9 @@ def check_log_softmax(cases, outputs):
         if np.allclose(out, np.exp(want), rtol=1e-3, atol=1e-5):
             raise Wrong(f"{what}: that is softmax; take its logarithm")
         first_mismatch(want, out, f"{what}: out", rtol=1e-4, atol=1e-4)
-        used += as_int(output_field(got, "cycles", what), f"{what}: cycles")
+        used += cycles
         budget += case["_budget"]
-    return Cost(used, budget, "cycle")  # cycles measured in the kernel: the star only
+    return Cost(used, budget, "cycle")  # the judge's own run
 
 
 # -- 05.6: memory reuse, read from the liveness ------------------------------------------------

@@ -6,7 +6,9 @@ references are measured with the pipeline runner in the judge: the peak bytes of
 and the peak stash of each stage from a run's ``MemoryRecord``s, and whether a
 micro-batch size fits from whether the run raises ``OutOfMemoryError``; 09.4 against a
 full-batch step, 09.5 against every set of checkpoints, 09.6 against a NumPy Momentum
-update and the program's remote-buffer copies as executed.
+update and the program's remote-buffer copies as executed: the kernel sends 09.6's graph
+and program as plain data (:mod:`ipukit.graph_data`), the judge runs them on its own
+weights, state and gradients.
 
 >>> from ipukit.grading import lesson09
 >>> r = lesson09.check_recomputed_stash(lambda in_flight, input_bytes, activation_bytes: 0)
@@ -23,7 +25,14 @@ import ipukit as ipu
 from ipukit.parallel import nn, optim, pipeline, schedule
 from ipukit.poplibs import poputil
 
-from .common import device, engine, optimisers, teaching_target
+from .common import (
+    device,
+    judged_run,
+    optimisers,
+    rebuilt_engine,
+    sent_graph,
+    teaching_target,
+)
 from .feedback import Wrong, as_int, as_ints, exercise, plural
 
 
@@ -505,9 +514,9 @@ def _offload_cases(rng) -> list[dict]:
     for n, tiles, lr, momentum in found:
         draw = np.random.default_rng(rng.integers(2**31))
         cases.append({"n": n, "tiles": tiles, "lr": lr, "momentum": momentum,
-                      "weights": draw.normal(size=n).astype(np.float32),
-                      "state": draw.normal(size=n).astype(np.float32),
-                      "grads": draw.normal(size=(2, n)).astype(np.float32)})
+                      "_weights": draw.normal(size=n).astype(np.float32),
+                      "_state": draw.normal(size=n).astype(np.float32),
+                      "_grads": draw.normal(size=(2, n)).astype(np.float32)})
     return cases
 
 
@@ -516,12 +525,10 @@ def _offload_what(case) -> str:
             f"momentum={case['momentum']}")
 
 
-def _offload_trial(case, offloaded_update):
-    """Build the learner's update over weights and gradients mapped linearly, the state in
-    a remote buffer; run it twice (new gradients each time); return the weights, the state
-    read back from Streaming Memory and each run's executed steps (kind, name, bytes)."""
-    dev = device(case["tiles"])
-    g = ipu.Graph(dev.target)
+def _offload_graph(case):
+    """Weights and gradients mapped linearly over the case's tiles, with their host
+    handles, and the remote buffer of the state: the graph the learner's function gets."""
+    g = ipu.Graph(device(case["tiles"]).target)
     n = case["n"]
     w, grads = g.add_variable(ipu.FLOAT, [n], "weights"), g.add_variable(ipu.FLOAT, [n], "grads")
     for t in (w, grads):
@@ -530,31 +537,47 @@ def _offload_trial(case, offloaded_update):
     g.create_host_read("weights", w)
     g.create_host_write("grads", grads)
     buf = g.add_remote_buffer(STATE_BUFFER, ipu.FLOAT, n)
+    return g, w, grads, buf
+
+
+def _offload_trial(case, offloaded_update):
+    """The learner's update as plain data (the learner's kernel): the judge runs it."""
+    g, w, grads, buf = _offload_graph(case)
     prog = offloaded_update(g, w, grads, buf, case["lr"], case["momentum"])
     if not isinstance(prog, ipu.Program):
         raise Wrong(f"{_offload_what(case)}: return the program (an ipu.Sequence), got "
                     f"{type(prog).__name__}")
-    eng = engine(g, prog, _offload_what(case))
-    eng.load(dev)
-    eng.write_tensor("weights", case["weights"])
-    eng.copy_to_remote_buffer(case["state"], STATE_BUFFER, 0)
+    return sent_graph(g, prog, _offload_what(case))
+
+
+def _offload_run(case, sent) -> dict:
+    """The judge's run of the program the kernel sent (weights, gradients and the remote
+    buffer kept as the exercise has them), twice, on its own weights, state and gradients:
+    the weights, the state read back from Streaming Memory and each run's executed steps
+    (kind, name, bytes)."""
+    what = _offload_what(case)
+    kept = (("weights", "host_writes"), ("weights", "host_reads"), ("grads", "host_writes"),
+            (STATE_BUFFER, "remote_buffers"))
+    eng = rebuilt_engine(sent, _offload_graph(case)[0], what, kept)
     runs = []
-    for grad in case["grads"]:
-        eng.write_tensor("grads", grad)
-        first = len(eng.trace) + 1  # after this call's host sync
-        eng.run()
-        runs.append([[s.kind, s.name, int(s.remote_bytes)]
-                     for s in eng.trace.executed_steps()[first:]])
-    return {"weights": eng.read_tensor("weights"),
-            "state": eng.copy_from_remote_buffer(STATE_BUFFER, np.zeros(n, np.float32), 0),
-            "runs": runs}
+    with judged_run(what):
+        eng.write_tensor("weights", case["_weights"])
+        eng.copy_to_remote_buffer(case["_state"], STATE_BUFFER, 0)
+        for grad in case["_grads"]:
+            eng.write_tensor("grads", grad)
+            first = len(eng.trace) + 1  # after this call's host sync
+            eng.run()
+            runs.append([[s.kind, s.name, int(s.remote_bytes)]
+                         for s in eng.trace.executed_steps()[first:]])
+        state = eng.copy_from_remote_buffer(STATE_BUFFER, np.zeros(case["n"], np.float32), 0)
+        return {"weights": eng.read_tensor("weights"), "state": state, "runs": runs}
 
 
 def momentum_reference(case) -> tuple[np.ndarray, np.ndarray]:
     """The weights and momentum after the case's updates, in float32 (NumPy)."""
-    w, state = case["weights"].astype(np.float32), case["state"].astype(np.float32)
+    w, state = case["_weights"].astype(np.float32), case["_state"].astype(np.float32)
     m, lr = np.float32(case["momentum"]), np.float32(case["lr"])
-    for grad in case["grads"]:
+    for grad in case["_grads"]:
         state = m * state + grad.astype(np.float32)
         w = w - lr * state
     return w, state
@@ -572,9 +595,12 @@ def momentum_reference(case) -> tuple[np.ndarray, np.ndarray]:
 def check_offloaded_update(cases, outputs):
     """Exercise 09.6: ``offloaded_update(graph, weights, grads, state_buffer, lr, momentum)``
     → the program of one Momentum update whose state lives in the remote buffer
-    ``state_buffer``: copied in, updated, used and copied back."""
-    for case, out in zip(cases, outputs):
+    ``state_buffer``: copied in, updated, used and copied back. The kernel sends the graph
+    and program (:mod:`ipukit.graph_data`); the judge rebuilds them and runs them twice on
+    weights, state and gradients the kernel never sees."""
+    for case, sent in zip(cases, outputs):
         what = _offload_what(case)
+        out = _offload_run(case, sent)
         for r, steps in enumerate(out["runs"]):
             remote = [(name, nbytes) for kind, name, nbytes in steps if kind == "remote"]
             ins = [x for x in remote if x[0].endswith(f" <- {STATE_BUFFER}")]
@@ -608,8 +634,8 @@ def _offload_diagnosis(case, out, name) -> str:
     """Name a common mistake where the values show it: the weights updated with the
     momentum before it was updated."""
     m, lr = np.float32(case["momentum"]), np.float32(case["lr"])
-    w, state = case["weights"].astype(np.float32), case["state"].astype(np.float32)
-    for grad in case["grads"]:
+    w, state = case["_weights"].astype(np.float32), case["_state"].astype(np.float32)
+    for grad in case["_grads"]:
         w, state = w - lr * state, m * state + grad
     if name == "weights" and np.allclose(out["weights"], w, rtol=1e-5, atol=1e-6):
         return (". You updated the weights with the momentum before updating the momentum: "

@@ -162,6 +162,8 @@ def map_vertex(expr: Expr, in_types, out_type, inplace: bool, multi: bool = True
 
     ns["compute"] = compute
     ns["__doc__"] = f"Element-wise {expr} ({name})."
+    ns["_recipe"] = {"popops.map": [_expr_plain(expr), [str(np.dtype(t)) for t in in_types],
+                                    str(np.dtype(out_type)), bool(inplace), bool(multi)]}
     base = RowsMultiVertex if multi and expr.op != "CONST" else Vertex
     cls = type(name, (base,), ns)
     _VERTEX_CACHE[key] = cls
@@ -249,9 +251,99 @@ def reduce_vertex(op: str, in_type, out_type, update: bool, multi: bool = True) 
         "out": (InOut if update else Output)(Vector(out_type)),
         "compute": compute,
         "__doc__": f"Reduce groups of partials with {op} ({name}).",
+        "_recipe": {"popops.reduce": [op, str(np.dtype(in_type)), str(np.dtype(out_type)),
+                                      bool(update), bool(multi)]},
     })
     _VERTEX_CACHE[key] = cls
     return cls
+
+
+def codelet_recipe(cls) -> dict | None:
+    """The plain data from which :func:`map_vertex` or :func:`reduce_vertex` made the
+    codelet ``cls`` (how :mod:`ipukit.graph_data` sends a generated codelet), else None.
+
+    >>> codelet_recipe(reduce_vertex("ADD", FLOAT, FLOAT, False))
+    {'popops.reduce': ['ADD', 'float32', 'float32', False, True]}
+    """
+    recipe = vars(cls).get("_recipe") if isinstance(cls, type) else None
+    try:
+        return recipe if recipe is not None and codelet_from_recipe(recipe) is cls else None
+    except IpuError:  # e.g. a constant of a type a recipe does not carry (complex)
+        return None
+
+
+#: Most nodes, and most nested levels, of an expression a recipe may describe (kit
+#: convention: far above any expression of the lessons).
+MAX_EXPR_NODES = 1_000
+MAX_EXPR_DEPTH = 64
+_RECIPE_TYPES = ("float32", "float16", "int32", "uint32", "bool")
+#: The NumPy number types a constant of an expression may have in a recipe.
+_CONST_TYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+                "uint16", "uint32", "uint64")
+
+
+def codelet_from_recipe(recipe) -> type:
+    """The codelet a :func:`codelet_recipe` describes (untrusted plain data: anything
+    malformed is an IpuError naming it).
+
+    >>> codelet_from_recipe({"popops.map": [["EXPONENT", ["ARG", 1]], ["float32"],
+    ...                                     "float32", False, True]}).__name__
+    'popops::UnaryOp1D<EXPONENT,float>'
+    """
+    def need(ok, what):
+        if not ok:
+            raise IpuError(f"a popops codelet recipe: expected {what}")
+
+    need(isinstance(recipe, dict) and len(recipe) == 1, "one {kind: [...]}")
+    (kind, args), = recipe.items()
+    need(kind in ("popops.map", "popops.reduce") and isinstance(args, list)
+         and len(args) == 5, "popops.map or popops.reduce with five arguments")
+    flags = args[3:]
+    need(all(isinstance(f, bool) for f in flags), "inplace/update and multi as True/False")
+    if kind == "popops.reduce":
+        op, in_type, out_type = args[:3]
+        need(op in REDUCE_OPS, f"an operation of {', '.join(REDUCE_OPS)}")
+        need(in_type in _RECIPE_TYPES and out_type in _RECIPE_TYPES, "element types")
+        return reduce_vertex(op, np.dtype(in_type), np.dtype(out_type), *flags)
+    tree, in_types, out_type = args[:3]
+    need(isinstance(in_types, list) and 0 < len(in_types) <= 64
+         and all(t in _RECIPE_TYPES for t in in_types + [out_type]), "element types")
+    expr = _expr_from_plain(tree, len(in_types), [0], need, 0)
+    return map_vertex(expr, [np.dtype(t) for t in in_types], np.dtype(out_type), *flags)
+
+
+def _expr_plain(expr: Expr) -> list:
+    """An expression tree as nested lists: ``["ARG", i]``, ``["CONST", value, type]``
+    (type: "int", "float" or a NumPy type's name), ``[op, *args]``."""
+    if expr.op == "ARG":
+        return ["ARG", int(expr.args[0])]
+    if expr.op == "CONST":
+        value = expr.args[0]
+        kind = {int: "int", float: "float"}.get(type(value), None)
+        if kind is None:
+            kind = str(np.asarray(value).dtype)
+        return ["CONST", value.item() if hasattr(value, "item") else value, kind]
+    return [expr.op, *(_expr_plain(a) for a in expr.args)]
+
+
+def _expr_from_plain(tree, num_args: int, seen: list, need, depth: int) -> Expr:
+    seen[0] += 1
+    need(seen[0] <= MAX_EXPR_NODES and depth < MAX_EXPR_DEPTH, f"an expression of at most "
+         f"{MAX_EXPR_NODES} nodes and {MAX_EXPR_DEPTH} levels")
+    need(isinstance(tree, list) and tree and isinstance(tree[0], str), "an expression node")
+    op, args = tree[0], tree[1:]
+    if op == "ARG":
+        need(len(args) == 1 and isinstance(args[0], int) and 1 <= args[0] <= num_args,
+             f"a placeholder _1.._{num_args}")
+        return Expr("ARG", args[0])
+    if op == "CONST":
+        kinds = {"int": int, "float": float, **{t: np.dtype(t).type for t in _CONST_TYPES}}
+        need(len(args) == 2 and isinstance(args[0], numbers.Real)
+             and not isinstance(args[0], bool) and args[1] in kinds, "a constant")
+        return Expr("CONST", kinds[args[1]](args[0]))
+    arity = 1 if op in UNARY else 2 if op in BINARY else 0
+    need(arity and len(args) == arity, f"an operation of {', '.join([*UNARY, *BINARY])}")
+    return Expr(op, *[_expr_from_plain(a, num_args, seen, need, depth + 1) for a in args])
 
 
 # -- building blocks ----------------------------------------------------------------------
