@@ -447,6 +447,36 @@ def learners_checkout(tmp_path):
     return root
 
 
+def document(name: str) -> str:
+    """A JavaScript expression: JupyterLab's loaded document panel of the file ``name``."""
+    return ("Array.from(window.jupyterapp.shell.widgets('main')).find(w => w.context"
+            f" && w.context.path === {json.dumps(name)} && w.context.isReady)")
+
+
+def opened_dirty(page, base, token, name):
+    """Open ``name`` in JupyterLab, wait for its document, its kernel and the metadata
+    JupyterLab writes from it, watch it for 2 s: None when it stays clean, else what was
+    dirty. The document is found by its path (JupyterLab's layout restorer may put another
+    panel first while it loads)."""
+    page.goto(f"{base}/lab/tree/{name}?token={token}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+    page.wait_for_function(KERNEL_READY, timeout=90_000, polling=200)
+    doc = document(name)
+    model = f"({doc}).context.model"
+    # JupyterLab writes the kernel's metadata just after the kernel is ready
+    page.wait_for_function(f"() => {{ const w = {doc}; return w && w.context.model.metadata"
+                           ".language_info && w.context.model.metadata.language_info.version; }",
+                           timeout=60_000, polling=200)
+    for _ in range(20):
+        time.sleep(0.1)
+        if page.evaluate(f"() => {model}.dirty"):
+            return "the document model"
+    tab = page.locator(".lm-TabBar-tab", has_text=name.rsplit("/", 1)[-1])
+    if "jp-mod-dirty" in tab.first.get_attribute("class"):
+        return "the tab"
+    return None
+
+
 @pytest.mark.parametrize("lab", ["learners_checkout"], indirect=True)
 def test_opening_a_notebook_does_not_mark_it_unsaved(lab, learners_checkout, tmp_path):
     """Issue 31: JupyterLab marked an exercise notebook unsaved on opening (the kernel
@@ -463,29 +493,14 @@ def test_opening_a_notebook_does_not_mark_it_unsaved(lab, learners_checkout, tmp
             page = ctx.new_page()
             for path in (exercise, lesson):
                 name = path.relative_to(learners_checkout).as_posix()
-                page.goto(f"{base}/lab/tree/{name}?token={token}")
-                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
-                page.wait_for_function(KERNEL_READY, timeout=90_000, polling=200)
-                model = "window.jupyterapp.shell.currentWidget.context.model"
-                # JupyterLab writes the kernel's metadata just after the kernel is ready
-                page.wait_for_function(f"() => {model}.metadata.language_info"
-                                       f" && {model}.metadata.language_info.version",
-                                       timeout=60_000, polling=200)
-                time.sleep(0.5)
-                assert page.evaluate(f"() => {model}.dirty") is False, name
-                tab = page.locator(".lm-TabBar-tab.jp-mod-current", has_text=path.name)
-                assert "jp-mod-dirty" not in tab.first.get_attribute("class"), name
+                dirty = opened_dirty(page, base, token, name)
+                assert dirty is None, f"{name}: {dirty} dirty on opening"
             name = exercise.relative_to(learners_checkout).as_posix()
-            page.goto(f"{base}/lab/tree/{name}?token={token}")
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
-            page.wait_for_function(KERNEL_READY, timeout=90_000, polling=200)
-            time.sleep(0.5)
+            assert opened_dirty(page, base, token, name) is None, name
             before = exercise.stat().st_mtime_ns
-            page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
-            deadline = time.time() + 30
-            while exercise.stat().st_mtime_ns == before:
-                assert time.time() < deadline, "JupyterLab did not save the notebook"
-                time.sleep(0.1)
+            # the document's own save, awaited (found by its path, as opened_dirty does)
+            page.evaluate(f"async () => await ({document(name)}).context.save()")
+            assert exercise.stat().st_mtime_ns != before, "JupyterLab did not save the notebook"
             time.sleep(0.5)
             assert not edited_exercise(exercise)
         finally:
