@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -481,16 +482,28 @@ def backups(tmp_path, monkeypatch) -> Path:
     return folder
 
 
+@pytest.fixture
+def kit_copy(tmp_path, monkeypatch):
+    """The grader pointed at a copy of the kit, for tests that edit the kit's files while
+    it grades (edits to the real kit would void the grades other test workers are taking
+    at the same time). Returns the copy's ``grading/feedback.py``."""
+    copy = tmp_path / "kit" / "ipukit"
+    shutil.copytree(grade_module.KIT, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(grade_module, "KIT", copy)
+    return copy / "grading" / "feedback.py"
+
+
 def test_an_edit_saved_to_the_kit_during_grading_is_kept_and_the_grade_void(
-        tmp_path, kit_file_kept, backups, monkeypatch, capsys):
+        tmp_path, kit_copy, backups, monkeypatch, capsys):
     """An instructor saves an edit of a kit file while a batch is being graded: that grade
     is void (exit status 2), the kit is restored for the next notebook, and the edit is in
     the backup folder the message names, not lost."""
+    kit_file_kept = kit_copy.read_bytes()
     edited = kit_file_kept + b"\n# an instructor's edit, saved during grading\n"
     real_run = grade_module.run_notebook
 
     def instructor_saves_during_the_run(*args, **kw):
-        KIT_FILE.write_bytes(edited)
+        kit_copy.write_bytes(edited)
         return real_run(*args, **kw)
 
     monkeypatch.setattr(grade_module, "run_notebook", instructor_saves_during_the_run)
@@ -500,15 +513,16 @@ def test_an_edit_saved_to_the_kit_during_grading_is_kept_and_the_grade_void(
     assert out == ""  # no report for a void grade
     (kept,) = backups.glob("*/grading/feedback.py")
     assert kept.read_bytes() == edited  # the edit, moved to the backup
-    assert KIT_FILE.read_bytes() == kit_file_kept  # the kit restored for the next one
+    assert kit_copy.read_bytes() == kit_file_kept  # the kit restored for the next one
     assert "this grade is void" in err and f"were moved to {kept.parents[1]} first" in err
     assert "(grading/feedback.py)" in err
     monkeypatch.setattr(grade_module, "run_notebook", real_run)
     assert quietly(untouched(tmp_path / "01_next.ipynb"))["score"] == 0  # nothing carried
-    assert KIT_FILE.read_bytes() == kit_file_kept
+    assert kit_copy.read_bytes() == kit_file_kept
 
 
-def test_a_file_added_to_the_kit_is_moved_to_the_backup_too(tmp_path, backups, monkeypatch):
+def test_a_file_added_to_the_kit_is_moved_to_the_backup_too(
+        tmp_path, kit_copy, backups, monkeypatch):
     added = grade_module.KIT / "grading" / f"planted_{uuid.uuid4().hex}.py"
     real_run = grade_module.run_notebook
 
@@ -528,14 +542,16 @@ def test_a_file_added_to_the_kit_is_moved_to_the_backup_too(tmp_path, backups, m
 
 
 def test_the_kit_is_restored_even_where_no_backup_folder_can_be_made(
-        tmp_path, kit_file_kept, monkeypatch):
+        tmp_path, kit_copy, monkeypatch):
     monkeypatch.setattr(grade_module, "BACKUPS", Path("/proc/no-such-folder"))
     monkeypatch.setattr(grade_module.tempfile, "mkdtemp", lambda **kw: (_ for _ in ()).throw(
         OSError(28, "No space left on device")))
-    KIT_FILE.write_bytes(kit_file_kept + b"\n# edited\n")
+    kit_file_kept = kit_copy.read_bytes()
+    before = sandbox.KitSnapshot(grade_module.KIT)
+    kit_copy.write_bytes(kit_file_kept + b"\n# edited\n")
     with pytest.raises(grade_module.KitChanged, match="No folder could be made to keep"):
-        grade_module._kit_unchanged(snapshot_before(kit_file_kept))
-    assert KIT_FILE.read_bytes() == kit_file_kept
+        grade_module._kit_unchanged(before)
+    assert kit_copy.read_bytes() == kit_file_kept
 
 
 def snapshot_before(original: bytes) -> sandbox.KitSnapshot:
