@@ -739,6 +739,8 @@ def test_what_a_learner_sees(tmp_path):
             assert "go there after the compute phase" in text, text
             drawn = page.evaluate("window.__drawn")
             assert "↓4 B" in drawn and "↑4 B" in drawn, drawn  # tiles i and i + 1
+            key = ["exchange out", "compute", "exchange", "sync"]  # drawn right to left
+            assert any(drawn[i:i + 4] == key for i in range(len(drawn))), drawn  # the strip's
             w.screenshot(path=str(SHOTS / "learner_bsp_exchange_out.png"))
 
             page, w, errors = open_widget(ctx, pages["memory"])

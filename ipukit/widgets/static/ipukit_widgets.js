@@ -625,9 +625,38 @@ function bspView(meta, A) {
       ctx.fillStyle = "#333";
       ctx.font = "11px sans-serif";
       ctx.textAlign = "left";
-      ctx.fillText("executed supersteps (click one to jump; host syncs clipped)", s.x0, s.y0 - 6);
+      const left = this.drawStripKey(ctx, s);
+      const title = ["executed supersteps (click one to jump; host syncs clipped)",
+        "supersteps (click to jump)"].find((t) => s.x0 + ctx.measureText(t).width + 12 < left);
+      ctx.fillStyle = "#333";
+      ctx.fillText(title || "", s.x0, s.y0 - 6);
       ctx.textAlign = "center";
       for (const e of integerTicks(0, n - 1, 10)) ctx.fillText(String(e + 1), s.x0 + (e + 0.5) * bw, s.y0 + s.h + 14);
+    },
+    // the strip's key, right-aligned above it: the phases it shows, as the static
+    // BSPView's legend (a phase no step has is left out); returns where the key begins
+    drawStripKey(ctx, s) {
+      const shown = ev.map(([si]) => steps[si]);
+      const items = [["sync", colours.sync], ["exchange", colours.exchange],
+        ["compute", colours.compute]];
+      if (shown.some((st) => st.exchange_out > 0)) {
+        items.push(["exchange out", colours["exchange out"]]);
+      }
+      if (shown.some((st) => st.kind === "remote")) {
+        items.push(["Streaming Memory", colours.remote]);
+      }
+      ctx.textAlign = "left";
+      let x = s.x0 + s.w;
+      for (const [name, colour] of items.reverse()) {
+        x -= ctx.measureText(name).width;
+        ctx.fillStyle = "#333";
+        ctx.fillText(name, x, s.y0 - 6);
+        x -= 14;
+        ctx.fillStyle = colour;
+        ctx.fillRect(x, s.y0 - 15, 10, 10);
+        x -= 12;
+      }
+      return x;
     },
     hit(x, y, k) {
       if (x >= strip.x0 && x <= strip.x0 + strip.w && y >= strip.y0 && y <= strip.y0 + strip.h) {
