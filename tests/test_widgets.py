@@ -887,6 +887,28 @@ def test_bsp_payload_has_each_tiles_vertices(view, trace):
     assert per_tile.sum() == view._payload["meta"]["steps"][i]["vertices"] == N
 
 
+def test_static_strip_legend_names_exchange_out_only_where_a_step_has_one(view):
+    """The strip's legend names "exchange out" for a run with remote results ("sum rows"),
+    and not for one without (the browser's key does the same: tests/test_browser.py)."""
+    def legend(v):
+        v.render()
+        return [t.get_text() for t in v.ax_strip.get_legend().get_texts()]
+
+    assert legend(view) == ["sync", "exchange", "compute", "exchange out"]
+    dev = ipu.IPUModel(tiles_per_ipu=2).create_device()
+    g = ipu.Graph(dev.target)
+    x = g.add_variable(ipu.FLOAT, [2], "x")
+    y = g.add_variable(ipu.FLOAT, [], "y")
+    g.set_tile_mapping(x, 0)
+    g.set_tile_mapping(y, 0)
+    cs = g.add_compute_set("local")
+    g.set_tile_mapping(g.add_vertex(cs, SumVertex, {"x": x, "out": y}), 0)
+    eng = ipu.Engine(g, ipu.Execute(cs))
+    eng.load(dev)
+    eng.run()
+    assert legend(BSPView(eng.trace)) == ["sync", "exchange", "compute"]
+
+
 def test_no_lesson_stores_widget_state_in_its_metadata():
     """A notebook saved with ``metadata.widgets`` makes ``jupyter nbconvert --to html``
     load the widget manager from a CDN instead of the widgets' own offline HTML

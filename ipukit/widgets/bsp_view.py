@@ -264,8 +264,9 @@ class BSPView(Widget):
                 strip.stairs(bottom + height * remote, edges, baseline=bottom.copy(),
                              fill=True, color=KIND_COLOURS["remote"], label="Streaming Memory")
                 height = height * ~remote
+            shown = phase != "exchange out" or parts[:, i].any()  # named where a step has it
             strip.stairs(bottom + height, edges, baseline=bottom.copy(), fill=True,
-                         color=PHASE_COLOURS[phase], label=phase)
+                         color=PHASE_COLOURS[phase], label=phase if shown else None)
             bottom += parts[:, i]
         device = [s.cycles for s in steps if s.kind != "host"]
         top = max(device) if device else bottom.max()
