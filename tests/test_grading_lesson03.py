@@ -2,16 +2,26 @@
 the untouched exercise zero, and plausible mistakes in the learner's codelets and graphs
 lose the points, with a message naming the case."""
 
+import json
+import subprocess
+import sys
+
+import nbformat
 import numpy as np
 import pytest
 
 import ipukit as ipu
-from ipukit.grading import lesson03
+from ipukit.grading import feedback, lesson03
+from ipukit.grading.make_exercises import edited_exercise
 from tests.lessons import (
+    ROOT,
     SOLVED_AND_UNTOUCHED,
     grade_exercises,
     judged_checks_hold,
+    kit_notebook,
     notebook_namespace,
+    solution_trials,
+    to_judge,
 )
 
 NOTEBOOK = "03_vertices_codelets.ipynb"
@@ -279,16 +289,6 @@ def test_docstring_examples_run():
 
 
 # -- 03.1-03.3 are judged on the graph (issue 26 point 1) -------------------------------------
-
-import json  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-
-import nbformat  # noqa: E402
-
-from ipukit.grading import feedback  # noqa: E402
-from ipukit.grading.make_exercises import edited_exercise  # noqa: E402
-from tests.lessons import ROOT, kit_notebook, solution_trials, to_judge  # noqa: E402
 
 KIT = "ipukit.grading.lesson03."
 
