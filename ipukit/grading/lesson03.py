@@ -1,11 +1,15 @@
 """The checks of lesson 03: vertices and codelets.
 
-Every exercise is a program: codelets (``ipu.Vertex`` subclasses) and the graph that
-uses them. Every check is judged: the trial runs the learner's codelets on the judge's
-random data in both of the emulator's modes (all vertices of a class as one array
-operation, and one vertex at a time) and hands back what the host reads, with the
-pieces of data each vertex was connected to; the verdict compares with NumPy, so a sum
-over the wrong axis, a missing piece, an overflow or a half that rounds wrong shows.
+Every exercise is a program: codelets (``ipu.Vertex`` subclasses) and, in 03.1 and 03.3,
+the graph that uses them. Every check is judged. The learner's codelets run in the
+kernel on the judge's random rows, one vertex per row, in both of the emulator's modes
+(all vertices of a class as one array operation, and one vertex at a time), so a sum
+over the wrong axis, an overflow or a half that rounds wrong shows. The graphs (the
+learner's in 03.1 and 03.3, the exercise's graph of 03.2's codelet) travel as plain data
+(:mod:`ipukit.graph_data`), each learner codelet named as the kit's codelet with the
+same fields: the judge rebuilds them, looks at their vertices (03.1: the pieces of a and
+b each reads), runs them on inputs the kernel never sees and compares with NumPy; 03.3's
+star comes from the cycles of that run.
 
 >>> from ipukit.grading import lesson03
 >>> class Nothing(ipu.Vertex):
@@ -23,7 +27,16 @@ import ipukit as ipu
 from ipukit.poplibs import poputil
 from ipukit.tensor import TYPE_NAMES
 
-from .common import AddVertex, elements_of, program
+from .common import (
+    AddVertex,
+    elements_of,
+    judged_run,
+    output_array,
+    output_field,
+    program,
+    rebuilt_engine,
+    sent_graph,
+)
 from .common import device as _device
 from .common import device_cycles as _device_cycles
 from .common import engine as _engine
@@ -33,9 +46,10 @@ _MODES = {False: "all vertices of a class in one array operation",
           True: "one vertex at a time"}
 
 
-def _check_codelet_class(cls, fields: dict, dtype=ipu.FLOAT):
+def _check_codelet_class(cls, fields: dict, dtype=ipu.FLOAT, exact: bool = False):
     """``fields``: name -> (kind, vector) of a field of type ``dtype``, e.g.
-    ("input", True)."""
+    ("input", True); ``exact``: no other field (a codelet the judge replaces by the kit's
+    with these fields)."""
     if not (isinstance(cls, type) and issubclass(cls, ipu.Vertex)):
         raise Wrong(f"expected a subclass of ipu.Vertex, got {cls!r}")
     for name, (kind, vector) in fields.items():
@@ -45,11 +59,16 @@ def _check_codelet_class(cls, fields: dict, dtype=ipu.FLOAT):
             want = f"ipu.{'InOut' if kind == 'inout' else kind.capitalize()}(" + (
                 f"ipu.Vector({of}))" if vector else f"{of})")
             raise Wrong(f"{cls.__name__}.{name} should be {want}, got {got!r}")
+    extra = [name for name in cls.fields if name not in fields]
+    if exact and extra:
+        raise Wrong(f"{cls.__name__} has fields the exercise does not ask for: "
+                    f"{', '.join(extra)}"[:300])
 
 
-def _run(eng, mode: str) -> None:
+def _run(eng, mode: str, what: str = "") -> None:
     """``eng.run()``; the emulator's vertex-axis check (a codelet whose vertices see each
-    other's data) is a wrong answer, said with the mode it ran in."""
+    other's data) is a wrong answer, said with the mode it ran in (after ``what``, the
+    case, if given)."""
     try:
         with np.errstate(all="ignore"):
             eng.run()
@@ -57,61 +76,157 @@ def _run(eng, mode: str) -> None:
         if exc.__cause__ is not None:  # compute itself raised: not solved, or a bug
             raise
         said = str(exc).split(": compute mixes vertices")[0]  # the fix it names is the answer
-        raise Wrong(f"run {mode}: {said}: your compute mixes the vertices' data") from None
+        raise Wrong(f"{what}{': ' if what else ''}run {mode}: {said}: your compute mixes the "
+                    "vertices' data") from None
 
 
 def _vertices_of(g, cls) -> list[int]:
     return [v for v, c in enumerate(g.v_cls) if c is cls]
 
 
+def _run_vertices(cls, inputs: dict, outputs: dict, dtype=ipu.FLOAT, what: str = "") -> dict:
+    """One ``cls`` vertex per row v of the ``inputs`` (field -> array, one row per vertex),
+    on tile v % 4, each field connected to row v of a tensor of its own; ``outputs``: field
+    -> the shape of one vertex's. What each output holds after a run one vertex at a time,
+    then after a run of all at once (the learner's kernel: a codelet checked apart);
+    ``what``: the case, for a message."""
+    rows = len(next(iter(inputs.values())))
+    found = {name: [] for name in outputs}
+    for per_vertex in (True, False):
+        dev = _device(4)
+        g = ipu.Graph(dev.target)
+        cs = g.add_compute_set(cls.__name__)
+        tensors = {name: g.add_variable(dtype, list(np.shape(x)), name)
+                   for name, x in inputs.items()}
+        tensors.update({name: g.add_variable(dtype, [rows, *shape], name)
+                        for name, shape in outputs.items()})
+        for v in range(rows):
+            for t in tensors.values():
+                g.set_tile_mapping(t[v], v % 4)
+            g.add_vertex(cs, cls, {name: t[v] for name, t in tensors.items()}, tile=v % 4)
+        for name in inputs:
+            g.create_host_write(name, tensors[name])
+        for name in outputs:
+            g.create_host_read(name, tensors[name])
+        eng = _engine(g, ipu.Execute(cs), "your codelet", per_vertex)
+        eng.load(dev)
+        for name, x in inputs.items():
+            eng.write_tensor(name, x)
+        _run(eng, _MODES[per_vertex], what)
+        for name in outputs:
+            found[name].append(eng.read_tensor(name))
+    return found
+
+
+def _codelet_right(got, name: str, want, what: str, on: str) -> None:
+    """Wrong unless the learner's codelet ``name`` wrote ``want`` (one row per vertex) in
+    both of the trial's runs (:func:`_run_vertices`); ``on``: its inputs, in words."""
+    runs = output_field(got, name, what)
+    if not isinstance(runs, list) or len(runs) != 2:
+        raise Wrong(f"{what}: the trial gave no runs of your {name}")
+    for per_vertex, out in zip((True, False), runs):
+        mode = _MODES[per_vertex]
+        out = output_array(out, want.shape, f"{what}: your {name} (run {mode})")
+        first_mismatch(want, out, f"{what}: your {name} on {on} (one vertex per row, run "
+                       f"{mode}): out", rtol=1e-4, atol=1e-5)
+
+
+def _rows(rng, vertices: int, size: int) -> np.ndarray:
+    return rng.normal(size=(vertices, size)).astype(np.float32)
+
+
 # -- 03.1: tut6's split of a dot product: partial dot products, then a reduce -------------
+
+class _PartialDot(ipu.Vertex):
+    """out = the dot product of a and b: the codelet exercise 03.1 asks for, as the judge
+    runs it in place of the learner's (whose compute is checked on its own, in the
+    kernel)."""
+
+    a = ipu.Input(ipu.Vector(ipu.FLOAT))
+    b = ipu.Input(ipu.Vector(ipu.FLOAT))
+    out = ipu.Output(ipu.FLOAT)
+
+    def compute(self):
+        self.out[...] = (self.a * self.b).sum(axis=-1)
+
+
+class _ReduceSum(ipu.Vertex):
+    """out = the sum of the partials: 03.1's second codelet, as the judge runs it."""
+
+    partials = ipu.Input(ipu.Vector(ipu.FLOAT))
+    out = ipu.Output(ipu.FLOAT)
+
+    def compute(self):
+        self.out[...] = self.partials.sum(axis=-1)
+
 
 def _dot_cases(rng) -> list[dict]:
     """Pieces that divide n and that do not, one element per piece, more pieces than
-    tiles; then a random size."""
+    tiles; then a random size. a and b stay with the judge; ``dot_a``, ``dot_b`` and
+    ``partials``: rows for the learner's two codelets alone (one vertex per row)."""
     sizes = [(12, 4, 4), (10, 3, 5), (7, 4, 7), (101, 8, 6), (9, 2, 4),
              (int(rng.integers(20, 60)), int(rng.integers(2, 6)), int(rng.integers(2, 9)))]
-    return [{"n": n, "tiles": t, "pieces": p,
-             "a": rng.normal(size=n).astype(np.float32),
-             "b": rng.normal(size=n).astype(np.float32)} for n, t, p in sizes]
+    found = []
+    for n, t, p in sizes:
+        k = int(rng.integers(2, 9))
+        found.append({"n": n, "tiles": t, "pieces": p, "dot_a": _rows(rng, 5, k),
+                      "dot_b": _rows(rng, 5, k), "partials": _rows(rng, 3, p),
+                      "_a": rng.normal(size=n).astype(np.float32),
+                      "_b": rng.normal(size=n).astype(np.float32)})
+    return found
 
 
-def _dot_trial(case, PartialDot, ReduceSum, build_dot):  # noqa: N803 - classes
-    """The learner's vertices (how many, and which elements of a and b each PartialDot
-    reads), the compute sets the program runs and ``out`` in both modes."""
-    _check_codelet_class(PartialDot, {"a": ("input", True), "b": ("input", True),
-                                      "out": ("output", False)})
-    _check_codelet_class(ReduceSum, {"partials": ("input", True), "out": ("output", False)})
-    n, pieces = case["n"], case["pieces"]
-    dev = _device(case["tiles"])
-    g = ipu.Graph(dev.target)
+def _dot_what(case) -> str:
+    return (f"a · b with n={case['n']} on {plural(case['tiles'], 'tile')}, "
+            f"pieces={case['pieces']}")
+
+
+def _dot_graph(n: int, tiles: int):
+    """a and b (n floats mapped linearly) and out (one float on tile 0), with their host
+    handles."""
+    g = ipu.Graph(_device(tiles).target)
     a = g.add_variable(ipu.FLOAT, [n], "a")
     b = g.add_variable(ipu.FLOAT, [n], "b")
     out = g.add_variable(ipu.FLOAT, [1], "out")
     for t in (a, b):
         poputil.map_tensor_linearly(g, t)
+        g.create_host_write(t.name, t)
     g.set_tile_mapping(out, 0)
-    prog = program(build_dot(g, a, b, out, pieces), "build_dot")
-    split = _vertices_of(g, PartialDot)
-    found = {"split": len(split), "reduce": len(_vertices_of(g, ReduceSum))}
-    if found["split"] != pieces or found["reduce"] != 1:
-        return found
-    for name, t in (("a", a), ("b", b)):
-        found[name] = [elements_of(g.v_conn[v][name], t) if name in g.v_conn[v]
-                       else np.zeros(0, np.int64) for v in split]
-        g.create_host_write(name, t)
     g.create_host_read("out", out)
-    found["out"] = []
-    for per_vertex in (False, True):
-        what = f"a · b with n={n}, pieces={pieces}: your graph"
-        eng = _engine(g, prog, what, per_vertex)
-        eng.load(dev)
-        eng.write_tensor("a", case["a"])
-        eng.write_tensor("b", case["b"])
-        _run(eng, _MODES[per_vertex])
-        found["out"].append(float(eng.read_tensor("out")[0]))
-    found["compute_sets"] = sum(s.kind == "compute" for s in eng.executable.steps)
-    return found
+    return g, a, b, out
+
+
+def _dot_trial(case, PartialDot, ReduceSum, build_dot):  # noqa: N803 - classes
+    """The learner's graph and program as plain data, PartialDot and ReduceSum sent as the
+    kit's :class:`_PartialDot` and :class:`_ReduceSum`; and what the two codelets compute
+    on the case's rows."""
+    _check_codelet_class(PartialDot, {"a": ("input", True), "b": ("input", True),
+                                      "out": ("output", False)}, exact=True)
+    _check_codelet_class(ReduceSum, {"partials": ("input", True), "out": ("output", False)},
+                         exact=True)
+    g, a, b, out = _dot_graph(case["n"], case["tiles"])
+    prog = program(build_dot(g, a, b, out, case["pieces"]), "build_dot")
+    what = _dot_what(case)
+    split = _run_vertices(PartialDot, {"a": case["dot_a"], "b": case["dot_b"]}, {"out": ()},
+                          what=f"{what}: your PartialDot on rows of a and b")
+    reduce = _run_vertices(ReduceSum, {"partials": case["partials"]}, {"out": ()},
+                           what=f"{what}: your ReduceSum on rows of partials")
+    return {"graph": sent_graph(g, prog, what, {PartialDot: _PartialDot,
+                                                ReduceSum: _ReduceSum}),
+            "PartialDot": split["out"], "ReduceSum": reduce["out"]}
+
+
+def _dot_structure(g, case, what: str) -> None:
+    """Wrong unless the rebuilt graph ``g`` has ``pieces`` PartialDot vertices whose pieces
+    cover a and b exactly once, and one ReduceSum vertex."""
+    split, reduce = _vertices_of(g, _PartialDot), _vertices_of(g, _ReduceSum)
+    if len(split) != case["pieces"] or len(reduce) != 1:
+        raise Wrong(f"{what}: expected {_partial_dots(case['pieces'])} and 1 ReduceSum "
+                    f"vertex, the graph has {len(split)} and {len(reduce)}")
+    for name in ("a", "b"):
+        t = g.host_writes[name]
+        _check_pieces([elements_of(g.v_conn[v][name], t) if name in g.v_conn[v]
+                       else np.zeros(0, np.int64) for v in split], name, case["n"], what)
 
 
 @exercise("03.1", "a dot product from a split and a reduce vertex", points=3, hints=(
@@ -127,24 +242,33 @@ def _dot_trial(case, PartialDot, ReduceSum, build_dot):  # noqa: N803 - classes
     answers=("PartialDot", "ReduceSum", "build_dot"), cases=_dot_cases, trial=_dot_trial)
 def check_dot_product(cases, outputs):
     """Exercise 03.1: codelets ``PartialDot`` (a, b → out) and ``ReduceSum`` (partials →
-    out) and ``build_dot(graph, a, b, out, pieces)`` → a program with out = a · b."""
+    out) and ``build_dot(graph, a, b, out, pieces)`` → a program with out = a · b. The
+    kernel sends the graph and program (:mod:`ipukit.graph_data`; the codelets named as the
+    kit's :class:`_PartialDot` and :class:`_ReduceSum`) and what the two codelets compute
+    on the case's rows in both modes; the judge checks those, rebuilds the graph (its
+    vertices, their pieces of a and b, its compute sets) and runs it on its own a and b."""
     for case, got in zip(cases, outputs):
-        n, pieces = case["n"], case["pieces"]
-        what = f"a · b with n={n} on {plural(case['tiles'], 'tile')}, pieces={pieces}"
-        if got["split"] != pieces or got["reduce"] != 1:
-            raise Wrong(f"{what}: expected {_partial_dots(pieces)} and 1 "
-                        f"ReduceSum vertex, the graph has {got['split']} and "
-                        f"{got['reduce']}")
-        for name in ("a", "b"):
-            _check_pieces(got[name], name, n, what)
-        want = float(np.dot(case["a"].astype(np.float64), case["b"]))
-        for per_vertex, value in zip((False, True), got["out"]):
-            if not np.isclose(value, want, rtol=1e-4, atol=1e-4):
-                raise Wrong(f"{what}, run {_MODES[per_vertex]}: expected out = {want:.6g}, "
-                            f"got {value:.6g}")
-        if got["compute_sets"] != 2:
+        what = _dot_what(case)
+        _codelet_right(got, "PartialDot", (case["dot_a"].astype(np.float64) * case["dot_b"])
+                       .sum(axis=-1), what, "rows of a and b")
+        _codelet_right(got, "ReduceSum", case["partials"].astype(np.float64).sum(axis=-1),
+                       what, "rows of partials")
+        base = _dot_graph(case["n"], case["tiles"])[0]
+        eng = rebuilt_engine(output_field(got, "graph", what), base, what, (
+            ("a", "host_writes"), ("b", "host_writes"), ("out", "host_reads")),
+            check=lambda g, case=case, what=what: _dot_structure(g, case, what))
+        with judged_run(what):
+            eng.write_tensor("a", case["_a"])
+            eng.write_tensor("b", case["_b"])
+            eng.run()
+            value = float(eng.read_tensor("out")[0])
+        want = float(np.dot(case["_a"].astype(np.float64), case["_b"]))
+        if not np.isclose(value, want, rtol=1e-4, atol=1e-4):
+            raise Wrong(f"{what}: expected out = {want:.6g}, got {value:.6g}")
+        compute_sets = sum(s.kind == "compute" for s in eng.executable.steps)
+        if compute_sets != 2:
             raise Wrong(f"{what}: expected 2 compute sets (split, then reduce), your program "
-                        f"runs {plural(got['compute_sets'], 'compute set')}")
+                        f"runs {plural(compute_sets, 'compute set')}")
 
 
 def _check_pieces(pieces, name: str, n: int, what: str) -> None:
@@ -173,42 +297,84 @@ def _partial_dots(k: int) -> str:
 
 # -- 03.2: a stateful codelet --------------------------------------------------------------
 
+class _RunningMean(ipu.Vertex):
+    """The codelet exercise 03.2 asks for, as the judge runs it in place of the learner's
+    (whose compute is checked on its own, in the kernel): total += x, count += 1,
+    mean = total / count."""
+
+    x = ipu.Input(ipu.FLOAT)
+    total = ipu.InOut(ipu.FLOAT)
+    count = ipu.State(ipu.FLOAT)
+    mean = ipu.Output(ipu.FLOAT)
+
+    def compute(self):
+        self.total[...] = self.total + self.x
+        self.count[...] = self.count + 1
+        self.mean[...] = self.total / self.count
+
+
 def _mean_cases(rng) -> list[dict]:
-    return [{"x": rng.normal(size=(runs, n)).astype(np.float32)} for n, runs in
+    """``x``: the runs (one row each, one value per vertex) the learner's codelet makes in
+    the kernel; ``_x``: other runs, private to the judge, of the graph the kernel sends."""
+    return [{"x": rng.normal(size=(runs, n)).astype(np.float32),
+             "_x": rng.normal(size=(runs + 1, n)).astype(np.float32)} for n, runs in
             [(5, 4), (int(rng.integers(2, 9)), 3)]]
 
 
+def _mean_graph(cls, n: int):
+    """``n`` vertices of ``cls`` in one compute set, vertex v on tile v % 4 with its
+    elements of x, total and mean (host handles: x and total written, total and mean
+    read): the device, the graph and the compute set."""
+    dev = _device(4)
+    g = ipu.Graph(dev.target)
+    cs = g.add_compute_set("running mean")
+    tensors = {k: g.add_variable(ipu.FLOAT, [n], k) for k in ("x", "total", "mean")}
+    for t in tensors.values():
+        for v in range(n):
+            g.set_tile_mapping(t[v], v % 4)
+    for v in range(n):
+        g.add_vertex(cs, cls, {k: t[v] for k, t in tensors.items()}, tile=v % 4)
+    g.create_host_write("x", tensors["x"])
+    g.create_host_write("total", tensors["total"])
+    for k in ("total", "mean"):
+        g.create_host_read(k, tensors[k])
+    return dev, g, cs
+
+
+def _mean_runs(eng, xs, mode: str) -> dict:
+    """``total`` and ``mean`` after each run of ``eng`` (in ``mode``) on a row of ``xs``
+    (total set to zero first): shape (runs, vertices) each."""
+    runs, n = xs.shape
+    found = {k: np.zeros((runs, n), np.float32) for k in ("total", "mean")}
+    eng.write_tensor("total", np.zeros(n, np.float32))
+    for r in range(runs):
+        eng.write_tensor("x", xs[r])
+        _run(eng, mode)
+        for k in found:
+            found[k][r] = eng.read_tensor(k)
+    return found
+
+
 def _mean_trial(case, running_mean_codelet):
-    """``total`` and ``mean`` after every run, in both modes: shape (2, runs, vertices)."""
+    """The exercise's graph of the learner's codelet as plain data (sent as the kit's
+    :class:`_RunningMean`), and what that codelet computes on the case's runs: ``total``
+    and ``mean`` after every run, in both modes: shape (2, runs, vertices)."""
     RunningMean = running_mean_codelet if isinstance(running_mean_codelet, type) else \
         running_mean_codelet()  # noqa: N806 - a class
     _check_codelet_class(RunningMean, {"x": ("input", False), "total": ("inout", False),
-                                       "mean": ("output", False), "count": ("state", False)})
+                                       "mean": ("output", False), "count": ("state", False)},
+                         exact=True)
     xs = case["x"]
-    runs, n = xs.shape
-    found = {k: np.zeros((2, runs, n), np.float32) for k in ("total", "mean")}
-    for m, per_vertex in enumerate((False, True)):
-        dev = _device(4)
-        g = ipu.Graph(dev.target)
-        cs = g.add_compute_set("running mean")
-        tensors = {k: g.add_variable(ipu.FLOAT, [n], k) for k in ("x", "total", "mean")}
-        for t in tensors.values():
-            for v in range(n):
-                g.set_tile_mapping(t[v], v % 4)
-        for v in range(n):
-            g.add_vertex(cs, RunningMean, {k: t[v] for k, t in tensors.items()}, tile=v % 4)
-        g.create_host_write("x", tensors["x"])
-        for k in ("total", "mean"):
-            g.create_host_read(k, tensors[k])
-        g.create_host_write("total", tensors["total"])
+    found = {"total": [], "mean": []}
+    for per_vertex in (False, True):
+        dev, g, cs = _mean_graph(RunningMean, xs.shape[1])
         eng = _engine(g, ipu.Execute(cs), "your codelet", per_vertex)
         eng.load(dev)
-        eng.write_tensor("total", np.zeros(n, np.float32))
-        for r in range(runs):
-            eng.write_tensor("x", xs[r])
-            _run(eng, _MODES[per_vertex])
-            for k in ("total", "mean"):
-                found[k][m, r] = eng.read_tensor(k)
+        runs = _mean_runs(eng, xs, _MODES[per_vertex])
+        for k in found:
+            found[k].append(runs[k])
+    found["graph"] = sent_graph(g, ipu.Execute(cs), "your codelet's graph",
+                                {RunningMean: _RunningMean})
     return found
 
 
@@ -225,16 +391,33 @@ def check_running_mean(cases, outputs):
     """Exercise 03.2: ``running_mean_codelet()`` → a codelet ``RunningMean``: after each
     run, ``total`` holds the sum and ``mean`` the mean of every ``x`` the vertex has seen;
     ``count`` is its State. (The learner chooses the field kinds, so the class comes
-    from a function; a class is accepted too.)"""
+    from a function; a class is accepted too.) The kernel sends what the codelet computes
+    on the case's runs in both modes, and the exercise's graph of it (the codelet named as
+    the kit's :class:`_RunningMean`), which the judge rebuilds and runs on its own x."""
     for case, got in zip(cases, outputs):
         xs = case["x"]
+        runs, n = xs.shape
+        mine = {k: output_array(output_field(got, k, "your codelet"), (2, runs, n),
+                                f"your codelet's {k}") for k in ("total", "mean")}
         for m, per_vertex in enumerate((False, True)):
-            for r in range(xs.shape[0]):
+            for r in range(runs):
                 seen = xs[:r + 1].astype(np.float64)
                 for k, want in (("total", seen.sum(axis=0)), ("mean", seen.mean(axis=0))):
-                    first_mismatch(want, got[k][m, r], f"{k} after run {r + 1} of "
-                                   f"{plural(xs.shape[1], 'vertex')} (run "
-                                   f"{_MODES[per_vertex]})", rtol=1e-4, atol=1e-5)
+                    first_mismatch(want, mine[k][m, r], f"{k} after run {r + 1} of "
+                                   f"{plural(n, 'vertex')} (run {_MODES[per_vertex]})",
+                                   rtol=1e-4, atol=1e-5)
+        what = f"the graph of {plural(n, 'vertex')}, run by the judge"
+        _, base, _ = _mean_graph(_RunningMean, n)
+        kept = (("x", "host_writes"), ("total", "host_writes"), ("total", "host_reads"),
+                ("mean", "host_reads"))
+        eng = rebuilt_engine(output_field(got, "graph", what), base, what, kept)
+        with judged_run(what):
+            found = _mean_runs(eng, case["_x"], _MODES[False])
+        seen = case["_x"].astype(np.float64)
+        first_mismatch(seen.cumsum(axis=0), found["total"], f"{what}: total after each run",
+                       rtol=1e-4, atol=1e-5)
+        first_mismatch(seen.cumsum(axis=0) / np.arange(1, len(seen) + 1)[:, None],
+                       found["mean"], f"{what}: mean after each run", rtol=1e-4, atol=1e-5)
 
 
 # -- 03.3: an op built from your codelet ---------------------------------------------------
@@ -270,8 +453,9 @@ def _add_graph(counts):
 
 
 def _add_cases(rng) -> list[dict]:
-    """Uneven tiles, empty tiles, odd counts; then random. The budget (popops' placement)
-    is worked out here, in the judge."""
+    """Uneven tiles, empty tiles, odd counts; then random. a and b, and the budget
+    (popops' placement), are worked out here and stay in the judge; ``x`` and ``y``: rows
+    for the learner's codelet alone (one vertex per row)."""
     found = []
     for counts in ([13, 0, 1, 2], [30, 7, 12, 6], [5, 3, 0, 11, 1],
                    [int(c) for c in rng.integers(0, 60, 5)]):
@@ -279,22 +463,28 @@ def _add_cases(rng) -> list[dict]:
         _, g, a, b, out = _add_graph(counts)
         budget = _device_cycles(ipu.Engine(g, ipu.Execute(_reference_add(g, a, b, out))))
         a_v, b_v = rng.normal(size=(2, sum(counts))).astype(np.float32)
-        found.append({"counts": counts, "a": a_v, "b": b_v, "_budget": budget})
+        k = int(rng.integers(1, 8))
+        found.append({"counts": counts, "x": _rows(rng, 5, k), "y": _rows(rng, 5, k),
+                      "_a": a_v, "_b": b_v, "_budget": budget})
     return found
 
 
+def _add_what(case) -> str:
+    return f"a + b with {case['counts']} elements per tile"
+
+
 def _add_trial(case, Add, vector_add):  # noqa: N803
-    """out, and the cycles of the learner's program (measured here: only for the star)."""
+    """The learner's graph and program as plain data (Add sent as the kit's
+    :class:`~ipukit.grading.common.AddVertex`), and what Add computes on the case's
+    rows."""
     _check_codelet_class(Add, {"x": ("input", True), "y": ("input", True),
-                               "out": ("output", True)})
-    dev, g, a, b, out = _add_graph(case["counts"])
+                               "out": ("output", True)}, exact=True)
+    _, g, a, b, out = _add_graph(case["counts"])
     prog = program(vector_add(g, a, b, out), "vector_add")
-    eng = _engine(g, prog, f"a + b with {case['counts']} elements per tile: your graph")
-    eng.load(dev)
-    eng.write_tensor("a", case["a"])
-    eng.write_tensor("b", case["b"])
-    _run(eng, _MODES[False])
-    return {"out": eng.read_tensor("out"), "cycles": _device_cycles(eng)}
+    return {"graph": sent_graph(g, prog, _add_what(case), {Add: AddVertex}),
+            "Add": _run_vertices(Add, {"x": case["x"], "y": case["y"]},
+                                 {"out": case["x"].shape[1:]},
+                                 what=f"{_add_what(case)}: your Add on rows of x and y")["out"]}
 
 
 @exercise("03.3", "a vector add built from your codelet", points=3, budget="cycles", hints=(
@@ -309,16 +499,25 @@ def _add_trial(case, Add, vector_add):  # noqa: N803
     answers=("Add", "vector_add"), cases=_add_cases, trial=_add_trial)
 def check_vector_add(cases, outputs):
     """Exercise 03.3: codelet ``Add`` (x, y → out) and ``vector_add(graph, a, b, out)`` →
-    a program with out = a + b, where a, b and out are mapped alike. Budget: the cycles of
-    popops' placement (each tile's run in grains of 2 over its 6 workers); the cycles are
-    measured in the learner's kernel, so they earn only the star."""
+    a program with out = a + b, where a, b and out are mapped alike. The kernel sends the
+    graph and program (:mod:`ipukit.graph_data`; Add named as the kit's ``AddVertex``) and
+    what Add computes on the case's rows in both modes; the judge checks those, rebuilds
+    the graph and runs it on its own a and b (points). Budget: the cycles of popops'
+    placement (each tile's run in grains of 2 over its 6 workers); the star: the cycles of
+    the judge's run within it."""
     used = budget = 0
     for case, got in zip(cases, outputs):
-        counts, want = case["counts"], case["a"] + case["b"]
-        what = f"a + b with {counts} elements per tile"
-        out = np.asarray(got["out"]).reshape(-1)
-        if out.size != want.size:
-            raise Wrong(f"{what}: out has {out.size} elements, expected {want.size}")
+        counts, want, what = case["counts"], case["_a"] + case["_b"], _add_what(case)
+        _codelet_right(got, "Add", case["x"].astype(np.float64) + case["y"], what,
+                       "rows of x and y")
+        _, base, _, _, _ = _add_graph(counts)
+        eng = rebuilt_engine(output_field(got, "graph", what), base, what, (
+            ("a", "host_writes"), ("b", "host_writes"), ("out", "host_reads")))
+        with judged_run(what):
+            eng.write_tensor("a", case["_a"])
+            eng.write_tensor("b", case["_b"])
+            eng.run()
+            out = eng.read_tensor("out").reshape(-1)
         bad = ~np.isclose(out, want, rtol=1e-5, atol=1e-6)
         if bad.any():
             owner = np.repeat(np.arange(len(counts)), counts)
@@ -329,37 +528,19 @@ def check_vector_add(cases, outputs):
                         picture=side_by_side(tile_grid(np.where(bad, owner, -1)),
                                              tile_grid(np.full(bad.size, -1)),
                                              ("wrong elements", "none expected")))
-        used += int(got["cycles"])
+        used += _device_cycles(eng)
         budget += case["_budget"]
-    return Cost(used, budget, "cycle")
+    return Cost(used, budget, "cycle")  # the judge's own run
 
 
 # -- 03.4 and 03.5: one vertex per row ------------------------------------------------------
 
 def _run_rows(cls, x: np.ndarray, dtype, per_row: bool) -> list:
-    """Run one ``cls`` vertex per row of ``x`` (row v on tile v % 4), x connected to its
-    row and out to its row (``per_row``) or to one element; returns out after a run one
-    vertex at a time and after a run of all at once."""
-    rows = x.shape[0]
-    found = []
-    for per_vertex in (True, False):
-        dev = _device(4)
-        g = ipu.Graph(dev.target)
-        cs = g.add_compute_set(cls.__name__)
-        xt = g.add_variable(dtype, list(x.shape), "x")
-        ot = g.add_variable(dtype, list(x.shape) if per_row else [rows], "out")
-        for v in range(rows):
-            g.set_tile_mapping(xt[v], v % 4)
-            g.set_tile_mapping(ot[v], v % 4)
-            g.add_vertex(cs, cls, {"x": xt[v], "out": ot[v]}, tile=v % 4)
-        g.create_host_write("x", xt)
-        g.create_host_read("out", ot)
-        eng = _engine(g, ipu.Execute(cs), "your codelet", per_vertex)
-        eng.load(dev)
-        eng.write_tensor("x", x)
-        _run(eng, _MODES[per_vertex])
-        found.append(eng.read_tensor("out"))
-    return found
+    """Run one ``cls`` vertex per row of ``x`` (:func:`_run_vertices`), out connected to
+    its row (``per_row``) or to one element; returns out after a run one vertex at a time
+    and after a run of all at once."""
+    return _run_vertices(cls, {"x": x}, {"out": x.shape[1:] if per_row else ()},
+                         dtype)["out"]
 
 
 def _not_finite(x, got, mode: str) -> None:
