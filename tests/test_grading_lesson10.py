@@ -2,8 +2,13 @@
 judged path (cases and verdict in the judge, plain data in between) agrees, and wrong
 answers get feedback that names what is wrong."""
 
+import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
+import nbformat
 import numpy as np
 import pytest
 
@@ -14,9 +19,11 @@ from tests.lessons import (
     grade_exercises,
     judged,
     judged_checks_hold,
+    kit_notebook,
     notebook_namespace,
 )
 
+ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = "10_replication_rts.ipynb"
 CHECKS = {"10.1": ("check_ring_allreduce", "ring_allreduce"),
           "10.2": ("check_update_collectives", "update_collectives"),
@@ -349,6 +356,71 @@ def test_a_forged_program_description_is_refused_not_allocated(solution):
     cases = feedback.draw_cases(ex, np.random.default_rng(0))
     outputs = feedback.run_trials(ex, cases, (solution["ring_program"],))
     decoded = [plain.decode(o["ok"]) for o in outputs]
-    decoded[1]["steps"][0]["copy"][1]["addresses"][0] = 10**12  # a huge address
-    with pytest.raises(feedback.Wrong, match="cannot follow your program"):
+    copy = decoded[1]["programs"][0]["Sequence"][0]["Copy"]
+    copy[1]["tensor"]["addresses"][0] = 10**12  # a huge address (a concat's destination)
+    with pytest.raises(feedback.Wrong, match="your graph cannot be rebuilt: GraphDataError: "
+                       "Copy: addresses outside the 12 float32 elements of the graph"):
         ex.verdict(cases, decoded)
+    decoded[1]["programs"] = [{"Repeat": [10**9, {"Sequence": []}]}]  # never followed
+    with pytest.raises(feedback.Wrong, match="your program takes more than 1,000 steps"):
+        ex.verdict(cases, decoded)
+
+
+def test_numbers_without_a_graph_score_nothing(solution):
+    """Issue 26 point 1: the gradients are the judge's; the kernel sends the graph, which
+    the judge runs (its cycles earn the star), so the sums alone score nothing."""
+    ex = lesson10.check_emulated_ring.exercise
+    cases = feedback.draw_cases(ex, np.random.default_rng(0))
+    assert all(set(feedback.public(c)) == {"replicas", "n"} for c in cases)
+    outputs = feedback.run_trials(ex, cases, (solution["ring_program"],))
+    cost = feedback.judge(ex, outputs, cases)
+    assert cost.star and cost.used == cost.budget  # the judge's own run of the reference
+    forged = [{"g": [np.sum(c["_values"], axis=0)] * c["replicas"], "steps": [],
+               "cycles": 1} for c in cases]  # even knowing the values
+    with pytest.raises(feedback.Wrong, match="your graph cannot be rebuilt"):
+        ex.verdict(cases, forged)
+
+
+def _long_ring(graph, grads, add_into):  # the reference, then 10**6 empty passes
+    return ipu.Sequence(_one_copy_per_ipu(graph, grads, add_into),
+                        ipu.Repeat(1000, ipu.Repeat(1000, ipu.Sequence())))
+
+
+def test_a_program_too_long_to_follow_is_refused_in_bounded_time():
+    r = lesson10.check_emulated_ring(_long_ring, show=False)
+    assert "your program takes more than 1,000 steps" in r.message
+
+
+FORGED = """\
+import numpy as np
+from ipukit.grading import feedback, plain
+real = feedback.run_trials
+from ipukit.grading import lesson10
+def right(c):  # the old trial's outputs: the sums, and the kit's reference ring's steps
+    values = c.get('values')
+    r, n = c['replicas'], len(values[0]) if values else c['n']
+    _, graph, grads = lesson10.ring_graph(r, n)
+    prog = lesson10.reference_ring(graph, grads, lesson10.AddInto)
+    total = np.sum(values, axis=0) if values else np.zeros(n)
+    return {'g': [total] * r, 'cycles': 1,
+            'steps': lesson10.program_as_plain(graph, prog, lesson10.AddInto, 'ring')}
+def forged(ex, cases, answers):
+    if ex.id == '10.4':
+        return [{'ok': plain.encode(right(c))} for c in cases]
+    return real(ex, cases, answers)
+feedback.run_trials = forged
+"""
+
+
+def test_forged_outputs_score_nothing_through_the_grader(tmp_path):
+    """Through ``python -m ipukit.grade``: a cell that replaces the kernel's trial with
+    numbers scores nothing on 10.4, while the rest of the solutions still scores."""
+    nb = nbformat.read(kit_notebook("solutions", NOTEBOOK), as_version=4)
+    nb.cells.insert(2, nbformat.v4.new_code_cell(FORGED))
+    path = tmp_path / "10_forged.ipynb"
+    nbformat.write(nb, path)
+    out = subprocess.run([sys.executable, "-m", "ipukit.grade", str(path), "--json"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    report = json.loads(out.stdout)
+    points = {e["id"]: e["points"] for e in report["exercises"]}
+    assert points["10.4"] == 0 and sum(points.values()) == report["max_score"] - 3, report
