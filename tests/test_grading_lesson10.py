@@ -2,13 +2,8 @@
 judged path (cases and verdict in the judge, plain data in between) agrees, and wrong
 answers get feedback that names what is wrong."""
 
-import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
-import nbformat
 import numpy as np
 import pytest
 
@@ -17,13 +12,12 @@ from ipukit.grading import feedback, lesson10, plain
 from tests.lessons import (
     SOLVED_AND_UNTOUCHED,
     grade_exercises,
+    graded_points,
     judged,
     judged_checks_hold,
-    kit_notebook,
     notebook_namespace,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = "10_replication_rts.ipynb"
 CHECKS = {"10.1": ("check_ring_allreduce", "ring_allreduce"),
           "10.2": ("check_update_collectives", "update_collectives"),
@@ -414,13 +408,7 @@ feedback.run_trials = forged
 
 def test_forged_outputs_score_nothing_through_the_grader(tmp_path):
     """Through ``python -m ipukit.grade``: a cell that replaces the kernel's trial with
-    numbers scores nothing on 10.4, while the rest of the solutions still scores."""
-    nb = nbformat.read(kit_notebook("solutions", NOTEBOOK), as_version=4)
-    nb.cells.insert(2, nbformat.v4.new_code_cell(FORGED))
-    path = tmp_path / "10_forged.ipynb"
-    nbformat.write(nb, path)
-    out = subprocess.run([sys.executable, "-m", "ipukit.grade", str(path), "--json"],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
-    report = json.loads(out.stdout)
-    points = {e["id"]: e["points"] for e in report["exercises"]}
-    assert points["10.4"] == 0 and sum(points.values()) == report["max_score"] - 3, report
+    the old trial's numbers (they scored 3/3 and the star) scores nothing on 10.4, while
+    the rest of the solutions still scores."""
+    points = graded_points("solutions", NOTEBOOK, FORGED, tmp_path / "10_forged.ipynb")
+    assert points == {"10.1": 3, "10.2": 2, "10.3": 3, "10.4": 0}

@@ -283,16 +283,17 @@ def _queues(placeholder, batch: int):
             OutfeedQueue(OutfeedMode.ALL))
 
 
-def _loop_sent(case, build, placeholder, what: str, reference=None, fields: str = "",
-               outputs: dict | None = None) -> dict:
+def _loop_sent(case, build, placeholder, what: str, reference, fields: str,
+               outputs: dict) -> dict:
     """The learner's ``build(graph, infeed, outfeed, iterations)`` as plain data, its
-    codelets sent as the kit's ``reference`` (the kernel's side), and what each of them
-    computes on the case's ``pieces``."""
+    codelets sent as the kit's ``reference`` (``fields``: the exercise's, in words), and
+    what each of them computes on the case's ``pieces`` (``outputs``: field -> shape)
+    (the kernel's side)."""
     g, infeed, outfeed = _queues(placeholder, case["batch"])
     with naming(what):
         prog = build(g, infeed, outfeed, case["iterations"])
     _on_device_loop(prog, case["iterations"], what)
-    mine = stand_ins(g, reference, what, fields) if reference is not None else {}
+    mine = stand_ins(g, reference, what, fields)
     return {"graph": sent_graph(g, prog, what, mine),
             "codelets": {cls.__name__: codelet_runs(cls, case["pieces"], outputs)
                          for cls in mine}}
@@ -331,8 +332,8 @@ def _judged_loop(sent, case, infeed: dict, batches: dict, outfeed: int, what: st
                  reads=()):
     """The judge rebuilds the loop the kernel sent, connects the infeed's FIFOs to its own
     ``batches`` (FIFO name -> array of batches, fed in order and again from the start if
-    the loop takes more) and the outfeed's to a list; returns a function that runs the loop
-    once and gives (batches taken so far, elements received so far): (engine, run)."""
+    the loop takes more) and the outfeed's to a list. Returns the engine and ``run()``,
+    which runs the loop once and gives (batches taken so far, elements received so far)."""
     base = ipu.Graph(device(4).target)
     eng = rebuilt_engine(output_field(sent, "graph", what), base, what, reads=reads,
                          check=_feeds(infeed, outfeed, case["iterations"], what))
@@ -346,12 +347,11 @@ def _judged_loop(sent, case, infeed: dict, batches: dict, outfeed: int, what: st
             taken[name] += 1
         return fill
 
-    with judged_run(what):
-        for name in batches:
-            eng.connect_stream_to_callback(name, feed(name))
-        (out,) = _fifos(eng.executable.graph, False)
-        eng.connect_stream_to_callback(out, lambda data: received.append(
-            np.asarray(data, np.float64).copy()))
+    for name in batches:
+        eng.connect_stream_to_callback(name, feed(name))
+    (out,) = _fifos(eng.executable.graph, False)  # the one _feeds found
+    eng.connect_stream_to_callback(out, lambda data: received.append(
+        np.asarray(data, np.float64).copy()))
 
     def run():
         with judged_run(what):
