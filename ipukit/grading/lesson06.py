@@ -4,7 +4,10 @@ Every check is judged (:func:`ipukit.grading.feedback.exercise`): the judge draw
 cases and works out the expected answers with the kit's own code (a stream copy's cycles
 from the compiled ``Step``, a loop's host-sync share from the ``Trace`` of real runs,
 batch means, running maxima, SGD and Collatz counts from NumPy and Python); the learner's
-kernel only runs the learner's functions and returns what came out.
+kernel only runs the learner's functions and returns what came out. For the loops and
+programs of 06.3-06.6 what comes out is the learner's graph and programs as plain data
+(:mod:`ipukit.graph_data`): the judge rebuilds and runs them with its own images, (x, y)
+and start values, which never reach the kernel.
 
 >>> from ipukit.grading import lesson06
 >>> r = lesson06.check_running_max(lambda *args: None, show=False)

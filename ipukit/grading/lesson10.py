@@ -716,9 +716,3 @@ def check_emulated_ring(cases, outputs):
         budget += device_cycles(ipu.compile_graph(
             ref_graph, [reference_ring(ref_graph, ref_grads, AddInto)]))
     return Cost(used, budget, "cycle")
-
-
-def _parts(step):
-    if "copy" in step:
-        return step["copy"]
-    return [part for v in step["execute"] for part in (v["acc"], v["x"])]
