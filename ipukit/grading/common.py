@@ -174,11 +174,11 @@ def rebuilt_engine(sent, base, what: str, kept=(), reads=(), check=None, program
                    max_steps: int = MAX_STEPS):
     """The graph the kernel described (:func:`rebuilt`), compiled (at most ``max_steps``
     emulated steps a run) and loaded on a fresh device; a PrintTensor in it writes to a
-    private buffer, never the grader's stderr. ``check(graph, programs)``, if given, looks
-    at the rebuilt graph before it is compiled (raising Wrong)."""
+    private buffer, never the grader's stderr. ``check(graph)``, if given, looks at the
+    rebuilt graph before it is compiled (raising Wrong)."""
     g, progs = rebuilt(sent, base, what, kept, reads, programs)
     if check is not None:
-        check(g, progs)
+        check(g)
     return loaded_engine(g, progs if programs > 1 else progs[0], what, max_steps)
 
 

@@ -170,7 +170,7 @@ def _reverse_trial(case, build_reverse):
 
 def _reverse_streams(n: int):
     """Wrong unless the rebuilt graph has the exercise's two FIFOs (the judge's side)."""
-    def check(g, programs=None):
+    def check(g):
         streams = {s.name[:80]: {"to_device": bool(s.to_device), "n": int(s.n),
                                  "type": TYPE_NAMES.get(s.dtype, str(s.dtype))}
                    for s in g.streams.values()}

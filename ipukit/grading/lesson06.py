@@ -33,9 +33,11 @@ from .common import (
     device,
     judged_run,
     learner_codelets,
+    loaded_engine,
     naming,
     output_array,
     output_field,
+    rebuilt,
     rebuilt_engine,
     same_fields,
     sent_graph,
@@ -308,27 +310,24 @@ def _fifos(g, to_device: bool) -> dict:
             for s in g.streams.values() if bool(s.to_device) == to_device}
 
 
-def _feeds(infeed: dict, outfeed: int, iterations: int, what: str):
+def _feeds(g, prog, infeed: dict, outfeed: int, iterations: int, what: str) -> None:
     """The judge's check of a rebuilt loop: its host-to-device FIFOs are the infeed's
     (``infeed``: name -> elements of float), it has one device-to-host FIFO of ``outfeed``
     floats, and its program is ``Repeat(iterations, ...)``."""
-    def check(g, programs):
-        mine = _fifos(g, True)
-        want = {name: ("float", n) for name, n in infeed.items()}
-        if mine != want:
-            raise Wrong(f"{what}: the host sends batches only through the infeed's FIFOs "
-                        f"{clipped(want, 200)}; your graph has host-to-device FIFOs "
-                        f"{clipped(mine or 'none', 300)}")
-        out = _fifos(g, False)
-        if not out:
-            raise Wrong(f"{what}: your loop sends nothing to the host: enqueue the result "
-                        "to the outfeed (outfeed.enqueue(...)) in every iteration")
-        if list(out.values()) != [("float", outfeed)]:
-            raise Wrong(f"{what}: expected one outfeed of {plural(outfeed, 'float')} a "
-                        f"step; your graph sends {clipped(out, 300)} to the host")
-        _on_device_loop(programs[0], iterations, what)
-
-    return check
+    mine = _fifos(g, True)
+    want = {name: ("float", n) for name, n in infeed.items()}
+    if mine != want:
+        raise Wrong(f"{what}: the host sends batches only through the infeed's FIFOs "
+                    f"{clipped(want, 200)}; your graph has host-to-device FIFOs "
+                    f"{clipped(mine or 'none', 300)}")
+    out = _fifos(g, False)
+    if not out:
+        raise Wrong(f"{what}: your loop sends nothing to the host: enqueue the result to "
+                    "the outfeed (outfeed.enqueue(...)) in every iteration")
+    if list(out.values()) != [("float", outfeed)]:
+        raise Wrong(f"{what}: expected one outfeed of {plural(outfeed, 'float')} a step; "
+                    f"your graph sends {clipped(out, 300)} to the host")
+    _on_device_loop(prog, iterations, what)
 
 
 def _judged_loop(sent, case, infeed: dict, batches: dict, outfeed: int, what: str,
@@ -338,8 +337,9 @@ def _judged_loop(sent, case, infeed: dict, batches: dict, outfeed: int, what: st
     the loop takes more) and the outfeed's to a list. Returns the engine and ``run()``,
     which runs the loop once and gives (batches taken so far, elements received so far)."""
     base = ipu.Graph(device(4).target)
-    eng = rebuilt_engine(output_field(sent, "graph", what), base, what, reads=reads,
-                         check=_feeds(infeed, outfeed, case["iterations"], what))
+    g, progs = rebuilt(output_field(sent, "graph", what), base, what, reads=reads)
+    _feeds(g, progs[0], infeed, outfeed, case["iterations"], what)
+    eng = loaded_engine(g, progs[0], what)
     taken = {name: 0 for name in batches}
     received = []
 
@@ -768,7 +768,7 @@ def _collatz_codelets(got, case) -> None:
                             f" = {given}: expected {field} = {right}, got {mine:g}")
 
 
-def _collatz_streams(g, programs) -> None:
+def _collatz_streams(g) -> None:
     """Wrong unless the rebuilt graph keeps the exercise's two FIFOs (the judge's side)."""
     for name, to_device in (("start", True), ("steps", False)):
         s = g.streams.get(name)
