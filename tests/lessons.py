@@ -122,3 +122,18 @@ def solution_trials(ex_id: str, notebook: str):
     cases = feedback.notebook_cases(ex)
     return ex, cases, [ex.trial(feedback.public(c), *(ns[n] for n in ex.answers))
                        for c in cases]
+
+
+def graded_points(folder: str, name: str, cell: str, path: Path) -> dict:
+    """Exercise id -> points that ``python -m ipukit.grade --json`` gives the kit's
+    ``folder/name`` notebook with ``cell`` added after its imports (written to ``path``)."""
+    import json
+    import subprocess
+    import sys
+
+    nb = nbformat.read(kit_notebook(folder, name), as_version=4)
+    nb.cells.insert(2, nbformat.v4.new_code_cell(cell))
+    nbformat.write(nb, path)
+    out = subprocess.run([sys.executable, "-m", "ipukit.grade", str(path), "--json"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return {e["id"]: e["points"] for e in json.loads(out.stdout)["exercises"]}

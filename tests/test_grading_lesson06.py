@@ -20,6 +20,7 @@ from ipukit.host import loops
 from tests.lessons import (
     SOLVED_AND_UNTOUCHED,
     grade_exercises,
+    graded_points,
     judged_checks_hold,
     kit_notebook,
     notebook_namespace,
@@ -192,9 +193,26 @@ def test_infeed_loop_wrong_answers_get_specific_feedback():
         "06.3", make(host_loop=True))
     msg = failure("06.3", make(total=True))
     assert "batch means the outfeed returned after run 1[0]: expected" in msg
-    assert "iterations=3, batches of 4 images, OutfeedMode.ALL" in msg
+    assert msg.startswith("iterations=3, batches of 4 images: ")
     msg = failure("06.3", make(no_outfeed=True))
-    assert "outfeed 'outfeed' has nothing to connect: call outfeed.enqueue(tensors)" in msg
+    assert "iterations=3, batches of 4 images: your loop sends nothing to the host" in msg
+
+
+def test_infeed_loop_the_learners_codelet_is_checked_apart(solved):
+    class HalfMean(ipu.Vertex):  # the notebook's BatchMean, off by a factor of 2
+        x = ipu.Input(ipu.Vector(ipu.FLOAT))
+        out = ipu.Output(ipu.FLOAT)
+
+        def compute(self):
+            self.out[...] = self.x.mean(axis=-1) / 2
+
+    kept, solved["BatchMean"] = solved["BatchMean"], HalfMean  # build_loop's global
+    try:
+        msg = failure("06.3", solved["build_loop"])
+    finally:
+        solved["BatchMean"] = kept
+    assert msg.startswith("iterations=3, batches of 4 images: your codelet HalfMean on x = ")
+    assert "(the mean of x)" in msg
 
 
 # -- 06.4 -----------------------------------------------------------------------------------
@@ -308,7 +326,8 @@ def test_collatz_reference(n, steps):  # OEIS A006577: 0, 1, 7, 2, 5, 8, 16, 3, 
     assert lesson06.collatz_steps(n) == steps
 
 
-def collatz(solved, do_while=False, swapped=False, no_reset=False, order=(0, 1, 2)):
+def collatz(solved, do_while=False, swapped=False, no_reset=False, order=(0, 1, 2),
+            stuck=False):
     """The solution to 06.6, with one mistake."""
     IsOdd, Halve, TriplePlusOne, Count, NotOne = (  # noqa: N806 - the notebook's codelets
         solved[k] for k in ("IsOdd", "Halve", "TriplePlusOne", "Count", "NotOne"))
@@ -334,7 +353,8 @@ def collatz(solved, do_while=False, swapped=False, no_reset=False, order=(0, 1, 
                             ipu.If(odd, *(branches[::-1] if swapped else branches)),
                             execute(Count, {"steps": steps}))
         cond = execute(NotOne, {"n": n, "go": go})
-        run = ipu.RepeatWhileTrue(cond, go, body)
+        run = ipu.RepeatWhileTrue(cond, go, execute(Count, {"steps": steps}) if stuck
+                                  else body)
         if do_while:  # the body once before the first test
             run = ipu.Sequence(body, ipu.RepeatWhileTrue(cond, go, body))
         programs = [init, run, ipu.Copy(steps, steps_out)]
@@ -354,20 +374,125 @@ def test_collatz_solution_and_mistakes(solved):
     assert "adds the previous start's 1 steps: program 0 must set the counter to 0" in msg
     msg = failure("06.6", collatz(solved, order=(0, 2, 1)))  # run(1) reads, run(2) loops
     assert "start n = 2 (loaded after [1]): engine.run(0), run(1), run(2) gave 0 steps" in msg
-    msg = failure("06.6", collatz(solved, swapped=True))  # 3n + 1 for even n: no end
-    assert "your code raised ProgramError: RepeatWhileTrue ran" in msg
-    assert "predicate 'go' is still true" in msg
+    msg = failure("06.6", collatz(solved, swapped=True))  # 2 -> 7 -> 3 -> 1
+    assert msg.startswith("start n = 2 (loaded after [1]): engine.run(0), run(1), run(2) "
+                          "gave 3 steps, expected 1 (2, 1)")
+    msg = failure("06.6", collatz(solved, stuck=True))  # a body that leaves n as it is
+    assert msg.startswith("start n = 2 (loaded after [1]): your graph fails when run: "
+                          "ProgramError: RepeatWhileTrue ran")
+    assert "is still true" in msg
     msg = failure("06.6", lambda graph, start, steps_out: [])
     assert "return the list of three programs [init, run, read], got []" in msg
 
 
 def test_collatz_second_run_of_the_loop_must_not_count(solved):
-    ex = feedback.EXERCISES["06.6"]
-    cases = feedback.notebook_cases(ex)
-    outputs = feedback.run_trials(ex, cases, (collatz(solved),))
-    bad = [{"ok": [[first, first + 3] for first, _ in plain.decode(o["ok"])]}
-           for o in outputs]  # a forged trial: the second run(1) took 3 more steps
-    with pytest.raises(feedback.Wrong, match="start n = 1: running program 1 again once n is "
-                       "1, then program 2, gave 3 steps, expected still 0"):
-        feedback.judge(ex, bad, cases)
+    """A program 1 that leaves n at 2 after its loop: the first count is right, running
+    program 1 again takes one more step."""
+    def build(graph, start, steps_out):
+        init, run, read = solved["build_collatz"](graph, start, steps_out)
+        two = graph.add_constant(ipu.UNSIGNED_INT, [], 2, "two")
+        graph.set_tile_mapping(two, 0)
+        n = init.programs[0].dst  # the solution's Copy(start, n)
+        return [init, ipu.Sequence(run, ipu.Copy(two, n)), read]
 
+    msg = failure("06.6", build)
+    assert msg.startswith("start n = 1: running program 1 again once n is 1, then program "
+                          "2, gave 1 steps, expected still 0")
+
+
+def test_collatz_codelets_are_checked_by_name(solved):
+    class NotOne(ipu.Vertex):  # a condition that stops one step early
+        n = ipu.Input(ipu.UNSIGNED_INT)
+        go = ipu.Output(ipu.BOOL)
+
+        def compute(self):
+            self.go[...] = self.n > 2
+
+    class Step(ipu.Vertex):  # not one of the exercise's codelets
+        n = ipu.InOut(ipu.UNSIGNED_INT)
+
+        def compute(self):
+            self.n[...] = self.n
+
+    def with_codelet(cls, name):
+        def build(graph, start, steps_out):
+            kept = solved[name]
+            solved[name] = cls
+            try:
+                return solved["build_collatz"](graph, start, steps_out)
+            finally:
+                solved[name] = kept
+        return build
+
+    assert "your codelet NotOne on n = 2: expected go = 1, got 0" in failure(
+        "06.6", with_codelet(NotOne, "NotOne"))
+    msg = failure("06.6", with_codelet(Step, "Halve"))
+    assert "codelet 'Step' is not one of the exercise's (IsOdd, Halve, TriplePlusOne, " in msg
+
+
+# -- the kernel sends graphs, never the numbers they computed (issue 26 point 1) -----------
+RIGHT = """\
+import numpy as np
+from ipukit.grading import feedback, lesson06, plain
+def right(ex_id, c):  # what the old trials sent, worked out from the case's data if it has any
+    if ex_id == '06.3':
+        n, data = c['iterations'], c.get('images', np.zeros((2 * c['iterations'], 1)))
+        means = np.asarray(data, np.float64).reshape(2, n, -1).mean(axis=2)
+        last = c.get('mode') == 'LAST'  # the outfeed's mode, where the case had one
+        return {'runs': [{'dequeued': (r + 1) * n, 'enqueued': (r + 1) * n,
+                          'out': means[r, -1:] if last else means[r]} for r in range(2)],
+                'num_runs': 2}
+    if ex_id == '06.4':
+        data = np.asarray(c.get('images', np.zeros((3, 4, 4))), np.float64)
+        k = len(data) // 3
+        return [data[:(r + 1) * k].max(axis=0) for r in range(3)]
+    if ex_id == '06.5':
+        n, b = c['iterations'], c['batch']
+        x = np.asarray(c.get('x', np.zeros((2 * n * b, c['features']))))
+        y = np.asarray(c.get('y', np.zeros(2 * n * b)))
+        w, calls = np.zeros(c['features']), []
+        for k in range(2):
+            part = slice(k * n * b, (k + 1) * n * b)
+            losses, w = lesson06.sgd_reference(x[part], y[part], n, b, c['lr'], w)
+            calls.append({'losses': losses, 'w': w})
+        return calls
+    steps = [lesson06.collatz_steps(s) for s in c.get('starts', [1])]
+    return [[s, s] for s in steps]
+"""
+FORGED = RIGHT + """\
+real = feedback.run_trials
+def forged(ex, cases, answers):
+    if ex.id in ('06.3', '06.4', '06.5', '06.6'):
+        return [{'ok': plain.encode(right(ex.id, c))} for c in cases]
+    return real(ex, cases, answers)
+feedback.run_trials = forged
+"""
+
+
+def test_numbers_without_a_graph_score_nothing(solved):
+    """06.3-06.6: the judge's data (images, (x, y), start values) never reach the kernel,
+    and what the kernel sends is a graph the judge runs: numbers alone score nothing."""
+    for ex_id in ("06.3", "06.4", "06.5", "06.6"):
+        ex = feedback.EXERCISES[ex_id]
+        cases = feedback.notebook_cases(ex)
+        private = {k for c in cases for k in c if k.startswith("_")}
+        assert private and not private & {k for c in cases for k in feedback.public(c)}
+        outputs = feedback.run_trials(ex, cases, (solved[ex.answers[0]],))
+        assert feedback.judge(ex, outputs, cases) is None  # the honest graph passes
+        # the old trials' right numbers, even worked out from the judge's own data
+        shown = [{k.lstrip("_"): v for k, v in c.items()} for c in cases]
+        namespace = {}
+        exec(RIGHT, namespace)
+        forged = [{"ok": plain.encode(namespace["right"](ex_id, c))} for c in shown]
+        with pytest.raises(feedback.Wrong, match="the trial gave no 'codelets'|your graph "
+                           "cannot be rebuilt: GraphDataError"):
+            feedback.judge(ex, forged, cases)
+
+
+def test_forged_outputs_score_nothing_through_the_grader(tmp_path):
+    """Through ``python -m ipukit.grade``: a cell that replaces the kernel's trials with
+    the old trials' numbers (they scored 12/12 when the data were the kernel's) scores
+    nothing on 06.3-06.6; the honest solutions notebook scores 16/16
+    (test_grader_cli_scores_the_solutions_in_a_fresh_process)."""
+    points = graded_points("solutions", NAME, FORGED, tmp_path / "06_forged.ipynb")
+    assert points == {"06.1": 2, "06.2": 2, "06.3": 0, "06.4": 0, "06.5": 0, "06.6": 0}

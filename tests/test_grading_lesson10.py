@@ -12,6 +12,7 @@ from ipukit.grading import feedback, lesson10, plain
 from tests.lessons import (
     SOLVED_AND_UNTOUCHED,
     grade_exercises,
+    graded_points,
     judged,
     judged_checks_hold,
     notebook_namespace,
@@ -296,6 +297,13 @@ def _remote_vertices(graph, grads, add_into):  # vertices on IPU 0 read other IP
     return ipu.Sequence(*steps, *[ipu.Copy(grads[0], grads[q]) for q in range(1, len(grads))])
 
 
+def _parts(step):
+    """The tensor views one of ``program_as_plain``'s steps reads and writes."""
+    if "copy" in step:
+        return step["copy"]
+    return [part for v in step["execute"] for part in (v["acc"], v["x"])]
+
+
 @pytest.mark.parametrize("program", ["solution", "one_copy_per_ipu", "via_ipu0",
                                      "remote_vertices"])
 def test_the_judges_byte_count_is_the_compilers(solution, program):
@@ -315,7 +323,7 @@ def test_the_judges_byte_count_is_the_compilers(solution, program):
         plain.encode(steps)
         values = [np.arange(n, dtype=np.float64) * (q + 1) for q in range(r)]
         memory = np.zeros(1 + max(int(p["addresses"].max()) for s in steps
-                                  for p in lesson10._parts(s)))
+                                  for p in _parts(s)))
         for q in range(r):
             memory[grads[q].idx] = values[q]
         assert (lesson10.run_plain(steps, memory, tiles, r) == compiled).all()
@@ -349,6 +357,65 @@ def test_a_forged_program_description_is_refused_not_allocated(solution):
     cases = feedback.draw_cases(ex, np.random.default_rng(0))
     outputs = feedback.run_trials(ex, cases, (solution["ring_program"],))
     decoded = [plain.decode(o["ok"]) for o in outputs]
-    decoded[1]["steps"][0]["copy"][1]["addresses"][0] = 10**12  # a huge address
-    with pytest.raises(feedback.Wrong, match="cannot follow your program"):
+    copy = decoded[1]["programs"][0]["Sequence"][0]["Copy"]
+    copy[1]["tensor"]["addresses"][0] = 10**12  # a huge address (a concat's destination)
+    with pytest.raises(feedback.Wrong, match="your graph cannot be rebuilt: GraphDataError: "
+                       "Copy: addresses outside the 12 float32 elements of the graph"):
         ex.verdict(cases, decoded)
+    decoded[1]["programs"] = [{"Repeat": [10**9, {"Sequence": []}]}]  # never followed
+    with pytest.raises(feedback.Wrong, match="your program takes more than 1,000 steps"):
+        ex.verdict(cases, decoded)
+
+
+def test_numbers_without_a_graph_score_nothing(solution):
+    """Issue 26 point 1: the gradients are the judge's; the kernel sends the graph, which
+    the judge runs (its cycles earn the star), so the sums alone score nothing."""
+    ex = lesson10.check_emulated_ring.exercise
+    cases = feedback.draw_cases(ex, np.random.default_rng(0))
+    assert all(set(feedback.public(c)) == {"replicas", "n"} for c in cases)
+    outputs = feedback.run_trials(ex, cases, (solution["ring_program"],))
+    cost = feedback.judge(ex, outputs, cases)
+    assert cost.star and cost.used == cost.budget  # the judge's own run of the reference
+    forged = [{"g": [np.sum(c["_values"], axis=0)] * c["replicas"], "steps": [],
+               "cycles": 1} for c in cases]  # even knowing the values
+    with pytest.raises(feedback.Wrong, match="your graph cannot be rebuilt"):
+        ex.verdict(cases, forged)
+
+
+def _long_ring(graph, grads, add_into):  # the reference, then 10**6 empty passes
+    return ipu.Sequence(_one_copy_per_ipu(graph, grads, add_into),
+                        ipu.Repeat(1000, ipu.Repeat(1000, ipu.Sequence())))
+
+
+def test_a_program_too_long_to_follow_is_refused_in_bounded_time():
+    r = lesson10.check_emulated_ring(_long_ring, show=False)
+    assert "your program takes more than 1,000 steps" in r.message
+
+
+FORGED = """\
+import numpy as np
+from ipukit.grading import feedback, plain
+real = feedback.run_trials
+from ipukit.grading import lesson10
+def right(c):  # the old trial's outputs: the sums, and the kit's reference ring's steps
+    values = c.get('values')
+    r, n = c['replicas'], len(values[0]) if values else c['n']
+    _, graph, grads = lesson10.ring_graph(r, n)
+    prog = lesson10.reference_ring(graph, grads, lesson10.AddInto)
+    total = np.sum(values, axis=0) if values else np.zeros(n)
+    return {'g': [total] * r, 'cycles': 1,
+            'steps': lesson10.program_as_plain(graph, prog, lesson10.AddInto, 'ring')}
+def forged(ex, cases, answers):
+    if ex.id == '10.4':
+        return [{'ok': plain.encode(right(c))} for c in cases]
+    return real(ex, cases, answers)
+feedback.run_trials = forged
+"""
+
+
+def test_forged_outputs_score_nothing_through_the_grader(tmp_path):
+    """Through ``python -m ipukit.grade``: a cell that replaces the kernel's trial with
+    the old trial's numbers (they scored 3/3 and the star) scores nothing on 10.4, while
+    the rest of the solutions still scores."""
+    points = graded_points("solutions", NOTEBOOK, FORGED, tmp_path / "10_forged.ipynb")
+    assert points == {"10.1": 3, "10.2": 2, "10.3": 3, "10.4": 0}

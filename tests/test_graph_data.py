@@ -94,6 +94,65 @@ def test_random_small_graphs_run_identically_after_the_round_trip(data):
     assert json.dumps(plain.encode(to_plain(g2, progs2))) == json.dumps(plain.encode(sent))
 
 
+def collatz_graph():
+    """06.6's graph on two IPUs (n on IPU 1, the counter on IPU 0): three programs run by
+    index, a RepeatWhileTrue, an If, UNSIGNED_INT and BOOL scalars, two FIFOs."""
+    from ipukit.grading import lesson06
+
+    target = ipu.IPUModel(num_ipus=2, tiles_per_ipu=2).create_device().target
+    g = ipu.Graph(target)
+    start = g.add_host_to_device_fifo("start", ipu.UNSIGNED_INT, 1)
+    out = g.add_device_to_host_fifo("steps", ipu.UNSIGNED_INT, 1)
+    n, steps = (g.add_variable(ipu.UNSIGNED_INT, [], name) for name in ("n", "steps"))
+    odd, go = (g.add_variable(ipu.BOOL, [], name) for name in ("odd", "go"))
+    zero = g.add_constant(ipu.UNSIGNED_INT, [], 0, "zero")
+    for t, tile in ((n, 3), (steps, 0), (odd, 3), (go, 2), (zero, 0)):
+        g.set_tile_mapping(t, tile)
+
+    def execute(codelet, fields, tile):
+        cs = g.add_compute_set(codelet.__name__)
+        g.add_vertex(cs, codelet, fields, tile=tile)
+        return ipu.Execute(cs)
+
+    body = ipu.Sequence(execute(lesson06._IsOdd, {"n": n, "odd": odd}, 3),
+                        ipu.If(odd, execute(lesson06._TriplePlusOne, {"n": n}, 3),
+                               execute(lesson06._Halve, {"n": n}, 3)),
+                        execute(lesson06._Count, {"steps": steps}, 0))
+    return g, [ipu.Sequence(ipu.Copy(start, n), ipu.Copy(zero, steps)),
+               ipu.RepeatWhileTrue(execute(lesson06._NotOne, {"n": n, "go": go}, 2), go, body),
+               ipu.Copy(steps, out)]
+
+
+def collatz_counts(g, progs, starts):
+    """(the counts programs 0, 1, 2 send for each start, each step's cycles)."""
+    eng = ipu.Engine(g, progs)
+    eng.load(ipu.IPUModel(num_ipus=2, tiles_per_ipu=2).create_device())
+    host_in, host_out, found = np.zeros(1, np.uint32), np.zeros(1, np.uint32), []
+    eng.connect_stream("start", host_in)
+    eng.connect_stream("steps", host_out)
+    for start in starts:
+        host_in[0] = start
+        for k in range(3):
+            eng.run(k)
+        found.append(int(host_out[0]))
+    return found, [s.cycles for s in eng.executable.steps]
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.lists(st.integers(1, 500), min_size=1, max_size=3))
+def test_several_programs_on_several_ipus_run_by_index_after_the_round_trip(starts):
+    from ipukit.grading.lesson06 import collatz_steps
+
+    g, progs = collatz_graph()
+    sent = wire(to_plain(g, progs))
+    g2, progs2 = from_plain(sent, g.target)
+    assert len(progs2) == 3 and g2.target.num_ipus == 2
+    found, cycles = collatz_counts(g2, progs2, starts)
+    assert found == [collatz_steps(s) for s in starts]
+    assert (found, cycles) == collatz_counts(g, progs, starts)
+    assert json.dumps(plain.encode(to_plain(g2, progs2))) == json.dumps(plain.encode(sent))
+
+
 def test_regions_lists_streams_and_remote_buffers_round_trip():
     g = ipu.Graph(device().target)
     v = g.add_variable(ipu.FLOAT, [3, 4], "v")

@@ -14,7 +14,7 @@ import ipukit as ipu
 from ipukit import backend, cost, graph_data
 from ipukit.parallel import sharded
 
-from .feedback import Wrong, _not_implemented, as_int, library_error
+from .feedback import Wrong, _not_implemented, as_int, library_error, plural
 
 
 def device(tiles: int, num_ipus: int = 1):
@@ -137,23 +137,22 @@ def sent_graph(g, prog, what: str, stand_ins=None) -> dict:
         raise Wrong(f"{what}: {exc}") from None
 
 
-def rebuilt_engine(sent, base, what: str, kept=(), reads=(), check=None):
-    """The graph the kernel described, rebuilt here (the judge) with the kit's own code,
-    compiled (at most :data:`MAX_STEPS` emulated steps) and loaded on a fresh device; a
-    PrintTensor in it writes to a private buffer, never the grader's stderr. ``base``: the
+def rebuilt(sent, base, what: str, kept=(), reads=(), programs: int = 1):
+    """The graph and programs the kernel described, rebuilt here (the judge) with the kit's
+    own code on a fresh target like ``base``'s (its IPUs and tiles per IPU). ``base``: the
     judge's own graph of the case before the learner's code ran; each ``(name, kind)`` in
     ``kept`` (kind ``"host_writes"``, ``"host_reads"``) must be the same tensor there, with
     base's shape, type and tile mapping (a graph that moved it answers another exercise),
-    or kind ``"remote_buffers"``: base's type, size and repeats;
-    each name in ``reads`` must be a host read of the rebuilt graph; ``check(graph)``, if
-    given, looks at the rebuilt graph before it is compiled (raising Wrong)."""
-    dev = device(base.target.num_tiles, base.target.num_ipus)
+    or kind ``"remote_buffers"``: base's type, size and repeats; each name in ``reads``
+    must be a host read of the rebuilt graph; ``programs``: how many programs it must have
+    (an Engine runs them by index). Returns (graph, programs)."""
+    target = device(base.target.tiles_per_ipu, base.target.num_ipus).target
     try:
-        g, progs = graph_data.from_plain(sent, dev.target)
+        g, progs = graph_data.from_plain(sent, target)
     except ipu.IpuError as exc:
         raise Wrong(library_error(f"{what}: your graph cannot be rebuilt", exc)) from None
-    if len(progs) != 1:
-        raise Wrong(f"{what}: expected one program, got {len(progs)}")
+    if len(progs) != programs:
+        raise Wrong(f"{what}: expected {plural(programs, 'program')}, got {len(progs)}")
     for name, handles in kept:
         mine, want = getattr(g, handles).get(name), getattr(base, handles)[name]
         if handles == "remote_buffers":
@@ -168,15 +167,30 @@ def rebuilt_engine(sent, base, what: str, kept=(), reads=(), check=None):
     for name in reads:
         if name not in g.host_reads:
             raise Wrong(f"{what}: your graph has no host read {name!r}: return the tensor")
+    return g, progs
+
+
+def rebuilt_engine(sent, base, what: str, kept=(), reads=(), check=None, programs: int = 1,
+                   max_steps: int = MAX_STEPS):
+    """The graph the kernel described (:func:`rebuilt`), compiled (at most ``max_steps``
+    emulated steps a run) and loaded on a fresh device; a PrintTensor in it writes to a
+    private buffer, never the grader's stderr. ``check(graph)``, if given, looks at the
+    rebuilt graph before it is compiled (raising Wrong)."""
+    g, progs = rebuilt(sent, base, what, kept, reads, programs)
     if check is not None:
         check(g)
+    return loaded_engine(g, progs if programs > 1 else progs[0], what, max_steps)
+
+
+def loaded_engine(g, progs, what: str, max_steps: int = MAX_STEPS):
+    """A rebuilt graph ``g`` and its program(s) compiled and loaded in the judge."""
     try:
-        eng = ipu.Engine(g, progs[0], {"debug.maxEmulatedSteps": MAX_STEPS})
+        eng = ipu.Engine(g, progs, {"debug.maxEmulatedSteps": max_steps})
     except ipu.IpuError as exc:
         raise Wrong(no_compile(f"{what}: your graph", exc)) from None
     eng.set_print_tensor_stream(io.StringIO())
     with judged_run(what):
-        eng.load(dev)
+        eng.load(device(g.target.tiles_per_ipu, g.target.num_ipus))
     return eng
 
 
@@ -222,25 +236,36 @@ def stand_ins(g, reference, what: str, fields: str) -> dict:
 def codelet_run(cls, inputs: dict, outputs: dict) -> dict:
     """What codelet ``cls`` computes as one vertex on tile 0 (the learner's kernel):
     ``inputs`` field -> values, ``outputs`` field -> shape; the outputs' values."""
+    return codelet_runs(cls, [inputs], outputs)[0]
+
+
+def codelet_runs(cls, pieces: list, outputs: dict) -> list:
+    """What codelet ``cls`` computes on each of ``pieces`` (field -> values), one vertex
+    per piece on tile 0, all in one compute set (the learner's kernel): per piece, each
+    field of ``outputs`` (field -> shape) -> its values. Each field has the type the codelet
+    declares (FLOAT if it declares none); a field in both (an InOut) starts at its input."""
     dev = device(1)
     g = ipu.Graph(dev.target)
-    fields = {}
-    for name, value in inputs.items():
-        fields[name] = g.add_variable(ipu.FLOAT, list(np.shape(value)), name)
-        g.create_host_write(name, fields[name])
-    for name, shape in outputs.items():
-        fields[name] = g.add_variable(ipu.FLOAT, list(shape), name)
-        g.create_host_read(name, fields[name])
-    for t in fields.values():
-        g.set_tile_mapping(t, 0)
     cs = g.add_compute_set("codelet")
-    g.add_vertex(cs, cls, fields, tile=0)
+    declared = getattr(cls, "fields", {})
+    for k, inputs in enumerate(pieces):
+        fields = {}
+        for name in {**inputs, **outputs}:
+            dtype = getattr(declared.get(name), "dtype", None) or ipu.FLOAT
+            shape = np.shape(inputs[name]) if name in inputs else outputs[name]
+            fields[name] = g.add_variable(dtype, list(shape), f"{name}{k}")
+            g.set_tile_mapping(fields[name], 0)
+            g.create_host_write(f"{name}{k}", fields[name])
+            g.create_host_read(f"{name}{k}", fields[name])
+        g.add_vertex(cs, cls, fields, tile=0)
     eng = ipu.Engine(g, ipu.Execute(cs))
     eng.load(dev)
-    for name, value in inputs.items():
-        eng.write_tensor(name, value)
+    for k, inputs in enumerate(pieces):
+        for name, value in inputs.items():
+            eng.write_tensor(f"{name}{k}", value)
     eng.run()
-    return {name: eng.read_tensor(name) for name in outputs}
+    return [{name: eng.read_tensor(f"{name}{k}") for name in outputs}
+            for k in range(len(pieces))]
 
 
 # -- judged checks: reading what a trial returned (the judge's side) -------------------------

@@ -4,7 +4,10 @@ Every check is judged (:func:`ipukit.grading.feedback.exercise`): the judge draw
 cases and works out the expected answers with the kit's own code (a stream copy's cycles
 from the compiled ``Step``, a loop's host-sync share from the ``Trace`` of real runs,
 batch means, running maxima, SGD and Collatz counts from NumPy and Python); the learner's
-kernel only runs the learner's functions and returns what came out.
+kernel only runs the learner's functions and returns what came out. For the loops and
+programs of 06.3-06.6 what comes out is the learner's graph and programs as plain data
+(:mod:`ipukit.graph_data`): the judge rebuilds and runs them with its own images, (x, y)
+and start values, which never reach the kernel.
 
 >>> from ipukit.grading import lesson06
 >>> r = lesson06.check_running_max(lambda *args: None, show=False)
@@ -19,11 +22,28 @@ import math
 import numpy as np
 
 import ipukit as ipu
+from ipukit import graph_data
 from ipukit.host import InfeedQueue, OutfeedMode, OutfeedQueue
+from ipukit.tensor import TYPE_NAMES
 
 from .common import BusyVertex as _Busy
-from .common import as_count, device, naming, output_array, output_field
-from .feedback import Wrong, as_int, exercise, first_mismatch, library_error
+from .common import (
+    as_count,
+    codelet_runs,
+    device,
+    judged_run,
+    learner_codelets,
+    loaded_engine,
+    naming,
+    output_array,
+    output_field,
+    rebuilt,
+    rebuilt_engine,
+    same_fields,
+    sent_graph,
+    stand_ins,
+)
+from .feedback import Wrong, as_int, clipped, exercise, first_mismatch, plural
 
 
 def _target(version: str, tiles: int):
@@ -224,68 +244,165 @@ def check_steps_per_call(cases, outputs):
 
 
 # -- 06.3 to 06.5: loops on the device, fed and read by queues --------------------------------
+# The kernel builds the learner's loop with queues of placeholder data (zeros: only the
+# batch's shape and type reach the graph) and sends the graph and its program as plain data
+# (ipukit.graph_data); the judge rebuilds them, feeds the infeed's FIFOs its own batches
+# and reads what the outfeed's FIFO receives, run by run.
 
 
-def _device_loop(g, prog, iterations, dev, infeed, outfeed, what):
-    """The learner's loop must be ``loops.repeat``'s ``ipu.Repeat(iterations, ...)``: compile
-    it, load it and connect the queues (the trial's side)."""
+class _BatchMean(ipu.Vertex):
+    """out = the mean of x: the notebook's codelet as the judge runs it in place of the
+    learner's (whose compute is checked on its own, in the kernel)."""
+
+    x = ipu.Input(ipu.Vector(ipu.FLOAT))
+    out = ipu.Output(ipu.FLOAT)
+
+    def compute(self):
+        self.out[...] = self.x.mean(axis=-1)
+
+
+class _PixelMax(ipu.Vertex):
+    """best = the larger of best and the largest of images, element by element: 06.4's
+    codelet as the judge runs it in place of the learner's."""
+
+    images = ipu.Input(ipu.Vector(ipu.FLOAT))
+    best = ipu.InOut(ipu.Vector(ipu.FLOAT))
+
+    def compute(self):
+        self.best[...] = np.maximum(self.best, self.images.max(axis=-1, keepdims=True))
+
+
+def _on_device_loop(prog, iterations: int, what: str) -> None:
+    """Wrong unless ``prog`` is ``loops.repeat``'s ``ipu.Repeat(iterations, ...)``."""
     if not isinstance(prog, ipu.Repeat) or prog.count != iterations:
+        shown = (f"ipu.Repeat({prog.count}, ...)" if isinstance(prog, ipu.Repeat)
+                 else clipped(repr(prog), 200))
         raise Wrong(f"{what}: expected the on-device loop ipu.Repeat({iterations}, ...) "
-                    f"that loops.repeat returns, got {prog!r}")
-    try:
-        eng = ipu.Engine(g, prog)
-    except ipu.IpuError as exc:
-        raise Wrong(library_error(f"{what}: your loop does not compile", exc)) from None
-    with naming(what):
-        eng.load(dev)
-        infeed.connect(eng)
-        outfeed.connect(eng)
-    return eng
+                    f"that loops.repeat returns, got {shown}")
 
 
-def _queues(data, batch: int, mode: str):
-    """A fresh 4-tile device and graph, an infeed of ``data`` and an outfeed in ``mode``."""
-    dev = device(4)
-    return dev, ipu.Graph(dev.target), InfeedQueue(data, batch_size=batch), OutfeedQueue(
-        OutfeedMode[mode])
+def _queues(placeholder, batch: int):
+    """A fresh 4-tile graph, an infeed of one batch of ``placeholder`` data (its shape and
+    type are the case's; the judge feeds its own values) and an outfeed (the kernel's)."""
+    return (ipu.Graph(device(4).target), InfeedQueue(placeholder, batch_size=batch),
+            OutfeedQueue(OutfeedMode.ALL))
 
 
-def _calls(build, case, data, mode: str, calls: int, read, what: str):
-    """The learner's ``build(graph, infeed, outfeed, iterations)`` loop, fed ``data`` in
-    batches and run ``calls`` times: the engine, and ``read(infeed, outfeed)`` after each
-    call (the trial's side)."""
-    dev, g, infeed, outfeed = _queues(data, case["batch"], mode)
+def _loop_sent(case, build, placeholder, what: str, reference, fields: str,
+               outputs: dict) -> dict:
+    """The learner's ``build(graph, infeed, outfeed, iterations)`` as plain data, its
+    codelets sent as the kit's ``reference`` (``fields``: the exercise's, in words), and
+    what each of them computes on the case's ``pieces`` (``outputs``: field -> shape)
+    (the kernel's side)."""
+    g, infeed, outfeed = _queues(placeholder, case["batch"])
     with naming(what):
         prog = build(g, infeed, outfeed, case["iterations"])
-    eng = _device_loop(g, prog, case["iterations"], dev, infeed, outfeed, what)
-    found = []
-    for _ in range(calls):
-        with naming(what):
+    _on_device_loop(prog, case["iterations"], what)
+    mine = stand_ins(g, reference, what, fields)
+    return {"graph": sent_graph(g, prog, what, mine),
+            "codelets": {cls.__name__: codelet_runs(cls, case["pieces"], outputs)
+                         for cls in mine}}
+
+
+def _fifos(g, to_device: bool) -> dict:
+    """name -> (element type, elements) of ``g``'s FIFOs one way."""
+    return {s.name: (TYPE_NAMES.get(s.dtype, str(s.dtype)), int(s.n))
+            for s in g.streams.values() if bool(s.to_device) == to_device}
+
+
+def _feeds(g, prog, infeed: dict, outfeed: int, iterations: int, what: str) -> None:
+    """The judge's check of a rebuilt loop: its host-to-device FIFOs are the infeed's
+    (``infeed``: name -> elements of float), it has one device-to-host FIFO of ``outfeed``
+    floats, and its program is ``Repeat(iterations, ...)``."""
+    mine = _fifos(g, True)
+    want = {name: ("float", n) for name, n in infeed.items()}
+    if mine != want:
+        raise Wrong(f"{what}: the host sends batches only through the infeed's FIFOs "
+                    f"{clipped(want, 200)}; your graph has host-to-device FIFOs "
+                    f"{clipped(mine or 'none', 300)}")
+    out = _fifos(g, False)
+    if not out:
+        raise Wrong(f"{what}: your loop sends nothing to the host: enqueue the result to "
+                    "the outfeed (outfeed.enqueue(...)) in every iteration")
+    if list(out.values()) != [("float", outfeed)]:
+        raise Wrong(f"{what}: expected one outfeed of {plural(outfeed, 'float')} a step; "
+                    f"your graph sends {clipped(out, 300)} to the host")
+    _on_device_loop(prog, iterations, what)
+
+
+def _judged_loop(sent, case, infeed: dict, batches: dict, outfeed: int, what: str,
+                 reads=()):
+    """The judge rebuilds the loop the kernel sent, connects the infeed's FIFOs to its own
+    ``batches`` (FIFO name -> array of batches, fed in order and again from the start if
+    the loop takes more) and the outfeed's to a list. Returns the engine and ``run()``,
+    which runs the loop once and gives (batches taken so far, elements received so far)."""
+    base = ipu.Graph(device(4).target)
+    g, progs = rebuilt(output_field(sent, "graph", what), base, what, reads=reads)
+    _feeds(g, progs[0], infeed, outfeed, case["iterations"], what)
+    eng = loaded_engine(g, progs[0], what)
+    taken = {name: 0 for name in batches}
+    received = []
+
+    def feed(name):
+        def fill(buffer):
+            data = batches[name]
+            buffer[...] = data[taken[name] % len(data)].reshape(-1)
+            taken[name] += 1
+        return fill
+
+    for name in batches:
+        eng.connect_stream_to_callback(name, feed(name))
+    (out,) = _fifos(eng.executable.graph, False)  # the one _feeds found
+    eng.connect_stream_to_callback(out, lambda data: received.append(
+        np.asarray(data, np.float64).copy()))
+
+    def run():
+        with judged_run(what):
             eng.run()
-            found.append(read(infeed, outfeed))
-    return eng, found
+        return max(taken.values()), received
+
+    return eng, run
+
+
+def _codelet_outputs(got, pieces, want, what: str, asked: str, field: str) -> None:
+    """Wrong unless each learner codelet's ``field`` on each of ``pieces`` is ``want``."""
+    codelets = output_field(got, "codelets", what)
+    if not isinstance(codelets, dict):
+        raise Wrong(f"{what}: the trial gave no outputs of your codelets")
+    for name, outs in codelets.items():
+        if not isinstance(outs, list) or len(outs) != len(pieces):
+            raise Wrong(f"{what}: the trial gave no output of codelet {clipped(name, 80)}")
+        for piece, out, right in zip(pieces, outs, want):
+            mine = output_array(output_field(out, field, what), np.shape(right),
+                                f"{what}: your codelet {clipped(name, 80)}")
+            if not np.allclose(mine, right, rtol=1e-5, atol=1e-6):
+                shown = ", ".join(f"{k} = {np.array2string(np.asarray(v), precision=3)}"
+                                  for k, v in piece.items())
+                raise Wrong(f"{what}: your codelet {clipped(name, 80)} on {shown}: expected "
+                            f"{field} = {np.array2string(np.asarray(right), precision=4)} "
+                            f"({asked}), got {np.array2string(mine, precision=4)}")
 
 
 def _loop_cases(rng) -> list[dict]:
-    """ALL and LAST, one image per batch, then random sizes; images for two calls."""
-    found = [(3, 4, "ALL"), (5, 2, "LAST"), (2, 1, "ALL"),
-             (int(rng.integers(1, 7)), int(rng.integers(1, 6)), str(rng.choice(["ALL",
-                                                                                "LAST"])))]
-    return [{"iterations": n, "batch": b, "mode": mode,
-             "images": rng.random((2 * n * b, 4, 4)).astype(np.float32)}
-            for n, b, mode in found]
+    """Several images a batch, one image a batch, then random sizes; the images of two
+    calls are the judge's (private); ``pieces``: inputs for the learner's codelet alone."""
+    found = [(3, 4), (5, 2), (2, 1), (int(rng.integers(1, 7)), int(rng.integers(1, 6)))]
+    return [{"iterations": n, "batch": b,
+             "pieces": [{"x": rng.random(k).astype(np.float32)} for k in (1, 5, 16)],
+             "_images": rng.random((2 * n * b, 4, 4)).astype(np.float32)}
+            for n, b in found]
 
 
 def _loop_what(case) -> str:
-    return (f"iterations={case['iterations']}, batches of {case['batch']} images, "
-            f"OutfeedMode.{case['mode']}")
+    return f"iterations={case['iterations']}, batches of {case['batch']} images"
 
 
 def _loop_trial(case, build_loop):
-    eng, runs = _calls(build_loop, case, case["images"], case["mode"], 2, lambda i, o: {
-        "dequeued": i.num_dequeued, "enqueued": o.num_enqueued,
-        "out": np.asarray(o.dequeue(), np.float32).reshape(-1)}, _loop_what(case))
-    return {"runs": runs, "num_runs": eng.trace.num_runs}
+    """The learner's loop as plain data, its codelet named as the kit's
+    :class:`_BatchMean`, and what that codelet computes on ``pieces``."""
+    return _loop_sent(case, build_loop, np.zeros((case["batch"], 4, 4), np.float32),
+                      _loop_what(case), _BatchMean,
+                      "x (Input(Vector(float32))) and out (Output(float32))", {"out": []})
 
 
 @exercise("06.3", "an on-device loop with an infeed and an outfeed", points=3, hints=(
@@ -299,41 +416,46 @@ def _loop_trial(case, build_loop):
     "outfeed.enqueue(mean)]; return loops.repeat(iterations, body, [mean], infeed)."),
     answers=("build_loop",), cases=_loop_cases, trial=_loop_trial)
 def check_infeed_loop(cases, outputs):
-    """Exercise 06.3: ``build_loop(graph, infeed, outfeed, iterations)`` → on-device loop."""
+    """Exercise 06.3: ``build_loop(graph, infeed, outfeed, iterations)`` → on-device loop.
+    The kernel sends the graph and program (:mod:`ipukit.graph_data`); the judge rebuilds
+    them, feeds its own images, runs two calls and compares every mean the outfeed's FIFO
+    receives with NumPy."""
     for case, got in zip(cases, outputs):
-        what, iterations = _loop_what(case), case["iterations"]
-        means = np.asarray(case["images"], np.float64).reshape(2, iterations, -1).mean(axis=2)
-        runs = output_field(got, "runs", what)
-        if not isinstance(runs, list) or len(runs) != 2:
-            raise Wrong(f"{what}: the trial gave no result for two Engine.run calls")
-        for r, run in enumerate(runs):
-            dequeued = as_int(output_field(run, "dequeued", what), what)
-            if dequeued != (r + 1) * iterations:
+        what, iterations, batch = _loop_what(case), case["iterations"], case["batch"]
+        _codelet_outputs(got, case["pieces"], [p["x"].mean(dtype=np.float64)
+                                               for p in case["pieces"]],
+                         what, "the mean of x", "out")
+        images = np.asarray(case["_images"])
+        means = images.astype(np.float64).reshape(2, iterations, -1).mean(axis=2)
+        _, run = _judged_loop(got, case, {"infeed": batch * 16},
+                              {"infeed": images.reshape(2 * iterations, batch, 4, 4)}, 1, what)
+        for r in range(2):
+            taken, received = run()
+            if taken != (r + 1) * iterations:
                 raise Wrong(f"{what}: after {r + 1} Engine.run call(s) the device took "
-                            f"{dequeued} batches from the infeed, expected "
+                            f"{taken} batches from the infeed, expected "
                             f"{(r + 1) * iterations} (one per iteration)")
-            enqueued = as_int(output_field(run, "enqueued", what), what)
-            if enqueued != (r + 1) * iterations:
+            if len(received) != (r + 1) * iterations:
                 raise Wrong(f"{what}: after {r + 1} Engine.run call(s) the outfeed got "
-                            f"{enqueued} elements, expected {(r + 1) * iterations}: enqueue "
-                            "once in every iteration")
-            expected = means[r] if case["mode"] == "ALL" else means[r, -1:]
-            out = output_array(output_field(run, "out", what), None, what)
-            first_mismatch(expected, out,
+                            f"{len(received)} elements, expected {(r + 1) * iterations}: "
+                            "enqueue once in every iteration")
+            out = np.concatenate(received[r * iterations:])
+            first_mismatch(means[r], out,
                            f"{what}: batch means the outfeed returned after run {r + 1}")
-        runs = as_int(output_field(got, "num_runs", what), what)
-        if runs != 2:
-            raise Wrong(f"{what}: expected 2 Engine.run calls, the Trace has {runs}")
 
 
 # -- 06.4: state that lives on the device across calls ---------------------------------------
 
 def _max_cases(rng) -> list[dict]:
     """Three calls over images whose pixels are all negative (a maximum that starts at 0
-    shows); one image per call; then random sizes."""
+    shows); one image per call; then random sizes. The images are the judge's; ``pieces``:
+    inputs for the learner's codelet alone (best above and below the images)."""
     found = [(3, 4), (2, 5), (1, 1), (int(rng.integers(1, 5)), int(rng.integers(1, 6)))]
     return [{"iterations": n, "batch": b,
-             "images": (rng.normal(size=(3 * n * b, 4, 4)) - 5).astype(np.float32)}
+             "pieces": [{"images": rng.normal(size=k).astype(np.float32),
+                         "best": np.float32([start])} for k, start in ((1, -9), (4, -9),
+                                                                       (4, 9), (7, 0))],
+             "_images": (rng.normal(size=(3 * n * b, 4, 4)) - 5).astype(np.float32)}
             for n, b in found]
 
 
@@ -343,8 +465,11 @@ def _max_what(case) -> str:
 
 
 def _max_trial(case, build_running_max):
-    return _calls(build_running_max, case, case["images"], "LAST", 3, lambda i, o: np.asarray(
-        o.dequeue(), np.float32).reshape(-1, 4, 4)[-1], _max_what(case))[1]
+    """The learner's loop as plain data, its codelet named as the kit's
+    :class:`_PixelMax`, and what that codelet computes on ``pieces``."""
+    return _loop_sent(case, build_running_max, np.zeros((case["batch"], 4, 4), np.float32),
+                      _max_what(case), _PixelMax, "images (Input(Vector(float32))) and "
+                      "best (InOut(Vector(float32)))", {"best": [1]})
 
 
 @exercise("06.4", "a running maximum that outlives the call", points=3, hints=(
@@ -360,23 +485,33 @@ def _max_trial(case, build_running_max):
 def check_running_max(cases, outputs):
     """Exercise 06.4: ``build_running_max(graph, infeed, outfeed, iterations)`` → an
     on-device loop whose outfeed (mode LAST) gives, after every call, each pixel's
-    maximum over every image the device has seen, in this call and all earlier ones."""
-    for case, maxima in zip(cases, outputs):
-        what, images = _max_what(case), np.asarray(case["images"], np.float64)
-        per_call = case["iterations"] * case["batch"]
-        if not isinstance(maxima, list) or len(maxima) != 3:
-            raise Wrong(f"{what}: the trial gave no result for three Engine.run calls")
-        for r, got in enumerate(maxima):
-            got = output_array(got, (4, 4), f"{what}: the running maximum after call {r + 1}")
+    maximum over every image the device has seen, in this call and all earlier ones. The
+    kernel sends the graph and program; the judge rebuilds them, feeds its own images and
+    reads the last element the outfeed's FIFO receives in each of three calls."""
+    for case, got in zip(cases, outputs):
+        what, batch = _max_what(case), case["batch"]
+        _codelet_outputs(got, case["pieces"], [np.maximum(p["best"], p["images"].max())
+                                               for p in case["pieces"]],
+                         what, "the larger of best and the largest of images", "best")
+        images = np.asarray(case["_images"])
+        per_call = case["iterations"] * batch
+        _, run = _judged_loop(got, case, {"infeed": batch * 16},
+                              {"infeed": images.reshape(-1, batch, 4, 4)}, 16, what)
+        for r in range(3):
+            received = run()[1]
+            if len(received) <= r:
+                raise Wrong(f"{what}: call {r + 1} sent nothing to the outfeed: enqueue the "
+                            "maximum in every iteration")
+            got_max = received[-1].reshape(4, 4)
             want = images[:(r + 1) * per_call].max(axis=0)
             this_call = images[r * per_call:(r + 1) * per_call].max(axis=0)
-            if r and np.allclose(got, this_call) and not np.allclose(want, this_call):
+            if r and np.allclose(got_max, this_call) and not np.allclose(want, this_call):
                 raise Wrong(f"{what}: after call {r + 1} the outfeed gives the maximum of "
                             "this call's images only; the maximum must outlive the call")
-            if np.allclose(got, 0) and r == 0:
+            if np.allclose(got_max, 0) and r == 0:
                 raise Wrong(f"{what}: after call 1 every pixel's maximum is 0, but every "
                             "pixel is negative: where does the maximum start?")
-            first_mismatch(want, got, f"{what}: the running maximum after call {r + 1}")
+            first_mismatch(want, got_max, f"{what}: the running maximum after call {r + 1}")
 
 
 # -- 06.5: a training loop on the device --------------------------------------------------------
@@ -398,7 +533,8 @@ SGD_CALLS = 2
 
 
 def _sgd_cases(rng) -> list[dict]:
-    """Two calls of a few SGD steps on noisy linear data; one feature; then random sizes."""
+    """Two calls of a few SGD steps on noisy linear data; one feature; then random sizes.
+    The data are the judge's."""
     found = [(3, 8, 4, 0.05), (5, 4, 3, 0.1), (1, 6, 2, 0.2),
              (int(rng.integers(1, 7)), int(rng.integers(2, 9)), int(rng.integers(1, 5)),
               round(float(rng.uniform(0.01, 0.1)), 3))]
@@ -407,7 +543,7 @@ def _sgd_cases(rng) -> list[dict]:
         x = rng.normal(size=(SGD_CALLS * iterations * batch, d)).astype(np.float32)
         y = (x @ rng.normal(size=d) + 0.1 * rng.normal(size=len(x))).astype(np.float32)
         cases.append({"features": d, "batch": batch, "iterations": iterations, "lr": lr,
-                      "x": x, "y": y})
+                      "_x": x, "_y": y})
     return cases
 
 
@@ -417,28 +553,21 @@ def _sgd_what(case) -> str:
 
 
 def _sgd_trial(case, build_sgd):
-    what, iterations, d = _sgd_what(case), case["iterations"], case["features"]
-    dev, g, infeed, outfeed = _queues((case["x"], case["y"]), case["batch"], "ALL")
+    """The learner's training loop as plain data, its weights as the host read 'w'."""
+    what, iterations, d, b = (_sgd_what(case), case["iterations"], case["features"],
+                              case["batch"])
+    g, infeed, outfeed = _queues((np.zeros((b, d), np.float32), np.zeros(b, np.float32)), b)
     with naming(what):
         got = build_sgd(g, infeed, outfeed, iterations, case["lr"], d)
     if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], ipu.Tensor)):
         raise Wrong(f"{what}: return a pair (the loop program, the weights tensor), got "
-                    f"{got!r}")
+                    f"{got!r}"[:400])
     prog, w = got
-    if not isinstance(prog, ipu.Repeat) or prog.count != iterations:
-        raise Wrong(f"{what}: expected the on-device loop ipu.Repeat({iterations}, ...) "
-                    f"that loops.repeat returns, got {prog!r}")  # before w is read
+    _on_device_loop(prog, iterations, what)
     if w.num_elements() != d:
         raise Wrong(f"{what}: the weights should hold {d} numbers, got shape {w.shape}")
     g.create_host_read("w", w)
-    eng = _device_loop(g, prog, iterations, dev, infeed, outfeed, what)
-    calls = []
-    for _ in range(SGD_CALLS):
-        with naming(what):
-            eng.run()
-            calls.append({"losses": np.asarray(outfeed.dequeue(), np.float64).reshape(-1),
-                          "w": eng.read_tensor("w").reshape(-1)})
-    return calls
+    return sent_graph(g, prog, what)
 
 
 @exercise("06.5", "linear regression trained on the device", points=3, hints=(
@@ -456,24 +585,31 @@ def check_sgd(cases, outputs):
     """Exercise 06.5: ``build_sgd(graph, infeed, outfeed, iterations, learning_rate,
     num_features)`` → ``(program, w)``: an on-device loop of SGD steps on batches (x, y)
     from the infeed, outfeeding each batch's mean squared error, with the weights ``w``
-    (zero at first) kept on the device across calls."""
-    for case, calls in zip(cases, outputs):
+    (zero at first) kept on the device across calls. The kernel sends the graph and
+    program; the judge rebuilds them, feeds its own (x, y), runs two calls and compares
+    the losses and w with NumPy."""
+    for case, sent in zip(cases, outputs):
         what, iterations, batch = _sgd_what(case), case["iterations"], case["batch"]
-        x, y = np.asarray(case["x"]), np.asarray(case["y"])
-        if not isinstance(calls, list) or len(calls) != SGD_CALLS:
-            raise Wrong(f"{what}: the trial gave no result for {SGD_CALLS} Engine.run calls")
-        w_ref = np.zeros(case["features"])
-        for c, call in enumerate(calls):
+        d = case["features"]
+        x, y = np.asarray(case["_x"]), np.asarray(case["_y"])
+        eng, run = _judged_loop({"graph": sent}, case, {"infeed/0": batch * d,
+                                                        "infeed/1": batch},
+                                {"infeed/0": x.reshape(-1, batch, d),
+                                 "infeed/1": y.reshape(-1, batch)}, 1, what, reads=("w",))
+        w_ref = np.zeros(d)
+        for c in range(SGD_CALLS):
             part = slice(c * iterations * batch, (c + 1) * iterations * batch)
             losses, w_ref = sgd_reference(x[part], y[part], iterations, batch, case["lr"],
                                           w_ref)
-            got = output_array(output_field(call, "losses", what), None, what)
+            received = run()[1]
+            got = np.concatenate(received[c * iterations:]) if received else np.zeros(0)
             if got.size == losses.size and np.allclose(got, losses * batch, rtol=1e-3):
                 raise Wrong(f"{what}: your losses are {batch} x too big: outfeed the MEAN "
                             "squared error of the batch")
             first_mismatch(losses, got, f"{what}: the losses outfed by call {c + 1}",
                            rtol=1e-3, atol=1e-5)
-            w = output_array(output_field(call, "w", what), w_ref.shape, f"{what}: w")
+            with judged_run(what):
+                w = eng.read_tensor("w").astype(np.float64).reshape(-1)
             first_mismatch(w_ref, w, f"{what}: w after call {c + 1}", rtol=1e-3, atol=1e-5)
 
 
@@ -500,18 +636,96 @@ def _collatz_path(n: int, shown: int = 8) -> str:
 COLLATZ_MAX_STEPS = 5000
 
 
+class _IsOdd(ipu.Vertex):
+    """odd = whether n is odd (the notebook's codelet, as the judge runs it)."""
+
+    n = ipu.Input(ipu.UNSIGNED_INT)
+    odd = ipu.Output(ipu.BOOL)
+
+    def compute(self):
+        self.odd[...] = self.n % 2 == 1
+
+
+class _Halve(ipu.Vertex):
+    """n = n / 2 (the notebook's codelet, as the judge runs it)."""
+
+    n = ipu.InOut(ipu.UNSIGNED_INT)
+
+    def compute(self):
+        self.n[...] = self.n // 2
+
+
+class _TriplePlusOne(ipu.Vertex):
+    """n = 3n + 1 (the notebook's codelet, as the judge runs it)."""
+
+    n = ipu.InOut(ipu.UNSIGNED_INT)
+
+    def compute(self):
+        self.n[...] = 3 * self.n + 1
+
+
+class _Count(ipu.Vertex):
+    """steps = steps + 1 (the notebook's codelet, as the judge runs it)."""
+
+    steps = ipu.InOut(ipu.UNSIGNED_INT)
+
+    def compute(self):
+        self.steps[...] = self.steps + 1
+
+
+class _NotOne(ipu.Vertex):
+    """go = whether n is not 1 (the learner's codelet, as the judge runs it)."""
+
+    n = ipu.Input(ipu.UNSIGNED_INT)
+    go = ipu.Output(ipu.BOOL)
+
+    def compute(self):
+        self.go[...] = self.n != 1
+
+
+#: 06.6's codelets by name: (the kit's copy the judge runs, the field the judge reads back
+#: from the learner's own, what it computes from n or steps).
+COLLATZ_CODELETS = {
+    "IsOdd": (_IsOdd, "odd", lambda n: n % 2 == 1),
+    "Halve": (_Halve, "n", lambda n: n // 2),
+    "TriplePlusOne": (_TriplePlusOne, "n", lambda n: 3 * n + 1),
+    "Count": (_Count, "steps", lambda steps: steps + 1),
+    "NotOne": (_NotOne, "go", lambda n: n != 1),
+}
+
+
+def _collatz_stand_ins(g, what: str) -> dict:
+    """The learner's codelets of ``g``, each -> the kit's codelet of the same name and
+    fields (the kernel's side), or Wrong naming one that is not the exercise's."""
+    found = {}
+    for cls in learner_codelets(g):
+        reference = COLLATZ_CODELETS.get(cls.__name__, (None,))[0]
+        if reference is None or not same_fields(cls, reference):
+            raise Wrong(f"{what}: codelet '{cls.__name__}' is not one of the exercise's "
+                        f"({', '.join(COLLATZ_CODELETS)}) with their fields; build the "
+                        "loop from those"[:400])
+        found[cls] = reference
+    return found
+
+
 def _collatz_cases(rng) -> list[dict]:
     """Start values loaded one after another into the same engine (program 0 must reset
     the counter): n = 1 first (the condition runs before the body: no step), one halving,
-    27 (111 steps), small odd and even starts; then random starts in a second engine."""
-    return [{"starts": starts, "_steps": [collatz_steps(s) for s in starts]}
-            for starts in ([1, 2, 27, 6, 7], [int(s) for s in rng.integers(3, 10_000, 3)])]
+    27 (111 steps), small odd and even starts; then random starts in a second engine. The
+    starts are the judge's; ``pieces``: n (and steps) values for the codelets alone."""
+    cases = []
+    for starts in ([1, 2, 27, 6, 7], [int(s) for s in rng.integers(3, 10_000, 3)]):
+        values = [1, 2, 3, *(int(v) for v in rng.integers(4, 100_000, 3))]
+        cases.append({"pieces": [{"n": np.uint32(v), "steps": np.uint32(v)} for v in values],
+                      "_starts": starts, "_steps": [collatz_steps(s) for s in starts]})
+    return cases
 
 
 def _collatz_trial(case, build_collatz):
+    """The learner's three programs and graph as plain data (its codelets sent as the kit's
+    of the same name), and what each of its codelets computes on ``pieces``."""
     what = "build_collatz(graph, start, steps_out)"
-    dev = device(1)
-    g = ipu.Graph(dev.target)
+    g = ipu.Graph(device(1).target)
     start = g.add_host_to_device_fifo("start", ipu.UNSIGNED_INT, 1)
     steps_out = g.add_device_to_host_fifo("steps", ipu.UNSIGNED_INT, 1)
     with naming(what):
@@ -520,26 +734,49 @@ def _collatz_trial(case, build_collatz):
             and all(isinstance(p, ipu.Program) for p in progs)):
         raise Wrong(f"{what}: return the list of three programs [init, run, read], got "
                     f"{progs!r}"[:400])
+    mine = _collatz_stand_ins(g, what)
     try:
-        eng = ipu.Engine(g, list(progs), {"debug.maxEmulatedSteps": COLLATZ_MAX_STEPS})
-    except ipu.IpuError as exc:
-        raise Wrong(library_error(f"{what}: your programs do not compile", exc)) from None
-    host_in, host_out = np.zeros(1, np.uint32), np.zeros(1, np.uint32)
-    with naming(what):
-        eng.load(dev)
-        eng.connect_stream("start", host_in)
-        eng.connect_stream("steps", host_out)
-    found = []
-    for n in case["starts"]:
-        host_in[0] = n
-        with naming(f"start n = {n}"):
-            for program in (0, 1, 2):
-                eng.run(program)
-            first = int(host_out[0])
-            eng.run(1)
-            eng.run(2)
-        found.append([first, int(host_out[0])])
-    return found
+        sent = graph_data.to_plain(g, list(progs), mine)
+    except graph_data.GraphDataError as exc:
+        raise Wrong(f"{what}: {exc}") from None
+    codelets = {}
+    for cls in mine:
+        field = COLLATZ_CODELETS[cls.__name__][1]
+        fields = [f for f in ("n", "steps") if f in cls.fields]
+        with naming(f"{what}: codelet {cls.__name__}"):
+            runs = codelet_runs(cls, [{f: p[f] for f in fields} for p in case["pieces"]],
+                                {field: []})
+        codelets[cls.__name__] = [r[field] for r in runs]
+    return {"graph": sent, "codelets": codelets}
+
+
+def _collatz_codelets(got, case) -> None:
+    """Wrong unless each of the learner's codelets computed what its name says (judge)."""
+    codelets = output_field(got, "codelets", "build_collatz")
+    if not isinstance(codelets, dict):
+        raise Wrong("build_collatz: the trial gave no outputs of your codelets")
+    for name, outs in codelets.items():
+        if name not in COLLATZ_CODELETS:
+            raise Wrong(f"build_collatz: codelet {clipped(name, 80)} is not the exercise's")
+        _, field, rule = COLLATZ_CODELETS[name]
+        outs = output_array(outs, [len(case["pieces"])], f"your codelet {name}")
+        for piece, mine in zip(case["pieces"], outs):
+            given = int(piece["steps" if field == "steps" else "n"])
+            right = int(rule(given))
+            if int(mine) != right:
+                raise Wrong(f"your codelet {name} on {'steps' if field == 'steps' else 'n'}"
+                            f" = {given}: expected {field} = {right}, got {mine:g}")
+
+
+def _collatz_streams(g) -> None:
+    """Wrong unless the rebuilt graph keeps the exercise's two FIFOs (the judge's side)."""
+    for name, to_device in (("start", True), ("steps", False)):
+        s = g.streams.get(name)
+        if s is None or (bool(s.to_device), s.dtype, int(s.n)) != (
+                to_device, np.dtype(np.uint32), 1):
+            raise Wrong(f"build_collatz: your graph does not keep the exercise's stream "
+                        f"'{name}' (one UNSIGNED_INT {'to' if to_device else 'from'} the "
+                        "device)")
 
 
 @exercise("06.6", "programs by index, a loop that stops on the device", points=3, hints=(
@@ -559,17 +796,30 @@ def check_collatz(cases, outputs):
     """Exercise 06.6: ``build_collatz(graph, start, steps_out)`` → ``[init, run, read]``:
     program 0 loads n from the stream ``start`` and zeroes a counter, program 1 counts on
     the device the Collatz steps from n to 1 (RepeatWhileTrue, If), program 2 sends the
-    count to the stream ``steps_out``."""
-    for case, found in zip(cases, outputs):
-        starts, wants = case["starts"], case["_steps"]
-        if not isinstance(found, list) or len(found) != len(starts):
-            raise Wrong(f"start values {starts}: the trial gave no count for each")
+    count to the stream ``steps_out``. The kernel sends the graph and the three programs;
+    the judge rebuilds them into one Engine, loads its own start values one after another
+    and reads the counts."""
+    for case, got in zip(cases, outputs):
+        starts, wants = case["_starts"], case["_steps"]
+        _collatz_codelets(got, case)
+        eng = rebuilt_engine(output_field(got, "graph", "build_collatz"),
+                             ipu.Graph(device(1).target), "build_collatz",
+                             check=_collatz_streams, programs=3,
+                             max_steps=COLLATZ_MAX_STEPS)
+        host_in, host_out = np.zeros(1, np.uint32), np.zeros(1, np.uint32)
+        eng.connect_stream("start", host_in)
+        eng.connect_stream("steps", host_out)
         before = None
-        for k, (n, want, pair) in enumerate(zip(starts, wants, found)):
+        for k, (n, want) in enumerate(zip(starts, wants)):
             what = f"start n = {n}" + (f" (loaded after {starts[:k]})" if k else "")
-            if not isinstance(pair, list) or len(pair) != 2:
-                raise Wrong(f"{what}: the trial gave no count")
-            first, again = (as_count(v, what) for v in pair)
+            host_in[0] = n
+            with judged_run(what):
+                for program in (0, 1, 2):
+                    eng.run(program)
+                first = int(host_out[0])
+                eng.run(1)
+                eng.run(2)
+            again = int(host_out[0])
             if first != want:
                 raise Wrong(f"{what}: engine.run(0), run(1), run(2) gave {first} steps, "
                             f"expected {want} ({_collatz_path(n)})"

@@ -5,9 +5,9 @@ function runs in the notebook's kernel. The ring all-reduce is checked by what c
 each simulated IPU-Link (a ``send`` callback that records every message, which the judge
 reads step by step); the collectives of 10.2 are measured in the judge with the pipeline
 runner (a run's timeline spans); ZeRO-1 against dense momentum SGD; the emulated ring of
-10.4 is run by the judge itself from a plain description of the learner's program, which
-also gives the bytes on every link (the device cycles the kernel measures earn only the
-star).
+10.4 is sent as the learner's graph and program (:mod:`ipukit.graph_data`), which the
+judge rebuilds, runs on its own gradients and follows to count the bytes on every link;
+the device cycles of that run earn the star.
 
 >>> from ipukit.grading import lesson10
 >>> r = lesson10.check_update_collectives(lambda g, w, replicas, rts: [])
@@ -23,8 +23,17 @@ import numpy as np
 import ipukit as ipu
 from ipukit.parallel import nn, optim, pipeline
 
-from .common import device, teaching_target
-from .common import engine as _engine
+from .common import (
+    MAX_STEPS,
+    device,
+    judged_run,
+    learner_codelets,
+    loaded_engine,
+    naming,
+    rebuilt,
+    sent_graph,
+    teaching_target,
+)
 from .feedback import Cost, Wrong, as_int, exercise, first_mismatch
 
 COLLECTIVES = ("allreduce", "reducescatter", "allgather")
@@ -529,9 +538,10 @@ def device_cycles(exe) -> int:
 
 
 def program_as_plain(graph, prog, codelet, what: str) -> list[dict]:
-    """``prog`` as plain data the judge can run and measure: one entry per Copy (the FLOAT
-    addresses and tiles it reads and writes) and per Execute (each ``codelet`` vertex's tile
-    and the addresses and tiles of its ``acc`` and ``x``), Sequences and Repeats unrolled."""
+    """``prog`` as the steps :func:`run_plain` follows (the judge makes them from the graph
+    it rebuilt): one entry per Copy (the FLOAT addresses and tiles it reads and writes) and
+    per Execute (each ``codelet`` vertex's tile and the addresses and tiles of its ``acc``
+    and ``x``), Sequences and Repeats unrolled (at most ``MAX_STEPS`` steps)."""
     def view(t):
         if not isinstance(t, ipu.Tensor) or t.dtype != np.dtype(np.float32):
             raise Wrong(f"{what}: the check follows FLOAT tensors only; got {t!r}")
@@ -542,8 +552,13 @@ def program_as_plain(graph, prog, codelet, what: str) -> list[dict]:
         return {"addresses": np.asarray(t.idx, np.int64).reshape(-1), "tiles": tiles}
 
     steps: list[dict] = []
+    visits = [0]
 
     def walk(p):
+        visits[0] += 1
+        if visits[0] > 10 * MAX_STEPS or len(steps) > MAX_STEPS:
+            raise Wrong(f"{what}: your program takes more than {MAX_STEPS:,} steps; a ring "
+                        "all-reduce needs 3(R-1)")
         if isinstance(p, ipu.Sequence):
             for child in p.programs:
                 walk(child)
@@ -606,35 +621,55 @@ def run_plain(steps, memory: np.ndarray, tiles_per_ipu: int, num_ipus: int):
 
 
 def _emulated_cases(rng) -> list[dict]:
-    """One to four IPUs; the gradients' values drawn."""
-    return [{"replicas": r, "values": [rng.normal(size=n).astype(np.float32)
-                                       for _ in range(r)]}
-            for r, n in [(1, 3), (2, 4), (3, 6), (4, 8)]]
+    """One to four IPUs, then a drawn ring; the gradients' values are the judge's."""
+    r = int(rng.integers(2, 5))
+    return [{"replicas": r, "n": n, "_values": [rng.normal(size=n).astype(np.float32)
+                                                for _ in range(r)]}
+            for r, n in [(1, 3), (2, 4), (3, 6), (4, 8), (r, r * int(rng.integers(1, 4)))]]
 
 
 def _emulated_what(case) -> str:
-    return (f"ring_program on {case['replicas']} IPUs with gradients of "
-            f"{len(case['values'][0])} floats")
+    return f"ring_program on {case['replicas']} IPUs with gradients of {case['n']} floats"
 
 
 def _emulated_trial(case, ring_program):
-    """The learner's program on one case (the kernel): what the engine leaves in every
-    gradient, the program as plain data (the judge runs and measures it) and its device
-    cycles (for the star only)."""
+    """The learner's graph and program as plain data (the kernel): the judge rebuilds,
+    runs and measures them on its own gradients."""
     r, what = case["replicas"], _emulated_what(case)
-    dev, graph, grads = ring_graph(r, len(case["values"][0]))
-    prog = ring_program(graph, grads, AddInto)
+    _, graph, grads = ring_graph(r, case["n"])
+    with naming(what):
+        prog = ring_program(graph, grads, AddInto)
     if not isinstance(prog, ipu.Program):
         raise Wrong(f"{what}: return a Program (e.g. ipu.Sequence(...)), got "
                     f"{type(prog).__name__}")
-    eng = _engine(graph, prog, f"{what}: your program")
-    eng.load(dev)
+    mine = learner_codelets(graph)
+    if mine:
+        raise Wrong(f"{what}: your graph has a {mine[0].__name__} vertex; use the add_into "
+                    "codelet you were given")
+    return sent_graph(graph, prog, what)
+
+
+def _judged_ring(case, sent, what: str):
+    """The judge rebuilds the learner's graph, runs it on its own gradients and follows its
+    copies and vertices: (what each g holds after the run, and after following the copies
+    and vertices, the bytes IPU a sent IPU b, the device cycles)."""
+    r, n, values = case["replicas"], case["n"], case["_values"]
+    _, base, _ = ring_graph(r, n)
+    kept = [(f"g{q}", kind) for q in range(r) for kind in ("host_writes", "host_reads")]
+    g, progs = rebuilt(sent, base, what, kept)
+    steps = program_as_plain(g, progs[0], AddInto, what)
+    eng = loaded_engine(g, progs[0], what)
+    with judged_run(what):
+        for q in range(r):
+            eng.write_tensor(f"g{q}", np.asarray(values[q], np.float32))
+        eng.run()
+        found = [eng.read_tensor(f"g{q}") for q in range(r)]
+    memory = np.zeros(g.pools[np.dtype(np.float32)].size)
+    places = [np.asarray(g.host_writes[f"g{q}"].idx).reshape(-1) for q in range(r)]
     for q in range(r):
-        eng.write_tensor(f"g{q}", np.asarray(case["values"][q], np.float32))
-    eng.run()
-    return {"g": [eng.read_tensor(f"g{q}") for q in range(r)],
-            "steps": program_as_plain(graph, prog, AddInto, what),
-            "cycles": device_cycles(eng.executable)}
+        memory[places[q]] = values[q]
+    sent_bytes = run_plain(steps, memory, g.target.tiles_per_ipu, r)
+    return found, [memory[p] for p in places], sent_bytes, device_cycles(eng.executable)
 
 
 @exercise("10.4", "a ring all-reduce on the emulator", points=3, budget="cycles",
@@ -650,56 +685,34 @@ def _emulated_trial(case, ring_program):
           answers=("ring_program",), cases=_emulated_cases, trial=_emulated_trial)
 def check_emulated_ring(cases, outputs):
     """Exercise 10.4: ``ring_program(graph, grads, add_into)`` → a Program after which every
-    IPU's gradient holds the sum, moving only chunks to the ring neighbour. The judge runs
-    the program (as plain data) itself and counts the bytes on every link; the device
-    cycles the kernel measured earn only the star."""
+    IPU's gradient holds the sum, moving only chunks to the ring neighbour. The kernel sends
+    the graph and program (:mod:`ipukit.graph_data`); the judge rebuilds them, runs them on
+    its own gradients, counts the bytes on every link and measures the device cycles (the
+    star)."""
     used = budget = 0
-    for case, got in zip(cases, outputs):
-        r, vals, what = case["replicas"], case["values"], _emulated_what(case)
-        n = len(vals[0])
-        total = np.sum(vals, axis=0)
+    for case, sent in zip(cases, outputs):
+        r, n, what = case["replicas"], case["n"], _emulated_what(case)
+        found, followed, sent_bytes, cycles = _judged_ring(case, sent, what)
+        total = np.sum(case["_values"], axis=0, dtype=np.float64)
         for q in range(r):
-            first_mismatch(total, got["g"][q], f"{what}: IPU {q}'s g{q}", rtol=1e-5,
-                           atol=1e-5)
-        _, ref_graph, ref_grads = ring_graph(r, n)
-        tiles = ref_graph.target.tiles_per_ipu
-        parts = [part for step in got["steps"] for part in _parts(step)]
-        if any(p["addresses"].size != p["tiles"].size or (p["addresses"] < 0).any()
-               or (p["addresses"] >= 1 << 22).any() or (p["tiles"] < 0).any()
-               or (p["tiles"] >= r * tiles).any() for p in parts) or any(
-                not 0 <= v["tile"] < r * tiles for step in got["steps"]
-                for v in step.get("execute", [])):
-            raise Wrong(f"{what}: the check cannot follow your program (addresses or tiles "
-                        "out of range)")
-        size = 1 + max([int(p["addresses"].max()) for p in parts if p["addresses"].size]
-                       + [r * n - 1])
-        memory = np.zeros(size)
+            first_mismatch(total, found[q], f"{what}: IPU {q}'s g{q}", rtol=1e-5, atol=1e-5)
         for q in range(r):
-            memory[np.asarray(ref_grads[q].idx).reshape(-1)] = vals[q]
-        sent = run_plain(got["steps"], memory, tiles, r)
-        for q in range(r):
-            mine = memory[np.asarray(ref_grads[q].idx).reshape(-1)]
-            if not np.allclose(mine, total, rtol=1e-5, atol=1e-5):
-                raise Wrong(f"{what}: the engine's g{q} is right, but your program's "
-                            "copies and vertices, run by the check, leave it "
-                            f"{np.round(mine, 4).tolist()}: the check cannot follow it")
+            if not np.allclose(followed[q], total, rtol=1e-5, atol=1e-5):
+                raise Wrong(f"{what}: the engine's g{q} is right, but your program's copies "
+                            "and vertices, followed by the check, leave it "
+                            f"{np.round(followed[q], 4).tolist()}: the check cannot follow it")
         ring = 2 * (r - 1) * (n // r) * 4
         for a in range(r):
             for b in range(r):
-                if sent[a, b] and b != (a + 1) % r:
-                    raise Wrong(f"{what}: IPU {a} sent {sent[a, b]} bytes to IPU {b}; in "
-                                f"a ring IPU {a} sends only to IPU {(a + 1) % r}")
-            if sent[a].sum() != ring:
-                raise Wrong(f"{what}: right sums, but IPU {a} sent {int(sent[a].sum())} "
-                            f"bytes over IPU-Links; a ring all-reduce sends 2(R-1) "
-                            f"chunks of n/R floats: {ring} bytes")
-        used += int(got["cycles"])
+                if sent_bytes[a, b] and b != (a + 1) % r:
+                    raise Wrong(f"{what}: IPU {a} sent {sent_bytes[a, b]} bytes to IPU {b}; "
+                                f"in a ring IPU {a} sends only to IPU {(a + 1) % r}")
+            if sent_bytes[a].sum() != ring:
+                raise Wrong(f"{what}: right sums, but IPU {a} sent "
+                            f"{int(sent_bytes[a].sum())} bytes over IPU-Links; a ring "
+                            f"all-reduce sends 2(R-1) chunks of n/R floats: {ring} bytes")
+        _, ref_graph, ref_grads = ring_graph(r, n)
+        used += cycles
         budget += device_cycles(ipu.compile_graph(
             ref_graph, [reference_ring(ref_graph, ref_grads, AddInto)]))
     return Cost(used, budget, "cycle")
-
-
-def _parts(step):
-    if "copy" in step:
-        return step["copy"]
-    return [part for v in step["execute"] for part in (v["acc"], v["x"])]
