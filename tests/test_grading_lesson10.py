@@ -419,3 +419,25 @@ def test_forged_outputs_score_nothing_through_the_grader(tmp_path):
     the rest of the solutions still scores."""
     points = graded_points("solutions", NOTEBOOK, FORGED, tmp_path / "10_forged.ipynb")
     assert points == {"10.1": 3, "10.2": 2, "10.3": 3, "10.4": 0}
+
+
+def _sizes_only(grads, send):
+    """Sends 2(R-1) chunks of zeros (the right sizes to the right neighbour) and returns the
+    sum it read from every replica directly: no ring at all."""
+    r = len(grads)
+    for _ in range(2 * (r - 1)):
+        for q in range(r):
+            send(q, (q + 1) % r, np.zeros(len(grads[q]) // r))
+    total = np.sum(grads, axis=0)
+    return [total.copy() for _ in grads]
+
+
+def test_messages_of_the_right_size_but_no_ring_score_nothing(solution):
+    """The points rest on what the messages carry, not only on their sizes: right sums read
+    directly from the other replicas, with zeros of the right size sent for show, fail in
+    the notebook and on the judged path (where a forging cell could send that log too)."""
+    r = lesson10.check_ring_allreduce(_sizes_only, show=False)
+    assert r.status == feedback.FAILED
+    assert "sent values that are no sum of the replicas' chunk" in r.message
+    assert not judged(lesson10.check_ring_allreduce, _sizes_only, seed=3).passed
+    assert judged(lesson10.check_ring_allreduce, solution["ring_allreduce"], seed=3).passed

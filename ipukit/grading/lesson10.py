@@ -222,6 +222,10 @@ def check_ring_allreduce(cases, outputs):
                     f"elements; a ring all-reduce sends 2(R-1) = {steps} chunks of n/R = "
                     f"{chunk} elements ({steps * chunk} in all, 2(R-1)/R of the "
                     "gradient)" + _ring_diagnosis(sent, n, chunk, steps))
+        if trace:  # right sums and sizes, but the messages carry no ring's partial sums
+            raise Wrong(f"{what}: every replica ends with the sum, but the messages are not "
+                        f"a ring all-reduce's: {trace}. Each replica may learn the others' "
+                        "gradients only from what send() returns")
 
 
 def _wrong_sum(trace: str, sent, chunk: int, r: int) -> str:
