@@ -269,11 +269,17 @@ def _collectives(result, ipu_id) -> list[tuple[str, int]]:
 
 def _collective_cases(rng) -> list[dict]:
     """Every IPU of replicated pipelines (one to five replicas, RTS and float16 gradient
-    accumulators), run in the judge: the collectives of its first weight update."""
+    accumulators), then a drawn one (replicas, RTS, accumulators and layer widths), run in
+    the judge: the collectives of its first weight update."""
+    runs = [(replicas, rts, acc, (6, 9, 5, 4)) for replicas, rts, acc in [
+        (1, False, None), (2, False, None), (3, False, "float16"), (4, True, None),
+        (3, True, "float16"), (5, False, None)]]
+    runs.append((int(rng.integers(2, 6)), bool(rng.integers(2)),
+                 [None, "float16"][int(rng.integers(2))],
+                 tuple(int(w) for w in rng.integers(3, 12, 4))))
     found = []
-    for replicas, rts, acc in [(1, False, None), (2, False, None), (3, False, "float16"),
-                               (4, True, None), (3, True, "float16"), (5, False, None)]:
-        p = replicated(replicas, rts, gradient_accumulation_dtype=acc)
+    for replicas, rts, acc, widths in runs:
+        p = replicated(replicas, rts, gradient_accumulation_dtype=acc, widths=widths)
         result = run_once(p)
         for q in range(len(p.stages)):
             w, g, _ = p.static_bytes([p.stages[q]])
