@@ -79,8 +79,8 @@ def judged_checks_hold(lesson: str, notebook: str, seeds=(1, 2, 3)) -> None:
     """Every judged exercise of ``lesson`` keeps the contract (CHECK_CONTRACT.md): its check
     cell passes exactly the names in ``answers``; for fresh seeds its cases are plain data,
     the solution's trial returns plain data on each and passes the judge; and the solution's
-    outputs on the notebook's cases do not pass on fresh ones (a replay cannot know the
-    random parts)."""
+    outputs on the notebook's cases do not pass on fresh ones (every check draws random
+    parts, which a replay cannot know)."""
     cells = nbformat.read(kit_notebook("solutions", notebook), as_version=4).cells
     calls = dict(re.findall(rf"lesson{lesson}\.(check_\w+)\(([^)]*)\)",
                             "\n".join(c.source for c in cells if c.cell_type == "code")))
@@ -104,8 +104,10 @@ def judged_checks_hold(lesson: str, notebook: str, seeds=(1, 2, 3)) -> None:
                     feedback.judge(ex, replayed, cases)
                 except feedback.Wrong:
                     replay_failed = True
-        # fresh random cases: replaying the notebook's outputs fails on at least one seed
-        assert replay_failed or not fresh, f"{ex.id}: a replay passes every fresh seed"
+        # fresh random cases (every check draws some), and replaying the notebook's outputs
+        # fails on at least one seed
+        assert fresh, f"{ex.id}: its cases are the same for every seed (a replay passes)"
+        assert replay_failed, f"{ex.id}: a replay passes every fresh seed"
 
 
 def to_judge(values) -> list:

@@ -251,33 +251,47 @@ def _fits(make_pipeline, sample_shape, mb) -> bool:
     return True
 
 
+def _make(hidden: int = 256, **options):
+    """A factory of a Grouped AdamW pipeline of :func:`ffn_stages` (hidden width
+    ``hidden``) on two one-tile IPUs."""
+    target = teaching_target(2, tiles=1)
+    options.setdefault("offload_optimizer_state", False)  # TF's None would offload
+    return lambda: pipeline(ffn_stages([64, 64, 32], hidden, 10), None, 4, "grouped",
+                            optimizer=optim.AdamW(), loss=nn.SoftmaxCrossEntropy(),
+                            target=target, **options)
+
+
 def _factories() -> dict:
     """name -> (factory, sample shape, classes) of pipelines on small IPUs."""
-    target = teaching_target(2, tiles=1)
-
-    def make(hidden=256, **options):
-        options.setdefault("offload_optimizer_state", False)  # TF's None would offload
-        return lambda: pipeline(ffn_stages([64, 64, 32], hidden, 10), None, 4, "grouped",
-                                optimizer=optim.AdamW(), loss=nn.SoftmaxCrossEntropy(),
-                                target=target, **options)
-
-    return {"grouped, AdamW": (make(), (64,), 10),
-            "grouped, AdamW, recomputation": (make(recomputation=True), (64,), 10),
+    return {"grouped, AdamW": (_make(), (64,), 10),
+            "grouped, AdamW, recomputation": (_make(recomputation=True), (64,), 10),
             "grouped, AdamW, offloaded optimiser state":
-                (make(offload_optimizer_state=True), (64,), 10),
+                (_make(offload_optimizer_state=True), (64,), 10),
             "grouped, AdamW, hidden width 512: weights and state alone overflow":
-                (make(hidden=512), (64,), 10)}
+                (_make(hidden=512), (64,), 10)}
 
 
 def _micro_batch_cases(rng) -> list[dict]:
     """The pipelines by name (the trial builds them in the kernel, the verdict runs its
-    own): plain, with recomputation, with offloaded state, and one too big for any
-    micro-batch (the answer 0)."""
-    return [{"pipeline": name} for name in _factories()]
+    own): plain, with recomputation, with offloaded state, one too big for any
+    micro-batch (the answer 0), and one of a drawn hidden width (with or without
+    recomputation), so that answers from another seed do not replay."""
+    hidden, recompute = int(rng.integers(96, 300)), bool(rng.integers(2))
+    return [{"pipeline": name} for name in _factories()] + [
+        {"pipeline": f"grouped, AdamW, hidden width {hidden}"
+                     + (", recomputation" if recompute else ""),
+         "hidden": hidden, "recomputation": recompute}]
+
+
+def _micro_batch_pipeline(case):
+    """(factory, sample shape, classes) of a 09.3 case."""
+    if "hidden" in case:
+        return _make(case["hidden"], recomputation=case["recomputation"]), (64,), 10
+    return _factories()[case["pipeline"]]
 
 
 def _micro_batch_trial(case, largest_micro_batch):
-    make, shape, classes = _factories()[case["pipeline"]]
+    make, shape, classes = _micro_batch_pipeline(case)
     return as_int(largest_micro_batch(make, shape, classes),
                   f"largest_micro_batch for a pipeline ({case['pipeline']})")
 
@@ -298,9 +312,8 @@ def check_largest_micro_batch(cases, outputs):
     one sample does not fit)."""
     # A search that doubles from 2 or by 3 (one-token mutants of the solution) finds the
     # same answer: bisection follows any start and factor; the check cannot tell them apart.
-    factories = _factories()
     for case, got in zip(cases, outputs):
-        make, shape, _ = factories[case["pipeline"]]
+        make, shape, _ = _micro_batch_pipeline(case)
         what = f"largest_micro_batch for a pipeline ({case['pipeline']})"
         if got < 0:
             raise Wrong(f"{what}: you said {got}; a micro-batch size is 0 or more")
