@@ -279,3 +279,32 @@ def test_01_4_a_drawn_ring_catches_an_answer_right_on_three_tiles_only():
 
     r = lesson01.check_ring_difference(three, show=False)
     assert r.status == "failed" and r.message.startswith("4 tiles, rows of 3: out")
+
+
+def _popops_scale(graph, x, y):  # popops places the vertices: no Scale vertex of yours
+    from ipukit.poplibs import popops
+
+    prog = ipu.Sequence()
+    prog.add(ipu.Copy(popops.add(graph, x, x, prog, "2x"), y))
+    return prog
+
+
+def _popops_ring(graph, x, out):  # popops.sub on the neighbours' rows: no codelet written
+    from ipukit.poplibs import popops
+
+    t, prog = x.shape[0], ipu.Sequence()
+    right = ipu.concat([x[(i + 1) % t:(i + 1) % t + 1] for i in range(t)])
+    left = ipu.concat([x[(i - 1) % t:(i - 1) % t + 1] for i in range(t)])
+    prog.add(ipu.Copy(popops.sub(graph, right, left, prog, "d"), out))
+    return prog
+
+
+def test_popops_does_not_score_the_graph_exercises():
+    """The right values from popops' ops score nothing: 01.1 asks for Scale vertices placed
+    by you, 01.4 for your codelet (issue 26: kit code must not have the exercise's point)."""
+    r = lesson01.check_scale_superstep(_popops_scale, show=False)
+    assert r.status == feedback.FAILED
+    assert "your graph computes with" in r.message and "Scale codelet alone" in r.message
+    r = lesson01.check_ring_difference(_popops_ring, show=False)
+    assert r.status == feedback.FAILED
+    assert "build it from your difference codelet alone" in r.message

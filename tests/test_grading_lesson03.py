@@ -488,3 +488,19 @@ def test_the_solutions_score_full_marks_through_the_grader():
         "03.1": ("passed", False), "03.2": ("passed", False), "03.3": ("passed", True),
         "03.4": ("passed", False), "03.5": ("passed", False)}
     assert report["errors"] == []
+
+
+def test_popops_add_does_not_score_the_vector_add(solved):
+    """03.3 asks for a graph of your Add: popops.add (with a right Add beside it) scores
+    nothing; the solution still passes."""
+    from ipukit.poplibs import popops
+
+    def vector_add(graph, a, b, out):
+        prog = ipu.Sequence()
+        prog.add(ipu.Copy(popops.add(graph, a, b, prog, "add"), out))
+        return prog
+
+    r = lesson03.check_vector_add(solved["Add"], vector_add, show=False)
+    assert r.status == feedback.FAILED
+    assert "your graph computes with" in r.message and "your Add codelet alone" in r.message
+    assert lesson03.check_vector_add(solved["Add"], solved["vector_add"], show=False).passed

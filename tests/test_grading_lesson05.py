@@ -387,10 +387,12 @@ def test_split_cost_without_the_floor_of_one_vertex_fails_on_one_row():
 
 
 def test_an_error_in_the_learners_code_names_the_case():
+    reduce_rows = notebook_namespace("solutions", NOTEBOOK)["reduce_rows"]
+
     def crashes(graph, x, prog):
         if x.shape[0] == 10:
             raise KeyError("row 10")
-        return lesson05._popops_row_sums(graph, x, prog)
+        return reduce_rows(graph, x, prog)
 
     r = lesson05.check_reduce_rows(crashes)
     assert r.message.startswith("reduce_rows: x of shape [10, 7] on 5 tiles: your code raised "
@@ -579,3 +581,14 @@ def test_05_5_a_codelet_of_the_learners_own_is_refused_by_name():
     r = lesson05.check_log_softmax(per_row(LogSoftmax, whole_rows=True))
     assert r.status == "failed" and "runs codelet 'LogSoftmax', which is not one of the " \
         "kit's" in r.message
+
+
+def test_popops_reduce_does_not_score_the_row_sum():
+    """05.3 asks for a reduction built from your codelet: popops.reduce itself (which
+    earned 3/3 and the star) scores nothing."""
+    from ipukit.poplibs import popops
+
+    r = lesson05.check_reduce_rows(lambda graph, x, prog: popops.reduce(
+        graph, x, [1], popops.Operation.ADD, prog, "sum"), show=False)
+    assert r.status == feedback.FAILED
+    assert "your graph computes with" in r.message and "your codelet alone" in r.message

@@ -14,7 +14,7 @@ import ipukit as ipu
 from ipukit import backend, cost, graph_data
 from ipukit.parallel import sharded
 
-from .feedback import Wrong, _not_implemented, as_int, library_error, plural
+from .feedback import Wrong, _not_implemented, as_int, clipped, library_error, plural
 
 
 def device(tiles: int, num_ipus: int = 1):
@@ -210,6 +210,22 @@ def learner_codelets(g) -> list:
 
     return [c for c in dict.fromkeys(g.v_cls)
             if graph_data.codelet_name(c) is None and popops.codelet_recipe(c) is None]
+
+
+def only_codelet(codelet, what: str, yours: str):
+    """A ``check`` for :func:`rebuilt_engine`: Wrong unless the rebuilt graph has vertices
+    and every one runs ``codelet`` (the kit's copy of the exercise's codelet, the learner's
+    own sent under its name): an exercise that asks for a graph of that codelet cannot be
+    had from popops' ops or another kit codelet. ``yours``: that codelet, in words."""
+    def check(g):
+        others = [c for c in dict.fromkeys(g.v_cls) if c is not codelet]
+        if others:
+            raise Wrong(f"{what}: your graph computes with {clipped(others[0].__name__, 80)} "
+                        f"vertices; build it from {yours} alone")
+        if not g.v_cls:
+            raise Wrong(f"{what}: your graph has no vertex: build it from {yours}")
+
+    return check
 
 
 def same_fields(cls, reference) -> bool:

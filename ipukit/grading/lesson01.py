@@ -30,6 +30,7 @@ from .common import codelet_run as _codelet_run
 from .common import device as _device
 from .common import device_cycles as _device_cycles
 from .common import judged_run as _judged
+from .common import only_codelet as _only_codelet
 from .common import rebuilt_engine as _rebuilt
 from .common import sent_graph as _sent_graph
 from .common import stand_ins as _stand_ins
@@ -162,10 +163,12 @@ def _scale_cases(rng) -> list[dict]:
     return found
 
 
-def _judged_run(sent, base, what: str, x, read: str):
+def _judged_run(sent, base, what: str, x, read: str, codelet, yours: str):
     """The graph the kernel described, rebuilt by the judge and run on its ``x``: its
-    engine and what ``read`` holds (x and ``read`` kept as ``base`` has them)."""
-    eng = _rebuilt(sent, base, what, (("x", "host_writes"), (read, "host_reads")))
+    engine and what ``read`` holds (x and ``read`` kept as ``base`` has them; every vertex
+    a ``codelet`` one, ``yours`` in words)."""
+    eng = _rebuilt(sent, base, what, (("x", "host_writes"), (read, "host_reads")),
+                   check=_only_codelet(codelet, what, yours))
     with _judged(what):
         eng.write_tensor("x", x)
         eng.run()
@@ -197,7 +200,8 @@ def check_scale_superstep(cases, outputs):
     for case, sent in zip(cases, outputs):
         what = _scale_what(case["counts"])
         _, base, _, _ = _mapped_pair(case["counts"])
-        eng, y = _judged_run(sent, base, what, case["_x"], "y")
+        eng, y = _judged_run(sent, base, what, case["_x"], "y", Scale,
+                             "the lesson's Scale codelet")
         first_mismatch(2 * case["_x"], y, f"{what}: y")
         used += _device_cycles(eng)
         budget += case["_budget"]
@@ -434,7 +438,8 @@ def check_ring_difference(cases, outputs):
                            f"{np.array2string(case['right'], precision=3)}: out")
         base, _, _ = _ring_graph(case["tiles"], case["k"])
         x = case["_x"]
-        got = _judged_run(sent["graph"], base, what, x, "out")[1]
+        got = _judged_run(sent["graph"], base, what, x, "out", _Difference,
+                          "your difference codelet")[1]
         want = np.roll(x, -1, axis=0) - np.roll(x, 1, axis=0)
         _not_negated(want, got, f"{what}: out", "out[t] = x[t + 1] - x[t - 1] (right "
                      "neighbour minus left)")

@@ -30,6 +30,7 @@ from .common import (
     codelet_run,
     judged_run,
     naming,
+    only_codelet,
     output_array,
     output_field,
     rebuilt_engine,
@@ -269,11 +270,12 @@ def _sent_ops(case, build, shape, what, reference=None, fields: str = ""):
     return sent_graph(g, prog, what, mine), list(mine)
 
 
-def _judged_ops(case, sent, shape, what):
+def _judged_ops(case, sent, shape, what, check=None):
     """The graph the kernel sent, rebuilt and run by the judge on its own x (x kept as the
-    case maps it): (out's values as float64, the run's device cycles)."""
+    case maps it; ``check``: of the rebuilt graph): (out's values as float64, the run's
+    device cycles)."""
     _, base, _ = _reduce_graph(case["rows"], case["cols"], case["tiles"])
-    eng = rebuilt_engine(sent, base, what, (("x", "host_writes"),), ("out",))
+    eng = rebuilt_engine(sent, base, what, (("x", "host_writes"),), ("out",), check)
     with judged_run(what):
         eng.write_tensor("x", case["_x"])
         eng.run()
@@ -363,7 +365,8 @@ def check_reduce_rows(cases, outputs):
                                 f"{np.array2string(piece, precision=3)[:200]}: expected out "
                                 f"{piece.sum():.4f}, got {total:.4f}")
         rows, cols = xv.shape
-        out, cycles = _judged_ops(case, output_field(got, "graph", what), [rows], what)
+        out, cycles = _judged_ops(case, output_field(got, "graph", what), [rows], what,
+                                  only_codelet(_PartialSum, what, "your codelet"))
         columns = xv.sum(axis=0)
         if rows > 1 and cols >= rows and np.allclose(out, columns[:rows], rtol=1e-4,
                                                       atol=1e-4):
