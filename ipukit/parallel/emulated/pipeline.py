@@ -370,11 +370,14 @@ class Emulation:
         records = []
         for r in range(runs):
             pos += self.counts[0]  # the zeroing
+            step = -1  # (a copy record follows the ops of its step)
             for i, op in enumerate(self.entries):
                 n = self.counts[i + 1]
-                records.append(OpSteps(r, "copy", -1, -1, -1, pos, pos + n) if op is None
-                               else OpSteps(r, op.phase, op.stage, op.microbatch,
-                                            self.stages[op.stage].ipu, pos, pos + n))
+                records.append(OpSteps(r, "copy", -1, -1, -1, pos, pos + n, step)
+                               if op is None else
+                               OpSteps(r, op.phase, op.stage, op.microbatch,
+                                       self.stages[op.stage].ipu, pos, pos + n, op.step))
+                step = -1 if op is None else op.step
                 pos += n
             if training:
                 records.append(OpSteps(r, "optimizer", -1, -1, -1, pos, pos + self.counts[-1]))
@@ -476,8 +479,8 @@ def run(p, x, labels) -> EmulatedRunResult:
     start = len(emu.engine.trace)
     losses, ops, results = emu.run(xs, ys)
     trace = emu.engine.trace
-    ops = tuple(OpSteps(o.run, o.phase, o.stage, o.microbatch, o.ipu, o.first, o.end)
-                for o in ops)
+    ops = tuple(OpSteps(o.run, o.phase, o.stage, o.microbatch, o.ipu, o.first, o.end,
+                        o.step) for o in ops)
     origin = float(trace._starts[start])  # the host sync of this call
     per_ipu: dict[int, tuple] = {}  # the stages on each IPU (chunks share one)
     for s in emu.stages:

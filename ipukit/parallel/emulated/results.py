@@ -30,6 +30,7 @@ class OpSteps:
     ipu: int
     first: int
     end: int
+    step: int = -1  # the schedule step (pipeline cycle) of a lock-step schedule's op or copy
 
 
 
