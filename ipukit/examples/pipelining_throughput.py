@@ -156,7 +156,7 @@ def measure_emulated(batch_size: int, ga: int, di: int, replicas: int) -> dict:
             "host": e["host"] + di * e["stream"] * ga / BASE, "sync": e["host"],
             "allreduce": di * e["allreduce"], "run": e["two"] - e["one"] + more,
             "seconds": cycles / clock, "throughput": samples * clock / cycles,
-            "plateau": replicas * batch_size * clock / emulated(batch_size)["t_step"],
+            "plateau": replicas * batch_size * clock / emulated(batch_size, 1)["t_step"],
             "no_sync": samples * clock / (cycles - e["host"]), "source": "emulated"}
 
 
