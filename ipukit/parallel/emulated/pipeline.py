@@ -30,7 +30,7 @@ from . import collectives
 from .optimizer import Optimizer
 from .results import EmulatedRunResult, OpSteps, bytes_of, timeline_of
 from .stages import ConcurrentStage, Stage
-from .tensors import Slots, buffer, by_type, flat, leaves
+from .tensors import Slots, buffer, by_type, flat, leaves, root_of
 
 
 class Emulation:
@@ -80,7 +80,7 @@ class Emulation:
         #: Lock-step schedules (PopART's, TensorFlow's) run a pipeline cycle's inter-IPU
         #: copies together after its compute (:meth:`_unroll`); the others op by op.
         self.grouped = p.schedule.lockstep
-        self.ops = _cycle_order(p.schedule, len(p.stages) - 1) if self.grouped else p.schedule.ops
+        self.ops = _cycle_order(p.schedule, self._late) if self.grouped else p.schedule.ops
         firsts = self._firsts()
         zero = Sequence(*(s.zero_program() for st in self.replicas for s in st))
         #: The steps program 0 emulates in one pipeline run, counted before it is built.
@@ -192,12 +192,16 @@ class Emulation:
         wfifo_slots = [Slots() for _ in st]  # what W needs, from B to W (split schedules)
         inbox = [Slots() for _ in st]  # activations waiting for stage k
         gradbox = [Slots() for _ in st]  # gradients waiting for stage k
-        plan = []
+        plan, puts = [], []  # grouped: the sends of a step fill their slots at its end
         for i, op in enumerate(self.ops):
             slots = self._plan_op(op, fifo_slots[op.stage], wfifo_slots[op.stage], inbox,
-                                  gradbox)
+                                  gradbox, puts if self.grouped else None)
             slots["first"] = i in firsts
             plan.append(slots)
+            if i + 1 == len(self.ops) or self.ops[i + 1].step != op.step:
+                for slots, box, m in puts:
+                    slots["send"] = box.put(m)
+                puts.clear()
         for s in (s for stages in self.replicas for s in stages):  # buffers, sizes known
             pre = f"{s.pre}stage{s.k}"
             s.fifo = [buffer(s.vg_of(t), t, fifo_slots[s.k].size, f"{pre}/stash FIFO {t.name}")
@@ -229,16 +233,25 @@ class Emulation:
                 sends = [[] for _ in reps]
         return programs
 
-    def _plan_op(self, op, fifo, wfifo, inbox, gradbox) -> dict:
+    def _plan_op(self, op, fifo, wfifo, inbox, gradbox, puts=None) -> dict:
+        """The FIFO and inbox slots ``op`` uses; its send's slot is put at once, or with
+        ``puts`` given, left for the caller, as (slots, buffer, micro-batch)."""
         k, m, last = op.stage, op.microbatch, len(self.stages) - 1
         slots = {}
+
+        def send(box):
+            if puts is None:
+                slots["send"] = box.put(m)
+            else:
+                puts.append((slots, box, m))
+
         if op.phase == "F":
             if k > 0:
                 slots["in"] = inbox[k].take(m)
             if self.training:  # inference stashes nothing
                 slots["push"] = fifo.put(m)
             if k < last:
-                slots["send"] = inbox[k + 1].put(m)
+                send(inbox[k + 1])
         elif op.phase == "R":
             slots["pop"] = fifo.take(m)
         elif op.phase == "W":
@@ -249,7 +262,7 @@ class Emulation:
             if k < last:
                 slots["dy"] = gradbox[k].take(m)
             if k > 0:
-                slots["send"] = gradbox[k - 1].put(m)
+                send(gradbox[k - 1])
             if self.pipeline.schedule.split:
                 slots["wpush"] = wfifo.put(m)
         return slots
@@ -299,6 +312,17 @@ class Emulation:
                 prog.add(Copy(f[slots["wpop"]], t))
             prog.add(s.first_weight if slots["first"] else s.weight)
         return prog
+
+    def _late(self, op) -> bool:
+        """Whether ``op`` runs after its stage's other ops of its step: a forward that
+        sends (a backward's stash restore or a recomputation rewrites its output), or the
+        backward of a last stage whose input gradient is a tensor the forward writes (a
+        loss stage without layers: the loss's gradient), with its recomputation."""
+        s = self.stages[op.stage]
+        if op.phase == "F":
+            return self._sends(op)
+        return (op.phase in "BR" and s.last and s.dx is not None
+                and any(root_of(s.dx) is root_of(t) for t in s.saved))
 
     def _sends(self, op) -> bool:
         """Whether ``op`` copies to another stage: a forward to the next, a backward to
@@ -395,25 +419,17 @@ class Emulation:
 
 
 
-def _cycle_order(sched, last: int) -> tuple:
-    """The ops of a lock-step schedule in the order the emulator runs them: step by step,
-    each stage's ops of a step together: those that send nothing, then its backward (and
-    the recomputation before it) whose input gradient goes back, then its forward whose
-    output goes on, so that what each sends is still there when the step's copies run
-    (kit convention: the kit restores a stash into the stage's own tensors, where
-    PopART's restore ops write new ones; a step's ops of one stage are independent but
-    for the last stage's F, R and B of one micro-batch, which keep their order)."""
+def _cycle_order(sched, late) -> tuple:
+    """The ops of a lock-step schedule in the order the emulator runs them: the
+    schedule's, but an op ``late(op)`` says must run last among its stage's ops of its
+    step (its send's source would be overwritten by them) moves there, with the others
+    so moved in their order (kit convention: the kit restores a stash into the stage's
+    own tensors, where PopART's restore ops write new ones; a stage's ops of one step
+    are independent but for the last stage's F, R and B of one micro-batch, which keep
+    their order)."""
     ops = sched.ops
-    first: dict = {}  # (step, stage) -> the index of the stage's first op in the step
-    for i, o in enumerate(ops):
-        first.setdefault((o.step, o.stage), i)
-
-    def rank(o) -> int:
-        if o.phase == "F":
-            return 2 if o.stage < last else 0
-        return 1 if o.phase in "BR" and o.stage > 0 else 0
-
-    keys = [(o.step, first[o.step, o.stage], rank(o), i) for i, o in enumerate(ops)]
+    at = {(o.step, o.stage): i for i, o in enumerate(ops)}  # a stage's last op in a step
+    keys = [(at[o.step, o.stage] + 0.5 if late(o) else i, i) for i, o in enumerate(ops)]
     return tuple(ops[i] for i in sorted(range(len(ops)), key=keys.__getitem__))
 
 
