@@ -202,6 +202,12 @@ def test_the_emulated_study_gives_a_directly_emulated_call_exactly(mb, ga, di, r
     assert len(streams) == 3 * replicas * di * ga and all(s.cycles > 0 for s in streams)
     assert row["host"] - row["sync"] == pytest.approx(
         max(sum(s.cycles for s in streams if q in s.ipus) for q in range(4 * replicas)))
+    # the all-reduce: GCL's ring, each step an inter-IPU copy and an add (gradients/...)
+    ring = [s for s in steps if "gradients/ring" in s.name]
+    assert (len(ring) > 0) == (replicas > 1)
+    assert row["allreduce"] == pytest.approx(
+        max(sum(s.cycles for s in ring if q in s.ipus) for q in range(4 * replicas)))
+    assert any(s.kind == "copy" and s.inter_ipu_bytes for s in ring) == (replicas > 1)
 
 
 def test_a_steady_state_cycle_is_its_busiest_ipu_then_one_exchange_of_its_copies():

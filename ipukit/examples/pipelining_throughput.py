@@ -111,7 +111,7 @@ def emulated(batch_size: int, replicas: int = 1) -> dict:
     joins every IPU of a replica; cycle P - 1 is the one where the last stage, B0, runs
     its first micro-batch, which copies its gradients instead of adding them); per
     iteration, the cycles of the stream copies and of the all-reduce (the ``gradients/``
-    steps), each on the IPU that spends the most on them."""
+    steps: its ring's copies and adds), each on the IPU that spends the most on them."""
     g = BASE
     model = build(replicas, 2, g, rts=False, emulate=True)
     n = replicas * 2 * g * batch_size
@@ -125,7 +125,8 @@ def emulated(batch_size: int, replicas: int = 1) -> dict:
                 if o.phase == "copy" and o.run == 0}
     per_ipu: dict = {"host": {}, "stream": {}, "allreduce": {0: 0.0}}
     for st in trace.executed_steps():
-        kind = "allreduce" if st.name.startswith("gradients/") else st.kind
+        kind = "allreduce" if st.name.startswith(("gradients/", "Copy gradients/")) \
+            else st.kind
         for q in st.ipus if kind in per_ipu else ():
             per_ipu[kind][q] = per_ipu[kind].get(q, 0.0) + st.cycles
     most = {k: max(v.values()) for k, v in per_ipu.items()}
