@@ -163,7 +163,7 @@ def test_the_full_sweep_is_a_superset_of_the_small_one():
     assert all(np.all(np.diff(v) > 0) for v in full.values())
 
 
-# -- --emulate: every figure from emulated calls -------------------------------------------
+# -- the emulated study (the default): every figure from emulated calls ------------------
 # PopART runs a call as ONE program (graphcore/popart willow/src/popx/popprograms.cpp,
 # getMainProgramFromPipelineFragments: Repeat(batchesPerStep, fill + main + flush + the
 # accumulated weight update)); "increasing deviceIterations is more efficient because the
