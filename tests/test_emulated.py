@@ -12,7 +12,7 @@ from ipukit.errors import IpuError, PipelineConfigError
 from ipukit.parallel import nn, optim
 from ipukit.parallel.emulated import steps_of
 from ipukit.parallel.pipelining import Block, pipeline, training_model
-from ipukit.parallel.schedule import KINDS
+from ipukit.parallel.schedule import KINDS, LOCKSTEP
 from ipukit.poplibs import poputil
 from ipukit.widgets import BSPView
 
@@ -883,3 +883,28 @@ def test_the_backward_writes_gradients_where_the_accumulators_are(reduction):
         assert s.grads.all.name == f"stage{s.k}/gradients"
         np.testing.assert_array_equal(poputil.tile_of_elements(s.vg, s.grads.all),
                                       poputil.tile_of_elements(s.vg, s.weights.all))
+
+
+@pytest.mark.parametrize("kind", LOCKSTEP)
+@pytest.mark.parametrize("recomputation", [False, True])
+@pytest.mark.parametrize("bare_loss", [False, True])
+def test_a_lockstep_pipeline_s_cycles_keep_the_numpy_runner_s_results(kind, recomputation,
+                                                                     bare_loss):
+    """Whatever the lock-step schedule, with or without recomputation and with a last
+    stage without layers (its input gradient is the loss's, which its forward writes):
+    one exchange of copies per step, and the losses and weights of the NumPy runner."""
+    n, seed = (3 if bare_loss else 2), 7
+    x, y = data(2 * n * 2, seed=seed)
+
+    def make(emulate):
+        layers = [[nn.Dense(6, 8, rng=seed), nn.ReLU()], [nn.Dense(8, 3, rng=seed + 1)]]
+        return pipeline(layers + ([[nn.Flatten()]] if bare_loss else []), None,
+                        gradient_accumulation_count=2 * n, pipeline_schedule=kind,
+                        optimizer=optim.SGD(0.1), loss=nn.SoftmaxCrossEntropy(),
+                        recomputation=recomputation, target=TARGET, replication_factor=1,
+                        emulate=emulate)
+
+    pair = both(make, x, y)
+    assert_same(pair)
+    (_, pa), (b, _) = pair
+    assert_cycles([o for o in b.op_steps if o.phase != "optimizer"], pa.schedule)

@@ -15,10 +15,10 @@ model (``model(x, labels)``) for each setting and reports its throughput:
   ``popprograms.cpp``, ``addPipelineCycle``), the all-reduce across replicas and AdamW's
   update as Poplar programs; the trace's cycles converted to seconds at the target's clock
   (``ipu2``: 1.33 GHz). The emulator's cycles do not depend on the data, so ONE call is
-  emulated per micro-batch size and replica count (accumulation 7, two device
+  emulated per micro-batch size and replica count (accumulation ``BASE`` = 8, two device
   iterations) and every setting is read from its trace (:func:`measure_emulated`; each
   rule checked against directly emulated calls in ``tests/test_pipelining_throughput.py``):
-  the default sweep takes about 20 s on two cores;
+  the default sweep takes about 25 s of CPU;
 * the **plateau** is what no amount of accumulation or device iterations can beat: one
   micro-batch per steady-state pipeline cycle (``t_step``), times the replicas;
 * ``--cost-model`` takes the figures from the kit's cost model instead
@@ -140,12 +140,11 @@ def measure_emulated(batch_size: int, ga: int, di: int, replicas: int) -> dict:
     """One call of the tutorial's model with these settings, from the emulated call of
     :func:`emulated` (the default): its cycles, by part, and its throughput (images per
     second at the target's clock). Each micro-batch more than ``BASE`` adds one
-    steady-state cycle (``t_step``) to each iteration (and ``PIPELINE_STAGES`` has one
-    less); the first iteration costs what the
-    call of one did, each later one what the second added (the next iteration starts on
-    some IPUs while the last ones finish the update); the streams grow with the images.
-    Each rule is checked against directly emulated calls in
-    ``tests/test_pipelining_throughput.py``."""
+    steady-state cycle (``t_step``) to each iteration (``PIPELINE_STAGES`` has one less);
+    the first iteration costs what the call of one did, each later one what the second
+    added (the next iteration starts on some IPUs while the last ones finish the update);
+    the streams grow with the images. Each rule is checked against directly emulated
+    calls in ``tests/test_pipelining_throughput.py``."""
     build(replicas, di, ga, rts=False)  # what PopTorch refuses, refused in its words
     e = emulated(batch_size, replicas)
     more = (ga - BASE) * e["t_step"]  # (one cycle less at PIPELINE_STAGES)

@@ -2,7 +2,9 @@
 ``pipeline(..., emulate=True)``.
 
 :class:`Emulation` builds the stages (:mod:`.stages`) on one graph, unrolls the
-schedule into one program per op (its FIFO and inbox slots fixed in advance), adds the
+schedule into one program per op (its FIFO and inbox slots fixed in advance; a lock-step
+schedule's steps as PopART's pipeline cycles: the ops, then one ``Copy`` of all the
+step's inter-IPU sends, ``popprograms.cpp`` ``addPipelineCycle``), adds the
 replicas' all-reduce (:mod:`.collectives`) and the optimizer step (:mod:`.optimizer`),
 compiles and loads it; :class:`EmulatedPipeline` is the runner's
 :class:`~ipukit.parallel.runner.Pipeline` whose ``compile`` and ``run`` do this.
