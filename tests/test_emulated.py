@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 
 import ipukit as ipu
+from ipukit import cost
 from ipukit.errors import IpuError, PipelineConfigError
 from ipukit.parallel import nn, optim
 from ipukit.parallel.emulated import steps_of
 from ipukit.parallel.pipelining import Block, pipeline, training_model
-from ipukit.parallel.schedule import KINDS
+from ipukit.parallel.schedule import KINDS, LOCKSTEP
 from ipukit.poplibs import poputil
 from ipukit.widgets import BSPView
 
@@ -49,6 +50,30 @@ def assert_same(pair, rtol=1e-4, atol=1e-6):
                                    err_msg=k)
 
 
+def assert_cycles(records, sched):
+    """The ops of run 0 as the emulator runs a schedule: asynchronous ones in the
+    schedule's order; lock-step ones step by step (PopART's pipeline cycles), each step's
+    ops, a non-last stage's F after the stage's other ops, then ONE record of the step's
+    inter-IPU copies when any of its ops sends (an F to the next stage, a B to the
+    previous one)."""
+    ops = [(o.phase, o.stage, o.microbatch) for o in records if o.run == 0]
+    if not sched.lockstep:
+        assert ops == [(o.phase, o.stage, o.microbatch) for o in sched.ops]
+        return
+    last, pos = sched.num_stages - 1, 0
+    for step in sched.steps():
+        mine = ops[pos:pos + len(step)]
+        assert sorted(mine) == sorted((o.phase, o.stage, o.microbatch) for o in step)
+        for k in {o.stage for o in step if o.phase == "F" and o.stage < last}:
+            assert [op for op in mine if op[1] == k][-1][0] == "F"
+        pos += len(step)
+        if any(o.phase == "F" and o.stage < last or o.phase == "B" and o.stage > 0
+               for o in step):
+            assert ops[pos] == ("copy", -1, -1)
+            pos += 1
+    assert pos == len(ops)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_schedule_equals_the_numpy_runner(kind):
     x, y = data(6 * 2 * 4)
@@ -63,8 +88,7 @@ def test_every_schedule_equals_the_numpy_runner(kind):
     assert_same(pair)
     (a, pa), (b, _) = pair
     assert not np.allclose(pa.params["0.0.weight"], stages()[0][0].params["weight"])  # trained
-    ops = [(o.phase, o.stage, o.microbatch) for o in b.op_steps if o.run == 0 and o.stage >= 0]
-    assert ops == [(o.phase, o.stage, o.microbatch) for o in pa.schedule.ops]
+    assert_cycles([o for o in b.op_steps if o.phase != "optimizer"], pa.schedule)
 
 
 #: The schedules after Graphcore's on 4 IPUs of 4 tiles: stages placed as each kind does.
@@ -207,7 +231,7 @@ def test_the_steps_of_a_run_are_counted_before_it_is_built(kind, training):
                  emulate=True)
     p.run(x, y if training else None)
     emu = next(iter(p._emulations.values()))
-    assert emu.steps == emu.counts[0] + sum(emu.counts[1:1 + len(emu.ops)])  # what ran
+    assert emu.steps == emu.counts[0] + sum(emu.counts[1:1 + len(emu.entries)])  # what ran
 
 
 def test_a_run_too_long_to_emulate_is_refused_before_it_is_built(monkeypatch):
@@ -330,7 +354,16 @@ def test_the_trace_holds_every_op_as_supersteps():
     steps = r.steps_of("F", 1, 0)
     names = [s.name for s in steps]
     assert any("stage1/0.Dense" in n and s.kind == "compute" for n, s in zip(names, steps))
-    assert any(s.kind == "copy" and s.inter_ipu_bytes == 8 * 1 * 4 for s in steps)  # to IPU 2
+    assert not any(s.inter_ipu_bytes for s in steps)  # its send waits for the step's end
+    # grouped, step 1 runs F0(1) and F1(0); then PopART's IpuCopy fragment: ONE copy of
+    # both outputs (micro-batch 1 x 8 floats each), IPUs 0 -> 1 and 1 -> 2, one external
+    # sync of the three IPUs (popprograms.cpp, addPipelineCycle)
+    recs = list(r.op_steps)
+    at = next(i for i, o in enumerate(recs) if (o.phase, o.stage, o.microbatch) == ("F", 1, 0))
+    copy = next(o for o in recs[at:] if o.phase == "copy")
+    (c,) = steps_of(r.trace, copy)
+    assert (c.kind, c.inter_ipu_bytes, tuple(c.ipus)) == ("copy", 2 * 8 * 1 * 4, (0, 1, 2))
+    assert c.sync_cycles == cost.global_sync_cycles(TARGET, 3)
     # IPU 1's tiles do all the compute of stage 1's forward
     tiles = TARGET.tiles_per_ipu
     for s in steps:
@@ -595,9 +628,8 @@ def test_inference_pipelines_equal_the_numpy_runner(kind):
     np.testing.assert_allclose(b.outputs, a.outputs, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(b.outputs.reshape(-1, 3), pa.predict(x), rtol=1e-4, atol=1e-6)
     assert b.losses.shape == (2, 1, 0)
-    ops = [(o.phase, o.stage, o.microbatch) for o in b.op_steps if o.run == 0]
-    assert ops == [(o.phase, o.stage, o.microbatch) for o in pb.schedule.ops]
-    assert {o.phase for o in b.op_steps} == {"F"}  # no backward, no weight update
+    assert_cycles(b.op_steps, pb.schedule)
+    assert {o.phase for o in b.op_steps} <= {"F", "copy"}  # no backward, no weight update
     names = [s.name for s in b.trace.executed_steps()]
     assert not any("stash FIFO" in n or "grad" in n for n in names)
     assert {sp.kind for sp in b.timeline} <= {"F", "link", "sync", "host"}
@@ -624,7 +656,7 @@ def test_poptorch_inference_model_scores_with_replicas():
     np.testing.assert_allclose(b.outputs, a.outputs, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(b.losses, a.losses, rtol=1e-4, atol=1e-6)
     assert b.losses.shape == (1, 2, 4)
-    assert {o.ipu for o in b.op_steps} == {0, 1, 2}
+    assert {o.ipu for o in b.op_steps if o.phase == "F"} == {0, 1, 2}
     c = pb.run(x)  # without labels: outputs only, another build
     np.testing.assert_allclose(c.outputs, a.outputs, rtol=1e-4, atol=1e-6)
     assert c.losses.shape == (1, 2, 0)
@@ -851,3 +883,28 @@ def test_the_backward_writes_gradients_where_the_accumulators_are(reduction):
         assert s.grads.all.name == f"stage{s.k}/gradients"
         np.testing.assert_array_equal(poputil.tile_of_elements(s.vg, s.grads.all),
                                       poputil.tile_of_elements(s.vg, s.weights.all))
+
+
+@pytest.mark.parametrize("kind", LOCKSTEP)
+@pytest.mark.parametrize("recomputation", [False, True])
+@pytest.mark.parametrize("bare_loss", [False, True])
+def test_a_lockstep_pipeline_s_cycles_keep_the_numpy_runner_s_results(kind, recomputation,
+                                                                     bare_loss):
+    """Whatever the lock-step schedule, with or without recomputation and with a last
+    stage without layers (its input gradient is the loss's, which its forward writes):
+    one exchange of copies per step, and the losses and weights of the NumPy runner."""
+    n, seed = (3 if bare_loss else 2), 7
+    x, y = data(2 * n * 2, seed=seed)
+
+    def make(emulate):
+        layers = [[nn.Dense(6, 8, rng=seed), nn.ReLU()], [nn.Dense(8, 3, rng=seed + 1)]]
+        return pipeline(layers + ([[nn.Flatten()]] if bare_loss else []), None,
+                        gradient_accumulation_count=2 * n, pipeline_schedule=kind,
+                        optimizer=optim.SGD(0.1), loss=nn.SoftmaxCrossEntropy(),
+                        recomputation=recomputation, target=TARGET, replication_factor=1,
+                        emulate=emulate)
+
+    pair = both(make, x, y)
+    assert_same(pair)
+    (_, pa), (b, _) = pair
+    assert_cycles([o for o in b.op_steps if o.phase != "optimizer"], pa.schedule)

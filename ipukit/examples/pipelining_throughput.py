@@ -8,36 +8,33 @@ data-loading tutorial (``tutorials/tutorials/pytorch/efficient_data_loading``) m
 throughput as images per call ÷ seconds, with replicas. This study times one call of that
 model (``model(x, labels)``) for each setting and reports its throughput:
 
-* the call's cycles come from the kit's cost model (:func:`~ipukit.parallel.call_cost`,
-  every rate from :mod:`ipukit.cost`): one host sync per call, the images, labels and the
-  returned loss over the host link, then ``deviceIterations`` pipeline runs (the
-  schedule's steps, the all-reduce across replicas, the weight update), converted to
-  seconds at the target's clock (``ipu2``: 1.33 GHz);
+* each call's cycles come from the emulator (``training_model(..., emulate=True)``,
+  :func:`emulated`): one ``Engine.run`` per call (its host sync), each micro-batch's
+  images and labels streamed in over the host link and its loss out, PopART's pipeline
+  cycles (each stage's compute, then the cycle's inter-IPU copies as one exchange:
+  ``popprograms.cpp``, ``addPipelineCycle``), the all-reduce across replicas and AdamW's
+  update as Poplar programs; the trace's cycles converted to seconds at the target's clock
+  (``ipu2``: 1.33 GHz). The emulator's cycles do not depend on the data, so ONE call is
+  emulated per micro-batch size and replica count (accumulation ``BASE`` = 8, two device
+  iterations) and every setting is read from its trace (:func:`measure_emulated`; each
+  rule checked against directly emulated calls in ``tests/test_pipelining_throughput.py``):
+  the default sweep takes about 25 s of CPU;
 * the **plateau** is what no amount of accumulation or device iterations can beat: one
-  micro-batch per steady-state pipeline step (``t_step``, the extra cycles one more
-  micro-batch costs) plus its images over the host link, times the replicas.
+  micro-batch per steady-state pipeline cycle (``t_step``), times the replicas;
+* ``--cost-model`` takes the figures from the kit's cost model instead
+  (:func:`~ipukit.parallel.call_cost`, every rate from :mod:`ipukit.cost`, no Poplar
+  program): the same parts, each op's FLOPs and bytes costed, lock-step with a sync per
+  cycle (:func:`measure`); its plateau adds a micro-batch's images over the host link.
 
-``--emulate`` takes every figure from emulated calls instead (``training_model(...,
-emulate=True)``, :func:`measure_emulated`): one ``Engine.run`` per call (its host sync),
-each micro-batch's images and labels streamed in over the host link and its loss out, the
-schedule's ops, the all-reduce and AdamW's update as Poplar programs, the trace's cycles at
-the target's clock. The emulator's cycles do not depend on the data, so each distinct
-program is emulated once and repeated work is counted exactly (:func:`iteration`; each rule
-checked against a direct emulation in ``tests/test_pipelining_throughput.py``); the
-plateau is the replicas times one replica's. Every replica's IPUs are built anew, so the
-default sweep takes about 100 s at micro-batch 40 (kit convention: ``--emulate`` goes up to
-``EMULATED_MAX_REPLICAS`` replicas). (kit convention: on the emulator each stage's
-IPU-Link copies are external syncs of the two IPUs, one op at a time, where PopART runs
-a pipeline cycle's stages, then all its inter-IPU copies; so at micro-batch 40 one
-micro-batch more costs more than the average of a short run, and the emulated throughput
-falls with more accumulation.)
+(kit convention: ``--full`` emulates up to ``EMULATED_MAX_REPLICAS`` replicas, each
+replica's IPUs built anew; the default sweep stops at 2 replicas.)
 
 Read it as the tutorials do: more gradient accumulation fills the pipeline (its ramp-up and
 ramp-down, the bubble, are paid once per run), so the throughput rises towards the plateau
 and then stops helping; device iterations amortise the host sync of each call; replicas
 multiply the images per call but pay an all-reduce per weight update.
 
-    python -m ipukit.examples.pipelining_throughput [--full] [--emulate] [--plot PNG]
+    python -m ipukit.examples.pipelining_throughput [--full] [--cost-model] [--plot PNG]
 """
 
 from __future__ import annotations
@@ -56,15 +53,18 @@ from .replicated_mnist import SAMPLE_SHAPE, build
 
 #: Settings swept (small: fast enough for the test suite; ``--full``: the whole study).
 SWEEPS = {
-    "small": {"ga": (7, 14, 28, 56), "di": (1, 10, 100), "replicas": (1, 2, 4)},
+    "small": {"ga": (7, 14, 28, 56), "di": (1, 10, 100), "replicas": (1, 2)},
     "full": {"ga": (7, 10, 14, 20, 28, 40, 56, 80, 112, 160, 224, 320, 448),
              "di": (1, 2, 5, 10, 20, 50, 100, 200, 500), "replicas": (1, 2, 4, 8, 16)},
 }
 #: The pipeline's stages (PopART: 2N - 1 for N = 4 IPUs); accumulation must reach them.
 PIPELINE_STAGES = 7
+#: The accumulation of the emulated call every setting is read from (one steady-state
+#: cycle past the pipeline's fill).
+BASE = PIPELINE_STAGES + 1
 #: The largest accumulation ``--gradient-accumulation`` takes (kit convention).
 MAX_ACCUMULATION = 10_000
-#: The most replicas ``--emulate`` builds (kit convention: 16 IPUs, about 2.6 GB).
+#: The most replicas the emulated study builds (kit convention: 16 IPUs, about 2.6 GB).
 EMULATED_MAX_REPLICAS = 4
 
 
@@ -83,7 +83,8 @@ def measure(batch_size: int, ga: int, di: int, replicas: int) -> dict:
             "host": cost.host_sync + cost.host_io, "allreduce": di * update,
             "run": run_cycles, "seconds": cost.seconds,
             "throughput": cost.samples_per_second, "plateau": plateau(model, batch_size),
-            "no_sync": cost.samples * cost.clock_hz / (cost.cycles - cost.host_sync)}
+            "no_sync": cost.samples * cost.clock_hz / (cost.cycles - cost.host_sync),
+            "source": "cost model"}
 
 
 def plateau(model, batch_size: int) -> float:
@@ -100,75 +101,70 @@ def plateau(model, batch_size: int) -> float:
 
 
 @functools.cache
-def emulated(batch_size: int, ga: int, replicas: int = 1, di: int = 1) -> dict:
-    """One emulated call of the tutorial's model on zeros (the cycles do not depend on the
-    data): its cycles; its host sync; the cycles of its stream copies and of its
-    all-reduce (the ``gradients/`` steps), each on the IPU that spends the most on them."""
-    model = build(replicas, di, ga, rts=False, emulate=True)
-    n = replicas * di * ga * batch_size
+def emulated(batch_size: int, replicas: int = 1) -> dict:
+    """ONE emulated call of the tutorial's model (zeros: the cycles do not depend on the
+    data) per micro-batch size and replica count, at accumulation ``BASE`` with two device
+    iterations, read from its trace: the host sync (``host``); the cycles of a call of one
+    iteration (``one``: its events are the first iteration's; the emulator times each
+    from the ones before) and of two (``two``); ``t_step``, one steady-state pipeline
+    cycle: from the end of the copies of cycle P - 1 to the end of those of cycle P (each
+    joins every IPU of a replica; cycle P - 1 is the one where the last stage, B0, runs
+    its first micro-batch, which copies its gradients instead of adding them); per
+    iteration, the cycles of the stream copies and of the all-reduce (the ``gradients/``
+    steps: its ring's copies and adds), each on the IPU that spends the most on them."""
+    g = BASE
+    model = build(replicas, 2, g, rts=False, emulate=True)
+    n = replicas * 2 * g * batch_size
     result = model.run(np.zeros((n,) + SAMPLE_SHAPE, np.float32), np.zeros(n, np.int64))
-    assert result.trace.num_runs == 1  # a fresh model: the trace is this call's
+    trace = result.trace
+    assert trace.num_runs == 1  # a fresh model: the trace is this call's
+    starts = np.asarray(trace._starts, np.float64)
+    ends = starts + np.array([trace.steps[i].cycles for i in trace._step_ids])
+    first = max(o.end for o in result.op_steps if o.run == 0)  # the first iteration's end
+    copy_end = {o.step: ends[o.first:o.end].max() for o in result.op_steps
+                if o.phase == "copy" and o.run == 0}
     per_ipu: dict = {"host": {}, "stream": {}, "allreduce": {0: 0.0}}
-    for st in result.trace.executed_steps():
-        kind = "allreduce" if st.name.startswith("gradients/") else st.kind
+    for st in trace.executed_steps():
+        kind = "allreduce" if st.name.startswith(("gradients/", "Copy gradients/")) \
+            else st.kind
         for q in st.ipus if kind in per_ipu else ():
             per_ipu[kind][q] = per_ipu[kind].get(q, 0.0) + st.cycles
-    return {"cycles": result.cycles, "clock_hz": result.clock_hz,
-            "ipus": model.target.num_ipus, **{k: max(v.values()) for k, v in per_ipu.items()}}
-
-
-def iteration(batch_size: int, ga: int, replicas: int = 1) -> dict:
-    """A call's host sync (``host``) and device iterations at accumulation ``ga``: the
-    cycles of the first (``first``: every micro-batch's streams, the pipeline, the
-    all-reduce and the update) and of each one after it (``cycles``), with their stream
-    copies' and all-reduce's cycles. One replica: an iteration starts when the last IPU of
-    the one before is done, so every iteration costs the same; above ``PIPELINE_STAGES``
-    micro-batches, the run at ``PIPELINE_STAGES`` plus ``t_step`` per micro-batch more
-    (:func:`step`). Several replicas: the next iteration starts on some IPUs while the
-    all-reduce ends on others, so the calls of one and two iterations at ``ga`` are
-    emulated, each later iteration costing their difference."""
-    if replicas > 1:
-        one, two = emulated(batch_size, ga, replicas), emulated(batch_size, ga, replicas, 2)
-        return {**one, "first": one["cycles"] - one["host"],
-                "cycles": two["cycles"] - one["cycles"]}
-    g0 = min(ga, PIPELINE_STAGES)
-    base, more = emulated(batch_size, g0), ga - g0
-    per = ({k: emulated(batch_size, g0 + 1)[k] - base[k] for k in ("cycles", "stream")}
-           if more else {"cycles": 0.0, "stream": 0.0})
-    cycles = base["cycles"] - base["host"] + more * per["cycles"]
-    return {**base, "first": cycles, "cycles": cycles,
-            "stream": base["stream"] + more * per["stream"]}
-
-
-def step(batch_size: int, replicas: int = 1) -> float:
-    """``t_step``: the cycles one more micro-batch adds to a pipeline run, from the
-    emulated runs at ``PIPELINE_STAGES`` and one more."""
-    g0 = PIPELINE_STAGES
-    return (emulated(batch_size, g0 + 1, replicas)["cycles"]
-            - emulated(batch_size, g0, replicas)["cycles"])
+    most = {k: max(v.values()) for k, v in per_ipu.items()}
+    return {"one": float(ends[:first].max() - starts[0]), "two": result.cycles,
+            "t_step": float(copy_end[g - 1] - copy_end[g - 2]), "clock_hz": result.clock_hz,
+            "ipus": model.target.num_ipus, "host": most["host"],
+            "stream": most["stream"] / 2, "allreduce": most["allreduce"] / 2}
 
 
 def measure_emulated(batch_size: int, ga: int, di: int, replicas: int) -> dict:
-    """``--emulate``: one call of the tutorial's model with these settings, from emulated
-    runs (:func:`iteration`): its cycles, by part, and its throughput (images per second
-    at the target's clock)."""
-    it = iteration(batch_size, ga, replicas)
-    cycles = it["host"] + it["first"] + (di - 1) * it["cycles"]
+    """One call of the tutorial's model with these settings, from the emulated call of
+    :func:`emulated` (the default): its cycles, by part, and its throughput (images per
+    second at the target's clock). Each micro-batch more than ``BASE`` adds one
+    steady-state cycle (``t_step``) to each iteration (``PIPELINE_STAGES`` has one less);
+    the first iteration costs what the call of one did, each later one what the second
+    added (the next iteration starts on some IPUs while the last ones finish the update);
+    the streams grow with the images. Each rule is checked against directly emulated
+    calls in ``tests/test_pipelining_throughput.py``."""
+    build(replicas, di, ga, rts=False)  # what PopTorch refuses, refused in its words
+    e = emulated(batch_size, replicas)
+    more = (ga - BASE) * e["t_step"]  # (one cycle less at PIPELINE_STAGES)
+    cycles = e["one"] + more + (di - 1) * (e["two"] - e["one"] + more)
     samples = replicas * batch_size * ga * di
-    clock = it["clock_hz"]
-    return {"replicas": replicas, "ipus": it["ipus"], "di": di, "ga": ga,
+    clock = e["clock_hz"]
+    return {"replicas": replicas, "ipus": e["ipus"], "di": di, "ga": ga,
             "batch_size": batch_size, "samples": samples, "cycles": cycles,
-            "host": it["host"] + di * it["stream"], "sync": it["host"],
-            "allreduce": di * it["allreduce"], "run": it["cycles"],
+            "host": e["host"] + di * e["stream"] * ga / BASE, "sync": e["host"],
+            "allreduce": di * e["allreduce"], "run": e["two"] - e["one"] + more,
             "seconds": cycles / clock, "throughput": samples * clock / cycles,
-            "plateau": replicas * batch_size * clock / step(batch_size),
-            "no_sync": samples * clock / (cycles - it["host"])}
+            "plateau": replicas * batch_size * clock / emulated(batch_size, 1)["t_step"],
+            "no_sync": samples * clock / (cycles - e["host"]), "source": "emulated"}
 
 
-def study(batch_size: int, ga: int, di: int, sweep: dict, measure=measure
+def study(batch_size: int, ga: int, di: int, sweep: dict, measure=measure_emulated
           ) -> dict[str, list[dict]]:
     """The three sweeps: accumulation (``di`` fixed, one replica), device iterations
-    (``ga`` fixed, one replica), replicas (``ga`` and ``di`` fixed)."""
+    (``ga`` fixed, one replica), replicas (``ga`` and ``di`` fixed); each row from the
+    emulator, or with ``measure=measure`` from the cost model."""
     return {"ga": [measure(batch_size, g, di, 1) for g in sweep["ga"]],
             "di": [measure(batch_size, ga, d, 1) for d in sweep["di"]],
             "replicas": [measure(batch_size, ga, di, r) for r in sweep["replicas"]]}
@@ -256,7 +252,8 @@ def figure(rows: dict[str, list[dict]]):
     axes[2].set_title(f"accumulation {rows['replicas'][0]['ga']}, "
                       f"device iterations {rows['replicas'][0]['di']}")
     fig.suptitle(f"PopTorch's pipelined MNIST on 4 IPUs per replica (ipu2, micro-batch "
-                 f"{first['batch_size']}, AdamW): simulated throughput", fontsize=10)
+                 f"{first['batch_size']}, AdamW): throughput, {first['source']}",
+                 fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -282,8 +279,9 @@ def main(argv=None) -> int:
     parser.add_argument("--device-iterations", type=positive_int, default=10,
                         help="device iterations while accumulation and replicas vary (10)")
     parser.add_argument("--full", action="store_true", help="the whole sweep")
-    parser.add_argument("--emulate", action="store_true",
-                        help="time each setting from emulated calls (emulate=True)")
+    parser.add_argument("--cost-model", action="store_true",
+                        help="time each setting with the cost model (call_cost), not the "
+                             "emulator")
     parser.add_argument("--plot", metavar="PATH", help="save the three panels as a PNG")
     return run(_main, argv, parser)
 
@@ -291,13 +289,14 @@ def main(argv=None) -> int:
 def _main(args) -> int:
     t0 = time.perf_counter()
     sweep = SWEEPS["full" if args.full else "small"]
-    if args.emulate:
+    if not args.cost_model:
         sweep = {**sweep, "replicas": [r for r in sweep["replicas"]
                                        if r <= EMULATED_MAX_REPLICAS]}
     rows = study(args.batch_size, args.gradient_accumulation, args.device_iterations, sweep,
-                 measure_emulated if args.emulate else measure)
-    print(f"{'Emulated' if args.emulate else 'Simulated'} throughput of PopTorch's pipelined "
-          f"MNIST (4 IPUs per replica, ipu2, micro-batch {args.batch_size}, AdamW):")
+                 measure if args.cost_model else measure_emulated)
+    source = "Simulated (cost model)" if args.cost_model else "Emulated"
+    print(f"{source} throughput of PopTorch's pipelined MNIST (4 IPUs per replica, ipu2, "
+          f"micro-batch {args.batch_size}, AdamW):")
     print(table(rows))
     print(summary(rows))
     if args.plot:

@@ -2,7 +2,9 @@
 ``pipeline(..., emulate=True)``.
 
 :class:`Emulation` builds the stages (:mod:`.stages`) on one graph, unrolls the
-schedule into one program per op (its FIFO and inbox slots fixed in advance), adds the
+schedule into one program per op (its FIFO and inbox slots fixed in advance; a lock-step
+schedule's steps as PopART's pipeline cycles: the ops, then one ``Copy`` of all the
+step's inter-IPU sends, ``popprograms.cpp`` ``addPipelineCycle``), adds the
 replicas' all-reduce (:mod:`.collectives`) and the optimizer step (:mod:`.optimizer`),
 compiles and loads it; :class:`EmulatedPipeline` is the runner's
 :class:`~ipukit.parallel.runner.Pipeline` whose ``compile`` and ``run`` do this.
@@ -30,7 +32,7 @@ from . import collectives
 from .optimizer import Optimizer
 from .results import EmulatedRunResult, OpSteps, bytes_of, timeline_of
 from .stages import ConcurrentStage, Stage
-from .tensors import Slots, buffer, leaves
+from .tensors import Slots, buffer, by_type, flat, leaves, root_of
 
 
 class Emulation:
@@ -77,13 +79,17 @@ class Emulation:
         for s in (s for stages in self.replicas for s in stages):  # what each F stashes
             s.stash = [] if not self.training else (
                 [s.input] + ([s.labels] if s.last else []) if p.recomputation else s.saved)
-        self.ops = p.schedule.ops
+        #: Lock-step schedules (PopART's, TensorFlow's) run a pipeline cycle's inter-IPU
+        #: copies together after its compute (:meth:`_unroll`); the others op by op.
+        self.grouped = p.schedule.lockstep
+        self.ops = _cycle_order(p.schedule, self._late) if self.grouped else p.schedule.ops
         firsts = self._firsts()
         zero = Sequence(*(s.zero_program() for st in self.replicas for s in st))
         #: The steps program 0 emulates in one pipeline run, counted before it is built.
         kinds = Counter((op.phase, op.stage, i in firsts) for i, op in enumerate(self.ops))
-        self.steps = leaves(zero) + p.replication_factor * sum(
-            n * self._op_steps(*kind) for kind, n in kinds.items())
+        copies = len({op.step for op in self.ops if self._sends(op)}) if self.grouped else 0
+        self.steps = leaves(zero) + p.replication_factor * (copies + sum(
+            n * self._op_steps(*kind) for kind, n in kinds.items()))
         if self.steps > MAX_EMULATED_STEPS:
             per = (self.steps - leaves(zero)) / p.gradient_accumulation
             raise PipelineConfigError(
@@ -188,12 +194,16 @@ class Emulation:
         wfifo_slots = [Slots() for _ in st]  # what W needs, from B to W (split schedules)
         inbox = [Slots() for _ in st]  # activations waiting for stage k
         gradbox = [Slots() for _ in st]  # gradients waiting for stage k
-        plan = []
+        plan, puts = [], []  # grouped: the sends of a step fill their slots at its end
         for i, op in enumerate(self.ops):
             slots = self._plan_op(op, fifo_slots[op.stage], wfifo_slots[op.stage], inbox,
-                                  gradbox)
+                                  gradbox, puts if self.grouped else None)
             slots["first"] = i in firsts
             plan.append(slots)
+            if i + 1 == len(self.ops) or self.ops[i + 1].step != op.step:
+                for slots, box, m in puts:
+                    slots["send"] = box.put(m)
+                puts.clear()
         for s in (s for stages in self.replicas for s in stages):  # buffers, sizes known
             pre = f"{s.pre}stage{s.k}"
             s.fifo = [buffer(s.vg_of(t), t, fifo_slots[s.k].size, f"{pre}/stash FIFO {t.name}")
@@ -204,20 +214,46 @@ class Emulation:
                 if s.k else None
             s.gradbox = buffer(s.vg, s.dy, gradbox[s.k].size, f"{pre}/grad inbox") \
                 if s.dy is not None else None
-        return [Sequence(*(self._op_program(op, slots, rep)
-                           for rep in range(p.replication_factor)))
-                for op, slots in zip(self.ops, plan)]
+        reps = range(p.replication_factor)
+        if not self.grouped:
+            self.entries = list(self.ops)
+            return [Sequence(*(self._op_program(op, slots, rep) for rep in reps))
+                    for op, slots in zip(self.ops, plan)]
+        # PopART's pipeline cycle (popprograms.cpp, addPipelineCycle): each stage's
+        # program, then one fragment of every inter-IPU copy of the cycle; here one Copy
+        # of each replica's sends, flattened and joined (kit convention: only the copies
+        # of the stages that ran; PopART copies every stage's output in every cycle)
+        self.entries, programs = [], []
+        sends = [[] for _ in reps]  # each replica's (source, destination) of this cycle
+        for i, op in enumerate(self.ops):
+            programs.append(Sequence(*(self._op_program(op, plan[i], rep, sends[rep])
+                                       for rep in reps)))
+            self.entries.append(op)
+            if (i + 1 == len(self.ops) or self.ops[i + 1].step != op.step) and sends[0]:
+                programs.append(Sequence(*(_joined_copy(pairs) for pairs in sends)))
+                self.entries.append(None)  # the cycle's inter-IPU copies
+                sends = [[] for _ in reps]
+        return programs
 
-    def _plan_op(self, op, fifo, wfifo, inbox, gradbox) -> dict:
+    def _plan_op(self, op, fifo, wfifo, inbox, gradbox, puts=None) -> dict:
+        """The FIFO and inbox slots ``op`` uses; its send's slot is put at once, or with
+        ``puts`` given, left for the caller, as (slots, buffer, micro-batch)."""
         k, m, last = op.stage, op.microbatch, len(self.stages) - 1
         slots = {}
+
+        def send(box):
+            if puts is None:
+                slots["send"] = box.put(m)
+            else:
+                puts.append((slots, box, m))
+
         if op.phase == "F":
             if k > 0:
                 slots["in"] = inbox[k].take(m)
             if self.training:  # inference stashes nothing
                 slots["push"] = fifo.put(m)
             if k < last:
-                slots["send"] = inbox[k + 1].put(m)
+                send(inbox[k + 1])
         elif op.phase == "R":
             slots["pop"] = fifo.take(m)
         elif op.phase == "W":
@@ -228,12 +264,14 @@ class Emulation:
             if k < last:
                 slots["dy"] = gradbox[k].take(m)
             if k > 0:
-                slots["send"] = gradbox[k - 1].put(m)
+                send(gradbox[k - 1])
             if self.pipeline.schedule.split:
                 slots["wpush"] = wfifo.put(m)
         return slots
 
-    def _op_program(self, op, slots, rep) -> Sequence:
+    def _op_program(self, op, slots, rep, sends=None) -> Sequence:
+        """The program of ``op`` on replica ``rep``; its copies to the next or previous
+        stage are added to ``sends`` (a list of (source, destination)) when given."""
         stages = self.replicas[rep]
         s = stages[op.stage]
         x_stream, y_stream, loss_stream, out_stream = self.streams[rep]
@@ -255,9 +293,9 @@ class Emulation:
         if "push" in slots:
             for t, f in zip(s.stash, s.fifo):
                 prog.add(Copy(t, f[slots["push"]]))
+        out = []  # (source, destination) to the next or previous stage
         if op.phase == "F" and "send" in slots:
-            for c in s.sends(stages[s.k + 1].inbox[slots["send"]]):
-                prog.add(c)
+            out += [(c.src, c.dst) for c in s.sends(stages[s.k + 1].inbox[slots["send"]])]
         if op.phase == "B":
             if "dy" in slots:
                 prog.add(Copy(s.gradbox[slots["dy"]], s.dy))
@@ -265,30 +303,52 @@ class Emulation:
             for t, f in zip(s.wsaved, s.wfifo):  # what the W needs, kept till it runs
                 prog.add(Copy(t, f[slots["wpush"]]))
             if "send" in slots:
-                prog.add(Copy(s.dx, stages[s.k - 1].gradbox[slots["send"]]))
+                out.append((s.dx, stages[s.k - 1].gradbox[slots["send"]]))
+        if sends is None:
+            for src, dst in out:
+                prog.add(Copy(src, dst))
+        else:
+            sends += out
         if op.phase == "W":
             for t, f in zip(s.wsaved, s.wfifo):
                 prog.add(Copy(f[slots["wpop"]], t))
             prog.add(s.first_weight if slots["first"] else s.weight)
         return prog
 
+    def _late(self, op) -> bool:
+        """Whether ``op`` runs after its stage's other ops of its step: a forward that
+        sends (a backward's stash restore or a recomputation rewrites its output), or the
+        backward of a last stage whose input gradient is a tensor the forward writes (a
+        loss stage without layers: the loss's gradient), with its recomputation."""
+        s = self.stages[op.stage]
+        if op.phase == "F":
+            return self._sends(op)
+        return (op.phase in "BR" and s.last and s.dx is not None
+                and any(root_of(s.dx) is root_of(t) for t in s.saved))
+
+    def _sends(self, op) -> bool:
+        """Whether ``op`` copies to another stage: a forward to the next, a backward to
+        the previous (training)."""
+        return (op.phase == "F" and op.stage < len(self.stages) - 1
+                or op.phase == "B" and op.stage > 0)
+
     def _op_steps(self, phase: str, k: int, first: bool) -> int:
         """The steps (copies, compute sets) of the program of an op of ``phase`` on stage
         ``k`` on one replica, counted as :meth:`_op_program` builds it, from the stage's
-        programs alone."""
+        programs alone (its sends too when they are not grouped by cycle)."""
         s, last = self.stages[k], len(self.stages) - 1
-        split = self.pipeline.schedule.split
+        split, inline = self.pipeline.schedule.split, not self.grouped  # (its sends)
         if phase == "W":
             return len(s.wsaved) + leaves(s.first_weight if first else s.weight)
         pops = len(s.stash) if phase == "R" or (
             phase == "B" and not self.pipeline.recomputation) else 0
         if phase == "B":
             return (pops + (k < last) + leaves(s.first_backward if first else s.backward)
-                    + (len(s.wsaved) if split else 0) + (k > 0))
+                    + (len(s.wsaved) if split else 0) + (k > 0 and inline))
         n = pops + leaves(s.forward) + (s.last and not self.training)  # R, or F: and
         if phase == "F":  # its input, the labels and the loss, its stash, its sends
             n += 1 + 2 * (s.last and self.scored) + len(s.stash)
-            n += len(s.sends(self.stages[k + 1].input)) if k < last else 0
+            n += len(s.sends(self.stages[k + 1].input)) if k < last and inline else 0
         return n
 
     # -- running --------------------------------------------------------------------------
@@ -336,10 +396,14 @@ class Emulation:
         records = []
         for r in range(runs):
             pos += self.counts[0]  # the zeroing
-            for i, op in enumerate(self.ops):
+            step = -1  # (a copy record follows the ops of its step)
+            for i, op in enumerate(self.entries):
                 n = self.counts[i + 1]
-                records.append(OpSteps(r, op.phase, op.stage, op.microbatch,
-                                       self.stages[op.stage].ipu, pos, pos + n))
+                records.append(OpSteps(r, "copy", -1, -1, -1, pos, pos + n, step)
+                               if op is None else
+                               OpSteps(r, op.phase, op.stage, op.microbatch,
+                                       self.stages[op.stage].ipu, pos, pos + n, op.step))
+                step = -1 if op is None else op.step
                 pos += n
             if training:
                 records.append(OpSteps(r, "optimizer", -1, -1, -1, pos, pos + self.counts[-1]))
@@ -355,6 +419,29 @@ class Emulation:
 
 
 
+
+
+def _cycle_order(sched, late) -> tuple:
+    """The ops of a lock-step schedule in the order the emulator runs them: the
+    schedule's, but an op ``late(op)`` says must run last among its stage's ops of its
+    step (its send's source would be overwritten by them) moves there, with the others
+    so moved in their order (kit convention: the kit restores a stash into the stage's
+    own tensors, where PopART's restore ops write new ones; a stage's ops of one step
+    are independent but for the last stage's F, R and B of one micro-batch, which keep
+    their order)."""
+    ops = sched.ops
+    at = {(o.step, o.stage): i for i, o in enumerate(ops)}  # a stage's last op in a step
+    keys = [(at[o.step, o.stage] + 0.5 if late(o) else i, i) for i, o in enumerate(ops)]
+    return tuple(ops[i] for i in sorted(range(len(ops)), key=keys.__getitem__))
+
+
+def _joined_copy(pairs) -> Sequence:
+    """One ``Copy`` of every (source, destination) in ``pairs``, each side flattened and
+    joined (``poplar::concat``), one per type: one exchange of all of them."""
+    prog = Sequence()
+    for rows in by_type(pairs).values():
+        prog.add(Copy(flat(a for a, _ in rows), flat(b for _, b in rows)))
+    return prog
 
 
 def compile(p, x, labels) -> Emulation:  # noqa: A001 - PopTorch's name
@@ -410,8 +497,8 @@ def run(p, x, labels) -> EmulatedRunResult:
     start = len(emu.engine.trace)
     losses, ops, results = emu.run(xs, ys)
     trace = emu.engine.trace
-    ops = tuple(OpSteps(o.run, o.phase, o.stage, o.microbatch, o.ipu, o.first, o.end)
-                for o in ops)
+    ops = tuple(OpSteps(o.run, o.phase, o.stage, o.microbatch, o.ipu, o.first, o.end,
+                        o.step) for o in ops)
     origin = float(trace._starts[start])  # the host sync of this call
     per_ipu: dict[int, tuple] = {}  # the stages on each IPU (chunks share one)
     for s in emu.stages:

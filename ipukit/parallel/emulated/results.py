@@ -2,7 +2,7 @@
 read from them.
 
 :class:`OpSteps` says which trace events one op of the schedule made; the timeline's F,
-B, W and R spans are those events on the op's IPU, its IPU-Link copies ``"link"`` spans
+B, W and R spans are those events on the op's IPU, IPU-Link copies ``"link"`` spans
 and each IPU's weight update an ``"optimizer"`` span (:func:`timeline_of`).
 :class:`EmulatedRunResult` opens any of them as supersteps.
 """
@@ -19,7 +19,9 @@ from ..runner import RunResult
 
 @dataclass(frozen=True)
 class OpSteps:
-    """The trace events (``[first, end)`` in ``trace.events``) one schedule op made."""
+    """The trace events (``[first, end)`` in ``trace.events``) one schedule op made; phase
+    ``"optimizer"``: a run's weight update, ``"copy"``: a pipeline cycle's inter-IPU
+    copies (stage, micro-batch and IPU -1)."""
 
     run: int  # the pipeline run (repeat) it belongs to
     phase: str
@@ -28,6 +30,7 @@ class OpSteps:
     ipu: int
     first: int
     end: int
+    step: int = -1  # the schedule step (pipeline cycle) of a lock-step schedule's op or copy
 
 
 
@@ -115,7 +118,7 @@ def timeline_of(emu, trace, ops, t0, sizes, first: int) -> Timeline:
                 ext = _extent(trace, o, q)
                 if ext:
                     spans.append(Span(q, "optimizer", ext[0] - t0, ext[1] - ext[0]))
-        else:  # one span per IPU of the stage (the members of a concurrent stage)
+        elif o.phase != "copy":  # one span per IPU of its stage (a concurrent stage's)
             for q in _stage_ipus(emu.stages[o.stage]):
                 ext = _extent(trace, o, q)
                 if ext is not None:
@@ -123,7 +126,7 @@ def timeline_of(emu, trace, ops, t0, sizes, first: int) -> Timeline:
                                       o.microbatch))
         for i, t in zip(trace._step_ids[o.first:o.end], trace._starts[o.first:o.end]):
             st = trace.steps[i]
-            if not st.inter_ipu_bytes or not (o.ipu in st.ipus or o.phase == "optimizer"):
+            if not st.inter_ipu_bytes or not (o.ipu in st.ipus or o.ipu < 0):
                 continue
             sender = o.ipu if o.ipu in st.ipus else st.ipus[0]
             at = float(t - t0)
