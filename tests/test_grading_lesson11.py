@@ -7,14 +7,17 @@ import nbformat
 import numpy as np
 import pytest
 
-from ipukit.grading import feedback, lesson11, plain
+from ipukit.grading import common, feedback, lesson11, plain
 from ipukit.parallel import sharded
 from ipukit.target import IPUModel
 from tests.lessons import (
     SOLVED_AND_UNTOUCHED,
     grade_exercises,
+    graded_points,
+    judged,
     judged_checks_hold,
     kit_notebook,
+    notebook_namespace,
 )
 
 NOTEBOOK = "11_concurrent_sharded_embedding.ipynb"
@@ -47,39 +50,53 @@ def _dense(x):
 
 def test_log_softmax_feedback():
     r = lesson11.check_sharded_log_softmax(lambda parts, log: [_dense(x) for x in parts])
-    assert "normalised over its own columns only" in r.message
+    assert "no collective ran" in r.message and "hint " in r.message
 
     def gathered(parts, log):  # right values, but shard s read every other shard's logits
         return np.split(_dense(np.concatenate(parts, 1)), len(parts), 1)
 
     r = lesson11.check_sharded_log_softmax(gathered)
-    assert "no collective ran" in r.message and "hint " in r.message
+    assert "no collective ran" in r.message and "nan in your kernel" in r.message
 
     def all_reduce_the_logits(parts, log):
         s_count = len(parts)
         padded = [np.concatenate([x if i == s else 0 * x for i in range(s_count)], 1)
                   for s, x in enumerate(parts)]
-        full = log.all_reduce(padded, "add", "logits")[0]
+        full = log.all_reduce(padded, "max", "logits")[0]
         return np.split(_dense(full), s_count, 1)
 
     r = lesson11.check_sharded_log_softmax(all_reduce_the_logits)
-    assert "'logits' (all_reduce_add) sends 32 bytes from IPU 0" in r.message
-    assert "one number per row sends 8" in r.message
+    assert "logits [1, 4] over 2 shards (checked: shard 1): all-reduce 1 ('logits') carries " \
+        "4 numbers per shard (shape [1, 4]); the other shards all-reduce each row's max, " \
+        "shape [1]" in r.message
 
     def no_shift(parts, log):
         sums = log.all_reduce([np.exp(x).sum(1) for x in parts], "add", "sum")
         return [x - np.log(d)[:, None] for x, d in zip(parts, sums)]
 
-    with np.errstate(over="ignore", invalid="ignore"):  # a row holds 900: exp overflows
-        r = lesson11.check_sharded_log_softmax(no_shift)
-    assert "needs an all-reduce max" in r.message
+    r = lesson11.check_sharded_log_softmax(no_shift)
+    assert "all-reduce 1 ('sum') is 'add'; the other shards (the check plays them) " \
+        "all-reduce MAX of each row's max here" in r.message
+
     def unused_max(parts, log):  # all-reduces the max but never subtracts it
         log.all_reduce([x.max(1) for x in parts], "max", "max")
         return no_shift(parts, log)
 
     with np.errstate(over="ignore", invalid="ignore"):  # the case with logits near 1000
         r = lesson11.check_sharded_log_softmax(unused_max)
-    assert "inf or nan" in r.message and "subtract the row maximum" in r.message
+    assert "your all-reduce ADD 'sum' sent" in r.message
+    assert "each shard sends its rows' sums of exp(x - the row's max over all shards)" \
+        in r.message
+
+    def own_max(parts, log):  # all-reduces the max, then shifts by its own row max
+        log.all_reduce([x.max(1) for x in parts], "max", "max")
+        shifted = [x - x.max(1, keepdims=True) for x in parts]
+        sums = log.all_reduce([np.exp(t).sum(1) for t in shifted], "add", "sum")
+        return [t - np.log(d)[:, None] for t, d in zip(shifted, sums)]
+
+    r = lesson11.check_sharded_log_softmax(own_max)
+    assert "logits [3, 8] over 4 shards (checked: shard 1): your all-reduce ADD 'sum' sent 1 " \
+        "from shard 1 at [0]" in r.message
     r = lesson11.check_sharded_log_softmax(lambda parts, log: parts[0])
     assert "return a list of 2 arrays" in r.message
 
@@ -213,14 +230,15 @@ def test_embedding_lookup_feedback():
         return log.all_reduce(partials, "add", "rows")
 
     r = lesson11.check_embedding_lookup(unmasked)
-    assert "Every shard added a row for this id" in r.message
+    assert "ids [0, 7, 3, 4] (checked: shard 0): your all-reduce ADD 'rows' sent" in r.message
+    assert "Shard 0 added a row for id 7, which shard 1 owns: mask the ids" in r.message
 
     def gathers(parts, ids, log):
         table = np.concatenate(parts)
         return [table[ids] for _ in parts]
 
     r = lesson11.check_embedding_lookup(gathers)
-    assert "right rows, but the collectives were []" in r.message
+    assert "no collective ran. Shard 0 sees only its own part" in r.message
 
 
 def test_embedding_grad_feedback():
@@ -251,14 +269,23 @@ def _dense_softmax(shift):
     return answer
 
 
-def test_a_shift_that_is_not_the_row_max_fails_on_the_row_of_900():
+def test_a_shift_that_is_not_the_row_max_fails():
     assert lesson11.check_sharded_log_softmax(_dense_softmax(lambda x, m, r: x - m)).passed
-    for shift, case in [(lambda x, m, r: x + m, "logits [3, 8] over 4 shards"),  # near 1000
-                        (lambda x, m, r: x - r.mean(1, keepdims=True), "logits [4, 6] over 3"),
-                        (lambda x, m, r: x - r.min(1, keepdims=True), "logits [4, 6] over 3")]:
-        with np.errstate(over="ignore", invalid="ignore"):
-            r = lesson11.check_sharded_log_softmax(_dense_softmax(shift))
-        assert case in r.message and "inf or nan" in r.message, r.message
+    with np.errstate(over="ignore", invalid="ignore"):  # logits near 1000
+        r = lesson11.check_sharded_log_softmax(_dense_softmax(lambda x, m, r: x + m))
+    assert "logits [1, 4] over 2 shards (checked: shard 1): your all-reduce ADD 'row sum' " \
+        "sent 4077.591 from shard 1 at [0]; each shard sends its rows' sums of exp(x - the " \
+        "row's max over all shards), here 1.367879" in r.message
+    plan = [("add", "its sums", np.ones(2))]
+    with pytest.raises(feedback.Wrong, match="sent inf from shard 2 at \\[1\\]; each shard "
+                       "sends its sums, here 1. exp\\(\\) of a large logit overflows"):
+        common.check_sent([{"kind": "all_reduce_add", "label": "s", "sent": [1, np.inf]}],
+                          plan, 2, "x")
+    for shift in (lambda x, m, r: x - r.mean(1, keepdims=True),  # read the other shards
+                  lambda x, m, r: x - r.min(1, keepdims=True)):
+        r = lesson11.check_sharded_log_softmax(_dense_softmax(shift))
+        assert "logits [1, 4] over 2 shards" in r.message and "sent nan" in r.message
+        assert "It read another shard's part, which the check keeps" in r.message
 
 
 def _lookup(masked_index):
@@ -287,17 +314,16 @@ def test_all_reducing_the_whole_table_fails():
         return [t[ids] for t in log.all_reduce(mine, "add", "table")]
 
     r = lesson11.check_embedding_lookup(whole_table)
-    assert "a table [8, 3] over 2 shards, ids [0, 7, 3, 4]: right rows" in r.message
-    assert "carries 24 numbers per shard (shape [8, 3]); the looked-up rows are [4, 3]" \
-        in r.message
+    assert "all-reduce 1 ('table') carries 24 numbers per shard (shape [8, 3]); the other " \
+        "shards all-reduce their partial lookups" in r.message and "shape [4, 3]" in r.message
 
 
 def test_trials_return_only_what_the_learner_did():
     ex = lesson11.check_embedding_lookup.exercise
     case = feedback.public(feedback.notebook_cases(ex)[0])
     out = ex.trial(case, _lookup(0))
-    assert out["collectives"] == [{"kind": "all_reduce_add", "label": "rows", "shape": [4, 3],
-                                   "itemsize": 8, "root": 0}]
+    assert [(c["kind"], c["label"], c["sent"].shape) for c in out["collectives"]] == \
+        [("all_reduce_add", "rows", (4, 3))]
     assert plain.decode(plain.encode(out))["rows"][1].shape == (4, 3)
 
 
@@ -318,3 +344,100 @@ def test_the_intro_says_what_the_checks_do():
     wrong = lesson11.check_embedding_grad(lambda ids, dy, v, s: [np.zeros((v // s, 3))] * s)
     assert "hint 1 of 3" in wrong.message  # the first failed attempt already has one
     assert "hint 2 of 3" in lesson11.check_embedding_grad(lambda *a: None).message
+
+
+# -- the judge plays the other shards (issue 26, point 1) -------------------------------
+
+
+def test_the_kernel_holds_one_shards_data_only():
+    """11.1 and 11.4: every public case holds one shard's logits or rows, nan for the
+    others; the whole data stay with the judge; what the other shards send comes
+    combined (one max or sum per row), never their parts."""
+    for check, key, whole in [(lesson11.check_sharded_log_softmax, "x_parts", "_x"),
+                              (lesson11.check_embedding_lookup, "table_parts", "_table")]:
+        for seed in (0, 1):
+            for case in feedback.draw_cases(check.exercise, np.random.default_rng(seed)):
+                shown, k = feedback.public(case), case["shard"]
+                assert whole in case and not {k for k in shown if k.startswith("_")}
+                for s, part in enumerate(shown[key]):
+                    assert np.isnan(part).all() != (s == k)
+                assert [p["value"].shape[0] for p in shown["peers"]] == \
+                    [len(shown[key][0]) if key == "x_parts" else len(shown["ids"])] * \
+                    len(shown["peers"])
+    shards = [c["shard"] for c in lesson11._softmax_cases(np.random.default_rng(5))]
+    assert len(set(shards)) > 1  # the kernel's shard is drawn
+
+
+def _own_only_softmax(parts, log):
+    """A cheat: dense on what the kernel holds, the collectives run for show."""
+    log.all_reduce([x.max(1) for x in parts], "max", "row max")
+    out = [x - x.max(1, keepdims=True) for x in parts]
+    log.all_reduce([np.exp(t).sum(1) for t in out], "add", "row sum")
+    return [t - np.log(np.exp(t).sum(1, keepdims=True)) for t in out]
+
+
+def _own_only_lookup(parts, ids, log):
+    size = parts[0].shape[0]
+    partials = []
+    for s, part in enumerate(parts):
+        local = ids - s * size
+        mine = (local >= 0) & (local < size)
+        partials.append(np.where(mine[:, None], part[np.where(mine, local, 0)], 0.0))
+    log.all_reduce(partials, "add", "rows")
+    return partials
+
+
+def test_answers_that_ignore_the_collectives_score_nothing():
+    """Judged from fresh seeds: dense on the kernel's own shard (with the collectives run
+    for show), or with a log of its own, scores nothing; the solution full marks."""
+    ns = notebook_namespace("solutions", NOTEBOOK)
+
+    def own_log(fn):
+        return lambda *args: fn(*args[:-1], sharded.CollectiveLog(len(args[0])))
+
+    for seed in (1, 2):
+        for check, name, cheat in [
+                (lesson11.check_sharded_log_softmax, "sharded_log_softmax", _own_only_softmax),
+                (lesson11.check_embedding_lookup, "embedding_lookup", _own_only_lookup)]:
+            assert judged(check, ns[name], seed=seed).passed
+            for answer in (cheat, own_log(ns[name])):
+                assert judged(check, answer, seed=seed).points == 0
+
+
+FORGED = """\
+import numpy as np
+from ipukit.grading import feedback, plain
+real = feedback.run_trials
+def own(c, name, rows):
+    return [rows if s == c['shard'] else p for s, p in enumerate(c[name])]
+def forged(ex, cases, answers):
+    outs = []
+    for c in cases:
+        if ex.id == '11.1':  # dense on the shard it holds, the records it would send
+            x = c['x_parts'][c['shard']]
+            t = x - x.max(1, keepdims=True)
+            sent = [('max', x.max(1)), ('add', np.exp(t).sum(1))]
+            out = {'parts': own(c, 'x_parts', t - np.log(np.exp(t).sum(1, keepdims=True)))}
+        elif ex.id == '11.4':  # the rows it owns, and its partial lookup as the record
+            part, size = c['table_parts'][c['shard']], len(c['table_parts'][0])
+            local = c['ids'] - c['shard'] * size
+            mine = (local >= 0) & (local < size)
+            rows = np.where(mine[:, None], part[np.where(mine, local, 0)], 0.0)
+            sent = [('add', rows)]
+            out = {'rows': own(c, 'table_parts', rows)}
+        else:
+            return real(ex, cases, answers)
+        out['collectives'] = [{'kind': 'all_reduce_' + op, 'label': op, 'sent': v}
+                              for op, v in sent]
+        outs.append({'ok': plain.encode(out)})
+    return outs
+feedback.run_trials = forged
+"""
+
+
+def test_forged_outputs_score_nothing_through_the_grader(tmp_path):
+    """Through ``python -m ipukit.grade``: a cell that replaces 11.1's and 11.4's trials
+    with what the kernel can work out from the shard it holds, records included, scores
+    nothing there; the other exercises keep their points."""
+    points = graded_points("solutions", NOTEBOOK, FORGED, tmp_path / "11_forged.ipynb")
+    assert points == {"11.1": 0, "11.2": 3, "11.3": 2, "11.4": 0, "11.5": 3}

@@ -433,6 +433,101 @@ class RecordingLog(sharded.CollectiveLog):
         return out
 
 
+class PeerLog(sharded.CollectiveLog):
+    """The ``log`` a sharded exercise's trial gives the learner's function (in the kernel),
+    which holds the data of one shard only, ``shard``: the judge plays the other shards.
+    ``peers`` lists, in order, the all-reduces they run, ``{"op", "what", "value"}``:
+    ``value`` is their contributions already combined (the other shards' max, or their
+    sum), worked out in the judge from data the kernel never sees. Each all-reduce combines
+    ``parts[shard]`` with it and gives every shard the result; ``calls`` keeps, as plain
+    data for the judge, what each carried from ``shard`` (``sent``). ``what``: the case,
+    named in the messages.
+
+    >>> import numpy as np
+    >>> log = PeerLog(3, 1, [{"op": "max", "what": "each row's max", "value": [5.0, 0.0]}])
+    >>> log.all_reduce([None, np.array([1.0, 2.0]), None], "max", "row max")[2]
+    array([5., 2.])
+    >>> log.calls
+    [{'kind': 'all_reduce_max', 'label': 'row max', 'sent': array([1., 2.])}]
+    """
+
+    def __init__(self, num_shards: int, shard: int, peers: list, what: str = ""):
+        super().__init__(num_shards)
+        self.shard, self.peers, self.what = int(shard), list(peers), what
+        self.calls: list[dict] = []
+
+    def _plan(self) -> str:
+        return ", then ".join(f"{p['op'].upper()} of {p['what']}" for p in self.peers)
+
+    def all_reduce(self, parts: list, op: str, label: str) -> list:
+        what = f"{self.what}: " if self.what else ""
+        what += f"all-reduce {len(self.calls) + 1} ('{str(label)[:80]}')"
+        if not isinstance(parts, (list, tuple)) or len(parts) != self.num_shards:
+            raise Wrong(f"{what}: pass a list of {self.num_shards} arrays, one per shard")
+        if len(self.calls) == len(self.peers):
+            raise Wrong(f"{what}: the other shards (the check plays them) run "
+                        f"{plural(len(self.peers), 'all-reduce')}, {self._plan()}, "
+                        "and no more")
+        peer = self.peers[len(self.calls)]
+        if op != peer["op"]:
+            raise Wrong(f"{what} is {op!r}; the other shards (the check plays them) "
+                        f"all-reduce {peer['op'].upper()} of {peer['what']} here: "
+                        f"{self._plan()}")
+        own = np.asarray(backend.to_numpy(parts[self.shard]), dtype=np.float64)
+        value = np.asarray(peer["value"], dtype=np.float64)
+        if own.size != value.size:
+            raise Wrong(f"{what} carries {own.size:,} numbers per shard (shape "
+                        f"{list(own.shape)}); the other shards all-reduce {peer['what']}, "
+                        f"shape {list(value.shape)}: combine that, never the whole tensor")
+        super().all_reduce([own] * self.num_shards, op, label)  # its bytes and cycles
+        value = value.reshape(own.shape)
+        total = np.maximum(own, value) if op == "max" else own + value
+        self.calls.append({"kind": f"all_reduce_{op}", "label": str(label)[:80],
+                           "sent": own.copy()})
+        return [total.copy() for _ in range(self.num_shards)]
+
+    def broadcast(self, x, label: str, root: int = 0) -> list:
+        raise Wrong(f"{self.what}: broadcast '{str(label)[:80]}': this exercise combines "
+                    "the shards with log.all_reduce only")
+
+    def reduce_add(self, parts: list, label: str, root: int = 0):
+        raise Wrong(f"{self.what}: reduce_add '{str(label)[:80]}': this exercise combines "
+                    "the shards with log.all_reduce only")
+
+
+def nan_parts(parts: list, shard: int) -> list:
+    """``parts`` as the kernel gets them: shard ``shard``'s own array, and nan of the same
+    shape for every other shard (their data stays with the judge, which plays them)."""
+    return [p if s == shard else np.full_like(p, np.nan, dtype=np.float64)
+            for s, p in enumerate(parts)]
+
+
+def check_sent(calls, plan: list, shard: int, what: str) -> None:
+    """Wrong unless shard ``shard``'s all-reduces (:class:`PeerLog`'s ``calls``) carried,
+    in order, what ``plan`` says, ``(op, what it is, the expected array)``: the other
+    shards, played by the judge, sent theirs by the same rule."""
+    if not calls:
+        raise Wrong(f"{what}: no collective ran. Shard {shard} sees only its own part (the "
+                    "check plays the other shards and keeps their data: nan in your "
+                    "kernel): combine the shards with log.all_reduce")
+    kinds, want = [c["kind"] for c in calls], [f"all_reduce_{op}" for op, _, _ in plan]
+    if kinds != want:
+        raise Wrong(f"{what}: your collectives were {kinds}; the other shards run {want}")
+    for call, (op, desc, expected) in zip(calls, plan):
+        sent = np.asarray(call["sent"], dtype=np.float64).reshape(np.shape(expected))
+        bad = np.argwhere(~np.isclose(sent, expected, rtol=1e-7, atol=1e-9))
+        if len(bad):
+            at = tuple(int(i) for i in bad[0])
+            got = sent[at]
+            tip = (". It read another shard's part, which the check keeps (nan in your "
+                   f"kernel): shard {shard} may only use its own" if np.isnan(got) else
+                   ". exp() of a large logit overflows: subtract the row maximum (all "
+                   "shards' maximum) first" if np.isinf(got) else "")
+            raise Wrong(f"{what}: your all-reduce {op.upper()} '{clipped(call['label'], 80)}'"
+                        f" sent {got:.7g} from shard {shard} at {list(at)}; each shard sends "
+                        f"{desc}, here {expected[at]:.7g}{tip}")
+
+
 def sent_bytes(call: dict, num_shards: int) -> list[int]:
     """Bytes each shard sends in one of :class:`RecordingLog`'s ``calls``, worked out in the
     judge by the rules of ``CollectiveLog``: a ring all-reduce sends 2(S-1)/S of the tensor

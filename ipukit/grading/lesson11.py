@@ -1,12 +1,13 @@
 """The ``check_*`` functions of lesson 11: concurrent stages and the sharded tied embedding.
 
 Every check is judged (:func:`ipukit.grading.feedback.exercise`): the cases are drawn and
-the verdict is reached in the judge, against dense float64 NumPy written here; the trial
-runs the learner's function on each case, with a :class:`~.common.RecordingLog` (a
-:class:`ipukit.parallel.sharded.CollectiveLog` that also keeps what each collective
-carried) where the exercise combines shards, and returns the arrays and that list. The
-judge works out what each collective sends from what it carried, by ``CollectiveLog``'s
-rules (tested in ``tests/test_sharded.py`` and ``tests/test_cost.py``).
+the verdict is reached in the judge, against dense float64 NumPy written here. Where the
+exercise combines shards (11.1, 11.4) the judge plays every shard but one: the kernel gets
+that one shard's data (nan in place of the others') and a :class:`~.common.PeerLog`, whose
+all-reduces add the other shards' contributions, worked out in the judge by the lesson's
+algorithm. The trial returns the learner's arrays and what each all-reduce carried from
+that shard; the judge checks both, so an answer that ignores the collectives cannot be
+right (the other shards' data never reach the kernel).
 
 Mutation pass (``tools/mutants.py 11``): the two one-token mistakes that keep full marks,
 ``log_prob_parts[1]`` or ``table_parts[1]`` for ``[0]`` when reading a shard's size, are
@@ -29,7 +30,7 @@ from ipukit import backend, cost
 from ipukit.parallel import sharded
 from ipukit.target import IPUModel
 
-from .common import RecordingLog, check_row_collectives
+from .common import PeerLog, check_sent, nan_parts
 from .feedback import Wrong, as_int, exercise
 
 
@@ -66,8 +67,8 @@ def _parts(got: list, num_shards: int, shape, what: str, holds: str) -> list[np.
     return got
 
 
-def _first_difference(got, want, what: str, size: int) -> str:
-    for s, (g, w) in enumerate(zip(got, want)):
+def _first_difference(got, want, what: str, size: int, first: int = 0) -> str:
+    for s, (g, w) in enumerate(zip(got, want), first):
         bad = np.argwhere(~np.isclose(g, w, rtol=1e-7, atol=1e-9))
         if len(bad):
             b, c = bad[0]
@@ -80,30 +81,58 @@ def _first_difference(got, want, what: str, size: int) -> str:
 
 
 def _softmax_what(case) -> str:
-    return f"logits {list(case['x'].shape)} over {case['shards']} shards"
+    b, v = case["x_parts"][0].shape[0], sum(p.shape[1] for p in case["x_parts"])
+    return f"logits [{b}, {v}] over {case['shards']} shards (checked: shard {case['shard']})"
+
+
+def _softmax_case(x, s_count: int, rng) -> dict:
+    """One case: the kernel gets shard k's logits (k drawn from ``rng``), nan for the other
+    shards, and what those shards contribute to the all-reduces MAX and ADD by the
+    lesson's algorithm (``peers``); the whole ``_x`` stays with the judge."""
+    x = np.asarray(x, dtype=np.float64)
+    parts, k = np.split(x, s_count, axis=1), int(rng.integers(s_count))
+    top = x.max(axis=1)
+    others = [p for s, p in enumerate(parts) if s != k]
+    peers = [{"op": "max", "what": "each row's max", "value": np.max(
+                 [p.max(axis=1) for p in others], axis=0)},
+             {"op": "add", "what": "each row's sum of exp(x - the row's max over all "
+                                   "shards)", "value": np.sum(
+                 [np.exp(p - top[:, None]).sum(axis=1) for p in others], axis=0)}]
+    return {"x_parts": nan_parts(parts, k), "shard": k, "shards": s_count, "peers": peers,
+            "_x": x}
+
+
+def _softmax_plan(case) -> list:
+    """What the checked shard sends in each all-reduce, by the lesson's algorithm."""
+    x, k = case["_x"], case["shard"]
+    own = np.split(x, case["shards"], axis=1)[k]
+    return [("max", "its rows' max", own.max(axis=1)),
+            ("add", "its rows' sums of exp(x - the row's max over all shards)",
+             np.exp(own - x.max(axis=1, keepdims=True)).sum(axis=1))]
 
 
 def _softmax_cases(rng) -> list[dict]:
     """Fixed cases (the lesson's, logits near 1000 where exp overflows unshifted, rows of
-    mixed scales whose maxima sit on different shards) and two random ones."""
+    mixed scales whose maxima sit on different shards) and two random ones; in each, the
+    kernel holds one shard's logits, drawn from ``rng``."""
     fixed = np.random.default_rng(111)
-    found = [{"x": np.array([[1.0, 2.0, 3.0, 4.0]]), "shards": 2},  # golden case 9
-             {"x": fixed.normal(size=(3, 8)) * 40 + 1000.0, "shards": 4},
-             {"x": np.array([[0.0, 0, 0, 0, 0, 900], [1, 2, 3, 4, 5, 6],
-                             [-300, 0, 300, 0, 0, 0], [5, -5, 0, 0, 0, 0]]), "shards": 3}]
+    found = [([[1.0, 2.0, 3.0, 4.0]], 2),  # golden case 9
+             (fixed.normal(size=(3, 8)) * 40 + 1000.0, 4),
+             ([[0.0, 0, 0, 0, 0, 900], [1, 2, 3, 4, 5, 6], [-300, 0, 300, 0, 0, 0],
+               [5, -5, 0, 0, 0, 0]], 3)]
     for _ in range(2):
         s_count, size, rows = int(rng.integers(2, 5)), int(rng.integers(1, 5)), \
             int(rng.integers(1, 7))
         scale = float(rng.choice([1.0, 10.0, 100.0]))
-        found.append({"x": rng.normal(size=(rows, s_count * size)) * scale
-                      + rng.normal() * scale, "shards": s_count})
-    return found
+        found.append((rng.normal(size=(rows, s_count * size)) * scale + rng.normal() * scale,
+                      s_count))
+    return [_softmax_case(x, s_count, rng) for x, s_count in found]
 
 
 def _softmax_trial(case, sharded_log_softmax):
     s_count = case["shards"]
-    log = RecordingLog(s_count)
-    got = sharded_log_softmax(sharded.shard(case["x"].copy(), s_count, axis=1), log)
+    log = PeerLog(s_count, case["shard"], case["peers"], _softmax_what(case))
+    got = sharded_log_softmax([p.copy() for p in case["x_parts"]], log)
     return {"parts": _arrays(got, s_count, _softmax_what(case)), "collectives": log.calls}
 
 
@@ -119,26 +148,27 @@ def _softmax_trial(case, sharded_log_softmax):
           answers=("sharded_log_softmax",), cases=_softmax_cases, trial=_softmax_trial)
 def check_sharded_log_softmax(cases, outputs):
     """Exercise 11.1: ``sharded_log_softmax(x_parts, log)`` → the log-softmax of each shard's
-    columns, using only ``log.all_reduce`` to combine the shards."""
+    columns, using only ``log.all_reduce`` to combine the shards. The kernel holds one
+    shard's logits (the judge plays the others), so only all-reduces can give it the row's
+    max and sum; that shard's result is compared with the whole row's log-softmax."""
     for case, out in zip(cases, outputs):
-        x, s_count, what = case["x"], case["shards"], _softmax_what(case)
+        x, s_count, k, what = case["_x"], case["shards"], case["shard"], _softmax_what(case)
         b, v = x.shape
         size = v // s_count
         got = _parts(out["parts"], s_count, (b, size), what,
-                     f"its own {size} columns of the vocabulary")
-        for s, p in enumerate(got):
-            if not np.all(np.isfinite(p)):
-                raise Wrong(f"{what}: shard {s} holds inf or nan. exp() of a large logit "
-                            "overflows: subtract the row maximum (all shards' maximum) first")
-        want = np.split(dense_log_softmax(x), s_count, axis=1)
-        wrong = _first_difference(got, want, what, size)
+                     f"its own {size} columns of the vocabulary")[k]
+        check_sent(out["collectives"], _softmax_plan(case), k, what)
+        if not np.all(np.isfinite(got)):
+            raise Wrong(f"{what}: shard {k} holds inf or nan: it may use only its own logits "
+                        "(the check keeps the other shards': nan in your kernel) and the "
+                        "all-reduced max and sum")
+        want = np.split(dense_log_softmax(x), s_count, axis=1)[k]
+        wrong = _first_difference([got], [want], what, size, k)
         if wrong:
-            local = [dense_log_softmax(p) for p in np.split(x, s_count, axis=1)]
-            if all(np.allclose(g, w) for g, w in zip(got, local)):
-                wrong += (". Each shard normalised over its own columns only: the "
-                          "denominator sums exp over all shards (all-reduce ADD)")
+            if np.allclose(got, dense_log_softmax(np.split(x, s_count, axis=1)[k])):
+                wrong += (". It is normalised over its own columns only: use the all-reduced "
+                          "max and sum of all shards")
             raise Wrong(wrong)
-        check_row_collectives(out["collectives"], s_count, b, x.dtype.itemsize, what)
 
 
 # -- 11.2 ---------------------------------------------------------------------------------
@@ -327,23 +357,25 @@ def _cycles_diagnosis(kind, nbytes, s_count, target, got) -> str:
 
 
 def _embedding_what(case) -> str:
-    rows = sum(len(p) for p in case["table_parts"])
-    return (f"a table [{rows}, {case['table_parts'][0].shape[1]}] over {case['shards']} "
-            f"shards, ids {case['ids'].tolist()}")
+    parts = case["table_parts"]
+    return (f"a table [{sum(len(p) for p in parts)}, {parts[0].shape[1]}] over "
+            f"{case['shards']} shards, ids {case['ids'].tolist()}")
 
 
 def _embedding_cases(rng) -> list[dict]:
     """Tables sharded by rows: repeated ids, ids all on one shard, one row per shard, and
-    a random table. The public keys are what each exercise passes; ``_table`` stays with
-    the judge."""
+    a random table with an id on every shard. The public keys are what each exercise
+    passes; ``_table`` stays with the judge."""
     fixed = np.random.default_rng(114)
     shapes = [((8, 3), [0, 7, 3, 4], 2), ((12, 4), [11, 0, 5, 5, 2, 9, 0], 3),
               ((16, 2), fixed.integers(0, 16, 20), 4),
               ((6, 5), [1, 1, 1], 2),  # all on shard 0
               ((4, 3), [3, 0, 3, 1, 2], 4)]  # one row per shard
     s_count, size = int(rng.integers(2, 5)), int(rng.integers(1, 5))
-    shapes.append(((s_count * size, int(rng.integers(1, 6))),
-                   rng.integers(0, s_count * size, int(rng.integers(1, 10))), s_count))
+    v = s_count * size
+    ids = np.concatenate([rng.integers(0, v, int(rng.integers(0, 8))),
+                          np.arange(0, v, size) + rng.integers(0, size, s_count)])
+    shapes.append(((v, int(rng.integers(1, 6))), rng.permutation(ids), s_count))
     found = []
     for k, (shape, ids, s_count) in enumerate(shapes):
         gen = rng if k == len(shapes) - 1 else fixed
@@ -354,12 +386,29 @@ def _embedding_cases(rng) -> list[dict]:
     return found
 
 
+def _owned(table, ids, s_count, shard) -> np.ndarray:
+    """The rows ``table[ids]`` that shard ``shard`` owns, zero for the others."""
+    mine = np.asarray(ids) // (len(table) // s_count) == shard
+    return np.where(mine[:, None], table[ids], 0.0)
+
+
 def _lookup_cases(rng) -> list[dict]:
-    return [{k: v for k, v in c.items() if k != "dy"} for c in _embedding_cases(rng)]
+    """11.5's tables; the kernel holds one shard's rows (drawn from ``rng``), nan for the
+    others, and their all-reduced partial lookups (``peers``)."""
+    found = []
+    for c in _embedding_cases(rng):
+        table, s_count, k = c["_table"], c["shards"], int(rng.integers(c["shards"]))
+        peers = table[c["ids"]] - _owned(table, c["ids"], s_count, k)
+        found.append({"table_parts": nan_parts(c["table_parts"], k), "ids": c["ids"],
+                      "shards": s_count, "shard": k, "_table": table,
+                      "peers": [{"op": "add", "what": "their partial lookups (the rows of "
+                                 "the ids they own, zero for the others)", "value": peers}]})
+    return found
 
 
 def _lookup_trial(case, embedding_lookup):
-    log = RecordingLog(case["shards"])
+    log = PeerLog(case["shards"], case["shard"], case["peers"],
+                  f"{_embedding_what(case)} (checked: shard {case['shard']})")
     got = embedding_lookup([p.copy() for p in case["table_parts"]], case["ids"].copy(), log)
     return {"rows": _arrays(got, case["shards"], _embedding_what(case)),
             "collectives": log.calls}
@@ -377,44 +426,44 @@ def _lookup_trial(case, embedding_lookup):
           answers=("embedding_lookup",), cases=_lookup_cases, trial=_lookup_trial)
 def check_embedding_lookup(cases, outputs):
     """Exercise 11.4: ``embedding_lookup(table_parts, ids, log)`` → the rows ``table[ids]``
-    on every shard, the table sharded by rows (Megatron's ``VocabParallelEmbedding``)."""
+    on every shard, the table sharded by rows (Megatron's ``VocabParallelEmbedding``). The
+    kernel holds one shard's rows (the judge plays the others): that shard's partial
+    lookup and its result are checked."""
     for case, out in zip(cases, outputs):
-        table, ids, s_count = case["_table"], case["ids"], case["shards"]
+        table, ids, s_count, k = case["_table"], case["ids"], case["shards"], case["shard"]
         size = table.shape[0] // s_count
-        what = _embedding_what(case)
+        what = f"{_embedding_what(case)} (checked: shard {k})"
         got = _parts(out["rows"], s_count, (len(ids), table.shape[1]), what,
-                     "the looked-up rows, on every shard")
+                     "the looked-up rows, on every shard")[k]
+        plan = [("add", "the rows of the ids it owns, zero for the others",
+                 _owned(table, ids, s_count, k))]
+        try:
+            check_sent(out["collectives"], plan, k, what)
+        except Wrong as exc:
+            raise Wrong(str(exc) + _lookup_diagnosis(out["collectives"], table, ids, size,
+                                                     k)) from None
         want = table[ids]
-        for s, g in enumerate(got):
-            bad = np.argwhere(~np.isclose(g, want))
-            if len(bad):
-                n = int(bad[0][0])
-                owner = int(ids[n]) // size
-                raise Wrong(f"{what}: on shard {s}, row {n} (id {ids[n]}, owned by shard "
-                            f"{owner}) is {np.round(g[n], 5).tolist()}, expected "
-                            f"{np.round(want[n], 5).tolist()}"
-                            + _lookup_diagnosis(g[n], table, ids[n], size, s_count))
-        calls = out["collectives"]
-        kinds = [c["kind"] for c in calls]
-        if kinds != ["all_reduce_add"]:
-            raise Wrong(f"{what}: right rows, but the collectives were {kinds}; one "
-                        "all-reduce ADD of the partial lookups is all it takes")
-        carried = math.prod(int(d) for d in calls[0]["shape"])
-        if carried > want.size:
-            raise Wrong(f"{what}: right rows, but your all-reduce carries {carried:,} numbers "
-                        f"per shard (shape {calls[0]['shape']}); the looked-up rows are "
-                        f"{list(want.shape)}: all-reduce each shard's partial lookup, not "
-                        "the table")
+        bad = np.argwhere(~np.isclose(got, want))
+        if len(bad):
+            n = int(bad[0][0])
+            raise Wrong(f"{what}: on shard {k}, row {n} (id {ids[n]}, owned by shard "
+                        f"{int(ids[n]) // size}) is {np.round(got[n], 5).tolist()}, expected "
+                        f"{np.round(want[n], 5).tolist()}: return what the all-reduce gives")
 
 
-def _lookup_diagnosis(got, table, idx, size, s_count) -> str:
-    wrong = [table[(s * size + (idx - s * size) % size)] for s in range(s_count)]
-    if np.allclose(got, np.sum([table[s * size + idx % size] for s in range(s_count)],
-                               axis=0)) or np.allclose(got, np.sum(wrong, axis=0)):
-        return (". Every shard added a row for this id: mask the ids a shard does not own "
-                "(0 <= id - s*size < size) and give them zero rows")
-    if np.allclose(got, 0):
-        return ". No shard contributed this row: check the owner's local index id - s*size"
+def _lookup_diagnosis(calls, table, ids, size, shard) -> str:
+    """Why shard ``shard``'s partial lookup (the one all-reduce it sent) is wrong."""
+    if len(calls) != 1:
+        return ""
+    sent = np.asarray(calls[0]["sent"], dtype=np.float64).reshape(len(ids), -1)
+    for n, idx in enumerate(ids):
+        if idx // size != shard and not np.allclose(sent[n], 0):
+            return (f". Shard {shard} added a row for id {idx}, which shard {idx // size} "
+                    "owns: mask the ids a shard does not own (0 <= id - s*size < size) and "
+                    "give them zero rows")
+        if idx // size == shard and np.allclose(sent[n], 0):
+            return (f". Shard {shard} gave no row for id {idx}, which it owns: its local "
+                    "index is id - s*size")
     return ""
 
 
