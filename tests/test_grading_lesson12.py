@@ -7,12 +7,14 @@ import nbformat
 import numpy as np
 import pytest
 
-from ipukit.grading import lesson12
+from ipukit.grading import feedback, lesson12
 from ipukit.parallel import nn, pipeline, sharded
 from ipukit.parallel.concurrent import ShardedSoftmaxCrossEntropy, split_dense
 from tests.lessons import (
     SOLVED_AND_UNTOUCHED,
     grade_exercises,
+    graded_points,
+    judged,
     judged_checks_hold,
     kit_notebook,
     notebook_namespace,
@@ -110,7 +112,18 @@ def test_classifier_step_feedback():
             len(w_parts)))
 
     r = lesson12.check_classifier_step(gathered)
-    assert "never gather the logits" in r.message
+    assert "x [4, 3], classes 4 over 2 shards, lr=0.5 (checked: shard 1), step 0: all-reduce " \
+        "1 ('all logits') is 'add'; the other shards (the check plays them) all-reduce MAX" \
+        in r.message
+
+    def gathered_max(w_parts, x, labels, lr, log):
+        logits = np.concatenate([x @ w for w in w_parts], axis=1)
+        log.all_reduce([logits] * len(w_parts), "max", "all logits")
+        return summed(w_parts, x, labels, lr, log)
+
+    r = lesson12.check_classifier_step(gathered_max)
+    assert "all-reduce 1 ('all logits') carries 16 numbers per shard (shape [4, 4]); the " \
+        "other shards all-reduce each row's max logit, shape [4]" in r.message
 
 
 def test_shard_count_feedback():
@@ -195,7 +208,25 @@ def test_classifier_step_mistakes_on_one_class_per_shard_and_large_logits():
 
     with np.errstate(over="ignore", invalid="ignore"):
         r = lesson12.check_classifier_step(_step(ns, softmax=shifted_up))
-    assert "x [4, 3], classes 6 over 3 shards, lr=0.5: step 0's mean loss is" in r.message
+    assert "x [4, 3], classes 4 over 2 shards, lr=0.5 (checked: shard 1), step 0: your " \
+        "all-reduce ADD 'row sum' sent" in r.message
+    assert "each shard sends its rows' sum of exp(logit - the row's max over all shards)" \
+        in r.message
+
+    def positive_loss(w_parts, x, labels, lr, log):  # all-reduces +log_prob, then negates
+        b, size = len(labels), w_parts[0].shape[1]
+        log_probs = ns["sharded_log_softmax"]([x @ w for w in w_parts], log)
+        rows = np.arange(b)
+        picked = [np.where((labels // size) == s, lp[rows, labels % size], 0.0)
+                  for s, lp in enumerate(log_probs)]
+        loss = -log.all_reduce(picked, "add", "loss")[0].mean()
+        dlogits = ns["ce_backward"](log_probs, labels, np.full(b, 1.0 / b))
+        return [w - lr * x.T @ d for w, d in zip(w_parts, dlogits)], loss
+
+    r = lesson12.check_classifier_step(positive_loss)
+    assert "your all-reduce ADD 'loss' sent" in r.message
+    assert "each shard sends its rows' loss -log_prob[label] where it owns the label" \
+        in r.message
 
 
 def test_a_classifier_step_without_collectives_fails():
@@ -206,8 +237,96 @@ def test_a_classifier_step_without_collectives_fails():
             len(w_parts)))
 
     r = lesson12.check_classifier_step(gathered)
-    assert "x [4, 3], classes 4 over 2 shards, lr=0.5: right weights, but no collective ran" \
-        in r.message
+    assert "x [4, 3], classes 4 over 2 shards, lr=0.5 (checked: shard 1), step 0: no " \
+        "collective ran. Shard 1 sees only its own part" in r.message
+
+
+def test_the_kernel_holds_one_shards_weights_only():
+    """12.3: each public case holds one shard's weights, nan for the others; the dense
+    weights stay with the judge; what the other shards send comes combined, one number
+    per row and all-reduce."""
+    ex = lesson12.check_classifier_step.exercise
+    shards = set()
+    for seed in (0, 1):
+        for case in feedback.draw_cases(ex, np.random.default_rng(seed)):
+            shown, k = feedback.public(case), case["shard"]
+            shards.add(k)
+            assert "_w" in case and not [key for key in shown if key.startswith("_")]
+            for s, part in enumerate(shown["w_parts"]):
+                assert np.isnan(part).all() != (s == k)
+            assert [[p["value"].shape for p in step] for step in shown["peers"]] == \
+                [[(len(y),)] * 3 for y in shown["labels"]]
+    assert len(shards) > 1  # the kernel's shard is drawn
+
+
+def _own_only_step(w_parts, x, labels, lr, log):
+    """A cheat: the dense step on what the kernel holds, the collectives run for show."""
+    logits = [x @ w for w in w_parts]
+    log.all_reduce([z.max(1) for z in logits], "max", "row max")
+    log.all_reduce([np.exp(z - z.max(1, keepdims=True)).sum(1) for z in logits], "add", "sum")
+    log.all_reduce([np.zeros(len(labels)) for _ in logits], "add", "loss")
+    size, new = w_parts[0].shape[1], []
+    for s, (w, z) in enumerate(zip(w_parts, logits)):
+        d = np.exp(z - z.max(1, keepdims=True))
+        d /= d.sum(1, keepdims=True)
+        mine = labels // size == s
+        d[np.flatnonzero(mine), labels[mine] % size] -= 1
+        new.append(w - lr * x.T @ d / len(labels))
+    return new, 0.0
+
+
+def test_answers_that_ignore_the_collectives_score_nothing():
+    """Judged from fresh seeds: the dense step on the kernel's own shard (collectives run
+    for show), or the solution with a log of its own, scores nothing; the solution full
+    marks."""
+    ns = notebook_namespace("solutions", NOTEBOOK)
+
+    def own_log(w_parts, x, labels, lr, log):
+        return ns["classifier_step"](w_parts, x, labels, lr, sharded.CollectiveLog(
+            len(w_parts)))
+
+    for seed in (1, 2):
+        check = lesson12.check_classifier_step
+        assert judged(check, ns["classifier_step"], seed=seed).passed
+        for answer in (_own_only_step, own_log):
+            assert judged(check, answer, seed=seed).points == 0
+
+
+FORGED = """\
+import numpy as np
+from ipukit.grading import feedback, plain
+real = feedback.run_trials
+def forged(ex, cases, answers):
+    if ex.id != '12.3':
+        return real(ex, cases, answers)
+    outs = []
+    for c in cases:  # softmax regression on the shard it holds, the records it would send
+        k, w, steps = c['shard'], c['w_parts'][c['shard']], []
+        size = w.shape[1]
+        for x, y in zip(c['xs'], c['labels']):
+            z = x @ w
+            e = np.exp(z - z.max(1, keepdims=True))
+            d = e / e.sum(1, keepdims=True)
+            mine = y // size == k
+            loss = np.where(mine, -np.log(d[np.arange(len(y)), y % size]), 0.0)
+            d[np.flatnonzero(mine), y[mine] % size] -= 1
+            sent = [('max', z.max(1)), ('add', e.sum(1)), ('add', loss)]
+            w = w - c['lr'] * x.T @ d / len(y)
+            parts = [w if s == k else p for s, p in enumerate(c['w_parts'])]
+            steps.append({'parts': parts, 'loss': float(loss.mean()), 'collectives': [
+                {'kind': 'all_reduce_' + op, 'label': op, 'sent': v} for op, v in sent]})
+        outs.append({'ok': plain.encode(steps)})
+    return outs
+feedback.run_trials = forged
+"""
+
+
+def test_forged_outputs_score_nothing_through_the_grader(tmp_path):
+    """Through ``python -m ipukit.grade``: a cell that replaces 12.3's trials with what the
+    kernel can work out from the shard it holds, records included, scores nothing there;
+    the other exercises keep their points."""
+    points = graded_points("solutions", NOTEBOOK, FORGED, tmp_path / "12_forged.ipynb")
+    assert points == {"12.1": 3, "12.2": 3, "12.3": 0, "12.4": 2}
 
 
 def test_the_intro_says_what_the_checks_do():

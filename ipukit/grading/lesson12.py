@@ -4,11 +4,11 @@ Every check is judged (:func:`ipukit.grading.feedback.exercise`): the judge draw
 and reaches the verdict against real runs of Graphcore's concurrent-pipeline MNIST port
 (:mod:`ipukit.examples.sharded_mnist`): the basic pipeline's losses and weights for 12.1,
 the bytes in a run's timeline for 12.2; a dense float64 classifier trained next to the
-learner's sharded one for 12.3 (what its collectives carried recorded by a
-:class:`~.common.RecordingLog`); every shard count tried, with the collectives costed by
-``CollectiveLog``, for 12.4. The trials, in the learner's kernel, return plain data: the
-pipeline's structure, losses and weights; a number; the weights, losses and collectives of
-each step.
+learner's sharded one for 12.3, whose kernel holds one shard's weights while the judge
+plays the others (a :class:`~.common.PeerLog`); every shard count tried, with the
+collectives costed by ``CollectiveLog``, for 12.4. The trials, in the learner's kernel,
+return plain data: the pipeline's structure, losses and weights; a number; the weights,
+losses and collectives of each step.
 
 Mutation pass (``tools/mutants.py 12``): the one-token mistakes that keep full marks are
 equivalent: reading a shard's size from ``[1]`` instead of ``[0]`` (an even split), and
@@ -33,7 +33,7 @@ from ipukit.parallel import Pipeline, optim, sharded
 from ipukit.parallel.concurrent import Concurrent
 from ipukit.target import IPUModel
 
-from .common import RecordingLog, check_row_collectives
+from .common import PeerLog, check_sent, nan_parts
 from .feedback import Wrong, as_int, exercise
 
 #: What crosses between IPUs: IPU-Link copies between stages and a stage's collectives.
@@ -249,13 +249,43 @@ def _dense_step(w, x, labels, lr):
 def _step_what(case) -> str:
     (b, h), s_count = case["xs"][0].shape, len(case["w_parts"])
     v = sum(p.shape[1] for p in case["w_parts"])
-    return f"x [{b}, {h}], classes {v} over {s_count} shards, lr={case['lr']:g}"
+    return (f"x [{b}, {h}], classes {v} over {s_count} shards, lr={case['lr']:g} (checked: "
+            f"shard {case['shard']})")
 
 
-def _step_case(w, xs, labels, lr, s_count) -> dict:
-    return {"w_parts": np.split(w, s_count, axis=1), "xs": list(xs),
-            "labels": [np.asarray(y, dtype=np.int32) for y in labels], "lr": float(lr),
-            "_w": w}
+def _step_sends(w, x, labels, s_count: int) -> list[list]:
+    """What each shard sends in the three all-reduces of one step from the dense weights
+    ``w``, by the lesson's algorithm: its rows' max logit, its sums of exp(logit - the
+    row's max), and each row's loss where it owns the label (0 elsewhere)."""
+    logits = x @ w
+    top = logits.max(axis=1, keepdims=True)
+    loss = -(logits - top - np.log(np.exp(logits - top).sum(axis=1, keepdims=True)))
+    size, rows = logits.shape[1] // s_count, np.arange(len(labels))
+    return [[p.max(axis=1), np.exp(p - top).sum(axis=1),
+             np.where(labels // size == s, loss[rows, labels], 0.0)]
+            for s, p in enumerate(np.split(logits, s_count, axis=1))]
+
+
+#: What the other shards send in each step's all-reduces (with :func:`_step_sends`).
+STEP_SENDS = (("max", "each row's max logit"),
+              ("add", "each row's sum of exp(logit - the row's max over all shards)"),
+              ("add", "each row's loss -log_prob[label] where it owns the label, 0 elsewhere"))
+
+
+def _step_case(w, xs, labels, lr, s_count, rng) -> dict:
+    """Three steps of one classifier: the kernel holds shard k's weights (k drawn from
+    ``rng``), nan for the others, and for each step what the other shards send to its
+    all-reduces, worked out from the dense classifier's weights at that step."""
+    k, labels = int(rng.integers(s_count)), [np.asarray(y, dtype=np.int32) for y in labels]
+    peers, dense = [], w
+    for x, y in zip(xs, labels):
+        sends = _step_sends(dense, x, y, s_count)
+        others = [sent for s, sent in enumerate(sends) if s != k]
+        peers.append([{"op": op, "what": what, "value": (np.max if op == "max" else np.sum)(
+            [o[n] for o in others], axis=0)} for n, (op, what) in enumerate(STEP_SENDS)])
+        dense = _dense_step(dense, x, y, lr)[0]
+    return {"w_parts": nan_parts(np.split(w, s_count, axis=1), k), "xs": list(xs),
+            "labels": labels, "lr": float(lr), "shard": k, "peers": peers, "_w": w}
 
 
 def _step_cases(rng) -> list[dict]:
@@ -268,22 +298,25 @@ def _step_cases(rng) -> list[dict]:
                                     (5, 3, 4, 4, 1), (4, 3, 6, 3, 500)]:
         found.append(_step_case(fixed.normal(size=(h, v)) * scale,
                                 [fixed.normal(size=(b, h)) for _ in range(3)],
-                                [fixed.integers(0, v, b) for _ in range(3)], 0.5, s_count))
+                                [fixed.integers(0, v, b) for _ in range(3)], 0.5, s_count,
+                                rng))
     b, h = int(rng.integers(1, 9)), int(rng.integers(1, 7))
     s_count, size = int(rng.integers(2, 5)), int(rng.integers(1, 5))
     found.append(_step_case(rng.normal(size=(h, s_count * size)),
                             [rng.normal(size=(b, h)) for _ in range(3)],
                             [rng.integers(0, s_count * size, b) for _ in range(3)],
-                            rng.uniform(0.1, 1.0), s_count))
+                            rng.uniform(0.1, 1.0), s_count, rng))
     return found
 
 
 def _step_trial(case, classifier_step):
-    """Three steps of the learner's classifier, each from the weights the last returned:
-    each step's new weights, loss and collectives."""
+    """Three steps of the learner's classifier on the shard the kernel holds, each from
+    the weights the last returned (nan for the other shards): each step's new weights,
+    loss and what its all-reduces carried."""
+    k, s_count, what = case["shard"], len(case["w_parts"]), _step_what(case)
     parts, steps = [p.copy() for p in case["w_parts"]], []
-    for x, labels in zip(case["xs"], case["labels"]):
-        log = RecordingLog(len(parts))
+    for x, labels, peers in zip(case["xs"], case["labels"], case["peers"]):
+        log = PeerLog(s_count, k, peers, f"{what}, step {len(steps)}")
         got = classifier_step([p.copy() for p in parts], x.copy(), labels.copy(), case["lr"],
                               log)
         try:
@@ -291,12 +324,12 @@ def _step_trial(case, classifier_step):
             new_parts = [np.asarray(backend.to_numpy(p), np.float64) for p in new_parts]
             loss = float(loss)
         except (TypeError, ValueError):
-            raise Wrong(f"{_step_what(case)}: return (new w_parts, mean loss), got "
+            raise Wrong(f"{what}: return (new w_parts, mean loss), got "
                         f"{str(got)[:80]}") from None
         steps.append({"parts": new_parts, "loss": loss, "collectives": log.calls})
         if [p.shape for p in new_parts] != [p.shape for p in parts]:
             break  # the judge names the shapes: the next step could not use them
-        parts = new_parts
+        parts = nan_parts(new_parts, k)
     return steps
 
 
@@ -313,11 +346,14 @@ def _step_trial(case, classifier_step):
 def check_classifier_step(cases, outputs):
     """Exercise 12.3: ``classifier_step(w_parts, x, labels, lr, log)`` → ``(new w_parts,
     mean loss)``: one SGD step of a classifier sharded by classes, trained as the dense
-    one is."""
+    one is. The kernel holds one shard's weights (the judge plays the others): that
+    shard's new weights, the loss and what it sent are checked, step by step."""
     for case, steps in zip(cases, outputs):
-        what, w, lr = _step_what(case), case["_w"], case["lr"]
-        s_count, parts = len(case["w_parts"]), case["w_parts"]
+        what, w, lr, k = _step_what(case), case["_w"], case["lr"], case["shard"]
+        s_count = len(case["w_parts"])
         for step, (x, labels) in enumerate(zip(case["xs"], case["labels"])):
+            sends = _step_sends(w, x, labels, s_count)[k]
+            before = np.split(w, s_count, axis=1)[k]
             w, want_loss = _dense_step(w, x, labels, lr)
             want = np.split(w, s_count, axis=1)
             new_parts = steps[step]["parts"] if step < len(steps) else []
@@ -325,21 +361,22 @@ def check_classifier_step(cases, outputs):
                     p.shape != q.shape for p, q in zip(new_parts, want)):
                 raise Wrong(f"{what}: return {s_count} weight shards of shape "
                             f"{want[0].shape}, got {[p.shape for p in new_parts]}")
+            check_sent(steps[step]["collectives"],
+                       [(op, desc.replace("each row's", "its rows'"), sent)
+                        for (op, desc), sent in zip(STEP_SENDS, sends)], k,
+                       f"{what}, step {step}")
             loss = steps[step]["loss"]
             if not np.isclose(loss, want_loss, rtol=1e-7):
                 raise Wrong(f"{what}: step {step}'s mean loss is {want_loss:.6f}, you "
                             f"said {loss:.6f}")
-            for s, (p, q) in enumerate(zip(new_parts, want)):
-                if not np.allclose(p, q, rtol=1e-7, atol=1e-9):
-                    raise Wrong(f"{what}: after step {step} shard {s}'s weights differ "
-                                "from the dense classifier's (max difference "
-                                f"{np.abs(p - q).max():.3g})"
-                                + (". Divide the gradient by the batch size: the loss "
-                                   "is a mean" if np.allclose(
-                                       parts[s] - p, len(labels) * (parts[s] - q)) else ""))
-            check_row_collectives(steps[step]["collectives"], s_count, len(labels), 8, what,
-                                  "weights")
-            parts = new_parts
+            p, q = new_parts[k], want[k]
+            if not np.allclose(p, q, rtol=1e-7, atol=1e-9):
+                raise Wrong(f"{what}: after step {step} shard {k}'s weights differ "
+                            "from the dense classifier's (max difference "
+                            f"{np.abs(p - q).max():.3g})"
+                            + (". Divide the gradient by the batch size: the loss "
+                               "is a mean" if np.allclose(
+                                   before - p, len(labels) * (before - q)) else ""))
 
 
 # -- 12.4 ---------------------------------------------------------------------------------
