@@ -357,9 +357,9 @@ def _cycles_diagnosis(kind, nbytes, s_count, target, got) -> str:
 
 
 def _embedding_what(case) -> str:
-    parts = case["table_parts"]
-    return (f"a table [{sum(len(p) for p in parts)}, {parts[0].shape[1]}] over "
-            f"{case['shards']} shards, ids {case['ids'].tolist()}")
+    rows = sum(len(p) for p in case["table_parts"])
+    return (f"a table [{rows}, {case['table_parts'][0].shape[1]}] over {case['shards']} "
+            f"shards, ids {case['ids'].tolist()}")
 
 
 def _embedding_cases(rng) -> list[dict]:
@@ -440,8 +440,7 @@ def check_embedding_lookup(cases, outputs):
         try:
             check_sent(out["collectives"], plan, k, what)
         except Wrong as exc:
-            raise Wrong(str(exc) + _lookup_diagnosis(out["collectives"], table, ids, size,
-                                                     k)) from None
+            raise Wrong(str(exc) + _lookup_diagnosis(out["collectives"], ids, size, k)) from None
         want = table[ids]
         bad = np.argwhere(~np.isclose(got, want))
         if len(bad):
@@ -451,7 +450,7 @@ def check_embedding_lookup(cases, outputs):
                         f"{np.round(want[n], 5).tolist()}: return what the all-reduce gives")
 
 
-def _lookup_diagnosis(calls, table, ids, size, shard) -> str:
+def _lookup_diagnosis(calls, ids, size, shard) -> str:
     """Why shard ``shard``'s partial lookup (the one all-reduce it sent) is wrong."""
     if len(calls) != 1:
         return ""
