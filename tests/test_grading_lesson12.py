@@ -251,7 +251,7 @@ def _forged(case: dict) -> dict:
     return namespace["old"](case)
 
 
-def test_a_made_up_structure_with_the_basic_pipelines_numbers_scores_nothing():
+def test_a_made_up_pipeline_scores_nothing():
     """The reviewer's cell sent a structure dict with sharded_mnist.build('basic')'s losses
     and weights (3/3 when the kernel trained the pipeline): the judge now rebuilds what
     the kernel describes, so those numbers are no pipeline at all."""
