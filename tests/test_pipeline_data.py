@@ -65,6 +65,9 @@ def test_what_the_kit_does_not_have_or_too_much_is_refused():
     refused(lambda d: d["options"].update({"gradient_accumulation": 1 << 30}),
             r"option gradient_accumulation must be an integer in 0..65536")
     refused(lambda d: d["options"].update({"compile": "x"}), r"\['compile'\] are not")
+    refused(lambda d: d["options"].update({"gradient_accumulation": 1 << 15,
+                                           "repeat_count": 4}),
+            "a schedule of about 262144 steps, more than the 65536")
     refused(lambda d: d.update({"optimizer": {"class": "builtins.object", "settings": {}}}),
             "optimizer 'builtins.object' is not one of ipukit.parallel.optim's")
     refused(lambda d: d.update({"loss": "os.system"}), "loss 'os.system' is not one of")

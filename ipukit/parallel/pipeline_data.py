@@ -160,6 +160,10 @@ def from_plain(data) -> Pipeline:
               f"stage {i} has {len(members)} member(s) on {len(ipus)} IPU(s): one per IPU")
         stages.append(members[0] if len(ipus) == 1 else members)
         mapping.append(ipus[0] if len(ipus) == 1 else ipus)
+    steps = (options.gradient_accumulation or 1) * options.repeat_count * max(len(stages), 1)
+    _need(steps <= MAX_COUNT, f"{len(stages)} stages running {options.gradient_accumulation} "
+          f"micro-batches {options.repeat_count} time(s) make a schedule of about {steps} "
+          f"steps, more than the {MAX_COUNT} a rebuilt pipeline may run")
     return Pipeline(stages, mapping, options, _optimizer(data.get("optimizer")),
                     _loss(data.get("loss")))
 
