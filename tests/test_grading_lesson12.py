@@ -58,6 +58,14 @@ def test_concurrent_pipeline_feedback():
 
     r = lesson12.check_concurrent_pipeline(dense_loss)
     assert "PipelineConfigError" in r.message and "ShardedSoftmaxCrossEntropy" in r.message
+    def own_optimizer(mlp, classifier, shards, g, opt):
+        return pipeline([mlp, split_dense(classifier, shards)], [0, [1, 2]], g, "grouped",
+                        optimizer=optim.SGD(0.01, momentum=0.9),
+                        loss=ShardedSoftmaxCrossEntropy())
+
+    r = lesson12.check_concurrent_pipeline(own_optimizer)
+    assert "trains with SGD(0.01, 0.9); pass the optimizer you were given, SGD(lr=0.01)" \
+        in r.message
     r = lesson12.check_concurrent_pipeline(lambda *args: "a pipeline")
     assert "return the Pipeline" in r.message and "got str" in r.message
 

@@ -115,6 +115,11 @@ def check_concurrent_pipeline(cases, outputs):
             raise Wrong(f"{what}: your pipeline cannot be rebuilt: {type(exc).__name__}: "
                         f"{exc}") from None
         _check_structure(p, case["shards"], case["hidden"][-1], what)
+        o = p.optimizer
+        if type(o) is not optim.SGD or (o.lr, o.momentum) != (case["lr"], 0.0):
+            raise Wrong(f"{what}: your pipeline trains with {type(o).__name__}"
+                        f"{_settings(o)}; pass the optimizer you were given, "
+                        f"SGD(lr={case['lr']})")
         try:
             got = _train(p, case["_data"])
         except Exception as exc:  # noqa: BLE001 - the learner's pipeline may raise anything
@@ -140,6 +145,10 @@ def check_concurrent_pipeline(cases, outputs):
             raise Wrong(f"{what}: same losses, but after training the members' weights "
                         "differ from the basic classifier's: pass the optimizer you "
                         "were given")
+
+
+def _settings(o) -> tuple:
+    return tuple(getattr(o, k) for k in ("lr", "momentum") if hasattr(o, k))
 
 
 def _check_structure(p: Pipeline, shards: int, hidden: int, what: str) -> None:
