@@ -163,7 +163,6 @@ def test_comms_reduce_scatter_and_all_gather():
     c = lesson10.Comms(3, 1, [10.0, 20.0], [[1.0, 2.0], [5.0, 6.0]])
     assert c.reduce_scatter(np.arange(6.0)).tolist() == [12.0, 23.0]
     assert c.all_gather([3.0, 4.0]).tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
-    assert c.calls == [("reduce_scatter", 4), ("all_gather", 4)]
     r = lesson10.check_zero1(lambda w, g, v, lr, mu, comms: (comms.all_gather(w), v),
                              show=False)
     assert "comms.all_gather on replica 0: pass this replica's array of 3 elements, got " \

@@ -5,10 +5,10 @@ function runs in the notebook's kernel. The ring all-reduce is checked by what c
 each simulated IPU-Link (a ``send`` callback that records every message, which the judge
 reads step by step); the collectives of 10.2 are measured in the judge with the pipeline
 runner (a run's timeline spans); ZeRO-1 against dense momentum SGD, the function run as
-one replica whose collectives return what the judge worked out for the others; the emulated ring of
-10.4 is sent as the learner's graph and program (:mod:`ipukit.graph_data`), which the
-judge rebuilds, runs on its own gradients and follows to count the bytes on every link;
-the device cycles of that run earn the star.
+one replica whose collectives return what the judge worked out for the others; the
+emulated ring of 10.4 is sent as the learner's graph and program
+(:mod:`ipukit.graph_data`), which the judge rebuilds, runs on its own gradients and
+follows to count the bytes on every link; the device cycles of that run earn the star.
 
 >>> from ipukit.grading import lesson10
 >>> r = lesson10.check_update_collectives(lambda g, w, replicas, rts: [])
@@ -355,9 +355,7 @@ class Comms:
 
     ``replica`` (r) and ``replicas`` (R); ``reduce_scatter(part)``: the SUM over the
     replicas of chunk r of their arrays (each cut into R equal chunks);
-    ``all_gather(chunk)``: every replica's chunk, concatenated in replica order. Records
-    ``(kind, elements this replica sends)`` in ``calls`` (ring costs: (R-1)/R of the
-    array for both).
+    ``all_gather(chunk)``: every replica's chunk, concatenated in replica order.
 
     >>> c = Comms(2, 1, [10.0], [[1.0]])
     >>> c.reduce_scatter([1.0, 2.0]).tolist(), c.all_gather([5.0]).tolist()
@@ -368,7 +366,6 @@ class Comms:
         self.replicas, self.replica = replicas, replica
         self._peer_sum = np.asarray(peer_sum, np.float64)  # the others' chunk r, summed
         self._peer_chunks = [np.asarray(c, np.float64) for c in peer_chunks]
-        self.calls: list[tuple[str, int]] = []
 
     def _array(self, x, kind: str, size: int) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64)
@@ -380,12 +377,10 @@ class Comms:
     def reduce_scatter(self, part) -> np.ndarray:
         r, shard = self.replicas, self._peer_sum.size
         part = self._array(part, "reduce_scatter", r * shard)
-        self.calls.append(("reduce_scatter", (r - 1) * shard))
         return part[self.replica * shard:(self.replica + 1) * shard] + self._peer_sum
 
     def all_gather(self, chunk) -> np.ndarray:
         chunk = self._array(chunk, "all_gather", self._peer_sum.size)
-        self.calls.append(("all_gather", (self.replicas - 1) * chunk.size))
         chunks = list(self._peer_chunks)
         chunks.insert(self.replica, chunk)
         return np.concatenate(chunks)
