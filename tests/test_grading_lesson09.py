@@ -2,13 +2,15 @@
 judged path (cases and verdict in the judge, plain data in between) agrees, and wrong
 answers get feedback that names what is wrong."""
 
+import numpy as np
 import pytest
 
-from ipukit.grading import feedback, lesson09
+from ipukit.grading import feedback, lesson09, plain
 from ipukit.parallel import optim, schedule
 from tests.lessons import (
     SOLVED_AND_UNTOUCHED,
     grade_exercises,
+    graded_points,
     judged,
     judged_checks_hold,
     notebook_namespace,
@@ -152,6 +154,60 @@ def test_accumulation_feedback():
 
     r = lesson09.check_accumulation(twice, show=False)
     assert "call grad once per micro-batch (4 calls), you made 5" in r.message
+
+
+# -- 09.4: only grad knows the model, so the right weights prove the accumulation ----------
+FORGED_ACCUMULATION = """\
+import numpy as np
+from ipukit.grading import feedback, plain
+real = feedback.run_trials
+def step(case):  # a full-batch step of the plain squared error, and grad's calls as claimed
+    w, x, y = (np.asarray(case[k], np.float64) for k in ('w', 'x', 'y'))
+    return {'w': w - case['lr'] * 2 * x.T @ (x @ w - y) / len(x),
+            'calls': case['micro_batches']}
+def forged(ex, cases, answers):
+    if ex.id == '09.4':
+        return [{'ok': plain.encode(step(c))} for c in cases]
+    return real(ex, cases, answers)
+feedback.run_trials = forged
+"""
+
+
+def test_weights_worked_out_without_grad_score_nothing():
+    """A function that calls grad once per micro-batch for show but works the step out
+    from x and y (what the record of calls let through) fails: only grad knows each
+    sample's weight in the loss; so does the reviewer's forged record."""
+    def for_show(w, batches, grad, lr):
+        for x, y in batches:
+            grad(w, x, y)
+        x, y = np.concatenate([b[0] for b in batches]), np.concatenate([b[1] for b in batches])
+        return w - lr * 2 * x.T @ (x @ w - y) / len(x)
+
+    r = lesson09.check_accumulation(for_show, show=False)
+    assert not r.passed and "(one step on the whole batch), got" in r.message
+
+    def whole_batch(w, batches, grad, lr):  # one call on the whole batch: not a micro-batch
+        x, y = np.concatenate([b[0] for b in batches]), np.concatenate([b[1] for b in batches])
+        return w - lr * grad(w, x, y)
+
+    r = lesson09.check_accumulation(whole_batch, show=False)
+    assert "grad(w, x, y) takes one micro-batch (x, y) as given, got x of shape (12, 2)" \
+        in r.message
+    ex = feedback.EXERCISES["09.4"]
+    cases = feedback.notebook_cases(ex)
+    namespace = {}
+    exec(FORGED_ACCUMULATION.rsplit("def forged", 1)[0], namespace)
+    forged = [{"ok": plain.encode(namespace["step"](c))} for c in cases]
+    with pytest.raises(feedback.Wrong, match="one step on the whole batch"):
+        feedback.judge(ex, forged, cases)
+
+
+def test_forged_accumulation_scores_nothing_through_the_grader(tmp_path):
+    """Through ``python -m ipukit.grade``: the forged weights and record score 0 on 09.4,
+    the rest of the solutions notebook keeps its points."""
+    points = graded_points("solutions", NOTEBOOK, FORGED_ACCUMULATION, tmp_path / "09.ipynb")
+    assert points["09.4"] == 0
+    assert all(p > 0 for k, p in points.items() if k != "09.4")
 
 
 def test_checkpointed_peak_by_hand():

@@ -141,32 +141,91 @@ def test_docstring_example_runs():
     assert result.failed == 0 and result.attempted > 0
 
 
-def _zero1_sum(weights, grads, velocity, lr, mu, comms):  # forgets the mean over replicas
-    r = len(weights)
-    g = comms.reduce_scatter(grads)
-    velocity = [mu * v + s for v, s in zip(velocity, g)]
-    shards = [np.split(w, r)[q] - lr * v for q, (w, v) in enumerate(zip(weights, velocity))]
-    return comms.all_gather(shards), velocity
+def _zero1_sum(weights, grad, velocity, lr, mu, comms):  # forgets the mean over replicas
+    velocity = mu * velocity + comms.reduce_scatter(grad)
+    chunk = np.split(weights, comms.replicas)[comms.replica] - lr * velocity
+    return comms.all_gather(chunk), velocity
 
 
 def test_zero1_feedback():
     r = lesson10.check_zero1(_zero1_sum, show=False)
     assert "steps with the SUM of the replicas' gradients" in r.message
 
-    def dense(weights, grads, velocity, lr, mu, comms):  # plain all-reduce, full state
-        g = comms.all_reduce(grads)
-        return [w - lr * x / len(w) for w, x in zip(weights, g)], velocity
+    def dense(weights, grad, velocity, lr, mu, comms):  # plain all-reduce, full state
+        return weights - lr * comms.all_reduce(grad) / comms.replicas, velocity
 
     r = lesson10.check_zero1(dense, show=False)
-    assert "ran the collectives ['all_reduce']" in r.message
+    assert "AttributeError" in r.message and "all_reduce" in r.message
 
 
 def test_comms_reduce_scatter_and_all_gather():
-    c = lesson10.Comms(2)
-    out = c.reduce_scatter([np.arange(4.0), np.ones(4)])
-    assert [o.tolist() for o in out] == [[1.0, 2.0], [3.0, 4.0]]
-    assert [o.tolist() for o in c.all_gather(out)] == [[1.0, 2.0, 3.0, 4.0]] * 2
-    assert c.calls == [("reduce_scatter", 2), ("all_gather", 2)]
+    """Replica 1 of 3: its chunk of the sum, and its chunk among the others'."""
+    c = lesson10.Comms(3, 1, [10.0, 20.0], [[1.0, 2.0], [5.0, 6.0]])
+    assert c.reduce_scatter(np.arange(6.0)).tolist() == [12.0, 23.0]
+    assert c.all_gather([3.0, 4.0]).tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    r = lesson10.check_zero1(lambda w, g, v, lr, mu, comms: (comms.all_gather(w), v),
+                             show=False)
+    assert "comms.all_gather on replica 0: pass this replica's array of 3 elements, got " \
+        "shape (6,)" in r.message
+
+
+# -- 10.3: the function is one replica; the others' data come only through the collectives
+FORGED_ZERO = """\
+import numpy as np
+from ipukit.grading import feedback, plain
+real = feedback.run_trials
+def old(c):  # the old trial's record, dense momentum on the gradients the kernel holds
+    r, lr, mu = c['replicas'], c['lr'], c['mu']
+    w, v, steps = np.asarray(c['w0'], float), np.zeros(len(c['w0'])), []
+    for g in np.asarray(c['grads']).reshape(len(c['grads']), -1, len(c['w0'])):
+        v = mu * v + g.mean(axis=0)
+        w = w - lr * v
+        steps.append({'calls': ['reduce_scatter', 'all_gather'], 'weights': w,
+                      'velocity': np.split(v, r)[c.get('replica', 0)]})
+    return steps
+def forged(ex, cases, answers):
+    if ex.id == '10.3':
+        return [{'ok': plain.encode(old(c))} for c in cases]
+    return real(ex, cases, answers)
+feedback.run_trials = forged
+"""
+
+
+def test_a_replica_without_the_collectives_scores_nothing():
+    """The reviewer's function read every replica's gradient and ran the collectives for
+    show: now the function sees one replica's data, and the other replicas' parts come
+    only from what the collectives return, so using its own gradient as the mean, or
+    calling the collectives and dropping their results, fails; the forged record too."""
+    def local_only(weights, grad, velocity, lr, mu, comms):
+        r, q = comms.replicas, comms.replica
+        velocity = mu * velocity + np.split(grad, r)[q]
+        return weights - lr * grad, velocity
+
+    def for_show(weights, grad, velocity, lr, mu, comms):
+        r, q = comms.replicas, comms.replica
+        comms.reduce_scatter(grad)
+        velocity = mu * velocity + np.split(grad, r)[q]
+        comms.all_gather(np.split(weights, r)[q] - lr * velocity)
+        return weights - lr * grad, velocity
+
+    for f in (local_only, for_show):
+        r = lesson10.check_zero1(f, show=False)
+        assert not r.passed and "after step 0 the weights are" in r.message
+    ex = feedback.EXERCISES["10.3"]
+    cases = feedback.notebook_cases(ex)
+    assert all("_grads" in c and "_grads" not in feedback.public(c) for c in cases)
+    namespace = {}
+    exec(FORGED_ZERO.rsplit("def forged", 1)[0], namespace)
+    forged = [{"ok": plain.encode(namespace["old"](c))} for c in cases]
+    with pytest.raises(feedback.Wrong, match="after step 0 the weights are"):
+        feedback.judge(ex, forged, cases)
+
+
+def test_forged_zero1_scores_nothing_through_the_grader(tmp_path):
+    """Through ``python -m ipukit.grade``: the forged record scores 0 on 10.3 (it scored
+    3/3 when every replica lived in the kernel); the rest of the solutions still scores."""
+    points = graded_points("solutions", NOTEBOOK, FORGED_ZERO, tmp_path / "10_zero.ipynb")
+    assert points == {"10.1": 3, "10.2": 2, "10.3": 0, "10.4": 3}
 
 
 def test_emulated_ring_feedback(solution):

@@ -7,8 +7,9 @@ import nbformat
 import numpy as np
 import pytest
 
-from ipukit.grading import feedback, lesson12
-from ipukit.parallel import nn, pipeline, sharded
+from ipukit.examples import sharded_mnist
+from ipukit.grading import feedback, lesson12, plain
+from ipukit.parallel import nn, optim, pipeline, pipeline_data, sharded
 from ipukit.parallel.concurrent import ShardedSoftmaxCrossEntropy, split_dense
 from tests.lessons import (
     SOLVED_AND_UNTOUCHED,
@@ -58,6 +59,14 @@ def test_concurrent_pipeline_feedback():
 
     r = lesson12.check_concurrent_pipeline(dense_loss)
     assert "PipelineConfigError" in r.message and "ShardedSoftmaxCrossEntropy" in r.message
+    def own_optimizer(mlp, classifier, shards, g, opt):
+        return pipeline([mlp, split_dense(classifier, shards)], [0, [1, 2]], g, "grouped",
+                        optimizer=optim.SGD(0.01, momentum=0.9),
+                        loss=ShardedSoftmaxCrossEntropy())
+
+    r = lesson12.check_concurrent_pipeline(own_optimizer)
+    assert "trains with SGD(0.01, 0.9); pass the optimizer you were given, SGD(lr=0.01)" \
+        in r.message
     r = lesson12.check_concurrent_pipeline(lambda *args: "a pipeline")
     assert "return the Pipeline" in r.message and "got str" in r.message
 
@@ -334,3 +343,90 @@ def test_the_intro_says_what_the_checks_do():
     assert "PASSED (green), WRONG (red)" in intro and "NOT SOLVED YET (amber)" in intro
     assert "each\nfailed attempt adds a hint" in intro and not {"✅", "❌", "⏳"} & set(intro)
     assert "hint 1 of 3" in lesson12.check_link_bytes(lambda *a: 0).message
+
+
+# -- 12.1: the kernel sends a description of its pipeline, the judge trains it --------------
+FORGED_PIPELINE = """\
+import numpy as np
+from ipukit import backend
+from ipukit.examples import sharded_mnist
+from ipukit.grading import feedback, lesson12, plain
+real = feedback.run_trials
+def old(case):  # what the old trial sent: a made-up structure, the basic pipeline's numbers
+    s = case['shards']
+    basic = sharded_mnist.build('basic', hidden_sizes=case['hidden'], seed=case['seed'],
+                                gradient_accumulation_count=12, repeat_count=1,
+                                learning_rate=case.get('lr', 0.01))
+    losses = lesson12._train(basic, case['seed'])
+    w = backend.to_numpy(basic.stages[1].net.params['weight'])
+    return {'type': 'Pipeline', 'stage_ipus': [[0], list(range(1, s + 1))],
+            'schedule': 'grouped', 'concurrent': True,
+            'member_weights': [[case['hidden'][-1], 10 // s]] * s,
+            'losses': losses, 'weights': w}
+def forged(ex, cases, answers):
+    if ex.id == '12.1':
+        return [{'ok': plain.encode(old(c))} for c in cases]
+    return real(ex, cases, answers)
+feedback.run_trials = forged
+"""
+
+
+def _forged(case: dict) -> dict:
+    namespace = {}
+    exec(FORGED_PIPELINE.rsplit("def forged", 1)[0], namespace)
+    return namespace["old"](case)
+
+
+def test_a_made_up_pipeline_scores_nothing():
+    """The reviewer's cell sent a structure dict with sharded_mnist.build('basic')'s losses
+    and weights (3/3 when the kernel trained the pipeline): the judge now rebuilds what
+    the kernel describes, so those numbers are no pipeline at all."""
+    ex = feedback.EXERCISES["12.1"]
+    cases = feedback.notebook_cases(ex)
+    assert all("_data" in c and "_data" not in feedback.public(c) for c in cases)
+    ns = notebook_namespace("solutions", NOTEBOOK)
+    outputs = feedback.run_trials(ex, cases, (ns["concurrent_pipeline"],))
+    assert feedback.judge(ex, outputs, cases) is None  # the honest description passes
+    forged = [{"ok": plain.encode(_forged(c))} for c in cases]
+    with pytest.raises(feedback.Wrong, match="your pipeline cannot be rebuilt: "
+                       "PipelineDataError: not a pipeline description"):
+        feedback.judge(ex, forged, cases)
+
+
+def test_a_description_of_the_basic_pipeline_or_a_learners_layer_scores_nothing():
+    """The judge checks the rebuilt pipeline, not what the kernel says of it; a layer that
+    is not the kit's is refused in the kernel, and a description naming one in the judge."""
+    ex = feedback.EXERCISES["12.1"]
+    cases = feedback.notebook_cases(ex)[:1]
+    basic = sharded_mnist.build("basic", hidden_sizes=[16], seed=1, repeat_count=1,
+                                gradient_accumulation_count=lesson12.ACCUMULATION)
+    sent = {"type": "Pipeline", "pipeline": pipeline_data.to_plain(basic)}
+    with pytest.raises(feedback.Wrong, match=r"the last stage runs on IPU\(s\) \[2\] only"):
+        feedback.judge(ex, [{"ok": plain.encode(sent)}], cases)
+
+    class Cheat(nn.Dense):  # a learner's layer: any forward it likes
+        pass
+
+    def cheating(mlp, classifier, shards, g, opt):
+        members = [Cheat(classifier.in_features, 10 // shards) for _ in range(shards)]
+        return pipeline([mlp, members], [0, list(range(1, shards + 1))], g, "grouped",
+                        optimizer=opt, loss=ShardedSoftmaxCrossEntropy())
+
+    r = lesson12.check_concurrent_pipeline(cheating)
+    assert "PipelineDataError: Cheat is not a layer of the kit" in r.message
+    ns = notebook_namespace("solutions", NOTEBOOK)
+    good = pipeline_data.to_plain(ns["concurrent_pipeline"](
+        *sharded_mnist.model([16], 1), 2, lesson12.ACCUMULATION, optim.SGD(0.01)))
+    for name in ("__main__.Cheat", "numpy.ndarray", "ipukit.parallel.nn.Sequential"):
+        good["stages"][1]["members"][0][0]["class"] = name
+        with pytest.raises(feedback.Wrong, match=f"'{name}' is not a layer of "
+                           "ipukit.parallel.nn"):
+            feedback.judge(ex, [{"ok": plain.encode({"type": "Pipeline",
+                                                     "pipeline": good})}], cases)
+
+
+def test_forged_pipeline_scores_nothing_through_the_grader(tmp_path):
+    """Through ``python -m ipukit.grade``: the reviewer's forging cell scores 0 on 12.1
+    (it scored 3/3), and leaves the other exercises' points as they were."""
+    points = graded_points("solutions", NOTEBOOK, FORGED_PIPELINE, tmp_path / "12.ipynb")
+    assert points == {"12.1": 0, "12.2": 3, "12.3": 3, "12.4": 2}

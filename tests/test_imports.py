@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {
     "the model": ("nn", "optim"),
     "schedules": ("schedule", "schedule_orders"),
-    "the NumPy runner": ("checks", "replication", "collectives", "concurrent", "runner"),
+    "the NumPy runner": ("checks", "replication", "collectives", "concurrent", "runner",
+                         "pipeline_data"),
     "the emulated runner": ("emulated",),
     "the front ends": ("sharded", "frontend_tf", "frontend_poptorch", "keras", "pipelining",
                        ""),  # "": the package's __init__, which gathers them

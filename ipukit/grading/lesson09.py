@@ -328,28 +328,42 @@ def check_largest_micro_batch(cases, outputs):
 
 
 class _Grad:
-    """``grad(w, x, y)``: the gradient of the mean squared error of a linear model on one
-    micro-batch, counting its calls (each micro-batch's forward and backward, once)."""
+    """``grad(w, x, y)``: the gradient of the mean loss of one micro-batch of the check's
+    model, a linear model with a squared error weighted per sample by ``sample_weights``
+    (the judge's draw, which only ``grad`` holds: the gradient cannot be worked out from
+    ``x`` and ``y``); counts its calls (each micro-batch's forward and backward, once)."""
 
-    def __init__(self):
+    def __init__(self, case):
         self.calls = 0
+        x, s = np.asarray(case["x"], np.float64), np.asarray(case["sample_weights"])
+        mb = len(x) // case["micro_batches"]
+        self.batches = [(x[i:i + mb], s[i:i + mb]) for i in range(0, len(x), mb)]
 
     def __call__(self, w, x, y):
         self.calls += 1
         w, x, y = np.asarray(w, np.float64), np.asarray(x, np.float64), np.asarray(y)
-        return 2 * x.T @ (x @ w - y) / len(x)
+        for bx, s in self.batches:
+            if x.shape == bx.shape and np.array_equal(x, bx):
+                return 2 * x.T @ (s * (x @ w - y)) / len(x)
+        raise Wrong(f"grad(w, x, y) takes one micro-batch (x, y) as given, got x of shape "
+                    f"{x.shape}; the micro-batches' x have shape {self.batches[0][0].shape}")
 
 
-def _full_batch_step(w, x, y, lr):
-    """One SGD step on the mean loss of the whole batch (the reference)."""
-    return w - lr * 2 * x.T @ (x @ w - y) / len(x)
+def _full_batch_step(case, w=None, part=slice(None)):
+    """One SGD step from ``w`` (the case's) on the mean loss of the samples ``part``
+    (the whole batch: the reference)."""
+    w = np.asarray(case["w"] if w is None else w, np.float64)
+    x, y = np.asarray(case["x"])[part], np.asarray(case["y"])[part]
+    s = np.asarray(case["sample_weights"])[part]
+    return w - case["lr"] * 2 * x.T @ (s * (x @ w - y)) / len(x)
 
 
 def _accumulation_cases(rng) -> list[dict]:
     """Weights and a batch cut into g micro-batches of mb samples: several, one, many
-    small ones and one feature."""
+    small ones and one feature; each sample's weight in the loss is drawn too."""
     return [{"w": rng.normal(size=d), "x": rng.normal(size=(g * mb, d)),
-             "y": rng.normal(size=g * mb), "micro_batches": g, "lr": 0.1}
+             "y": rng.normal(size=g * mb), "sample_weights": rng.uniform(0.2, 3, g * mb),
+             "micro_batches": g, "lr": 0.1}
             for g, mb, d in [(4, 3, 2), (1, 5, 3), (6, 2, 4), (8, 4, 1)]]
 
 
@@ -360,7 +374,7 @@ def _batches(case):
 
 
 def _accumulation_trial(case, accumulate_step):
-    grad = _Grad()
+    grad = _Grad(case)
     got = accumulate_step(np.array(case["w"]), _batches(case), grad, case["lr"])
     return {"w": np.asarray(got, np.float64), "calls": grad.calls}
 
@@ -379,26 +393,29 @@ def check_accumulation(cases, outputs):
     """Exercise 09.4: ``accumulate_step(w, micro_batches, grad, lr)`` → the weights after one
     update with the gradients of all micro-batches accumulated (= one full-batch step)."""
     for case, out in zip(cases, outputs):
-        w, g, lr = case["w"], case["micro_batches"], case["lr"]
+        g, lr = case["micro_batches"], case["lr"]
         what = f"{g} micro-batches of {len(case['x']) // g} samples, lr={lr}"
-        got, want = out["w"], _full_batch_step(w, case["x"], case["y"], lr)
-        if out["calls"] != g:
+        got, want = np.asarray(out["w"], np.float64), _full_batch_step(case)
+        if out["calls"] != g:  # the kernel's count can only cost points; the weights prove
             raise Wrong(f"{what}: call grad once per micro-batch ({g} calls), you made "
                         f"{out['calls']}")
         if got.shape != want.shape or not np.allclose(got, want, rtol=1e-9, atol=1e-12):
             raise Wrong(f"{what}: expected the weights {np.round(want, 6).tolist()} (one "
                         f"step on the whole batch), got {np.round(got, 6).tolist()}"
-                        + _accumulation_diagnosis(w, _batches(case), got, g, lr))
+                        + _accumulation_diagnosis(case, got))
 
 
-def _accumulation_diagnosis(w, batches, got, g, lr) -> str:
-    total = sum(_Grad()(w, x, y) for x, y in batches)
-    if got.shape == w.shape and np.allclose(got, w - lr * total):
+def _accumulation_diagnosis(case, got) -> str:
+    w, g = np.asarray(case["w"], np.float64), case["micro_batches"]
+    mb = len(case["x"]) // g
+    parts = [slice(i * mb, (i + 1) * mb) for i in range(g)]
+    total = sum(w - _full_batch_step(case, part=p) for p in parts)  # lr * sum of gradients
+    if got.shape == w.shape and np.allclose(got, w - total):
         return (". You added the micro-batches' gradients but did not divide by their "
                 f"number ({g}): the loss is the mean over the batch")
-    seq = w.copy()
-    for x, y in batches:
-        seq = _full_batch_step(seq, x, y, lr)
+    seq = w
+    for p in parts:
+        seq = _full_batch_step(case, seq, p)
     if got.shape == w.shape and np.allclose(got, seq):
         return (". You updated the weights after every micro-batch; accumulation makes one "
                 "update after all of them")

@@ -4,10 +4,11 @@ Every check is judged: the cases and the verdict run in the judge, only the lear
 function runs in the notebook's kernel. The ring all-reduce is checked by what crosses
 each simulated IPU-Link (a ``send`` callback that records every message, which the judge
 reads step by step); the collectives of 10.2 are measured in the judge with the pipeline
-runner (a run's timeline spans); ZeRO-1 against dense momentum SGD; the emulated ring of
-10.4 is sent as the learner's graph and program (:mod:`ipukit.graph_data`), which the
-judge rebuilds, runs on its own gradients and follows to count the bytes on every link;
-the device cycles of that run earn the star.
+runner (a run's timeline spans); ZeRO-1 against dense momentum SGD, the function run as
+one replica whose collectives return what the judge worked out for the others; the
+emulated ring of 10.4 is sent as the learner's graph and program
+(:mod:`ipukit.graph_data`), which the judge rebuilds, runs on its own gradients and
+follows to count the bytes on every link; the device cycles of that run earn the star.
 
 >>> from ipukit.grading import lesson10
 >>> r = lesson10.check_update_collectives(lambda g, w, replicas, rts: [])
@@ -347,90 +348,99 @@ def _collective_diagnosis(got, want, g, r) -> str:
 
 
 class Comms:
-    """The collectives of R replicas (``gcl``), counting the elements each replica sends.
+    """The collectives as one replica of R sees them (``gcl``), the other replicas played
+    by the check: what they contribute was worked out by the judge (kit convention: the
+    learner's function runs as one replica, as a replicated Poplar program runs the same
+    code on every replica, and only what the collectives return holds the others' data).
 
-    ``reduce_scatter(parts)``: replica r gets the SUM of chunk r of every replica's array
-    (each cut into R equal chunks); ``all_gather(chunks)``: every replica gets all R chunks
-    concatenated; ``all_reduce(parts)``: every replica gets the sum. Ring costs: (R-1)/R of
-    the array per replica for the first two, 2(R-1)/R for an all-reduce.
+    ``replica`` (r) and ``replicas`` (R); ``reduce_scatter(part)``: the SUM over the
+    replicas of chunk r of their arrays (each cut into R equal chunks);
+    ``all_gather(chunk)``: every replica's chunk, concatenated in replica order.
+
+    >>> c = Comms(2, 1, [10.0], [[1.0]])
+    >>> c.reduce_scatter([1.0, 2.0]).tolist(), c.all_gather([5.0]).tolist()
+    ([12.0], [1.0, 5.0])
     """
 
-    def __init__(self, replicas: int):
-        self.replicas = replicas
-        self.calls: list[tuple[str, int]] = []  # (kind, elements each replica sends)
+    def __init__(self, replicas: int, replica: int, peer_sum, peer_chunks):
+        self.replicas, self.replica = replicas, replica
+        self._peer_sum = np.asarray(peer_sum, np.float64)  # the others' chunk r, summed
+        self._peer_chunks = [np.asarray(c, np.float64) for c in peer_chunks]
 
-    def _arrays(self, parts, kind):
-        if not isinstance(parts, (list, tuple)) or len(parts) != self.replicas:
-            raise Wrong(f"{kind}: pass a list of {self.replicas} arrays, one per replica")
-        return [np.asarray(p, dtype=np.float64) for p in parts]
+    def _array(self, x, kind: str, size: int) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        if x.shape != (size,):
+            raise Wrong(f"comms.{kind} on replica {self.replica}: pass this replica's array "
+                        f"of {size} elements, got shape {x.shape}")
+        return x
 
-    def reduce_scatter(self, parts):
-        parts = self._arrays(parts, "reduce_scatter")
-        r = self.replicas
-        if parts[0].size % r:
-            raise Wrong(f"reduce_scatter: {parts[0].size} elements do not split into {r} "
-                        "equal chunks")
-        self.calls.append(("reduce_scatter", (r - 1) * parts[0].size // r))
-        return [c.copy() for c in np.split(np.sum(parts, axis=0), r)]
+    def reduce_scatter(self, part) -> np.ndarray:
+        r, shard = self.replicas, self._peer_sum.size
+        part = self._array(part, "reduce_scatter", r * shard)
+        return part[self.replica * shard:(self.replica + 1) * shard] + self._peer_sum
 
-    def all_gather(self, chunks):
-        chunks = self._arrays(chunks, "all_gather")
-        self.calls.append(("all_gather", (self.replicas - 1) * chunks[0].size))
-        full = np.concatenate(chunks)
-        return [full.copy() for _ in chunks]
-
-    def all_reduce(self, parts):
-        parts = self._arrays(parts, "all_reduce")
-        r = self.replicas
-        self.calls.append(("all_reduce", 2 * (r - 1) * parts[0].size // r))
-        total = np.sum(parts, axis=0)
-        return [total.copy() for _ in parts]
+    def all_gather(self, chunk) -> np.ndarray:
+        chunk = self._array(chunk, "all_gather", self._peer_sum.size)
+        chunks = list(self._peer_chunks)
+        chunks.insert(self.replica, chunk)
+        return np.concatenate(chunks)
 
 
 def _dense_momentum(w, grads_per_step, lr, mu):
-    """Dense reference: momentum SGD on the mean of the replicas' gradients."""
-    v = np.zeros_like(w)
+    """Dense reference: momentum SGD on the mean of the replicas' gradients, the weights
+    and velocity after each step."""
+    v, found = np.zeros_like(w), []
     for grads in grads_per_step:
         v = mu * v + np.mean(grads, axis=0)
         w = w - lr * v
-    return w, v
+        found.append((w, v))
+    return found
 
 
 def _zero_cases(rng) -> list[dict]:
-    """Replicas 2 to 8, shards of one to four weights, several steps (momentum builds up)."""
-    return [{"replicas": r, "lr": 0.1, "mu": 0.9, "w0": rng.normal(size=n),
-             "grads": [[rng.normal(size=n) for _ in range(r)] for _ in range(steps)]}
-            for r, n, steps in [(2, 6, 3), (4, 8, 2), (3, 12, 4), (8, 16, 2), (5, 5, 3)]]
+    """Replicas 2 to 8, shards of one to four weights, several steps (momentum builds up);
+    the function plays the first, the last and a random replica. The other replicas'
+    gradients stay in the judge (``_grads``): the kernel gets only what the collectives
+    give the learner's replica (``peer_sums``, ``peer_chunks``)."""
+    found = []
+    for r, n, steps in [(2, 6, 3), (4, 8, 2), (3, 12, 4), (8, 16, 2), (5, 5, 3)]:
+        w0, grads = rng.normal(size=n), rng.normal(size=(steps, r, n))
+        dense = _dense_momentum(w0, grads, 0.1, 0.9)
+        for q in sorted({0, r - 1, int(rng.integers(r))}):
+            chunk = slice(q * n // r, (q + 1) * n // r)
+            found.append({
+                "replicas": r, "replica": q, "lr": 0.1, "mu": 0.9, "w0": w0,
+                "grads": grads[:, q], "_grads": grads,
+                "peer_sums": np.delete(grads[:, :, chunk], q, axis=1).sum(axis=1),
+                "peer_chunks": [np.delete(np.split(w, r), q, axis=0) for w, _ in dense]})
+    return found
 
 
 def _zero_what(case) -> str:
-    return (f"{case['replicas']} replicas, {len(case['w0'])} weights, {len(case['grads'])} "
-            f"steps of lr={case['lr']}, mu={case['mu']}")
+    return (f"replica {case['replica']} of {case['replicas']}, {len(case['w0'])} weights, "
+            f"{len(case['grads'])} steps of lr={case['lr']}, mu={case['mu']}")
 
 
 def _zero_trial(case, zero1_step):
-    """The learner's steps on one case (the kernel): the collectives each step called and
-    the weights and velocity shards it returned."""
+    """The learner's steps as one replica (the kernel): the weights and the velocity
+    shard each step returned."""
     r, n, what = case["replicas"], len(case["w0"]), _zero_what(case)
-    weights = [np.array(case["w0"], dtype=float) for _ in range(r)]
-    velocity = [np.zeros(n // r) for _ in range(r)]
+    weights, velocity = np.array(case["w0"], dtype=float), np.zeros(n // r)
     found = []
-    for grads in case["grads"]:
-        comms = Comms(r)
-        got = zero1_step([w.copy() for w in weights], [np.array(g, dtype=float)
-                                                       for g in grads],
-                         velocity, case["lr"], case["mu"], comms)
+    for k, grad in enumerate(case["grads"]):
+        comms = Comms(r, case["replica"], case["peer_sums"][k], case["peer_chunks"][k])
+        got = zero1_step(weights.copy(), np.array(grad, dtype=float), velocity.copy(),
+                         case["lr"], case["mu"], comms)
         try:
             weights, velocity = got
-            weights = [np.asarray(w, np.float64) for w in weights]
-            velocity = [np.asarray(v, np.float64) for v in velocity]
+            weights = np.asarray(weights, np.float64)
+            velocity = np.asarray(velocity, np.float64)
         except (TypeError, ValueError):
-            raise Wrong(f"{what}: return (weights, velocity), two lists of {r} arrays; got "
-                        f"{str(got)[:80]}") from None
-        found.append({"calls": [c for c, _ in comms.calls], "weights": weights,
-                      "velocity": velocity})
-        if len(velocity) != r or any(v.shape != (n // r,) for v in velocity):
-            break  # the verdict says what is wrong with these shards
+            raise Wrong(f"{what}: return (weights, velocity), this replica's two arrays; "
+                        f"got {str(got)[:80]}") from None
+        found.append({"weights": weights, "velocity": velocity})
+        if weights.shape != (n,) or velocity.shape != (n // r,):
+            break  # the verdict says what is wrong with these arrays
     return found
 
 
@@ -440,46 +450,43 @@ def _zero_trial(case, zero1_step):
               'keeps.',
               'The gradient all-reduce splits in two: reduce-scatter before the update, all- '
               "gather after it. The replicas' gradients are averaged.",
-              'comms.reduce_scatter(grads) gives replica r the summed chunk r of the gradient '
-              '(divide by R for the mean). Update only that chunk: its velocity shard v = mu * '
-              'v + g, its weight chunk w_r - lr * v. Then comms.all_gather(the updated chunks) '
-              'gives every replica the new weights.',),
+              'comms.reduce_scatter(grad) gives your replica (comms.replica) the summed chunk '
+              'of the gradient (divide by comms.replicas for the mean). Update only that '
+              'chunk: its velocity shard v = mu * v + g, your weight chunk w_r - lr * v. Then '
+              'comms.all_gather(the updated chunk) gives the new weights.',),
           answers=("zero1_step",), cases=_zero_cases, trial=_zero_trial)
 def check_zero1(cases, outputs):
-    """Exercise 10.3: ``zero1_step(weights, grads, velocity, lr, mu, comms)`` → ``(weights,
-    velocity)``: momentum SGD where replica r keeps only shard r of the velocity."""
+    """Exercise 10.3: ``zero1_step(weights, grad, velocity, lr, mu, comms)`` → ``(weights,
+    velocity)`` of one replica: momentum SGD where replica r keeps only shard r of the
+    velocity. The other replicas' data reach it only through ``comms``' collectives."""
     for case, steps in zip(cases, outputs):
-        r, w0, what = case["replicas"], case["w0"], _zero_what(case)
+        r, q, w0, what = case["replicas"], case["replica"], case["w0"], _zero_what(case)
         n, shard = len(w0), len(w0) // r
-        for k, step in enumerate(steps):
-            if step["calls"] != ["reduce_scatter", "all_gather"]:
-                raise Wrong(f"{what}: step {k} ran the collectives {step['calls']}; ZeRO-1 "
-                            "runs one reduce_scatter of the gradients, then one all_gather "
-                            "of the updated weights")
+        dense = _dense_momentum(w0, case["_grads"], case["lr"], case["mu"])
+        for k, (step, (want_w, want_v)) in enumerate(zip(steps, dense)):
             weights, velocity = step["weights"], step["velocity"]
-            if len(velocity) != r or any(v.shape != (shard,) for v in velocity):
-                raise Wrong(f"{what}: each replica keeps only its shard of the velocity: "
-                            f"{r} arrays of {shard}, got {[v.shape for v in velocity]}")
-            want_w, want_v = _dense_momentum(w0, case["grads"][:k + 1], case["lr"],
-                                             case["mu"])
-            for q in range(r):
-                if (q >= len(weights) or weights[q].shape != (n,)
-                        or not np.allclose(weights[q], want_w)):
-                    mine = weights[q] if q < len(weights) else None
-                    raise Wrong(f"{what}: after step {k} replica {q}'s weights are "
-                                f"{None if mine is None else np.round(mine, 5).tolist()}, "
-                                f"dense momentum SGD gives {np.round(want_w, 5).tolist()}"
-                                + _zero_diagnosis(mine, w0, case["grads"], k, r, case["lr"]))
-                if not np.allclose(velocity[q], want_v[q * shard:(q + 1) * shard]):
-                    raise Wrong(f"{what}: after step {k} replica {q}'s velocity shard is "
-                                f"{np.round(velocity[q], 5).tolist()}, expected chunk {q} of "
-                                "the dense velocity, "
-                                f"{np.round(want_v[q * shard:(q + 1) * shard], 5).tolist()}")
+            if velocity.shape != (shard,):
+                raise Wrong(f"{what}: each replica keeps only its shard of the velocity, "
+                            f"{shard} elements; after step {k} yours has shape "
+                            f"{velocity.shape}")
+            if weights.shape != (n,) or not np.allclose(weights, want_w):
+                raise Wrong(f"{what}: after step {k} the weights are "
+                            f"{np.round(weights, 5).tolist()}, dense momentum SGD gives "
+                            f"{np.round(want_w, 5).tolist()}"
+                            + _zero_diagnosis(case, weights, k))
+            if not np.allclose(velocity, want_v[q * shard:(q + 1) * shard]):
+                raise Wrong(f"{what}: after step {k} the velocity shard is "
+                            f"{np.round(velocity, 5).tolist()}, expected chunk {q} of "
+                            "the dense velocity, "
+                            f"{np.round(want_v[q * shard:(q + 1) * shard], 5).tolist()}")
 
 
-def _zero_diagnosis(got, w0, grads_per_step, k, r, lr) -> str:
-    if k == 0 and got is not None and got.shape == w0.shape and np.allclose(
-            got, w0 - lr * np.sum(grads_per_step[0], axis=0)):
+def _zero_diagnosis(case, got, k) -> str:
+    w0, r, lr = case["w0"], case["replicas"], case["lr"]
+    shard, q = len(w0) // r, case["replica"]
+    mine = slice(q * shard, (q + 1) * shard)
+    summed = w0 - lr * np.sum(case["_grads"][0], axis=0)
+    if k == 0 and got.shape == w0.shape and np.allclose(got[mine], summed[mine]):
         return f". That steps with the SUM of the replicas' gradients: divide by R = {r}"
     return ""
 

@@ -2,13 +2,15 @@
 
 Every check is judged (:func:`ipukit.grading.feedback.exercise`): the judge draws the cases
 and reaches the verdict against real runs of Graphcore's concurrent-pipeline MNIST port
-(:mod:`ipukit.examples.sharded_mnist`): the basic pipeline's losses and weights for 12.1,
+(:mod:`ipukit.examples.sharded_mnist`): for 12.1 the learner's pipeline, sent as a
+description (:mod:`ipukit.parallel.pipeline_data`), rebuilt and trained on the judge's own
+images next to the basic pipeline, whose losses and weights it must match;
 the bytes in a run's timeline for 12.2; a dense float64 classifier trained next to the
 learner's sharded one for 12.3, whose kernel holds one shard's weights while the judge
 plays the others (a :class:`~.common.PeerLog`); every shard count tried, with the
 collectives costed by ``CollectiveLog``, for 12.4. The trials, in the learner's kernel,
-return plain data: the pipeline's structure, losses and weights; a number; the weights,
-losses and collectives of each step.
+return plain data: the pipeline's description; a number; the weights, losses and
+collectives of each step.
 
 Mutation pass (``tools/mutants.py 12``): the one-token mistakes that keep full marks are
 equivalent: reading a shard's size from ``[1]`` instead of ``[0]`` (an even split), and
@@ -29,7 +31,7 @@ import numpy as np
 
 from ipukit import backend
 from ipukit.examples import sharded_mnist
-from ipukit.parallel import Pipeline, optim, sharded
+from ipukit.parallel import Pipeline, optim, pipeline_data, sharded
 from ipukit.parallel.concurrent import Concurrent
 from ipukit.target import IPUModel
 
@@ -66,33 +68,26 @@ def _pipeline_what(case) -> str:
 
 
 def _pipeline_cases(rng) -> list[dict]:
-    """Two shard counts (2 and 5 members) and a random MLP."""
-    return [{"hidden": [16], "shards": 2, "seed": 1},
-            {"hidden": [24, 12], "shards": 5, "seed": 2},
-            {"hidden": [int(h) for h in rng.integers(4, 33, int(rng.integers(1, 3)))],
-             "shards": int(rng.choice([2, 5])), "seed": int(rng.integers(2**31))}]
+    """Two shard counts (2 and 5 members) and a random MLP and learning rate; the images
+    the judge trains on (``_data``, a seed) never reach the kernel."""
+    found = [{"hidden": [16], "shards": 2, "seed": 1, "lr": 0.01},
+             {"hidden": [24, 12], "shards": 5, "seed": 2, "lr": 0.05},
+             {"hidden": [int(h) for h in rng.integers(4, 33, int(rng.integers(1, 3)))],
+              "shards": int(rng.choice([2, 5])), "seed": int(rng.integers(2**31)),
+              "lr": float(rng.choice([0.01, 0.02, 0.1]))}]
+    return [c | {"_data": int(rng.integers(2**31))} for c in found]
 
 
 def _pipeline_trial(case, concurrent_pipeline):
-    """The learner's pipeline's structure, then (if its last stage is concurrent) the losses
-    and member weights of two weight updates."""
+    """A description of the learner's pipeline as built (stages, layers and their weights,
+    options, optimiser, loss: :func:`ipukit.parallel.pipeline_data.to_plain`); the judge
+    rebuilds it with the kit's classes and trains it on its own images."""
     mlp, classifier = sharded_mnist.model(case["hidden"], case["seed"])
-    p = concurrent_pipeline(mlp, classifier, case["shards"], ACCUMULATION, optim.SGD(0.01))
+    p = concurrent_pipeline(mlp, classifier, case["shards"], ACCUMULATION,
+                            optim.SGD(case["lr"]))
     if not isinstance(p, Pipeline):
         return {"type": type(p).__name__}
-    last = p.stages[-1].net
-    members = last.members if isinstance(last, Concurrent) else []
-    found = {"type": "Pipeline", "stage_ipus": [list(s.ipus) for s in p.stages],
-             "schedule": str(p.options.schedule), "concurrent": isinstance(last, Concurrent),
-             "member_weights": [list(np.shape(m.params.get("weight", ()))) for m in members]}
-    if members:
-        try:
-            found["losses"] = _train(p, case["seed"])
-            found["weights"] = np.concatenate(
-                [backend.to_numpy(m.params["weight"]) for m in members], 1)
-        except Exception as exc:  # noqa: BLE001 - the learner's pipeline may raise anything
-            found["raised"] = f"{type(exc).__name__}: {exc}"
-    return found
+    return {"type": "Pipeline", "pipeline": pipeline_data.to_plain(p)}
 
 
 @exercise("12.1", "the concurrent pipeline", points=3,
@@ -111,13 +106,29 @@ def check_concurrent_pipeline(cases, outputs):
     pipeline does."""
     for case, out in zip(cases, outputs):
         what = _pipeline_what(case)
-        _check_structure(out, case["shards"], case["hidden"][-1], what)
-        if "raised" in out:
-            raise Wrong(f"{what}: your pipeline raised {out['raised']} while training")
+        if out.get("type") != "Pipeline":
+            raise Wrong(f"{what}: return the Pipeline that parallel.pipeline(...) builds, "
+                        f"got {out.get('type')}")
+        try:
+            p = pipeline_data.from_plain(out.get("pipeline"))
+        except Exception as exc:  # noqa: BLE001 - what the kernel sent is untrusted
+            raise Wrong(f"{what}: your pipeline cannot be rebuilt: {type(exc).__name__}: "
+                        f"{exc}") from None
+        _check_structure(p, case["shards"], case["hidden"][-1], what)
+        o = p.optimizer
+        if type(o) is not optim.SGD or (o.lr, o.momentum) != (case["lr"], 0.0):
+            raise Wrong(f"{what}: your pipeline trains with {type(o).__name__}"
+                        f"{_settings(o)}; pass the optimizer you were given, "
+                        f"SGD(lr={case['lr']})")
+        try:
+            got = _train(p, case["_data"])
+        except Exception as exc:  # noqa: BLE001 - the learner's pipeline may raise anything
+            raise Wrong(f"{what}: your pipeline raised {type(exc).__name__}: {exc} while "
+                        "training") from None
         basic = sharded_mnist.build("basic", hidden_sizes=case["hidden"], seed=case["seed"],
-                                    gradient_accumulation_count=ACCUMULATION, repeat_count=1)
-        want = _train(basic, case["seed"])
-        got = np.asarray(out["losses"], dtype=np.float64)
+                                    gradient_accumulation_count=ACCUMULATION, repeat_count=1,
+                                    learning_rate=case["lr"])
+        want = _train(basic, case["_data"])
         if got.shape != want.shape:
             raise Wrong(f"{what}: two weight updates give {want.size} losses (one per "
                         f"micro-batch), your pipeline gave {got.size}")
@@ -127,19 +138,23 @@ def check_concurrent_pipeline(cases, outputs):
                         f"pipeline's is {want[i]:.6f}. Both must start from the same "
                         "weights: build the members from the given classifier "
                         "(split_dense), not new layers")
-        if not np.allclose(out["weights"], backend.to_numpy(basic.stages[1].net.params["weight"]),
+        weights = np.concatenate([backend.to_numpy(m.params["weight"])
+                                  for m in p.stages[-1].net.members], 1)
+        if not np.allclose(weights, backend.to_numpy(basic.stages[1].net.params["weight"]),
                            rtol=1e-4, atol=1e-6):
             raise Wrong(f"{what}: same losses, but after training the members' weights "
                         "differ from the basic classifier's: pass the optimizer you "
                         "were given")
 
 
-def _check_structure(out: dict, shards: int, hidden: int, what: str) -> None:
-    if out.get("type") != "Pipeline":
-        raise Wrong(f"{what}: return the Pipeline that parallel.pipeline(...) builds, got "
-                    f"{out.get('type')}")
-    ipus = out["stage_ipus"]
-    if not out["concurrent"]:
+def _settings(o) -> tuple:
+    return tuple(getattr(o, k) for k in ("lr", "momentum") if hasattr(o, k))
+
+
+def _check_structure(p: Pipeline, shards: int, hidden: int, what: str) -> None:
+    ipus = [list(s.ipus) for s in p.stages]
+    last = p.stages[-1].net
+    if not isinstance(last, Concurrent):
         raise Wrong(f"{what}: the last stage runs on IPU(s) {ipus[-1]} only. A "
                     "concurrent stage is a list of members (split_dense(classifier, shards)) "
                     "with a list of IPUs in its device_mapping entry")
@@ -147,16 +162,17 @@ def _check_structure(out: dict, shards: int, hidden: int, what: str) -> None:
         raise Wrong(f"{what}: the classifier stage runs on {len(ipus[-1])} IPUs "
                     f"{ipus[-1]}; split it over {shards}")
     cols = sharded_mnist.CLASSES // shards
-    for s, shape in enumerate(out["member_weights"]):
-        if tuple(shape) != (hidden, cols):
-            raise Wrong(f"{what}: member {s} holds a weight of shape {tuple(shape)}; each "
+    for s, m in enumerate(last.members):
+        shape = tuple(np.shape(m.params.get("weight", ())))
+        if shape != (hidden, cols):
+            raise Wrong(f"{what}: member {s} holds a weight of shape {shape}; each "
                         f"holds {cols} of the {sharded_mnist.CLASSES} classes, ({hidden}, "
                         f"{cols}): split the classifier by output columns")
     if ipus != [[0], list(range(1, shards + 1))]:
         raise Wrong(f"{what}: your stages run on IPUs {ipus}: the MLP goes on IPU 0 alone "
                     f"and the classifier's {shards} members on IPUs 1 to {shards}")
-    if out["schedule"] != "grouped":
-        raise Wrong(f"{what}: your pipeline runs the {out['schedule']} schedule; the "
+    if p.options.schedule != "grouped":
+        raise Wrong(f"{what}: your pipeline runs the {p.options.schedule} schedule; the "
                     "exercise asks for TensorFlow's Grouped schedule")
 
 

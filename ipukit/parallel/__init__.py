@@ -14,7 +14,7 @@ The folder is one-way layers, each importing only from those before it:
    :mod:`.schedule_orders` (what each IPU runs in the schedules after Graphcore's);
 3. the NumPy runner: :mod:`.checks`, :mod:`.replication`, :mod:`.collectives` (GCL's
    collectives and the sharded ops' arithmetic), :mod:`.concurrent` (concurrent stages),
-   :mod:`.runner` (:class:`Pipeline`);
+   :mod:`.runner` (:class:`Pipeline`), :mod:`.pipeline_data` (a pipeline as plain data);
 4. the emulated runner, the package :mod:`.emulated` (stage building, the optimizer step,
    collectives, results; the sharded ops on the emulator);
 5. the front ends: :mod:`.sharded` (the concurrent-pipelines example's sharded ops),
