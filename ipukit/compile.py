@@ -473,35 +473,41 @@ class _Compiler:
                     *(np.argsort(np.concatenate([gr.vertex_ids for gr in x]), kind="stable")
                       for x in (groups, earlier)))):  # (the same order of vertices per tile)
                 continue
-            hulls = {}  # (type, address shift) -> lowest and highest address, before and now
+            spans = {}  # (type, address shift) -> each field's lowest and highest address
             for fa, fb in ((fa, fb) for gr, e in zip(groups, earlier)
                            for fa, fb in zip(e.fields, gr.fields)):
                 (lo, hi), lo_b = _span(fa.access), _span(fb.access)[0]
                 if fa.access.idx is not None and not np.array_equal(
                         fb.access.idx, fa.access.idx + (lo_b - lo)):
                     break
-                h = hulls.setdefault((fa.access.dtype, lo_b - lo), [lo, hi])
-                h[:] = min(h[0], lo), max(h[1], hi)
+                if lo <= hi:  # (no addresses: nothing to compare)
+                    spans.setdefault((fa.access.dtype, lo_b - lo), []).append((lo, hi))
             else:
-                if self._moved(hulls, shift):
+                if self._moved(spans, shift):
                     return (index, shift), None
         return None, self.alike[key]
 
-    def _moved(self, hulls: dict, shift: int) -> bool:
-        """Whether each (type, address shift)'s span is mapped as before, ``shift`` tiles
-        on, and spans of one type moved by different amounts are apart, before and now."""
-        for (dtype, d), (lo, hi) in hulls.items():
-            if lo > hi:
-                continue  # (no addresses)
+    def _moved(self, spans: dict, shift: int) -> bool:
+        """Whether the fields' spans (per type and address shift; those that meet joined) are
+        mapped as before, ``shift`` tiles on, and spans of one type moved by different
+        amounts are apart, before and now. Field by field, not one hull per shift: a hull
+        of fields allocated apart takes in other shards' tensors, mapped otherwise."""
+        joined = []  # (type, shift, lowest, highest)
+        for (dtype, d), found in spans.items():
             pool = self.g.pools[dtype]
-            (ca, ta), (cb, tb) = pool.steps(lo, hi), pool.steps(lo + d, hi + d)
-            if not (np.array_equal(cb - d, ca) and np.array_equal(tb, ta + shift)):
-                return False
+            for lo, hi in _joined(found):
+                ca, ta = pool.steps(lo, hi)
+                cb, tb = pool.steps(lo + d, hi + d)
+                if not (np.array_equal(cb - d, ca) and np.array_equal(tb, ta + shift)):
+                    return False
+                joined.append((str(dtype), d, lo, hi))
         for now in (0, 1):
-            spans = sorted((str(t), lo + d * now, hi + d * now) for (t, d), (lo, hi)
-                           in hulls.items() if lo <= hi)
-            if any(a[0] == b[0] and b[1] <= a[2] for a, b in zip(spans, spans[1:])):
-                return False
+            reach = {}  # type -> the highest address of the spans before (which never meet
+            for t, lo, hi in sorted((t, lo + d * now, hi + d * now)  # spans of their shift)
+                                    for t, d, lo, hi in joined):
+                if lo <= reach.get(t, lo - 1):
+                    return False
+                reach[t] = max(reach.get(t, hi), hi)
         return True
 
     def _merged_runs(self, fp) -> tuple:
@@ -836,6 +842,17 @@ def _span(a: Access) -> tuple[int, int]:
         return 0, -1
     ends = [(n - 1) * s for n, s in zip(a.rshape, a.rstrides)]
     return a.offset + sum(min(e, 0) for e in ends), a.offset + sum(max(e, 0) for e in ends)
+
+
+def _joined(spans: list) -> list:
+    """Spans (lowest, highest address) with those that meet joined, in order."""
+    out = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return out
 
 
 def _disjoint(kind, n_tiles: int, f, vt, b, n) -> bool:
