@@ -54,6 +54,9 @@ GATHER_ELEMENTS = 4096
 #: A compute set of at least this many field elements is compared with those planned
 #: before it (:meth:`_Compiler._alike`); a smaller one is planned (as cheap as comparing).
 ALIKE_ELEMENTS = 1 << 12
+#: Pieces a run, on average, from which compile sums a compute set's moves per set of
+#: reader tiles (:meth:`_Compiler._moves`) instead of one move per piece.
+MANY_PIECES = 4
 
 
 def _record(name: str, fields: str) -> type:
@@ -641,8 +644,12 @@ class _Compiler:
         # tile; the exchange broadcasts: a tile sends an element once, however many tiles
         # receive it). Exchange out: what it writes to another tile is sent after compute.
         sent, transfers, results = np.zeros(n_tiles), None, None
-        if any(r[0].size for _, _, r in fields) and (pieces := self._remote_pieces(fields, cat)):
-            (code, size, kind), (f, vt, start, end, et), runs = pieces  # (not all local)
+        code, size, kind, runs = self._field_runs(fields, cat)
+        moves = self._moves(code, size, kind, *runs) if runs[0].size else None
+        if moves is not None:  # (runs cut into many pieces: summed per set of readers)
+            transfers, results, sent = moves
+        elif runs[0].size and (pieces := self._remote_pieces(code, kind, runs)):
+            (f, vt, start, end, et), runs = pieces  # (not all local)
             # a vertex's tile sends what it writes elsewhere (pieces of no length are on their
             # vertex's tile, see _remote_pieces)
             w = np.flatnonzero((kind != "input")[f] & (end > start))
@@ -690,12 +697,81 @@ class _Compiler:
             kinds[gr.cls.__name__] = (inst + len(gr.vertex_ids), cyc + int(gr.estimates.sum()))
         return kinds
 
-    def _remote_pieces(self, fields, cat):
-        """Every field's address runs (``cat``) cut where the tile changes, keeping the
-        pieces held on another tile than their vertex's. Returns per field (its type's pool
-        index, item size, kind), per piece (field, vertex tile, start, end, the tile holding
-        it) and, when there are more remote pieces than runs, the runs (field, vertex tile,
-        begin, length: see :meth:`_sent`)."""
+    def _moves(self, code, size, kind, f, vt, b, n):
+        """The exchange of a compute set whose runs are cut into many pieces (a matmul's
+        operands), without a move per piece: (moves read, summed per pair of tiles; moves of
+        results; bytes each tile sends), or None (few pieces, or runs one tile reads through
+        one field that overlap: then :meth:`_remote_pieces`) of the runs (field, vertex
+        tile, begin, length: :meth:`_field_runs`). Runs alike (type, begin,
+        length) are cut once, and those read by the same tiles (a set of readers, as the
+        tiles of one block of a matmul's output read one block of its operand) are summed
+        per source tile before they are counted per reader: the same sums."""
+        n_tiles = self.t.num_tiles
+        rd = np.flatnonzero((kind[f] != "output") & (n > 0))
+        if not (rd.size and self._many_pieces(code[f[rd]], b[rd], n[rd])):
+            return None
+        if not _disjoint(kind, n_tiles, f, vt, b, n):
+            return None
+        o = rd[np.lexsort((vt[rd], n[rd], b[rd], code[f[rd]]))]  # alike runs together, by tile
+        c = code[f[o]]
+        bo = b[o]
+        no = n[o]
+        new = np.concatenate(([True], (c[1:] != c[:-1]) | (bo[1:] != bo[:-1])
+                              | (no[1:] != no[:-1])))
+        first = np.flatnonzero(new)
+        alike = np.cumsum(new) - 1  # each read run's group of runs alike
+        item = dict(zip(code.tolist(), size.tolist()))
+        cut = []  # per type: each group's pieces (group, source tile, bytes)
+        for k, pool in enumerate(self.g.pools.values()):
+            groups = np.flatnonzero(c[first] == k)
+            if groups.size:
+                run, start, end, tile = pool.pieces(bo[first[groups]], no[first[groups]])
+                cut.append((groups[run], tile, (end - start) * item[k]))
+        group, tile, nbytes = (np.concatenate(x) for x in zip(*cut))
+        readers = np.bincount(alike)
+        # each group's reader tiles as a row (-1 beyond them): groups with equal rows share
+        # a set of readers
+        rows = np.full((first.size, int(readers.max())), -1, np.intp)
+        rows[alike, np.arange(o.size) - first[alike]] = vt[o]
+        sets, set_of = np.unique(rows, axis=0, return_inverse=True)
+        key = set_of.reshape(-1)[group] * n_tiles + tile
+        pair = np.unique(key)
+        sums = np.bincount(np.searchsorted(pair, key), nbytes, pair.size)
+        src = np.repeat(pair % n_tiles, sets.shape[1])
+        dst = sets[pair // n_tiles].reshape(-1)
+        moved = np.repeat(sums, sets.shape[1])
+        away = (dst >= 0) & (dst != src)  # (a reader's own tile sends it nothing)
+        transfers = (src[away], dst[away], moved[away].astype(np.int64))
+        results = None  # what vertices write on other tiles, sent after compute
+        written = np.flatnonzero((kind[f] != "input") & (n > 0))
+        if written.size:
+            out = []
+            for k, pool in enumerate(self.g.pools.values()):
+                mine = written[code[f[written]] == k]
+                run, start, end, tile = pool.pieces(b[mine], n[mine])
+                far = tile != vt[mine][run]
+                out.append((vt[mine][run][far], tile[far], (end - start)[far] * size[f[mine]][
+                    run][far]))
+            results = tuple(np.concatenate(x) for x in zip(*out))
+        return transfers, results, self._sent(code, size, kind, f, vt, b, n)
+
+    def _many_pieces(self, code, b, n) -> bool:
+        """Whether runs (type, begin, length) are cut into ``MANY_PIECES`` pieces a run or
+        more, on average (counted on at most 4,096 of them, evenly spaced: a choice of
+        method, not of result)."""
+        if int(n.sum()) < MANY_PIECES * n.size:  # (a piece holds an element at least)
+            return False
+        pick = np.arange(0, n.size, max(1, n.size // 4096))
+        count = 0
+        for k, pool in enumerate(self.g.pools.values()):
+            mine = pick[code[pick] == k]
+            if mine.size:
+                count += pool.pieces(b[mine], n[mine])[0].size
+        return count >= MANY_PIECES * pick.size
+
+    def _field_runs(self, fields, cat) -> tuple:
+        """Per field (its type's pool index, item size, kind) and the runs (field, vertex
+        tile, begin, length) a compute set's vertices read and write."""
         f, _, vt, b, n = cat
         codes = [list(self.g.pools).index(fp.access.dtype) for _, fp, _ in fields]
         code, size, kind = np.array(codes), *(np.array(x) for x in zip(*(
@@ -709,9 +785,18 @@ class _Compiler:
         prev = np.arange(f.size) - lag
         p = np.maximum(prev, 0)
         again = (prev >= 0) & (kind == "input")[f] & (f[p] == f) & (vt[p] == vt) & (b[p] == b)
-        if (again := again & (n[p] == n)).any():
-            f, vt, b, n = f[~again], vt[~again], b[~again], n[~again]
-        runs = (f, vt, b, n)
+        again = again & (n[p] == n)
+        if again.any():
+            return code, size, kind, (f[~again], vt[~again], b[~again], n[~again])
+        return code, size, kind, (f, vt, b, n)
+
+    def _remote_pieces(self, code, kind, runs):
+        """The runs (field, vertex tile, begin, length: :meth:`_field_runs`) cut where the
+        tile changes, keeping the pieces held on another tile than their vertex's. Returns
+        per piece (field, vertex tile, start, end, the tile holding it) and, when there are
+        more remote pieces than runs, the runs (see :meth:`_sent`)."""
+        f, vt, b, n = runs
+        codes = code.tolist()
         pieces = []  # each type's runs are cut by that type's tile mapping
         for c, pool in enumerate(self.g.pools.values()):
             if c in codes:  # (one type: every run, no selection)
@@ -728,11 +813,10 @@ class _Compiler:
         runs = runs if n_remote > runs[0].size else None
         if 2 * n_remote >= remote.size:  # mostly remote (a matmul's operands):
             end[~remote] = start[~remote]  # the others given no length (no copy of every piece)
-            return (code, size, kind), (f, vt, start, end, tile), runs
+            return (f, vt, start, end, tile), runs
         if remote.any():  # (None when every piece is on its vertex's tile)
             remote = np.flatnonzero(remote)
-            pieces = tuple(x[remote] for x in (f, vt, start, end, tile))
-            return (code, size, kind), pieces, runs
+            return tuple(x[remote] for x in (f, vt, start, end, tile)), runs
 
     def _sent(self, code, size, kind, f, vt, b, n) -> np.ndarray:
         """The bytes each tile sends of the runs (field slot, vertex tile, begin, length)

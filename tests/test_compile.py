@@ -184,30 +184,43 @@ def test_exchange_counts_remote_bytes_once_per_tile():
 @given(st.data())
 def test_exchange_in_moves_and_sends_each_element_once_however_finely_it_is_mapped(data):
     # x is mapped element by element (a run crosses many tiles, as a matmul's operands do:
-    # compile then checks and unions runs rather than pieces); the reference counts elements
+    # compile then checks and unions runs rather than pieces, or sums runs alike per set of
+    # reader tiles: both ways, MANY_PIECES 0 and never); the reference counts elements
+    import ipukit.compile as c
+
     dev, g = small(tiles=4)
     tile_of = data.draw(st.lists(st.integers(0, 3), min_size=24, max_size=24))
     x = g.add_variable(ipu.FLOAT, [24], "x")
     for i, tile in enumerate(tile_of):
         g.set_tile_mapping(x[i], tile)
     n = data.draw(st.integers(1, 12))  # (one length: the vertices are one group, one field)
-    reads = data.draw(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 24 - n)),
-                               min_size=1, max_size=8))
+    reads = data.draw(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 24 - n),
+                                         st.integers(0, 3)), min_size=1, max_size=8))
     out = g.add_variable(ipu.FLOAT, [len(reads)], "out")
     cs = g.add_compute_set("sum")
-    for i, (tile, lo) in enumerate(reads):  # (slices may repeat or overlap)
-        g.set_tile_mapping(out[i], tile)
+    for i, (tile, lo, out_tile) in enumerate(reads):  # (slices may repeat or overlap)
+        g.set_tile_mapping(out[i], out_tile)
         g.add_vertex(cs, SumVertex, {"x": x[lo:lo + n], "out": out[i]}, tile=tile)
-    step = ipu.compile_graph(g, [ipu.Execute(cs)]).steps[1]
-    read_on = {(e, tile) for tile, lo in reads for e in range(lo, lo + n)}
-    moves = {}
+    read_on = {(e, tile) for tile, lo, _ in reads for e in range(lo, lo + n)}
+    moves, results = {}, {}
     for e, tile in read_on:
         if tile_of[e] != tile:
             moves[tile_of[e], tile] = moves.get((tile_of[e], tile), 0) + 4
+    for tile, _, out_tile in reads:
+        if out_tile != tile:
+            results[tile, out_tile] = results.get((tile, out_tile), 0) + 4
     sent = [4 * len({e for e, tile in read_on if tile_of[e] == t != tile}) for t in range(4)]
-    assert sorted(map(tuple, step.phase_transfers("exchange").tolist())) == sorted(
-        (a, b, m) for (a, b), m in moves.items())
-    assert step.phase_bytes("exchange")[1].tolist() == sent
+    many = c.MANY_PIECES
+    try:
+        for c.MANY_PIECES in (0, 2**62):
+            step = ipu.compile_graph(g, [ipu.Execute(cs)]).steps[1]
+            assert sorted(map(tuple, step.phase_transfers("exchange").tolist())) == sorted(
+                (a, b, m) for (a, b), m in moves.items())
+            assert step.phase_bytes("exchange")[1].tolist() == sent
+            assert sorted(map(tuple, step.phase_transfers("exchange out").tolist())) == sorted(
+                (a, b, m) for (a, b), m in results.items())
+    finally:
+        c.MANY_PIECES = many
 
 
 def test_outputs_mapped_element_by_element_are_sent_once_after_compute():
