@@ -707,8 +707,11 @@ class _Compiler:
         tiles of one block of a matmul's output read one block of its operand) are summed
         per source tile before they are counted per reader: the same sums."""
         n_tiles = self.t.num_tiles
+        if int(n.sum()) < MANY_PIECES * n.size:  # (a piece holds an element at least)
+            return None
         rd = np.flatnonzero((kind[f] != "output") & (n > 0))
-        if not (rd.size and self._many_pieces(code[f[rd]], b[rd], n[rd])):
+        pick = rd[::max(1, rd.size // 4096)]  # (at most 4,096 runs, evenly spaced)
+        if not (rd.size and self._many_pieces(code[f[pick]], b[pick], n[pick])):
             return None
         if not _disjoint(kind, n_tiles, f, vt, b, n):
             return None
@@ -756,18 +759,14 @@ class _Compiler:
         return transfers, results, self._sent(code, size, kind, f, vt, b, n)
 
     def _many_pieces(self, code, b, n) -> bool:
-        """Whether runs (type, begin, length) are cut into ``MANY_PIECES`` pieces a run or
-        more, on average (counted on at most 4,096 of them, evenly spaced: a choice of
-        method, not of result)."""
-        if int(n.sum()) < MANY_PIECES * n.size:  # (a piece holds an element at least)
-            return False
-        pick = np.arange(0, n.size, max(1, n.size // 4096))
+        """Whether runs (type, begin, length; a sample: a choice of method, not of result)
+        are cut into ``MANY_PIECES`` pieces a run or more, on average."""
         count = 0
         for k, pool in enumerate(self.g.pools.values()):
-            mine = pick[code[pick] == k]
+            mine = np.flatnonzero(code == k)
             if mine.size:
                 count += pool.pieces(b[mine], n[mine])[0].size
-        return count >= MANY_PIECES * pick.size
+        return count >= MANY_PIECES * n.size
 
     def _field_runs(self, fields, cat) -> tuple:
         """Per field (its type's pool index, item size, kind) and the runs (field, vertex
