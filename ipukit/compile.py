@@ -702,10 +702,10 @@ class _Compiler:
         operands), without a move per piece: (moves read, summed per pair of tiles; moves of
         results; bytes each tile sends), or None (few pieces, or runs one tile reads through
         one field that overlap: then :meth:`_remote_pieces`) of the runs (field, vertex
-        tile, begin, length: :meth:`_field_runs`). Runs alike (type, begin,
-        length) are cut once, and those read by the same tiles (a set of readers, as the
-        tiles of one block of a matmul's output read one block of its operand) are summed
-        per source tile before they are counted per reader: the same sums."""
+        tile, begin, length: :meth:`_field_runs`). Runs alike (type, begin, length) are cut
+        once, and those read by the same tiles (a set of readers, as the tiles of one block
+        of a matmul's output read one block of its operand) are summed per source tile
+        before they are counted per reader: the same sums."""
         n_tiles = self.t.num_tiles
         if int(n.sum()) < MANY_PIECES * n.size:  # (a piece holds an element at least)
             return None
@@ -723,13 +723,11 @@ class _Compiler:
                               | (no[1:] != no[:-1])))
         first = np.flatnonzero(new)
         alike = np.cumsum(new) - 1  # each read run's group of runs alike
-        item = dict(zip(code.tolist(), size.tolist()))
         cut = []  # per type: each group's pieces (group, source tile, bytes)
         for k, pool in enumerate(self.g.pools.values()):
             groups = np.flatnonzero(c[first] == k)
-            if groups.size:
-                run, start, end, tile = pool.pieces(bo[first[groups]], no[first[groups]])
-                cut.append((groups[run], tile, (end - start) * item[k]))
+            run, start, end, tile = pool.pieces(bo[first[groups]], no[first[groups]])
+            cut.append((groups[run], tile, (end - start) * pool.dtype.itemsize))
         group, tile, nbytes = (np.concatenate(x) for x in zip(*cut))
         readers = np.bincount(alike)
         # each group's reader tiles as a row (-1 beyond them): groups with equal rows share
@@ -745,17 +743,13 @@ class _Compiler:
         moved = np.repeat(sums, sets.shape[1])
         away = (dst >= 0) & (dst != src)  # (a reader's own tile sends it nothing)
         transfers = (src[away], dst[away], moved[away].astype(np.int64))
-        results = None  # what vertices write on other tiles, sent after compute
-        written = np.flatnonzero((kind[f] != "input") & (n > 0))
-        if written.size:
-            out = []
-            for k, pool in enumerate(self.g.pools.values()):
-                mine = written[code[f[written]] == k]
-                run, start, end, tile = pool.pieces(b[mine], n[mine])
-                far = tile != vt[mine][run]
-                out.append((vt[mine][run][far], tile[far], (end - start)[far] * size[f[mine]][
-                    run][far]))
-            results = tuple(np.concatenate(x) for x in zip(*out))
+        out = []  # what vertices write on other tiles, sent after compute
+        for k, pool in enumerate(self.g.pools.values()):
+            mine = np.flatnonzero((kind[f] != "input") & (code[f] == k))
+            run, start, end, tile = pool.pieces(b[mine], n[mine])
+            far = np.flatnonzero(tile != vt[mine][run])
+            out.append((vt[mine][run][far], tile[far], (end - start)[far] * pool.dtype.itemsize))
+        results = tuple(np.concatenate(x) for x in zip(*out))
         return transfers, results, self._sent(code, size, kind, f, vt, b, n)
 
     def _many_pieces(self, code, b, n) -> bool:
