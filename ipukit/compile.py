@@ -54,9 +54,11 @@ GATHER_ELEMENTS = 4096
 #: A compute set of at least this many field elements is compared with those planned
 #: before it (:meth:`_Compiler._alike`); a smaller one is planned (as cheap as comparing).
 ALIKE_ELEMENTS = 1 << 12
-#: Pieces a run, on average, from which compile sums a compute set's moves per set of
-#: reader tiles (:meth:`_Compiler._moves`) instead of one move per piece.
+#: Pieces a run, on average, from which compile sums a compute set of at least
+#: ``MOVES_RUNS`` runs' moves per set of reader tiles (:meth:`_Compiler._moves`) instead
+#: of one move per piece (fewer runs: sorting them into sets costs more than it saves).
 MANY_PIECES = 4
+MOVES_RUNS = 1024
 
 
 def _record(name: str, fields: str) -> type:
@@ -707,8 +709,8 @@ class _Compiler:
         of a matmul's output read one block of its operand) are summed per source tile
         before they are counted per reader: the same sums."""
         n_tiles = self.t.num_tiles
-        if int(n.sum()) < MANY_PIECES * n.size:  # (a piece holds an element at least)
-            return None
+        if n.size < MOVES_RUNS or int(n.sum()) < MANY_PIECES * n.size:  # (a piece holds
+            return None  # an element at least)
         rd = np.flatnonzero((kind[f] != "output") & (n > 0))
         pick = rd[::max(1, rd.size // 4096)]  # (at most 4,096 runs, evenly spaced)
         if not (rd.size and self._many_pieces(code[f[pick]], b[pick], n[pick])):
