@@ -725,13 +725,15 @@ class _Compiler:
                               | (no[1:] != no[:-1])))
         first = np.flatnonzero(new)
         alike = np.cumsum(new) - 1  # each read run's group of runs alike
+        readers = np.bincount(alike)
+        if first.size * int(readers.max()) > 4 * o.size:
+            return None  # (sets of very different sizes: their rows would be mostly padding)
         cut = []  # per type: each group's pieces (group, source tile, bytes)
         for k, pool in enumerate(self.g.pools.values()):
             groups = np.flatnonzero(c[first] == k)
             run, start, end, tile = pool.pieces(bo[first[groups]], no[first[groups]])
             cut.append((groups[run], tile, (end - start) * pool.dtype.itemsize))
         group, tile, nbytes = (np.concatenate(x) for x in zip(*cut))
-        readers = np.bincount(alike)
         # each group's reader tiles as a row (-1 beyond them): groups with equal rows share
         # a set of readers
         rows = np.full((first.size, int(readers.max())), -1, np.intp)

@@ -380,7 +380,8 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     starts = (ends - counts[on]).tolist()
     on, ends = on.tolist(), ends.tolist()
     order = None  # (the items by tile, for a field that is no run: sorted when asked for)
-    tile_pieces = None if in_order else _tile_pieces(tiles)
+    runs_in = not in_order and any(single_run(t) for t in fields.values())
+    tile_pieces = _tile_pieces(tiles) if runs_in else None
     kinds = [cls] * len(on) if cls_2d is None else [
         cls if r == 1 else cls_2d for r in regions[on].tolist()]
     lo, hi, at, kind, run_of = [], [], [], [], []  # each vertex's rows [lo, hi), tile,
@@ -403,15 +404,17 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
                             for a, b in zip(lo, hi)])
             continue
         w = t.num_elements() // len(tiles)
-        blocks = _run_blocks(run[0], w, *tile_pieces) if run else None  # (None: a tile's is no
-        if blocks is None:  # region; then every address is looked at)
+        # a field that is one run of storage: each tile's region from its runs of items
+        # (None: a tile's addresses are no such region; then every address is looked at)
+        blocks = _run_blocks(run[0], w, *tile_pieces) if run else None
+        idx = None
+        if blocks is None:
             idx = (_iota(*run) if run else np.ascontiguousarray(t.idx)).reshape(len(tiles), -1)
             if not in_order and order is None:
                 order = np.argsort(tiles, kind="stable")
             idx = (idx if in_order else idx[order]).reshape(-1)
-        layouts = _vertex_layouts(None if blocks else idx, np.array(starts) * w,
-                                  np.array(ends) * w, np.array(lo) * w, np.array(hi) * w,
-                                  run_of, blocks)
+        layouts = _vertex_layouts(idx, np.array(starts) * w, np.array(ends) * w,
+                                  np.array(lo) * w, np.array(hi) * w, run_of, blocks)
         columns.append([RegionList(g, dt, x, what) if type(x) is list else Tensor(g, dt, x, what)
                         for x in layouts])
     conns = [dict(zip(fields, c)) for c in zip(*columns)]
