@@ -740,8 +740,13 @@ class _Compiler:
         rows[alike, np.arange(o.size) - first[alike]] = vt[o]
         sets, set_of = np.unique(rows, axis=0, return_inverse=True)
         key = set_of.reshape(-1)[group] * n_tiles + tile
-        pair = np.unique(key)
-        sums = np.bincount(np.searchsorted(pair, key), nbytes, pair.size)
+        if sets.shape[0] * n_tiles <= 4 * key.size:  # (few sets: summed per (set, tile))
+            sums = np.bincount(key, nbytes, sets.shape[0] * n_tiles)
+            pair = np.flatnonzero(sums)
+            sums = sums[pair]
+        else:
+            pair = np.unique(key)
+            sums = np.bincount(np.searchsorted(pair, key), nbytes, pair.size)
         src = np.repeat(pair % n_tiles, sets.shape[1])
         dst = sets[pair // n_tiles].reshape(-1)
         moved = np.repeat(sums, sets.shape[1])
