@@ -38,7 +38,7 @@ from .errors import (
 from .graph import DataStream, Graph, RemoteBuffer
 from .memory_report import out_of_memory
 from .program import Copy, Execute, If, PrintTensor, Program, Repeat, RepeatWhileTrue, Sequence
-from .tensor import RegionList, Tensor, address_span, addresses, index_runs, runs
+from .tensor import RegionList, Tensor, address_span, addresses, firsts, index_runs, runs
 from .trace import Step, TileMemory
 from .vertex import MultiVertex
 
@@ -669,7 +669,8 @@ class _Compiler:
             # and it sends each element read from it once (per type: the pieces' addresses are
             # in their type's storage)
             if runs is not None:
-                sent = self._sent(code, size, kind, *runs)
+                o, first, _, cut = self._alike_cut(code, kind, *runs)
+                sent = self._sent(runs[1], o, first, cut)
             else:
                 order, read_from = _union_lengths(code[f], start, end)
                 sent = np.bincount(et[order], read_from * size[f[order]], n_tiles)
@@ -717,23 +718,13 @@ class _Compiler:
             return None
         if not _disjoint(kind, n_tiles, f, vt, b, n):
             return None
-        o = rd[np.lexsort((vt[rd], n[rd], b[rd], code[f[rd]]))]  # alike runs together, by tile
-        c = code[f[o]]
-        bo = b[o]
-        no = n[o]
-        new = np.concatenate(([True], (c[1:] != c[:-1]) | (bo[1:] != bo[:-1])
-                              | (no[1:] != no[:-1])))
-        first = np.flatnonzero(new)
-        alike = np.cumsum(new) - 1  # each read run's group of runs alike
+        o, first, alike, cut = self._alike_cut(code, kind, f, vt, b, n)
         readers = np.bincount(alike)
         if first.size * int(readers.max()) > 4 * o.size:
             return None  # (sets of very different sizes: their rows would be mostly padding)
-        cut = []  # per type: each group's pieces (group, source tile, bytes)
-        for k, pool in enumerate(self.g.pools.values()):
-            groups = np.flatnonzero(c[first] == k)
-            run, start, end, tile = pool.pieces(bo[first[groups]], no[first[groups]])
-            cut.append((groups[run], tile, (end - start) * pool.dtype.itemsize))
-        group, tile, nbytes = (np.concatenate(x) for x in zip(*cut))
+        group = np.concatenate([x[1] for x in cut])  # each piece's group, tile and bytes
+        tile = np.concatenate([x[4] for x in cut])
+        nbytes = np.concatenate([(x[3] - x[2]) * x[0] for x in cut])
         # each group's reader tiles as a row (-1 beyond them): groups with equal rows share
         # a set of readers
         rows = np.full((first.size, int(readers.max())), -1, np.intp)
@@ -759,7 +750,7 @@ class _Compiler:
             far = np.flatnonzero(tile != vt[mine][run])
             out.append((vt[mine][run][far], tile[far], (end - start)[far] * pool.dtype.itemsize))
         results = tuple(np.concatenate(x) for x in zip(*out))
-        return transfers, results, self._sent(code, size, kind, f, vt, b, n)
+        return transfers, results, self._sent(vt, o, first, cut)
 
     def _many_pieces(self, code, b, n) -> bool:
         """Whether runs (type, begin, length; a sample: a choice of method, not of result)
@@ -820,34 +811,37 @@ class _Compiler:
             remote = np.flatnonzero(remote)
             return tuple(x[remote] for x in (f, vt, start, end, tile)), runs
 
-    def _sent(self, code, size, kind, f, vt, b, n) -> np.ndarray:
-        """The bytes each tile sends of the runs (field slot, vertex tile, begin, length)
-        read from it by a vertex on another tile, each element once. Runs alike (type,
-        begin, length) are cut once: the whole run is sent when two tiles or more read it
-        (one at most holds a piece), otherwise its pieces away from its reader's tile."""
-        sent = np.zeros(self.t.num_tiles)
+    def _alike_cut(self, code, kind, f, vt, b, n) -> tuple:
+        """The runs (field slot, vertex tile, begin, length) read, in an order that puts
+        runs alike (type, begin, length) together, by tile: (that order, each group of
+        runs alike's first run, each run's group) and, per type, its groups' pieces (item
+        size, group, start, end, the tile holding it): runs alike are cut once."""
         rd = np.flatnonzero((kind[f] != "output") & (n > 0))
-        if not rd.size:  # (only outputs are remote)
-            return sent
-        o = rd[np.lexsort((vt[rd], n[rd], b[rd], code[f[rd]]))]  # alike runs together, by tile
-        c = code[f[o]]
-        vt = vt[o]
-        b = b[o]
-        n = n[o]
-        new = (c[1:] != c[:-1]) | (b[1:] != b[:-1]) | (n[1:] != n[:-1])
-        first = np.flatnonzero(np.concatenate(([True], new)))
-        last = np.append(first[1:], c.size) - 1
-        many = vt[first] != vt[last]  # (read by more than one tile)
-        item = dict(zip(code.tolist(), size.tolist()))
+        o = rd[np.lexsort((vt[rd], n[rd], b[rd], code[f[rd]]))]
+        first = firsts(code[f[o]], b[o], n[o])
+        head = o[first]  # each group's first run
+        cut = []
         for k, pool in enumerate(self.g.pools.values()):
-            groups = np.flatnonzero(c[first] == k)
+            groups = np.flatnonzero(code[f[head]] == k)
             if groups.size:
-                alike = first[groups]
-                run, start, end, tile = pool.pieces(b[alike], n[alike])
-                keep = np.flatnonzero(many[groups][run] | (tile != vt[alike][run]))
-                order, once = _union_lengths(np.zeros(keep.size, np.int64), start[keep],
-                                             end[keep])
-                sent += np.bincount(tile[keep][order], once * item[k], self.t.num_tiles)
+                run, start, end, tile = pool.pieces(b[head[groups]], n[head[groups]])
+                cut.append((pool.dtype.itemsize, groups[run], start, end, tile))
+        return o, first, np.repeat(np.arange(first.size), np.diff(first, append=o.size)), cut
+
+    def _sent(self, vt, o, first, cut) -> np.ndarray:
+        """The bytes each tile sends of the runs read from it by a vertex on another tile
+        (:meth:`_alike_cut`), each element once: the whole run is sent when two tiles or
+        more read it (one at most holds a piece), otherwise its pieces away from its
+        reader's tile."""
+        sent = np.zeros(self.t.num_tiles)
+        if not o.size:  # (only outputs are remote)
+            return sent
+        reader = vt[o[first]]
+        many = reader != vt[o[np.append(first[1:], o.size) - 1]]  # (read by 2 tiles or more)
+        for item, group, start, end, tile in cut:
+            keep = np.flatnonzero(many[group] | (tile != reader[group]))
+            order, once = _union_lengths(np.zeros(keep.size, np.int64), start[keep], end[keep])
+            sent += np.bincount(tile[keep][order], once * item, self.t.num_tiles)
         return sent
 
     # -- memory ---------------------------------------------------------------------------
