@@ -647,7 +647,7 @@ class _Compiler:
         # receive it). Exchange out: what it writes to another tile is sent after compute.
         sent, transfers, results = np.zeros(n_tiles), None, None
         code, size, kind, runs = self._field_runs(fields, cat)
-        moves = self._moves(code, size, kind, *runs) if runs[0].size else None
+        moves = self._moves(code, kind, *runs) if runs[0].size else None
         if moves is not None:  # (runs cut into many pieces: summed per set of readers)
             transfers, results, sent = moves
         elif runs[0].size and (pieces := self._remote_pieces(code, kind, runs)):
@@ -700,7 +700,7 @@ class _Compiler:
             kinds[gr.cls.__name__] = (inst + len(gr.vertex_ids), cyc + int(gr.estimates.sum()))
         return kinds
 
-    def _moves(self, code, size, kind, f, vt, b, n):
+    def _moves(self, code, kind, f, vt, b, n):
         """The exchange of a compute set whose runs are cut into many pieces (a matmul's
         operands), without a move per piece: (moves read, summed per pair of tiles; moves of
         results; bytes each tile sends), or None (few pieces, or runs one tile reads through
