@@ -38,7 +38,7 @@ from .errors import (
 from .graph import DataStream, Graph, RemoteBuffer
 from .memory_report import out_of_memory
 from .program import Copy, Execute, If, PrintTensor, Program, Repeat, RepeatWhileTrue, Sequence
-from .tensor import RegionList, Tensor, address_span, addresses, index_runs, runs
+from .tensor import RegionList, Tensor, address_span, addresses, firsts, index_runs, runs
 from .trace import Step, TileMemory
 from .vertex import MultiVertex
 
@@ -54,6 +54,11 @@ GATHER_ELEMENTS = 4096
 #: A compute set of at least this many field elements is compared with those planned
 #: before it (:meth:`_Compiler._alike`); a smaller one is planned (as cheap as comparing).
 ALIKE_ELEMENTS = 1 << 12
+#: Pieces a run, on average, from which compile sums a compute set of at least
+#: ``MOVES_RUNS`` runs' moves per set of reader tiles (:meth:`_Compiler._moves`) instead
+#: of one move per piece (fewer runs: sorting them into sets costs more than it saves).
+MANY_PIECES = 4
+MOVES_RUNS = 1024
 
 
 def _record(name: str, fields: str) -> type:
@@ -473,35 +478,41 @@ class _Compiler:
                     *(np.argsort(np.concatenate([gr.vertex_ids for gr in x]), kind="stable")
                       for x in (groups, earlier)))):  # (the same order of vertices per tile)
                 continue
-            hulls = {}  # (type, address shift) -> lowest and highest address, before and now
+            spans = {}  # (type, address shift) -> each field's lowest and highest address
             for fa, fb in ((fa, fb) for gr, e in zip(groups, earlier)
                            for fa, fb in zip(e.fields, gr.fields)):
                 (lo, hi), lo_b = _span(fa.access), _span(fb.access)[0]
                 if fa.access.idx is not None and not np.array_equal(
                         fb.access.idx, fa.access.idx + (lo_b - lo)):
                     break
-                h = hulls.setdefault((fa.access.dtype, lo_b - lo), [lo, hi])
-                h[:] = min(h[0], lo), max(h[1], hi)
+                if lo <= hi:  # (no addresses: nothing to compare)
+                    spans.setdefault((fa.access.dtype, lo_b - lo), []).append((lo, hi))
             else:
-                if self._moved(hulls, shift):
+                if self._moved(spans, shift):
                     return (index, shift), None
         return None, self.alike[key]
 
-    def _moved(self, hulls: dict, shift: int) -> bool:
-        """Whether each (type, address shift)'s span is mapped as before, ``shift`` tiles
-        on, and spans of one type moved by different amounts are apart, before and now."""
-        for (dtype, d), (lo, hi) in hulls.items():
-            if lo > hi:
-                continue  # (no addresses)
+    def _moved(self, spans: dict, shift: int) -> bool:
+        """Whether the fields' spans (per type and address shift; those that meet joined) are
+        mapped as before, ``shift`` tiles on, and spans of one type moved by different
+        amounts are apart, before and now. Field by field, not one hull per shift: a hull
+        of fields allocated apart takes in other shards' tensors, mapped otherwise."""
+        joined = []  # (type, shift, lowest, highest)
+        for (dtype, d), found in spans.items():
             pool = self.g.pools[dtype]
-            (ca, ta), (cb, tb) = pool.steps(lo, hi), pool.steps(lo + d, hi + d)
-            if not (np.array_equal(cb - d, ca) and np.array_equal(tb, ta + shift)):
-                return False
+            for lo, hi in _joined(found):
+                ca, ta = pool.steps(lo, hi)
+                cb, tb = pool.steps(lo + d, hi + d)
+                if not (np.array_equal(cb - d, ca) and np.array_equal(tb, ta + shift)):
+                    return False
+                joined.append((str(dtype), d, lo, hi))
         for now in (0, 1):
-            spans = sorted((str(t), lo + d * now, hi + d * now) for (t, d), (lo, hi)
-                           in hulls.items() if lo <= hi)
-            if any(a[0] == b[0] and b[1] <= a[2] for a, b in zip(spans, spans[1:])):
-                return False
+            reach = {}  # type -> the highest address of the spans before (which never meet
+            for t, lo, hi in sorted((t, lo + d * now, hi + d * now)  # spans of their shift)
+                                    for t, d, lo, hi in joined):
+                if lo <= reach.get(t, lo - 1):
+                    return False
+                reach[t] = max(reach.get(t, hi), hi)
         return True
 
     def _merged_runs(self, fp) -> tuple:
@@ -635,8 +646,12 @@ class _Compiler:
         # tile; the exchange broadcasts: a tile sends an element once, however many tiles
         # receive it). Exchange out: what it writes to another tile is sent after compute.
         sent, transfers, results = np.zeros(n_tiles), None, None
-        if any(r[0].size for _, _, r in fields) and (pieces := self._remote_pieces(fields, cat)):
-            (code, size, kind), (f, vt, start, end, et), runs = pieces  # (not all local)
+        code, size, kind, runs = self._field_runs(fields, cat)
+        moves = self._moves(code, kind, *runs) if runs[0].size else None
+        if moves is not None:  # (runs cut into many pieces: summed per set of readers)
+            transfers, results, sent = moves
+        elif runs[0].size and (pieces := self._remote_pieces(code, kind, runs)):
+            (f, vt, start, end, et), runs = pieces  # (not all local)
             # a vertex's tile sends what it writes elsewhere (pieces of no length are on their
             # vertex's tile, see _remote_pieces)
             w = np.flatnonzero((kind != "input")[f] & (end > start))
@@ -654,7 +669,8 @@ class _Compiler:
             # and it sends each element read from it once (per type: the pieces' addresses are
             # in their type's storage)
             if runs is not None:
-                sent = self._sent(code, size, kind, *runs)
+                o, first, _, cut = self._alike_cut(code, kind, *runs)
+                sent = self._sent(runs[1], o, first, cut)
             else:
                 order, read_from = _union_lengths(code[f], start, end)
                 sent = np.bincount(et[order], read_from * size[f[order]], n_tiles)
@@ -684,12 +700,71 @@ class _Compiler:
             kinds[gr.cls.__name__] = (inst + len(gr.vertex_ids), cyc + int(gr.estimates.sum()))
         return kinds
 
-    def _remote_pieces(self, fields, cat):
-        """Every field's address runs (``cat``) cut where the tile changes, keeping the
-        pieces held on another tile than their vertex's. Returns per field (its type's pool
-        index, item size, kind), per piece (field, vertex tile, start, end, the tile holding
-        it) and, when there are more remote pieces than runs, the runs (field, vertex tile,
-        begin, length: see :meth:`_sent`)."""
+    def _moves(self, code, kind, f, vt, b, n):
+        """The exchange of a compute set whose runs are cut into many pieces (a matmul's
+        operands), without a move per piece: (moves read, summed per pair of tiles; moves of
+        results; bytes each tile sends), or None (few pieces, or runs one tile reads through
+        one field that overlap: then :meth:`_remote_pieces`) of the runs (field, vertex
+        tile, begin, length: :meth:`_field_runs`). Runs alike (type, begin, length) are cut
+        once, and those read by the same tiles (a set of readers, as the tiles of one block
+        of a matmul's output read one block of its operand) are summed per source tile
+        before they are counted per reader: the same sums."""
+        n_tiles = self.t.num_tiles
+        if n.size < MOVES_RUNS or int(n.sum()) < MANY_PIECES * n.size:  # (a piece holds
+            return None  # an element at least)
+        rd = np.flatnonzero((kind[f] != "output") & (n > 0))
+        pick = rd[::max(1, rd.size // 4096)]  # (at most 4,096 runs, evenly spaced)
+        if not (rd.size and self._many_pieces(code[f[pick]], b[pick], n[pick])):
+            return None
+        if not _disjoint(kind, n_tiles, f, vt, b, n):
+            return None
+        o, first, alike, cut = self._alike_cut(code, kind, f, vt, b, n)
+        readers = np.bincount(alike)
+        if first.size * int(readers.max()) > 4 * o.size:
+            return None  # (sets of very different sizes: their rows would be mostly padding)
+        group = np.concatenate([x[1] for x in cut])  # each piece's group, tile and bytes
+        tile = np.concatenate([x[4] for x in cut])
+        nbytes = np.concatenate([(x[3] - x[2]) * x[0] for x in cut])
+        # each group's reader tiles as a row (-1 beyond them): groups with equal rows share
+        # a set of readers
+        rows = np.full((first.size, int(readers.max())), -1, np.intp)
+        rows[alike, np.arange(o.size) - first[alike]] = vt[o]
+        sets, set_of = np.unique(rows, axis=0, return_inverse=True)
+        key = set_of.reshape(-1)[group] * n_tiles + tile
+        if sets.shape[0] * n_tiles <= 4 * key.size:  # (few sets: summed per (set, tile))
+            sums = np.bincount(key, nbytes, sets.shape[0] * n_tiles)
+            pair = np.flatnonzero(sums)
+            sums = sums[pair]
+        else:
+            pair = np.unique(key)
+            sums = np.bincount(np.searchsorted(pair, key), nbytes, pair.size)
+        src = np.repeat(pair % n_tiles, sets.shape[1])
+        dst = sets[pair // n_tiles].reshape(-1)
+        moved = np.repeat(sums, sets.shape[1])
+        away = (dst >= 0) & (dst != src)  # (a reader's own tile sends it nothing)
+        transfers = (src[away], dst[away], moved[away].astype(np.int64))
+        out = []  # what vertices write on other tiles, sent after compute
+        for k, pool in enumerate(self.g.pools.values()):
+            mine = np.flatnonzero((kind[f] != "input") & (code[f] == k))
+            run, start, end, tile = pool.pieces(b[mine], n[mine])
+            far = np.flatnonzero(tile != vt[mine][run])
+            out.append((vt[mine][run][far], tile[far], (end - start)[far] * pool.dtype.itemsize))
+        results = tuple(np.concatenate(x) for x in zip(*out))
+        return transfers, results, self._sent(vt, o, first, cut)
+
+    def _many_pieces(self, code, b, n) -> bool:
+        """Whether runs (type, begin, length; a sample: a choice of method, not of result)
+        are cut into ``MANY_PIECES`` pieces a run or more, on average."""
+        count = 0
+        for k, pool in enumerate(self.g.pools.values()):
+            mine = np.flatnonzero(code == k)
+            if mine.size:
+                count += pool.pieces(b[mine], n[mine])[0].size
+        return count >= MANY_PIECES * n.size
+
+    def _field_runs(self, fields, cat) -> tuple:
+        """Per field (its type's pool index, item size, kind) and the runs (field, vertex
+        tile, begin, length) a compute set's vertices read and write."""
         f, _, vt, b, n = cat
         codes = [list(self.g.pools).index(fp.access.dtype) for _, fp, _ in fields]
         code, size, kind = np.array(codes), *(np.array(x) for x in zip(*(
@@ -703,9 +778,18 @@ class _Compiler:
         prev = np.arange(f.size) - lag
         p = np.maximum(prev, 0)
         again = (prev >= 0) & (kind == "input")[f] & (f[p] == f) & (vt[p] == vt) & (b[p] == b)
-        if (again := again & (n[p] == n)).any():
-            f, vt, b, n = f[~again], vt[~again], b[~again], n[~again]
-        runs = (f, vt, b, n)
+        again = again & (n[p] == n)
+        if again.any():
+            return code, size, kind, (f[~again], vt[~again], b[~again], n[~again])
+        return code, size, kind, (f, vt, b, n)
+
+    def _remote_pieces(self, code, kind, runs):
+        """The runs (field, vertex tile, begin, length: :meth:`_field_runs`) cut where the
+        tile changes, keeping the pieces held on another tile than their vertex's. Returns
+        per piece (field, vertex tile, start, end, the tile holding it) and, when there are
+        more remote pieces than runs, the runs (see :meth:`_sent`)."""
+        f, vt, b, n = runs
+        codes = code.tolist()
         pieces = []  # each type's runs are cut by that type's tile mapping
         for c, pool in enumerate(self.g.pools.values()):
             if c in codes:  # (one type: every run, no selection)
@@ -722,40 +806,42 @@ class _Compiler:
         runs = runs if n_remote > runs[0].size else None
         if 2 * n_remote >= remote.size:  # mostly remote (a matmul's operands):
             end[~remote] = start[~remote]  # the others given no length (no copy of every piece)
-            return (code, size, kind), (f, vt, start, end, tile), runs
+            return (f, vt, start, end, tile), runs
         if remote.any():  # (None when every piece is on its vertex's tile)
             remote = np.flatnonzero(remote)
-            pieces = tuple(x[remote] for x in (f, vt, start, end, tile))
-            return (code, size, kind), pieces, runs
+            return tuple(x[remote] for x in (f, vt, start, end, tile)), runs
 
-    def _sent(self, code, size, kind, f, vt, b, n) -> np.ndarray:
-        """The bytes each tile sends of the runs (field slot, vertex tile, begin, length)
-        read from it by a vertex on another tile, each element once. Runs alike (type,
-        begin, length) are cut once: the whole run is sent when two tiles or more read it
-        (one at most holds a piece), otherwise its pieces away from its reader's tile."""
-        sent = np.zeros(self.t.num_tiles)
+    def _alike_cut(self, code, kind, f, vt, b, n) -> tuple:
+        """The runs (field slot, vertex tile, begin, length) read, in an order that puts
+        runs alike (type, begin, length) together, by tile: (that order, each group of
+        runs alike's first run, each run's group) and, per type, its groups' pieces (item
+        size, group, start, end, the tile holding it): runs alike are cut once."""
         rd = np.flatnonzero((kind[f] != "output") & (n > 0))
-        if not rd.size:  # (only outputs are remote)
-            return sent
-        o = rd[np.lexsort((vt[rd], n[rd], b[rd], code[f[rd]]))]  # alike runs together, by tile
-        c = code[f[o]]
-        vt = vt[o]
-        b = b[o]
-        n = n[o]
-        new = (c[1:] != c[:-1]) | (b[1:] != b[:-1]) | (n[1:] != n[:-1])
-        first = np.flatnonzero(np.concatenate(([True], new)))
-        last = np.append(first[1:], c.size) - 1
-        many = vt[first] != vt[last]  # (read by more than one tile)
-        item = dict(zip(code.tolist(), size.tolist()))
+        o = rd[np.lexsort((vt[rd], n[rd], b[rd], code[f[rd]]))]
+        first = firsts(code[f[o]], b[o], n[o])
+        head = o[first]  # each group's first run
+        cut = []
         for k, pool in enumerate(self.g.pools.values()):
-            groups = np.flatnonzero(c[first] == k)
+            groups = np.flatnonzero(code[f[head]] == k)
             if groups.size:
-                alike = first[groups]
-                run, start, end, tile = pool.pieces(b[alike], n[alike])
-                keep = np.flatnonzero(many[groups][run] | (tile != vt[alike][run]))
-                order, once = _union_lengths(np.zeros(keep.size, np.int64), start[keep],
-                                             end[keep])
-                sent += np.bincount(tile[keep][order], once * item[k], self.t.num_tiles)
+                run, start, end, tile = pool.pieces(b[head[groups]], n[head[groups]])
+                cut.append((pool.dtype.itemsize, groups[run], start, end, tile))
+        return o, first, np.repeat(np.arange(first.size), np.diff(first, append=o.size)), cut
+
+    def _sent(self, vt, o, first, cut) -> np.ndarray:
+        """The bytes each tile sends of the runs read from it by a vertex on another tile
+        (:meth:`_alike_cut`), each element once: the whole run is sent when two tiles or
+        more read it (one at most holds a piece), otherwise its pieces away from its
+        reader's tile."""
+        sent = np.zeros(self.t.num_tiles)
+        if not o.size:  # (only outputs are remote)
+            return sent
+        reader = vt[o[first]]
+        many = reader != vt[o[np.append(first[1:], o.size) - 1]]  # (read by 2 tiles or more)
+        for item, group, start, end, tile in cut:
+            keep = np.flatnonzero(many[group] | (tile != reader[group]))
+            order, once = _union_lengths(np.zeros(keep.size, np.int64), start[keep], end[keep])
+            sent += np.bincount(tile[keep][order], once * item, self.t.num_tiles)
         return sent
 
     # -- memory ---------------------------------------------------------------------------
@@ -836,6 +922,17 @@ def _span(a: Access) -> tuple[int, int]:
         return 0, -1
     ends = [(n - 1) * s for n, s in zip(a.rshape, a.rstrides)]
     return a.offset + sum(min(e, 0) for e in ends), a.offset + sum(max(e, 0) for e in ends)
+
+
+def _joined(spans: list) -> list:
+    """Spans (lowest, highest address) with those that meet joined, in order."""
+    out = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return out
 
 
 def _disjoint(kind, n_tiles: int, f, vt, b, n) -> bool:

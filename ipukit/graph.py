@@ -162,8 +162,10 @@ def _splice(a: np.ndarray, i: int, new: np.ndarray, rest: np.ndarray) -> np.ndar
     if rest.size:
         return np.concatenate((a[:i], new, rest))
     buf, n = a if a.base is None else a.base, i + new.size
-    if buf.size < n:
-        buf = np.concatenate((a[:i], np.empty(max(n, 2 * buf.size) - i, a.dtype)))
+    if buf.size < n:  # (its top not written: memory untouched until it is)
+        grown = np.empty(max(n, 2 * buf.size), a.dtype)
+        grown[:i] = a[:i]
+        buf = grown
     buf[i:n] = new
     return buf[:n]
 

@@ -36,6 +36,7 @@ gaps between allocations).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -143,9 +144,9 @@ class _Analysis:
             hi = access.offset + sum(r for r in reach if r > 0)
         if lo > hi or 0 in access.shape:
             return np.zeros(0, np.intp)
-        v_lo, v_hi = np.searchsorted(starts, [lo, hi], "right") - 1
-        if v_lo == v_hi:  # (most accesses: one variable, no addresses needed)
-            if written is not None:
+        v_lo = bisect.bisect_right(self.g.pools[access.dtype].starts, lo) - 1
+        if v_lo == bisect.bisect_right(self.g.pools[access.dtype].starts, hi) - 1:
+            if written is not None:  # (most accesses: one variable, no addresses needed)
                 written[self.first[k] + v_lo] += _count(access)
             return np.array([self.first[k] + v_lo], np.intp)
         # cut the addresses where a run begins or ends and where a variable starts, and

@@ -184,30 +184,44 @@ def test_exchange_counts_remote_bytes_once_per_tile():
 @given(st.data())
 def test_exchange_in_moves_and_sends_each_element_once_however_finely_it_is_mapped(data):
     # x is mapped element by element (a run crosses many tiles, as a matmul's operands do:
-    # compile then checks and unions runs rather than pieces); the reference counts elements
+    # compile then checks and unions runs rather than pieces, or sums runs alike per set of
+    # reader tiles: both ways, MANY_PIECES 0 and never); the reference counts elements
+    import ipukit.compile as c
+
     dev, g = small(tiles=4)
     tile_of = data.draw(st.lists(st.integers(0, 3), min_size=24, max_size=24))
     x = g.add_variable(ipu.FLOAT, [24], "x")
     for i, tile in enumerate(tile_of):
         g.set_tile_mapping(x[i], tile)
     n = data.draw(st.integers(1, 12))  # (one length: the vertices are one group, one field)
-    reads = data.draw(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 24 - n)),
-                               min_size=1, max_size=8))
+    reads = data.draw(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 24 - n),
+                                         st.integers(0, 3)), min_size=1, max_size=8))
     out = g.add_variable(ipu.FLOAT, [len(reads)], "out")
     cs = g.add_compute_set("sum")
-    for i, (tile, lo) in enumerate(reads):  # (slices may repeat or overlap)
-        g.set_tile_mapping(out[i], tile)
+    for i, (tile, lo, out_tile) in enumerate(reads):  # (slices may repeat or overlap)
+        g.set_tile_mapping(out[i], out_tile)
         g.add_vertex(cs, SumVertex, {"x": x[lo:lo + n], "out": out[i]}, tile=tile)
-    step = ipu.compile_graph(g, [ipu.Execute(cs)]).steps[1]
-    read_on = {(e, tile) for tile, lo in reads for e in range(lo, lo + n)}
-    moves = {}
+    read_on = {(e, tile) for tile, lo, _ in reads for e in range(lo, lo + n)}
+    moves, results = {}, {}
     for e, tile in read_on:
         if tile_of[e] != tile:
             moves[tile_of[e], tile] = moves.get((tile_of[e], tile), 0) + 4
+    for tile, _, out_tile in reads:
+        if out_tile != tile:
+            results[tile, out_tile] = results.get((tile, out_tile), 0) + 4
     sent = [4 * len({e for e, tile in read_on if tile_of[e] == t != tile}) for t in range(4)]
-    assert sorted(map(tuple, step.phase_transfers("exchange").tolist())) == sorted(
-        (a, b, m) for (a, b), m in moves.items())
-    assert step.phase_bytes("exchange")[1].tolist() == sent
+    many, runs = c.MANY_PIECES, c.MOVES_RUNS
+    c.MOVES_RUNS = 0
+    try:
+        for c.MANY_PIECES in (0, 2**62):
+            step = ipu.compile_graph(g, [ipu.Execute(cs)]).steps[1]
+            assert sorted(map(tuple, step.phase_transfers("exchange").tolist())) == sorted(
+                (a, b, m) for (a, b), m in moves.items())
+            assert step.phase_bytes("exchange")[1].tolist() == sent
+            assert sorted(map(tuple, step.phase_transfers("exchange out").tolist())) == sorted(
+                (a, b, m) for (a, b), m in results.items())
+    finally:
+        c.MANY_PIECES, c.MOVES_RUNS = many, runs
 
 
 def test_outputs_mapped_element_by_element_are_sent_once_after_compute():
@@ -475,16 +489,19 @@ def _steps(exe) -> list:
             for s in exe.steps]
 
 
-def _per_ipu(twist=None, overlap=False):
+def _per_ipu(twist=None, overlap=False, interleaved=False):
     """The same map, and the same matmul, on each of 3 IPUs of 8 tiles (one virtual graph
     each); ``twist``: IPU 2's operand has one element on another tile; ``overlap``: IPU 2's
-    operands are two views of one variable."""
+    operands are two views of one variable; ``interleaved``: every IPU's ``a`` allocated
+    before the ``b`` s (between an IPU's two operands lie the other IPUs')."""
     dev = ipu.IPUModel(num_ipus=3, tiles_per_ipu=8).create_device()
     g, prog = ipu.Graph(dev.target), ipu.Sequence()
-    for s in range(3):
-        vg = g.create_virtual_graph(8 * s, 8 * (s + 1))
-        a = vg.add_variable(ipu.FLOAT, [24, 16], f"a{s}")
-        b = vg.add_variable(ipu.FLOAT, [24, 16], f"b{s}")
+    vgs = [g.create_virtual_graph(8 * s, 8 * (s + 1)) for s in range(3)]
+    order = [(n, s) for n in "ab" for s in range(3)] if interleaved else [
+        (n, s) for s in range(3) for n in "ab"]
+    made = {(n, s): vgs[s].add_variable(ipu.FLOAT, [24, 16], f"{n}{s}") for n, s in order}
+    for s, vg in enumerate(vgs):
+        a, b = made["a", s], made["b", s]
         for t in (a, b):
             popops.poputil.map_tensor_linearly(vg, t)
         if twist and s == 2:
@@ -496,11 +513,12 @@ def _per_ipu(twist=None, overlap=False):
     return dev, g, prog
 
 
-@pytest.mark.parametrize("case", [{}, {"twist": True}, {"overlap": True}])
+@pytest.mark.parametrize("case", [{}, {"interleaved": True}, {"twist": True},
+                                  {"overlap": True}])
 def test_compute_sets_alike_take_an_earlier_ones_step_moved(monkeypatch, case):
     # the step of a compute set planned once and moved (whole IPUs on, every field at
-    # shifted addresses over the same moved mapping) equals planning it; a different
-    # mapping or fields that now overlap are planned
+    # shifted addresses over the same moved mapping, whatever lies between the fields)
+    # equals planning it; a different mapping or fields that now overlap are planned
     import ipukit.compile as c
 
     _, g, prog = _per_ipu(**case)
@@ -517,5 +535,6 @@ def test_compute_sets_alike_take_an_earlier_ones_step_moved(monkeypatch, case):
     assert all(np.array_equal(moved.memory.categories[k], planned.memory.categories[k])
                for k in planned.memory.categories)
     per_ipu = sum(s.kind == "compute" for s in planned.steps) // 3  # the map, the matmul
-    assert per_ipu == 2 and sum(r is not None for r in reused) == per_ipu * (1 if case else 2)
+    again = 1 if case.get("twist") or case.get("overlap") else 2  # IPUs 1 and 2, or IPU 1
+    assert per_ipu == 2 and sum(r is not None for r in reused) == per_ipu * again
     assert {s.ipus for s in moved.steps if s.name.startswith("map")} == {(0,), (1,), (2,)}

@@ -675,6 +675,30 @@ def test_a_2d_vertex_takes_its_share_of_a_tiles_rows_as_a_few_regions(offset, ro
     assert _cut_rows(np.arange(3), 0, 2) is None  # no block: the vertex's own addresses
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=40), st.integers(0, 50),
+       st.integers(1, 3))
+def test_a_runs_blocks_from_its_pieces_are_the_regions_of_its_addresses(tiles, start, w):
+    # a field that is one run of storage (w elements an item from start), its items on
+    # tiles out of order: each tile's block, worked out from the runs of items on one
+    # tile (R runs of L, S apart), is the region _regions finds in the tile's addresses;
+    # None (then every address is looked at, as before) where some tile's are not such runs
+    from ipukit.poplibs.popops import _regions, _run_blocks, _tile_pieces
+
+    tiles = np.array(tiles)
+    order = np.argsort(tiles, kind="stable")
+    counts = np.bincount(tiles)
+    ends = np.cumsum(counts[counts > 0])
+    idx = (start + np.arange(tiles.size * w).reshape(-1, w))[order].reshape(-1)
+    want = _regions(idx, (ends - counts[counts > 0]) * w, ends * w)
+    got = _run_blocks(start, w, *_tile_pieces(tiles))
+    if got is not None:
+        assert all(type(x) is tuple for x in want) and got == want
+    assert _run_blocks(0, 1, *_tile_pieces(np.array([0, 1, 0, 1, 1]))) is None  # 1, 2: no
+    tiles = np.array([0, 0, 1, 1, 0, 0, 1, 1])  # 2 columns a tile, 2 elements an item
+    assert _run_blocks(5, 2, *_tile_pieces(tiles)) == [(5, (2, 4), (8, 1)), (9, (2, 4), (8, 1))]
+
+
 def test_2d_vertices_of_a_column_block_hold_regions_and_compute_the_same():
     # a [8, 12] tensor mapped 3 columns a tile: each tile holds 8 regions of 3, its 2D
     # vertices' shares (split_regions, grain 2) start and end inside a row: each field is a

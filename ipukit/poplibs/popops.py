@@ -373,14 +373,15 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     """
     if len(tiles) == 0:
         return 0
-    cuts = np.flatnonzero(tiles[1:] != tiles[:-1]) + 1  # where the tile changes
-    in_order = bool((tiles[cuts] > tiles[cuts - 1]).all())  # e.g. linear mapping: no sort
-    order = None if in_order else np.argsort(tiles, kind="stable")
-    sorted_tiles = tiles if in_order else tiles[order]
-    if not in_order:
-        cuts = np.flatnonzero(sorted_tiles[1:] != sorted_tiles[:-1]) + 1
-    starts = [0, *cuts.tolist()]
-    on, ends = sorted_tiles[starts].tolist(), [*starts[1:], len(tiles)]
+    in_order = bool((tiles[1:] >= tiles[:-1]).all())  # e.g. linear mapping: no sort
+    counts = np.bincount(tiles)  # each tile's items, in tile order (a stable sort's groups)
+    on = np.flatnonzero(counts)
+    ends = np.cumsum(counts[on])
+    starts = (ends - counts[on]).tolist()
+    on, ends = on.tolist(), ends.tolist()
+    order = None  # (the items by tile, for a field that is no run: sorted when asked for)
+    runs_in = not in_order and any(single_run(t) for t in fields.values())
+    tile_pieces = _tile_pieces(tiles) if runs_in else None
     kinds = [cls] * len(on) if cls_2d is None else [
         cls if r == 1 else cls_2d for r in regions[on].tolist()]
     lo, hi, at, kind, run_of = [], [], [], [], []  # each vertex's rows [lo, hi), tile,
@@ -402,11 +403,18 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
             columns.append([Tensor(g, dt, (run[0] + a * w, ((b - a) * w,), (1,)), what)
                             for a, b in zip(lo, hi)])
             continue
-        idx = (_iota(*run) if run else np.ascontiguousarray(t.idx)).reshape(len(tiles), -1)
-        w = idx.shape[1]
-        idx = (idx if in_order else idx[order]).reshape(-1)
+        w = t.num_elements() // len(tiles)
+        # a field that is one run of storage: each tile's region from its runs of items
+        # (None: a tile's addresses are no such region; then every address is looked at)
+        blocks = _run_blocks(run[0], w, *tile_pieces) if run else None
+        idx = None
+        if blocks is None:
+            idx = (_iota(*run) if run else np.ascontiguousarray(t.idx)).reshape(len(tiles), -1)
+            if not in_order and order is None:
+                order = np.argsort(tiles, kind="stable")
+            idx = (idx if in_order else idx[order]).reshape(-1)
         layouts = _vertex_layouts(idx, np.array(starts) * w, np.array(ends) * w,
-                                  np.array(lo) * w, np.array(hi) * w, run_of)
+                                  np.array(lo) * w, np.array(hi) * w, run_of, blocks)
         columns.append([RegionList(g, dt, x, what) if type(x) is list else Tensor(g, dt, x, what)
                         for x in layouts])
     conns = [dict(zip(fields, c)) for c in zip(*columns)]
@@ -481,12 +489,46 @@ def _regions(idx: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> list:
 
 
 
-def _vertex_layouts(idx, starts, ends, lo, hi, run_of: list) -> list:
+def _tile_pieces(tiles: np.ndarray) -> tuple:
+    """The runs of items on one tile (pieces), grouped by tile in item order: each piece's
+    first item and length, and each tile's number of pieces (tiles with items, in order)."""
+    first = firsts(tiles)
+    by_tile = np.argsort(tiles[first], kind="stable")
+    length = np.diff(first, append=tiles.size)[by_tile]
+    count = np.bincount(tiles[first])
+    return first[by_tile], length, count[count > 0]
+
+
+def _run_blocks(start: int, w: int, begin, length, count):
+    """Each tile's addresses, for a field that is one run of storage (``w`` elements an
+    item from ``start``) and its items' pieces per tile (:func:`_tile_pieces`), as the
+    region :func:`_regions` finds in them (R pieces of L items, S items apart), worked out
+    from the pieces, not from an address per element; None if a tile's are no region."""
+    p0 = np.cumsum(count) - count  # each tile's first piece
+    tile = np.repeat(np.arange(count.size), count)  # each piece's tile
+    gap = begin[np.minimum(p0 + 1, begin.size - 1)] - begin[p0]  # S (of tiles with R > 1)
+    expect = begin[p0][tile] + (np.arange(begin.size) - p0[tile]) * gap[tile]
+    if not ((length == length[p0][tile]) & (begin == expect)).all():
+        return None
+    out = []
+    for b, n, r, s in zip((start + begin[p0] * w).tolist(), (length[p0] * w).tolist(),
+                          count.tolist(), (gap * w).tolist()):
+        if r == 1:
+            out.append((b, (n,), (1,)))
+        elif n == 1:
+            out.append((b, (r,), (s,)))
+        else:
+            out.append((b, (r, n), (s, 1)))
+    return out
+
+
+def _vertex_layouts(idx, starts, ends, lo, hi, run_of: list, blocks=None) -> list:
     """Each vertex's addresses ``idx[lo:hi]`` (within its tile's ``idx[starts:ends]``,
     ``run_of`` saying which) as one region, a list of regions (:func:`_cut_rows` of its
     tile's block) or, where its tile's addresses are no block, as :func:`_regions` finds
-    them. Where every tile's addresses are a block, vertices' own are not looked at."""
-    blocks = _regions(idx, starts, ends)
+    them. Where every tile's addresses are a block (``blocks``, when known), vertices' own
+    are not looked at."""
+    blocks = _regions(idx, starts, ends) if blocks is None else blocks
     if lo.size == starts.size:  # one vertex a tile (a MultiVertex): its tile's block
         return blocks
     cuts = zip(run_of, (lo - starts[run_of]).tolist(), (hi - starts[run_of]).tolist())
