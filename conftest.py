@@ -11,6 +11,10 @@ pasted images, tags, metadata: :func:`ipukit.grading.make_exercises.edited_exerc
 definition ``make_exercises`` itself uses), a learner's own notebook there and a
 ``backup-*`` copy anywhere are not run; ``make test`` lists them as the learner's work and
 never changes them.
+
+``make test`` runs pytest-xdist with ``--dist loadscope`` (a module's tests, or a notebook's
+cells, on one worker) and ``--no-loadscope-reorder``: the modules are handed out in the
+order :func:`pytest_collection_modifyitems` leaves them, the longest first.
 """
 
 from pathlib import Path
@@ -22,6 +26,21 @@ _EDITED: list[str] = []
 #: Output types never compared: stderr carries warnings with per-run temporary paths;
 #: HTML and JavaScript come from widgets and rich reprs.
 SKIP_COMPARE = ("stderr", "text/html", "application/javascript")
+
+
+#: The slowest test modules, slowest first (``pytest -n 2 --durations=0``, summed per module;
+#: BENCHMARKS.md, issue 29): handed out first, so that the many short modules fill in
+#: around them and no worker starts a long one while the other runs out of work. The rest
+#: follow in collection order.
+LONG_POLES = ("tests/test_browser.py", "tests/test_grade.py", "tests/test_pyodide.py",
+              "tests/test_wasm32.py", "tests/test_site.py", "tests/test_pipelining_throughput.py",
+              "tests/test_grading.py", "tests/test_mutants.py", "tests/test_widgets.py")
+
+
+def pytest_collection_modifyitems(items):
+    """The long poles first (a stable sort: each module's own order is kept)."""
+    rank = {name: i for i, name in enumerate(LONG_POLES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
 def pytest_collectstart(collector):

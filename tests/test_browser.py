@@ -139,11 +139,21 @@ def wait_for_idle_kernel(base, token, timeout=90):
 
 
 
-def open_chromium(p, tmp_path, offline=False):
-    """A Chromium context; ``offline`` refuses every request that is not a local file."""
-    ctx = p.chromium.launch_persistent_context(
-        str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True,
-        args=FLAGS, viewport={"width": 1400, "height": 1000})
+@pytest.fixture(scope="module")
+def chromium():
+    """One Chromium for the module; each test opens its own context in it (open_chromium),
+    with nothing shared: cookies, storage and cache are the context's own."""
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def open_chromium(chromium, offline=False, viewport=None):
+    """A new Chromium context; ``offline`` refuses every request that is not a local file."""
+    ctx = chromium.new_context(viewport=viewport or {"width": 1400, "height": 1000})
     ctx.refused = []
     if offline:
         def refuse(route):
@@ -223,48 +233,47 @@ def hover(page, widget, kind):
     return box["x"] + x, box["y"] + y, text
 
 
-def test_widgets_play_in_jupyterlab(lab, tmp_path):
+def test_widgets_play_in_jupyterlab(chromium, lab):
     base, token = lab
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as p:
-        ctx = open_chromium(p, tmp_path)
-        try:
-            page = ctx.new_page()
-            page.goto(f"{base}/lab/tree/{NOTEBOOK.name}?token={token}")
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
-            wait_for_idle_kernel(base, token)
-            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-            page.get_by_text("Run All Cells", exact=True).click()
-            page.wait_for_function(
-                "document.querySelectorAll('.jp-OutputArea-output .ipukit-widget').length >= 3",
-                timeout=120_000)
-            assert "Error displaying widget" not in page.content()
-            assert page.locator(".jp-OutputArea-output[data-mime-type*='error']").count() == 0
-            widgets = page.locator(".jp-OutputArea-output .ipukit-widget")
-            clicked = None
-            for i, kind in enumerate(["bsp", "timeline", "memory"]):
-                w = widgets.nth(i)
-                w.scroll_into_view_if_needed()
-                assert w.get_attribute("data-ipukit-kind") == kind
-                w.screenshot(path=str(SHOTS / f"lab_{kind}_before.png"))
-                before, after = plays(w, 1.5 if kind == "timeline" else 2.5,  # few frames
-                                      "4" if kind == "bsp" else None)
-                assert after > before, (kind, before, after)
-                x, y, text = hover(page, w, kind)
-                w.screenshot(path=str(SHOTS / f"lab_{kind}_hover.png"))
-                if kind == "bsp":
-                    page.mouse.click(x, y)
-                    clicked = int(re.search(r"tile (\d+)", text).group(1))
-            # Python sees the browser's frame and the clicked tile (`selected`).
-            page.locator(".jp-Cell").last.locator(".jp-InputArea-editor").click()
-            page.keyboard.press("Shift+Enter")
-            out = page.locator(".jp-OutputArea-output", has_text="python sees: True")
-            out.wait_for(timeout=30_000)
-            assert out.inner_text().strip() == f"python sees: True tile {clicked}"
-            settle(widgets.nth(1), 123)  # Python set the timeline's frame
-            page.screenshot(path=str(SHOTS / "lab_page.png"), full_page=True)
-        finally:
-            ctx.close()
+    ctx = open_chromium(chromium)
+    try:
+        page = ctx.new_page()
+        page.goto(f"{base}/lab/tree/{NOTEBOOK.name}?token={token}")
+        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+        wait_for_idle_kernel(base, token)
+        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+        page.get_by_text("Run All Cells", exact=True).click()
+        page.wait_for_function(
+            "document.querySelectorAll('.jp-OutputArea-output .ipukit-widget').length >= 3",
+            timeout=120_000)
+        assert "Error displaying widget" not in page.content()
+        assert page.locator(".jp-OutputArea-output[data-mime-type*='error']").count() == 0
+        widgets = page.locator(".jp-OutputArea-output .ipukit-widget")
+        clicked = None
+        for i, kind in enumerate(["bsp", "timeline", "memory"]):
+            w = widgets.nth(i)
+            w.scroll_into_view_if_needed()
+            assert w.get_attribute("data-ipukit-kind") == kind
+            w.screenshot(path=str(SHOTS / f"lab_{kind}_before.png"))
+            before, after = plays(w, 1.5 if kind == "timeline" else 2.5,  # few frames
+                                  "4" if kind == "bsp" else None)
+            assert after > before, (kind, before, after)
+            x, y, text = hover(page, w, kind)
+            w.screenshot(path=str(SHOTS / f"lab_{kind}_hover.png"))
+            if kind == "bsp":
+                page.mouse.click(x, y)
+                clicked = int(re.search(r"tile (\d+)", text).group(1))
+        # Python sees the browser's frame and the clicked tile (`selected`).
+        page.locator(".jp-Cell").last.locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Shift+Enter")
+        out = page.locator(".jp-OutputArea-output", has_text="python sees: True")
+        out.wait_for(timeout=30_000)
+        assert out.inner_text().strip() == f"python sees: True tile {clicked}"
+        settle(widgets.nth(1), 123)  # Python set the timeline's frame
+        page.screenshot(path=str(SHOTS / "lab_page.png"), full_page=True)
+    finally:
+        ctx.close()
 
 
 def demo_trace(ipus, tiles):
@@ -299,7 +308,7 @@ def demo_trace(ipus, tiles):
     return eng.trace
 
 
-def test_saved_pages_play_offline(tmp_path):
+def test_saved_pages_play_offline(chromium, tmp_path):
     from ipukit.parallel.schedule import schedule
     from ipukit.widgets import BSPView, MemoryMap, PipelineTimeline
 
@@ -309,24 +318,23 @@ def test_saved_pages_play_offline(tmp_path):
                  tmp_path / "timeline.html"),
              "memory": MemoryMap(trace).save_html(tmp_path / "memory.html")}
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as p:
-        ctx = open_chromium(p, tmp_path, offline=True)
-        try:
-            for kind, path in pages.items():
-                page, w, errors = open_widget(ctx, path)
-                # few frames; a BSPView opens on a compute phase, its longest to play
-                before, after = plays(w, 1.5 if kind == "timeline" else 2.5,
-                                      "4" if kind == "bsp" else None)
-                assert after > before, (kind, before, after)
-                hover(page, w, kind)
-                page.screenshot(path=str(SHOTS / f"saved_{kind}.png"), full_page=True)
-                if kind == "timeline":
-                    timeline_controls(page, w)
-                assert errors == [], (kind, errors)
-                page.close()
-            assert ctx.refused == []  # nothing was even asked for
-        finally:
-            ctx.close()
+    ctx = open_chromium(chromium, offline=True)
+    try:
+        for kind, path in pages.items():
+            page, w, errors = open_widget(ctx, path)
+            # few frames; a BSPView opens on a compute phase, its longest to play
+            before, after = plays(w, 1.5 if kind == "timeline" else 2.5,
+                                  "4" if kind == "bsp" else None)
+            assert after > before, (kind, before, after)
+            hover(page, w, kind)
+            page.screenshot(path=str(SHOTS / f"saved_{kind}.png"), full_page=True)
+            if kind == "timeline":
+                timeline_controls(page, w)
+            assert errors == [], (kind, errors)
+            page.close()
+        assert ctx.refused == []  # nothing was even asked for
+    finally:
+        ctx.close()
 
 
 def settle(w, k, timeout=3.0):
@@ -363,7 +371,7 @@ def timeline_controls(page, w):
     assert w.get_attribute("data-ipukit-window") == "0.000,22.000"
 
 
-def test_frame_rate_at_scale(tmp_path):
+def test_frame_rate_at_scale(chromium, tmp_path):
     """Mk2's 1,472 tiles on 2 IPUs and a timeline of 10,016 spans play at >= 30 fps."""
     from ipukit.parallel.schedule import schedule
     from ipukit.widgets import BSPView, PipelineTimeline
@@ -373,24 +381,23 @@ def test_frame_rate_at_scale(tmp_path):
     pages = {"bsp_2x1472": BSPView(demo_trace(2, 1472)).save_html(tmp_path / "bsp.html"),
              "timeline_10016": timeline.save_html(tmp_path / "timeline.html")}
     measured = {}
-    with sync_api.sync_playwright() as p:
-        ctx = open_chromium(p, tmp_path, offline=True)
-        try:
-            for name, path in pages.items():
-                page, w, errors = open_widget(ctx, path)
-                w.locator('[aria-label="Play"]').click()
-                time.sleep(3.5)
-                measured[name] = float(w.get_attribute("data-ipukit-fps"))
-                page.screenshot(path=str(SHOTS / f"fps_{name}.png"), full_page=True)
-                assert errors == []
-                page.close()
-        finally:
-            ctx.close()
+    ctx = open_chromium(chromium, offline=True)
+    try:
+        for name, path in pages.items():
+            page, w, errors = open_widget(ctx, path)
+            w.locator('[aria-label="Play"]').click()
+            time.sleep(3.5)
+            measured[name] = float(w.get_attribute("data-ipukit-fps"))
+            page.screenshot(path=str(SHOTS / f"fps_{name}.png"), full_page=True)
+            assert errors == []
+            page.close()
+    finally:
+        ctx.close()
     print("frames per second:", measured)
     assert min(measured.values()) >= 30, measured
 
 
-def test_nbconvert_export_plays_offline(tmp_path):
+def test_nbconvert_export_plays_offline(chromium, tmp_path):
     """Lesson 01 as `jupyter nbconvert --to html` writes it: its BSPView plays with every
     network request refused (the template's own CDN links are refused too)."""
     lesson = HERE.parent / "notebooks" / "01_ipu_and_bsp.ipynb"
@@ -398,22 +405,21 @@ def test_nbconvert_export_plays_offline(tmp_path):
                     "--output-dir", str(tmp_path), str(lesson)], check=True,
                    capture_output=True, timeout=120)
     path = tmp_path / "01_ipu_and_bsp.html"
-    with sync_api.sync_playwright() as p:
-        ctx = open_chromium(p, tmp_path, offline=True)
-        try:
-            page, w, errors = open_widget(ctx, path, timeout=20_000)
-            w.scroll_into_view_if_needed()
-            w.locator('[aria-label="Speed"]').select_option("4")  # 6 phases, a long first one
-            rewind(w)
-            before, after = plays(w)
-            assert after > before
-            hover(page, w, "bsp")
-            w.screenshot(path=str(SHOTS / "nbconvert_bsp.png"))
-            ours = [e for e in errors if "net::ERR_FAILED" not in e]
-            assert ours == [], ours
-            assert all(not u.startswith("file:") for u in ctx.refused)
-        finally:
-            ctx.close()
+    ctx = open_chromium(chromium, offline=True)
+    try:
+        page, w, errors = open_widget(ctx, path, timeout=20_000)
+        w.scroll_into_view_if_needed()
+        w.locator('[aria-label="Speed"]').select_option("4")  # 6 phases, a long first one
+        rewind(w)
+        before, after = plays(w)
+        assert after > before
+        hover(page, w, "bsp")
+        w.screenshot(path=str(SHOTS / "nbconvert_bsp.png"))
+        ours = [e for e in errors if "net::ERR_FAILED" not in e]
+        assert ours == [], ours
+        assert all(not u.startswith("file:") for u in ctx.refused)
+    finally:
+        ctx.close()
 
 
 
@@ -478,7 +484,7 @@ def opened_dirty(page, base, token, name):
 
 
 @pytest.mark.parametrize("lab", ["learners_checkout"], indirect=True)
-def test_opening_a_notebook_does_not_mark_it_unsaved(lab, learners_checkout, tmp_path):
+def test_opening_a_notebook_does_not_mark_it_unsaved(chromium, lab, learners_checkout):
     """Issue 31: JupyterLab marked an exercise notebook unsaved on opening (the kernel
     filled in language_info). A generated exercise and a lesson notebook open, their
     kernel starts, and the document stays clean; saving it is not a learner's edit."""
@@ -487,24 +493,23 @@ def test_opening_a_notebook_does_not_mark_it_unsaved(lab, learners_checkout, tmp
     base, token = lab
     [exercise] = (learners_checkout / "exercises").glob("01_*.ipynb")
     [lesson] = (learners_checkout / "notebooks").glob("01_*.ipynb")
-    with sync_api.sync_playwright() as p:
-        ctx = open_chromium(p, tmp_path)
-        try:
-            page = ctx.new_page()
-            for path in (exercise, lesson):
-                name = path.relative_to(learners_checkout).as_posix()
-                dirty = opened_dirty(page, base, token, name)
-                assert dirty is None, f"{name}: {dirty} dirty on opening"
-            name = exercise.relative_to(learners_checkout).as_posix()
-            assert opened_dirty(page, base, token, name) is None, name
-            before = exercise.stat().st_mtime_ns
-            # the document's own save, awaited (found by its path, as opened_dirty does)
-            page.evaluate(f"async () => await ({document(name)}).context.save()")
-            assert exercise.stat().st_mtime_ns != before, "JupyterLab did not save the notebook"
-            time.sleep(0.5)
-            assert not edited_exercise(exercise)
-        finally:
-            ctx.close()
+    ctx = open_chromium(chromium)
+    try:
+        page = ctx.new_page()
+        for path in (exercise, lesson):
+            name = path.relative_to(learners_checkout).as_posix()
+            dirty = opened_dirty(page, base, token, name)
+            assert dirty is None, f"{name}: {dirty} dirty on opening"
+        name = exercise.relative_to(learners_checkout).as_posix()
+        assert opened_dirty(page, base, token, name) is None, name
+        before = exercise.stat().st_mtime_ns
+        # the document's own save, awaited (found by its path, as opened_dirty does)
+        page.evaluate(f"async () => await ({document(name)}).context.save()")
+        assert exercise.stat().st_mtime_ns != before, "JupyterLab did not save the notebook"
+        time.sleep(0.5)
+        assert not edited_exercise(exercise)
+    finally:
+        ctx.close()
 
 
 # -- pages are safe to open ----------------------------------------------------------------
@@ -575,7 +580,7 @@ def assert_nothing_ran(page, dialogs):
     assert page.locator(PARSED).count() == 0
 
 
-def test_the_reported_label_does_not_run(tmp_path):
+def test_the_reported_label_does_not_run(chromium, tmp_path):
     """Issue 26's finding: a span labelled ``<img src=x onerror=...>`` ran its script
     when the saved page played (the caption's innerHTML). Now it is the caption's text."""
     from ipukit.timeline import Span
@@ -584,40 +589,38 @@ def test_the_reported_label_does_not_run(tmp_path):
     label = f"<img src=x onerror=window.{hostile.FLAG}=1;alert(1)>"
     path = PipelineTimeline([Span(0, "compute", 0, 10, label=label)]).save_html(
         tmp_path / "t.html")
-    with sync_api.sync_playwright() as p:
-        ctx = open_chromium(p, tmp_path, offline=True)
-        try:
-            page, w, errors = open_widget(ctx, path, dialogs := [])
-            before, after = plays(w, 1.0)
-            assert after > before
-            assert_nothing_ran(page, dialogs)
-            assert label in w.locator(".ipukit-caption").inner_text()
-            assert errors == []
-        finally:
-            ctx.close()
+    ctx = open_chromium(chromium, offline=True)
+    try:
+        page, w, errors = open_widget(ctx, path, dialogs := [])
+        before, after = plays(w, 1.0)
+        assert after > before
+        assert_nothing_ran(page, dialogs)
+        assert label in w.locator(".ipukit-caption").inner_text()
+        assert errors == []
+    finally:
+        ctx.close()
 
 
-def test_payloads_in_every_name_never_run_in_saved_pages(tmp_path):
+def test_payloads_in_every_name_never_run_in_saved_pages(chromium, tmp_path):
     """Issue 26 point 5: HTML and JavaScript in every name a program chooses (tensor,
     compute set, vertex class, stream, memory category, span kind and label, panel title)
     reaches a save_html page as text, in all three widgets: played, scrubbed, hovered and
     clicked, no payload runs, and the names show as the characters they are."""
     pages = {kind: w.save_html(tmp_path / f"{kind}.html")
              for kind, w in hostile.widgets().items()}
-    with sync_api.sync_playwright() as p:
-        ctx = open_chromium(p, tmp_path, offline=True)
-        try:
-            shown = {}
-            for kind, path in pages.items():
-                page, w, errors = open_widget(ctx, path, dialogs := [])
-                shown[kind] = attack(page, w)
-                page.screenshot(path=str(SHOTS / f"hostile_{kind}.png"), full_page=True)
-                assert_nothing_ran(page, dialogs)
-                assert errors == [], (kind, errors)
-                page.close()
-            assert ctx.refused == []  # not even the img payloads' src=x was fetched
-        finally:
-            ctx.close()
+    ctx = open_chromium(chromium, offline=True)
+    try:
+        shown = {}
+        for kind, path in pages.items():
+            page, w, errors = open_widget(ctx, path, dialogs := [])
+            shown[kind] = attack(page, w)
+            page.screenshot(path=str(SHOTS / f"hostile_{kind}.png"), full_page=True)
+            assert_nothing_ran(page, dialogs)
+            assert errors == [], (kind, errors)
+            page.close()
+        assert ctx.refused == []  # not even the img payloads' src=x was fetched
+    finally:
+        ctx.close()
     # the payloads are on the page as text: the headers, captions and tooltips show them
     p = hostile.payload
     assert p(4) in shown["bsp"] and f"StreamCopy {p(6)} -> {p(0)}" in shown["bsp"]
@@ -630,7 +633,7 @@ def test_payloads_in_every_name_never_run_in_saved_pages(tmp_path):
     assert "x" * 1000 not in "".join(shown.values())  # 100,000 characters: cut
 
 
-def test_payloads_never_run_in_an_nbconvert_export(tmp_path):
+def test_payloads_never_run_in_an_nbconvert_export(chromium, tmp_path):
     """The same widgets displayed in a notebook, executed and exported with ``jupyter
     nbconvert --to html`` (their text/html output: the page that plays with no kernel):
     played, scrubbed, hovered and clicked offline, no payload runs."""
@@ -647,21 +650,20 @@ def test_payloads_never_run_in_an_nbconvert_export(tmp_path):
     subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html",
                     str(tmp_path / "hostile.ipynb")], check=True, capture_output=True,
                    timeout=120)
-    with sync_api.sync_playwright() as p:
-        ctx = open_chromium(p, tmp_path, offline=True)
-        try:
-            page = ctx.new_page()
-            errors, dialogs = watch(page), watch_dialogs(page)
-            page.goto((tmp_path / "hostile.html").as_uri())
-            widgets = page.locator(".ipukit-widget")
-            widgets.nth(2).wait_for(timeout=20_000)
-            assert widgets.count() == 3
-            shown = [attack(page, widgets.nth(i)) for i in range(3)]
-            page.screenshot(path=str(SHOTS / "hostile_nbconvert.png"), full_page=True)
-            assert_nothing_ran(page, dialogs)
-            assert [e for e in errors if "net::ERR_FAILED" not in e] == []
-        finally:
-            ctx.close()
+    ctx = open_chromium(chromium, offline=True)
+    try:
+        page = ctx.new_page()
+        errors, dialogs = watch(page), watch_dialogs(page)
+        page.goto((tmp_path / "hostile.html").as_uri())
+        widgets = page.locator(".ipukit-widget")
+        widgets.nth(2).wait_for(timeout=20_000)
+        assert widgets.count() == 3
+        shown = [attack(page, widgets.nth(i)) for i in range(3)]
+        page.screenshot(path=str(SHOTS / "hostile_nbconvert.png"), full_page=True)
+        assert_nothing_ran(page, dialogs)
+        assert [e for e in errors if "net::ERR_FAILED" not in e] == []
+    finally:
+        ctx.close()
     assert hostile.payload(4) in shown[0] and hostile.payload(9) in shown[1]
 
 
@@ -689,7 +691,7 @@ def frames_while_playing(page, w, speed="4", limit=20.0) -> list[int]:
     return seen + [frame(w)]
 
 
-def test_what_a_learner_sees(tmp_path):
+def test_what_a_learner_sees(chromium, tmp_path):
     """Lesson 08's timeline in an 800-pixel notebook labels every forward box and names its
     stash lines; a BSPView spends little of its play on host syncs; a MemoryMap opened on
     one category plays every category, from the total."""
@@ -710,49 +712,47 @@ def test_what_a_learner_sees(tmp_path):
     out.frame = out.frame_index(next(e for e, ev in enumerate(out.events)
                                      if trace.steps[ev.step].exchange_out_cycles), "exchange out")
     pages["bsp_out"] = out.save_html(tmp_path / "bsp_out.html")
-    with sync_api.sync_playwright() as p:
-        ctx = p.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=FLAGS,
-            viewport={"width": 800, "height": 900})  # a notebook beside an open side panel
-        ctx.add_init_script(RECORD_TEXT)
-        try:
-            page, w, errors = open_widget(ctx, pages["timeline"])
-            time.sleep(0.5)
-            drawn = page.evaluate("window.__drawn")
-            forward = [t for t in drawn if re.fullmatch(r"F\d( s\d| · stage \d)?", t)]
-            assert len(forward) >= 2 * 4 * 8, drawn  # every F box of both panels
-            legend = "stashed micro-batches per IPU (dot: at the play head):"
-            assert drawn.count(legend) == 2 and all(f"IPU {q}" in drawn for q in range(4))
-            w.screenshot(path=str(SHOTS / "learner_timeline.png"))
+    # a notebook beside an open side panel
+    ctx = open_chromium(chromium, viewport={"width": 800, "height": 900})
+    ctx.add_init_script(RECORD_TEXT)
+    try:
+        page, w, errors = open_widget(ctx, pages["timeline"])
+        time.sleep(0.5)
+        drawn = page.evaluate("window.__drawn")
+        forward = [t for t in drawn if re.fullmatch(r"F\d( s\d| · stage \d)?", t)]
+        assert len(forward) >= 2 * 4 * 8, drawn  # every F box of both panels
+        legend = "stashed micro-batches per IPU (dot: at the play head):"
+        assert drawn.count(legend) == 2 and all(f"IPU {q}" in drawn for q in range(4))
+        w.screenshot(path=str(SHOTS / "learner_timeline.png"))
 
-            page, w, errors = open_widget(ctx, pages["bsp"])
-            seen = frames_while_playing(page, w)
-            assert seen and max(seen) == bsp.num_frames() - 1
-            share = sum(k in host for k in seen) / len(seen)
-            assert share < 0.2, (share, seen)  # host syncs flash by
+        page, w, errors = open_widget(ctx, pages["bsp"])
+        seen = frames_while_playing(page, w)
+        assert seen and max(seen) == bsp.num_frames() - 1
+        share = sum(k in host for k in seen) / len(seen)
+        assert share < 0.2, (share, seen)  # host syncs flash by
 
-            page, w, errors = open_widget(ctx, pages["bsp_out"])
-            time.sleep(0.3)
-            assert frame(w) == out.frame
-            text = w.inner_text()
-            assert "EXCHANGE OUT phase · 1 cycles" in text, text
-            assert "go there after the compute phase" in text, text
-            drawn = page.evaluate("window.__drawn")
-            assert "↓4 B" in drawn and "↑4 B" in drawn, drawn  # tiles i and i + 1
-            key = ["exchange out", "compute", "exchange", "sync"]  # drawn right to left
-            assert any(drawn[i:i + 4] == key for i in range(len(drawn))), drawn  # the strip's
-            w.screenshot(path=str(SHOTS / "learner_bsp_exchange_out.png"))
+        page, w, errors = open_widget(ctx, pages["bsp_out"])
+        time.sleep(0.3)
+        assert frame(w) == out.frame
+        text = w.inner_text()
+        assert "EXCHANGE OUT phase · 1 cycles" in text, text
+        assert "go there after the compute phase" in text, text
+        drawn = page.evaluate("window.__drawn")
+        assert "↓4 B" in drawn and "↑4 B" in drawn, drawn  # tiles i and i + 1
+        key = ["exchange out", "compute", "exchange", "sync"]  # drawn right to left
+        assert any(drawn[i:i + 4] == key for i in range(len(drawn))), drawn  # the strip's
+        w.screenshot(path=str(SHOTS / "learner_bsp_exchange_out.png"))
 
-            page, w, errors = open_widget(ctx, pages["memory"])
-            assert frame(w) == memory.names.index("vertex code")
-            seen = frames_while_playing(page, w, speed="2")
-            assert set(seen) == set(range(len(memory.names))), seen  # every category
-            assert frame(w) == len(memory.names) - 1
-            assert "one scale for every category" in " ".join(page.evaluate("window.__drawn"))
-            w.screenshot(path=str(SHOTS / "learner_memory.png"))
-            assert errors == []
-        finally:
-            ctx.close()
+        page, w, errors = open_widget(ctx, pages["memory"])
+        assert frame(w) == memory.names.index("vertex code")
+        seen = frames_while_playing(page, w, speed="2")
+        assert set(seen) == set(range(len(memory.names))), seen  # every category
+        assert frame(w) == len(memory.names) - 1
+        assert "one scale for every category" in " ".join(page.evaluate("window.__drawn"))
+        w.screenshot(path=str(SHOTS / "learner_memory.png"))
+        assert errors == []
+    finally:
+        ctx.close()
 
 
 # -- the schedules after Graphcore's (issue 27) ---------------------------------------------
@@ -781,7 +781,7 @@ def op_point(box, view, span, panel=0):
     return box["x"] + x, box["y"] + 22 + 30 * span.ipu + 10
 
 
-def test_new_schedules_play_with_w_ops_and_chunks(tmp_path):
+def test_new_schedules_play_with_w_ops_and_chunks(chromium, tmp_path):
     """A ZB-H1 (beside 1F1B), a ZB-V and a DualPipeV schedule play offline: the key names
     the W boxes, the W boxes are drawn with their labels and say what they are on hover,
     ZB-V's chunks show on its boxes (bands; ``F3c1`` once zoomed in), a DualPipeV op names
@@ -795,64 +795,63 @@ def test_new_schedules_play_with_w_ops_and_chunks(tmp_path):
              "dualpipev": PipelineTimeline(schedule("dualpipev", 4, 8))}
     pages = {k: with_controls(v, tmp_path / f"{k}.html") for k, v in views.items()}
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as p:
-        ctx = open_chromium(p, tmp_path, offline=True)
-        ctx.add_init_script(RECORD_TEXT)
-        try:
-            for kind, view in views.items():
-                page, w, errors = open_widget(ctx, pages[kind])
-                before, after = plays(w, 1.0)
-                assert after > before, (kind, before, after)
-                keys = w.locator(".ipukit-key")
-                assert w.locator('.ipukit-key[data-op="W"]').inner_text() == \
-                    "W: weight gradient"
+    ctx = open_chromium(chromium, offline=True)
+    ctx.add_init_script(RECORD_TEXT)
+    try:
+        for kind, view in views.items():
+            page, w, errors = open_widget(ctx, pages[kind])
+            before, after = plays(w, 1.0)
+            assert after > before, (kind, before, after)
+            keys = w.locator(".ipukit-key")
+            assert w.locator('.ipukit-key[data-op="W"]').inner_text() == \
+                "W: weight gradient"
+            drawn = page.evaluate("window.__drawn")
+            ws = [b for b in view.timelines[0].boxes if b.kind == "W"]
+            assert len([t for t in drawn if re.fullmatch(r"W\d(c\d)?( s\d)?", t)]) >= \
+                len(ws) // 2, drawn  # most W boxes carry their name
+            box = w.locator("canvas").bounding_box()
+            page.mouse.move(*op_point(box, view, ws[0]))
+            tip = w.locator('[role="tooltip"]')
+            tip.wait_for(state="visible", timeout=5000)
+            name = f"W{ws[0].microbatch}" + ("" if kind == "zb_h1" else "c")
+            assert tip.inner_text().startswith(name), tip.inner_text()
+            assert "weight gradient" in tip.inner_text()
+            w.screenshot(path=str(SHOTS / f"after_graphcore_{kind}.png"))
+            # every kind in the selector, each with its origin as the tooltip
+            options = w.locator('select[aria-label="schedule"] option')
+            assert options.all_inner_texts() == list(ALL_KINDS)
+            titles = [options.nth(i).get_attribute("title") for i in range(len(ALL_KINDS))]
+            assert "ScheduleZBVZeroBubble" in titles[ALL_KINDS.index("zb_v")]
+            assert "ScheduleDualPipeV" in titles[ALL_KINDS.index("dualpipev")]
+            assert "ScheduleInterleavedZeroBubble" in titles[ALL_KINDS.index("zb_h1")]
+            assert "ScheduleInterleaved1F1B" in titles[ALL_KINDS.index("interleaved_1f1b")]
+            compare = w.locator('select[aria-label="compare with"]')
+            assert compare.input_value() == ("1f1b" if kind == "zb_h1" else "none")
+            if kind == "dualpipev":  # a unit's op names the unit's ops, in order
+                tl = view.timelines[0]
+                unit = tl.units[0]
+                page.mouse.move(*op_point(box, view, tl.boxes[unit[1]]))
+                time.sleep(0.3)
+                names = " → ".join(tl.name(j) for j in unit)
+                assert f"one unit: {names}" in tip.inner_text(), tip.inner_text()
+                assert "backward for the input gradient" in tip.inner_text()
+                assert keys.all_inner_texts()[-1] == "bracket: ops run as one unit"
+                w.screenshot(path=str(SHOTS / "after_graphcore_dualpipev_unit.png"))
+            if kind == "zb_v":
+                assert "band: chunk 0…1" in keys.all_inner_texts()[-1]
+                page.evaluate("window.__drawn = []")
+                page.mouse.move(box["x"] + 200, box["y"] + 60)
+                for _ in range(4):
+                    page.mouse.wheel(0, -100)
+                time.sleep(0.4)
                 drawn = page.evaluate("window.__drawn")
-                ws = [b for b in view.timelines[0].boxes if b.kind == "W"]
-                assert len([t for t in drawn if re.fullmatch(r"W\d(c\d)?( s\d)?", t)]) >= \
-                    len(ws) // 2, drawn  # most W boxes carry their name
-                box = w.locator("canvas").bounding_box()
-                page.mouse.move(*op_point(box, view, ws[0]))
-                tip = w.locator('[role="tooltip"]')
-                tip.wait_for(state="visible", timeout=5000)
-                name = f"W{ws[0].microbatch}" + ("" if kind == "zb_h1" else "c")
-                assert tip.inner_text().startswith(name), tip.inner_text()
-                assert "weight gradient" in tip.inner_text()
-                w.screenshot(path=str(SHOTS / f"after_graphcore_{kind}.png"))
-                # every kind in the selector, each with its origin as the tooltip
-                options = w.locator('select[aria-label="schedule"] option')
-                assert options.all_inner_texts() == list(ALL_KINDS)
-                titles = [options.nth(i).get_attribute("title") for i in range(len(ALL_KINDS))]
-                assert "ScheduleZBVZeroBubble" in titles[ALL_KINDS.index("zb_v")]
-                assert "ScheduleDualPipeV" in titles[ALL_KINDS.index("dualpipev")]
-                assert "ScheduleInterleavedZeroBubble" in titles[ALL_KINDS.index("zb_h1")]
-                assert "ScheduleInterleaved1F1B" in titles[ALL_KINDS.index("interleaved_1f1b")]
-                compare = w.locator('select[aria-label="compare with"]')
-                assert compare.input_value() == ("1f1b" if kind == "zb_h1" else "none")
-                if kind == "dualpipev":  # a unit's op names the unit's ops, in order
-                    tl = view.timelines[0]
-                    unit = tl.units[0]
-                    page.mouse.move(*op_point(box, view, tl.boxes[unit[1]]))
-                    time.sleep(0.3)
-                    names = " → ".join(tl.name(j) for j in unit)
-                    assert f"one unit: {names}" in tip.inner_text(), tip.inner_text()
-                    assert "backward for the input gradient" in tip.inner_text()
-                    assert keys.all_inner_texts()[-1] == "bracket: ops run as one unit"
-                    w.screenshot(path=str(SHOTS / "after_graphcore_dualpipev_unit.png"))
-                if kind == "zb_v":
-                    assert "band: chunk 0…1" in keys.all_inner_texts()[-1]
-                    page.evaluate("window.__drawn = []")
-                    page.mouse.move(box["x"] + 200, box["y"] + 60)
-                    for _ in range(4):
-                        page.mouse.wheel(0, -100)
-                    time.sleep(0.4)
-                    drawn = page.evaluate("window.__drawn")
-                    chunked = [t for t in drawn if re.fullmatch(r"[FBW]\dc[01]( s\d)?", t)]
-                    assert {t[3] for t in chunked} == {"0", "1"}, drawn
-                    w.screenshot(path=str(SHOTS / "after_graphcore_zb_v_zoomed.png"))
-                    assert "stashed micro-batches per IPU (a chunk's micro-batch counts " \
-                        "1/2 (kit convention: equal chunks)) (dot: at the play head):" in drawn
-                assert errors == [], (kind, errors)
-                page.close()
-            assert ctx.refused == []
-        finally:
-            ctx.close()
+                chunked = [t for t in drawn if re.fullmatch(r"[FBW]\dc[01]( s\d)?", t)]
+                assert {t[3] for t in chunked} == {"0", "1"}, drawn
+                w.screenshot(path=str(SHOTS / "after_graphcore_zb_v_zoomed.png"))
+                assert "stashed micro-batches per IPU (a chunk's micro-batch counts " \
+                    "1/2 (kit convention: equal chunks)) (dot: at the play head):" in drawn
+            assert errors == [], (kind, errors)
+            page.close()
+        assert ctx.refused == []
+    finally:
+        ctx.close()

@@ -451,9 +451,13 @@ def test_a_learners_extra_notebook_in_the_kits_exercises_changes_nothing(tmp_pat
 
 
 KIT_FILE = ROOT / "ipukit" / "grading" / "feedback.py"
-REWRITE = f"""\
+
+
+def rewrite(kit_file: Path) -> str:
+    """A cell that makes every check of ``kit_file`` (the kit's feedback.py) pass."""
+    return f"""\
 from pathlib import Path
-kit = Path({str(KIT_FILE)!r})
+kit = Path({str(kit_file)!r})
 try:
     with open(kit, 'a') as f:
         f.write('\\n_forged_run = _run\\n'
@@ -554,43 +558,35 @@ def test_the_kit_is_restored_even_where_no_backup_folder_can_be_made(
     assert kit_copy.read_bytes() == kit_file_kept
 
 
-def snapshot_before(original: bytes) -> sandbox.KitSnapshot:
-    """A snapshot of the kit as it was with KIT_FILE holding ``original``."""
-    now = KIT_FILE.read_bytes()
-    KIT_FILE.write_bytes(original)
-    try:
-        return sandbox.KitSnapshot(grade_module.KIT)
-    finally:
-        KIT_FILE.write_bytes(now)
-
-
 @LANDLOCK
 def test_a_cell_cannot_rewrite_the_kit_and_the_next_notebook_keeps_its_score(tmp_path,
                                                                               kit_file_kept):
-    report = quietly(untouched(tmp_path / "01_me.ipynb", REWRITE))
+    report = quietly(untouched(tmp_path / "01_me.ipynb", rewrite(KIT_FILE)))
     assert report["score"] == 0 and KIT_FILE.read_bytes() == kit_file_kept
     assert quietly(untouched(tmp_path / "01_next.ipynb"))["score"] == 0
 
 
 def test_without_landlock_a_rewritten_kit_voids_the_grade_and_is_restored(tmp_path,
-                                                                         kit_file_kept):
+                                                                         kit_copy):
+    kit_file_kept = kit_copy.read_bytes()
     with pytest.raises(grade_module.KitChanged, match="this grade is void: the kit's files "
                        r"changed while the notebook ran \(grading/feedback.py\)"):
-        quietly(untouched(tmp_path / "01_me.ipynb", REWRITE), landlock=False)
-    assert KIT_FILE.read_bytes() == kit_file_kept  # restored by the grader
+        quietly(untouched(tmp_path / "01_me.ipynb", rewrite(kit_copy)), landlock=False)
+    assert kit_copy.read_bytes() == kit_file_kept  # restored by the grader
     report = quietly(untouched(tmp_path / "01_next.ipynb"), landlock=False)
     assert report["score"] == 0 and report["sandbox"].startswith("none: Landlock was not")
 
 
 def test_a_kernel_that_never_starts_is_still_checked_for_changes_to_the_kit(tmp_path,
-                                                                         kit_file_kept):
+                                                                         kit_copy):
     """A file beside the notebook runs in place of the kernel (``python -m`` looks in the
     working folder first), rewrites the kit and exits: the grade is void all the same."""
+    kit_file_kept = kit_copy.read_bytes()
     (tmp_path / "ipykernel_launcher.py").write_text(
-        f"open({str(KIT_FILE)!r}, 'a').write('\\nforged = True\\n')\nraise SystemExit(1)")
+        f"open({str(kit_copy)!r}, 'a').write('\\nforged = True\\n')\nraise SystemExit(1)")
     with pytest.raises(grade_module.KitChanged, match="grading/feedback.py"):
         quietly(notebook(tmp_path / "01_me.ipynb", ["pass"]), landlock=False, total_timeout=20)
-    assert KIT_FILE.read_bytes() == kit_file_kept
+    assert kit_copy.read_bytes() == kit_file_kept
 
 
 def test_without_landlock_the_kernel_imports_a_read_only_copy_of_the_kit(tmp_path):
