@@ -46,13 +46,26 @@ def run(pyodide, files) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def test_every_solution_passes_and_every_exercise_is_not_solved_on_wasm32(pyodide):
-    solutions = sorted((ROOT / "solutions").glob("[0-9][0-9]_*_solutions.ipynb"))
-    exercises = sorted((ROOT / "exercises").glob("[0-9][0-9]_*_exercises.ipynb"))
-    found = run(pyodide, solutions + exercises)
+SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*_solutions.ipynb"))
+EXERCISES = sorted((ROOT / "exercises").glob("[0-9][0-9]_*_exercises.ipynb"))
+# lessons 01-05 (the emulator and PopLibs; 06-13 take about a minute more: run them with
+# IPUKIT_PYODIDE_LESSONS=all)
+WANTED = "[0-9][0-9]" if os.environ.get("IPUKIT_PYODIDE_LESSONS") == "all" else "0[1-5]"
+LESSONS = sorted((ROOT / "notebooks").glob(f"{WANTED}_*.ipynb"))
+
+
+@pytest.fixture(scope="module")
+def found(pyodide) -> dict:
+    """One Pyodide for every notebook (each runs in a namespace of its own; starting
+    Pyodide, NumPy and the kit once instead of once per test), with the widgets'
+    pure-Python wheels that the site ships."""
+    return run(pyodide, [*assets.extra_wheels().values(), *SOLUTIONS, *EXERCISES, *LESSONS])
+
+
+def test_every_solution_passes_and_every_exercise_is_not_solved_on_wasm32(found):
     assert found["intp_bits"] == 32  # really 32-bit WebAssembly
-    assert len(found["notebooks"]) == len(solutions) + len(exercises)
-    for name, nb in found["notebooks"].items():
+    for name in [p.name for p in SOLUTIONS + EXERCISES]:
+        nb = found["notebooks"][name]  # (a KeyError: the notebook did not run)
         assert nb["error"] is None, f"{name}: {nb['error']}"
         want = "passed" if name.endswith("_solutions.ipynb") else "not solved"
         wrong = {k: v for k, v in nb["results"].items() if v[0] != want}
@@ -61,12 +74,8 @@ def test_every_solution_passes_and_every_exercise_is_not_solved_on_wasm32(pyodid
         assert not wrong, f"{name}, the grader's fresh cases: {wrong}"
 
 
-def test_the_emulator_lessons_run_on_wasm32(pyodide):
-    # lessons 01-05 (the emulator and PopLibs; 06-13 take about a minute more: run them with
-    # IPUKIT_PYODIDE_LESSONS=all), with the widgets' pure-Python wheels the site ships
-    wanted = "[0-9][0-9]" if os.environ.get("IPUKIT_PYODIDE_LESSONS") == "all" else "0[1-5]"
-    lessons = sorted((ROOT / "notebooks").glob(f"{wanted}_*.ipynb"))
-    found = run(pyodide, [*assets.extra_wheels().values(), *lessons])
-    assert found["intp_bits"] == 32 and len(found["notebooks"]) == len(lessons) >= 5
-    for name, nb in found["notebooks"].items():
+def test_the_emulator_lessons_run_on_wasm32(found):
+    assert found["intp_bits"] == 32 and len(LESSONS) >= 5
+    for name in [p.name for p in LESSONS]:
+        nb = found["notebooks"][name]
         assert nb["error"] is None, f"{name}: {nb['error']}"
