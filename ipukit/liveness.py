@@ -149,6 +149,11 @@ class _Analysis:
             if written is not None:  # (most accesses: one variable, no addresses needed)
                 written[self.first[k] + v_lo] += _count(access)
             return np.array([self.first[k] + v_lo], np.intp)
+        if access.idx is not None:  # addresses (a concatenation): each one's variable
+            var = self.first[k] + np.searchsorted(starts, access.idx.reshape(-1), "right") - 1
+            if written is not None:
+                written += np.bincount(var, minlength=written.size)
+            return np.unique(var)
         # cut the addresses where a run begins or ends and where a variable starts, and
         # count the runs over each piece
         begins, lengths, _ = access.runs(merged=True)
