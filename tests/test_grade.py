@@ -3,6 +3,7 @@
 issue 26 start from an untouched copy of ``exercises/01`` (honest score 0 of 9) and must
 still score 0."""
 
+import asyncio
 import contextlib
 import io
 import json
@@ -15,6 +16,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from queue import Empty
 
 import nbformat
 import pytest
@@ -22,7 +24,12 @@ import pytest
 import ipukit.grade as grade_module
 from ipukit.grade import GradingError, grade, main
 from ipukit.grading import sandbox
-from ipukit.grading.execute import TimeLimitError, positive_seconds, run_notebook
+from ipukit.grading.execute import (
+    TimeLimitError,
+    _client_class,
+    positive_seconds,
+    run_notebook,
+)
 from ipukit.grading.feedback import RESULT_MIME
 from ipukit.grading.make_exercises import edited_exercise
 
@@ -145,6 +152,61 @@ def test_output_is_capped_per_cell():
     assert nb.cells[2].outputs[-1].ename == "ValueError"  # an error is always kept, short
     assert len(nb.cells[2].outputs[-1].evalue) == 10_000
     assert nb.cells[3].outputs[0].text == "small\n" and run.not_run == []
+
+
+class _SilentChannel:
+    async def get_msg(self, timeout=None):
+        await asyncio.sleep(timeout)
+        raise Empty
+
+
+class _SilentKernelClient:  # a kernel that sends nothing: the cell runs on
+    iopub_channel = _SilentChannel()
+
+
+def _spinning_guard(client):
+    calls = []
+
+    def malformed(cell, what):
+        calls.append(what)
+        if len(calls) > 100:
+            raise RuntimeError(f"the output poll spins without yielding: {what}")
+    client.malformed = malformed
+    return calls
+
+
+def test_a_cell_that_times_out_leaves_no_output_poll_running():
+    # nbclient keeps a timed-out cell's output poll (CellTimeoutError is a
+    # CellControlSignal); on the grader's one event loop it ran on into later cells, and
+    # spun for ever once its kernel was replaced: the CLI blocked past every budget
+    from nbclient.exceptions import CellTimeoutError
+
+    client = _client_class()(nbformat.v4.new_notebook())
+    client.kc = _SilentKernelClient()
+    cell = nbformat.v4.new_code_cell("while True:\n    pass")
+    calls = _spinning_guard(client)
+
+    async def time_out():
+        poll = asyncio.ensure_future(client._async_poll_output_msg("id", cell, 0))
+        await asyncio.sleep(0.3)  # it polls: nothing comes
+        with pytest.raises(CellTimeoutError):
+            await client._async_handle_timeout(2, cell)
+        await asyncio.sleep(0.3)
+        running = not poll.done()
+        client.kc = None  # the kernel is replaced
+        await asyncio.sleep(0.3)
+        return running
+
+    assert asyncio.run(asyncio.wait_for(time_out(), 10)) is False and calls == []
+
+
+def test_an_output_poll_ends_when_its_kernel_is_gone():
+    client = _client_class()(nbformat.v4.new_notebook())
+    client.kc = None  # shut down (nbclient's cleanup)
+    calls = _spinning_guard(client)
+    asyncio.run(asyncio.wait_for(
+        client._async_poll_output_msg("id", nbformat.v4.new_code_cell("1"), 0), 10))
+    assert calls == []
 
 
 # -- issue 11: a scratch copy of the folder -----------------------------------------------------

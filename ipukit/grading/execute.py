@@ -185,6 +185,7 @@ def _client_class():
             self.runtime = runtime
             self.link_lost = ""
             self.monitors: list = []
+            self.output_task = None  # the running cell's output poll
 
         def create_kernel_manager(self):
             if self.runtime is None:
@@ -201,7 +202,21 @@ def _client_class():
                     (channel, channel.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)))
             return kc
 
+        def stop_output(self) -> None:
+            """End the last cell's output poll. nbclient leaves it running after a timeout
+            (``CellTimeoutError`` is a ``CellControlSignal``); on the one event loop of
+            :func:`run_sync` it would go on reading what later cells send, and spin without
+            yielding (no budget could end it) once its kernel is gone."""
+            if self.output_task is not None:
+                self.output_task.cancel()
+                self.output_task = None
+
+        async def _async_handle_timeout(self, timeout, cell=None):
+            self.stop_output()
+            return await super()._async_handle_timeout(timeout, cell)
+
         async def _async_cleanup_kernel(self):
+            self.stop_output()
             for channel, monitor in self.monitors:
                 channel.socket.disable_monitor()
                 monitor.close(linger=0)
@@ -254,7 +269,8 @@ def _client_class():
 
             from nbclient.exceptions import CellExecutionComplete
 
-            while True:
+            self.output_task = asyncio.current_task()
+            while self.kc is not None:  # None: the kernel was shut down
                 if await self._link_cut():  # the cell ends as if the kernel had died, named
                     self.task_poll_for_reply.cancel()  # (the reply may never come)
                     raise KernelMessageError(self.link_lost)
