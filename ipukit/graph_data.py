@@ -95,15 +95,23 @@ def codelet_name(cls) -> str | None:
     return f"{module}.{name}" if getattr(found, name, None) is cls else None
 
 
-def kit_codelets() -> dict[str, type]:
-    """Every kit codelet imported in this process, by :func:`codelet_name`."""
-    found, todo = {}, [Vertex]
+def kit_classes(base: type) -> dict[str, type]:
+    """Every class of the kit under ``base`` (``base`` included) imported in this process,
+    by :func:`codelet_name`."""
+    found, todo = {}, [base]
     while todo:
         cls = todo.pop()
         todo.extend(cls.__subclasses__())
         name = codelet_name(cls)
-        if name is not None and cls is not Vertex:
+        if name is not None:
             found[name] = cls
+    return found
+
+
+def kit_codelets() -> dict[str, type]:
+    """Every kit codelet imported in this process, by :func:`codelet_name`."""
+    found = kit_classes(Vertex)
+    found.pop(codelet_name(Vertex), None)
     return found
 
 

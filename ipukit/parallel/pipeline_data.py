@@ -44,7 +44,7 @@ import numpy as np
 
 from ipukit import backend
 from ipukit.errors import IpuError
-from ipukit.graph_data import codelet_name
+from ipukit.graph_data import codelet_name, kit_classes
 
 from . import concurrent, nn, optim
 from .replication import OutputMode
@@ -74,18 +74,6 @@ class PipelineDataError(IpuError):
 def _need(ok: bool, message: str) -> None:
     if not ok:
         raise PipelineDataError(message)
-
-
-def _kit_classes(base: type) -> dict[str, type]:
-    """Every class of the kit under ``base`` imported in this process, by name."""
-    found, todo = {}, [base]
-    while todo:
-        cls = todo.pop()
-        todo.extend(cls.__subclasses__())
-        name = codelet_name(cls)
-        if name is not None:
-            found[name] = cls
-    return found
 
 
 def _kit_name(obj, kind: str) -> str:
@@ -205,7 +193,7 @@ def _options(raw) -> PipelineOptions:
 
 def _layer(d, what: str, budget: list) -> nn.Layer:
     _need(isinstance(d, dict), f"{what} is not a dict")
-    cls = _kit_classes(nn.Layer).get(d.get("class"))
+    cls = kit_classes(nn.Layer).get(d.get("class"))
     _need(cls is not None and cls not in (nn.Layer, nn.Sequential, concurrent.Concurrent),
           f"{what}: {d.get('class')!r} is not a layer of ipukit.parallel.nn")
     settings = d.get("settings")
@@ -245,7 +233,7 @@ def _optimizer(d):
     if d is None:
         return None
     _need(isinstance(d, dict), "optimizer must be a dict")
-    cls = _kit_classes(optim.Optimizer).get(d.get("class"))
+    cls = kit_classes(optim.Optimizer).get(d.get("class"))
     _need(cls is not None and cls is not optim.Optimizer,
           f"optimizer {d.get('class')!r} is not one of ipukit.parallel.optim's")
     settings = d.get("settings")
