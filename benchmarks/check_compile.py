@@ -46,7 +46,8 @@ def _value(x):
     if isinstance(x, range):
         return ("range", x.start, x.stop, x.step)
     names = getattr(type(x), "__dataclass_fields__", None)
-    if names is not None and type(x).__module__ in (c.__name__, "ipukit.trace"):
+    if names is not None and type(x).__module__ in (c.__name__, "ipukit.trace",
+                                                    "ipukit.liveness"):
         return (type(x).__name__, tuple((n, _value(getattr(x, n))) for n in names
                                         if n != "graph"))
     if isinstance(x, (int, float, str, bool, type(None))):
@@ -55,7 +56,10 @@ def _value(x):
 
 
 def _executable(exe) -> dict:
-    return {"steps": [_value(s) for s in exe.steps], "memory": _value(exe.memory),
+    mem = exe.memory  # by what it offers (compile may defer its liveness analysis to a read)
+    memory = {k: getattr(mem, k) for k in ("categories", "bytes_per_tile", "always_live",
+                                           "liveness", "remote")}
+    return {"steps": [_value(s) for s in exe.steps], "memory": _value(memory),
             "programs": _value(exe.programs)}
 
 

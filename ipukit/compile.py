@@ -848,15 +848,14 @@ class _Compiler:
     def _memory(self, nodes) -> TileMemory:
         """Each tile's memory: always live (variables, constants, vertex state and code)
         plus, at its peak, not-always-live variables and exchange buffers
-        (:mod:`ipukit.liveness`)."""
-        live, info = liveness.analyse(self.g, nodes, self.steps, Access.of)
-        categories = {k: live[k] for k in ("variables", "constants")}
-        categories.update(self.memory)  # vertex state and code
-        categories.update({k: live[k] for k in ("not-always-live variables",
-                                                 "exchange buffers")})
-        mem = TileMemory(categories, self.t.bytes_per_tile, liveness=info,
+        (:mod:`ipukit.liveness`). Compile decides here whether it fits, as Poplar does; the
+        liveness analysis waits for the first read of the memory where a bound (every
+        variable live at once) proves that every tile fits."""
+        analysis = liveness.Analysis(self.g, nodes, tuple(self.steps), Access.of, self.memory)
+        mem = TileMemory(analysis.run, self.t.bytes_per_tile,
                          remote={k: b.nbytes for k, b in self.g.remote_buffers.items()})
-        if (mem.total > self.t.bytes_per_tile).any():
+        fits = (analysis.bound() <= self.t.bytes_per_tile).all()
+        if not fits and (mem.total > self.t.bytes_per_tile).any():
             text = out_of_memory(self.g, mem, error=not self.allow_out_of_memory)
             if not self.allow_out_of_memory:
                 raise OutOfMemoryError(text)

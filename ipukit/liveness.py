@@ -88,43 +88,57 @@ class Liveness:
         return np.cumsum(change)[:-1].astype(np.int64)
 
 
-def analyse(graph, programs, steps, access_of) -> tuple[dict, Liveness]:
+class Analysis:
     """The liveness of ``graph``'s variables over the compiled ``programs`` (their nodes,
     :mod:`ipukit.compile`) and ``steps``; ``access_of`` gives a tensor's elements
-    (``compile.Access.of``: passed in, as compile imports this module). Returns per tile
-    the bytes of always-live variables, of constants and, at the tile's peak, of
-    not-always-live variables and of exchange buffers, and the :class:`Liveness`."""
-    return _Analysis(graph, steps, access_of).run(programs)
+    (``compile.Access.of``: passed in, as compile imports this module), ``vertex`` the
+    bytes of vertex state and of vertex code on each tile. What it needs of the graph (its
+    variables, their tile mapping, the host handles) is read when it is made; :meth:`run`
+    may come later (compile defers it where :meth:`bound` fits every tile)."""
 
-
-class _Analysis:
-    def __init__(self, graph, steps, access_of):
-        self.g = graph
-        self.access_of = access_of
+    def __init__(self, graph, programs, steps, access_of, vertex: dict):
+        self.programs = programs
         self.steps = steps
+        self.vertex = vertex
+        self.n = graph.target.num_tiles
         self.pools = [p for p in graph.pools.values() if p.variables]
-        # per type: its pool's index and where each of its variables starts
-        self.starts = {p.dtype: (k, np.asarray(p.starts)) for k, p in enumerate(self.pools)}
+        # per type: its pool's index and where each of its variables starts (array, list)
+        self.starts = {p.dtype: (k, np.asarray(p.starts), p.starts[:])
+                       for k, p in enumerate(self.pools)}
         self.vars = [v for p in self.pools for v in p.variables]
         self.first = np.cumsum([0] + [len(p.variables) for p in self.pools])  # per pool
         self.size = np.array([v.size for v in self.vars], np.int64)
-        self.on = self._bytes_on_tiles()
+        self.on = self._bytes_on_tiles(graph)
         self.cut = np.searchsorted(self.on[:, 0], np.arange(len(self.vars) + 1))
+        self.handles = {}  # the variables of host handles, with why they are always live
+        for verb, handles in (("host write", graph.host_writes),
+                              ("host read", graph.host_reads)):
+            for t in handles.values():
+                for v in self._touch(access_of(t)).tolist():
+                    self.handles.setdefault(v, f"{verb} handle")
         self.effects = {}  # id(node) -> (reads, writes, kills)
         self.points = []  # (step, label) of each point, found backwards
         self.occupied = []  # the variables each point holds
 
-    def _bytes_on_tiles(self) -> np.ndarray:
+    def bound(self) -> np.ndarray:
+        """Each tile's bytes if all its variables were live at once, with vertex state and
+        code and the largest exchange buffers of any step: never less than its memory."""
+        most = np.zeros(self.n, np.int64)
+        for step in self.steps:
+            np.maximum(most, exchange_buffers(step), out=most)
+        on = np.bincount(self.on[:, 1], self.on[:, 2], self.n).astype(np.int64)
+        return on + sum(self.vertex.values()) + most
+
+    def _bytes_on_tiles(self, graph) -> np.ndarray:
         """Rows (variable, tile, bytes), by variable then tile, for every variable (read
         from its type's step function: no piece of a variable is copied)."""
-        n = self.g.target.num_tiles
         rows = [np.zeros((0, 3), np.intp)]
         for v, var in enumerate(self.vars):
             if var.size:
-                pool = self.g.pools[var.dtype]
+                pool = graph.pools[var.dtype]
                 cuts, tiles = pool.steps(var.start, var.start + var.size - 1)
                 lengths = np.diff(cuts, prepend=var.start, append=var.start + var.size)
-                on = np.bincount(tiles, lengths, n).astype(np.intp) * var.dtype.itemsize
+                on = np.bincount(tiles, lengths, self.n).astype(np.intp) * var.dtype.itemsize
                 held = np.flatnonzero(on)
                 rows.append(np.stack([np.full(held.size, v), held, on[held]], axis=1))
         return np.concatenate(rows).astype(np.intp)
@@ -132,7 +146,7 @@ class _Analysis:
     # -- what a node reads and writes ------------------------------------------------------
     def _touch(self, access, written: np.ndarray | None = None) -> np.ndarray:
         """The variables ``access`` reaches; adds the elements it writes to ``written``."""
-        k, starts = self.starts[access.dtype]
+        k, starts, listed = self.starts[access.dtype]
         if access.idx is not None and not access.idx.size:
             return np.zeros(0, np.intp)
         if access.idx is not None:
@@ -144,16 +158,17 @@ class _Analysis:
             hi = access.offset + sum(r for r in reach if r > 0)
         if lo > hi or 0 in access.shape:
             return np.zeros(0, np.intp)
-        v_lo = bisect.bisect_right(self.g.pools[access.dtype].starts, lo) - 1
-        if v_lo == bisect.bisect_right(self.g.pools[access.dtype].starts, hi) - 1:
+        v_lo = bisect.bisect_right(listed, lo) - 1
+        if v_lo == bisect.bisect_right(listed, hi) - 1:
             if written is not None:  # (most accesses: one variable, no addresses needed)
                 written[self.first[k] + v_lo] += _count(access)
             return np.array([self.first[k] + v_lo], np.intp)
         if access.idx is not None:  # addresses (a concatenation): each one's variable
             var = self.first[k] + np.searchsorted(starts, access.idx.reshape(-1), "right") - 1
+            count = np.bincount(var, minlength=len(self.vars))
             if written is not None:
-                written += np.bincount(var, minlength=written.size)
-            return np.unique(var)
+                written += count
+            return np.flatnonzero(count)
         # cut the addresses where a run begins or ends and where a variable starts, and
         # count the runs over each piece
         begins, lengths, _ = access.runs(merged=True)
@@ -226,17 +241,12 @@ class _Analysis:
         return live
 
     # -- memory ----------------------------------------------------------------------------
-    def _always(self, programs) -> dict:
+    def _always(self) -> dict:
         """Each always-live variable (not a constant), with why; records every program's
         points (their order: :attr:`order`)."""
-        why = {}
-        for verb, handles in (("host write", self.g.host_writes),
-                              ("host read", self.g.host_reads)):
-            for t in handles.values():
-                for v in self._touch(self.access_of(t)).tolist():
-                    why.setdefault(v, f"{verb} handle")
+        why = dict(self.handles)
         self.order = []
-        for p in programs:
+        for p in self.programs:
             before = len(self.points)
             entry = self._live(p, np.zeros(len(self.vars), bool), True)
             self.order += range(len(self.points) - 1, before - 1, -1)
@@ -250,9 +260,12 @@ class _Analysis:
             why.setdefault(v, "no program reads or writes it")
         return {v: w for v, w in why.items() if self.vars[v].values is None}
 
-    def run(self, programs) -> tuple[dict, Liveness]:
-        n = self.g.target.num_tiles
-        always = self._always(programs)
+    def run(self) -> tuple[dict, Liveness]:
+        """Per tile the bytes of always-live variables, of constants, of vertex state and
+        code and, at the tile's peak, of not-always-live variables and of exchange buffers;
+        and the :class:`Liveness`."""
+        n = self.n
+        always = self._always()
         constant = np.array([v.values is not None for v in self.vars], bool)
         fixed = np.zeros(len(self.vars), bool)
         fixed[list(always)] = True
@@ -275,6 +288,7 @@ class _Analysis:
         categories = {
             "variables": np.bincount(tile, nbytes * fixed[self.on[:, 0]], n).astype(np.int64),
             "constants": np.bincount(tile, nbytes * constant[self.on[:, 0]], n).astype(np.int64),
+            **self.vertex,
             "not-always-live variables": at_vars,
             "exchange buffers": at_buffers,
         }
@@ -291,7 +305,7 @@ class _Analysis:
         range starts and taking them away after it ends; a compute step adds its exchange
         buffers while it runs. Returns each tile's peak point and its bytes of variables and
         of buffers there, and the buffers (all tiles) at each point."""
-        n = self.g.target.num_tiles
+        n = self.n
         cut = np.searchsorted(tiles[:, 0], np.arange(n_vars + 1))
         running = np.zeros(n, np.int64)
         best = np.zeros(n, np.int64)

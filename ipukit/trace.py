@@ -20,6 +20,7 @@ an Engine. This is what ``poplar::Engine::printProfileSummary`` and PopVision sh
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -107,18 +108,36 @@ class Step:
 PHASES = ("sync", "exchange", "compute", "exchange out")
 
 
-@dataclass(frozen=True, eq=False)
 class TileMemory:
     """Bytes per tile by category; ``always_live`` categories stay for the whole run, the
-    others ("not-always-live variables", "exchange buffers") are each tile's at its peak
-    (:mod:`ipukit.liveness`)."""
+    others ("not-always-live variables", "exchange buffers") are each tile's at its peak,
+    and ``liveness`` (an :class:`ipukit.liveness.Liveness`) says what is live where.
+    ``categories`` may be a function giving both, called when one is first read (compile
+    defers the liveness analysis where no tile can overflow: :mod:`ipukit.compile`);
+    ``remote`` is Streaming Memory: each remote buffer's bytes (not in ``total``)."""
 
-    categories: dict[str, np.ndarray]
-    bytes_per_tile: int
-    always_live: tuple = ("variables", "constants", "vertex state", "vertex code")
-    liveness: object = None  # an ipukit.liveness.Liveness: what is live where
-    #: Streaming Memory: each remote buffer's bytes (not tile memory: not in ``total``)
-    remote: dict = field(default_factory=dict)
+    always_live = ("variables", "constants", "vertex state", "vertex code")
+
+    def __init__(self, categories, bytes_per_tile: int, liveness=None, remote=None):
+        self._analyse = categories
+        if not callable(categories):  # (given: what _found would give)
+            self._found = (categories, liveness)
+        self.bytes_per_tile = bytes_per_tile
+        self.remote = remote or {}
+
+    @cached_property
+    def _found(self) -> tuple:
+        found = self._analyse()
+        self._analyse = None  # (what the analysis held is freed)
+        return found
+
+    @property
+    def categories(self) -> dict[str, np.ndarray]:
+        return self._found[0]
+
+    @property
+    def liveness(self):
+        return self._found[1]
 
     @property
     def streaming_memory(self) -> int:

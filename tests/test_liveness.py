@@ -1,10 +1,16 @@
 """Variable liveness (ipukit.liveness): always-live and not-always-live memory, memory reuse,
 against hand-computed examples."""
 
+import dataclasses
+import warnings
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ipukit as ipu
+from ipukit import liveness
 
 
 class Scale(ipu.Vertex):
@@ -201,3 +207,95 @@ def test_exchange_buffers_count_only_during_their_step():
     assert int(mem.categories["not-always-live variables"][1]) == 804
     assert int(mem.categories["exchange buffers"][1]) == 0
     assert int(mem.categories["variables"][1]) == 800 + 8  # y and out
+
+
+def test_the_analysis_waits_for_a_read_and_sees_the_graph_as_compiled(monkeypatch):
+    """Where every variable live at once fits every tile (``Analysis.bound``), compile
+    leaves the analysis to the first read of the memory, once; it sees the graph as it was
+    compiled: a tensor mapped elsewhere, a variable added or a host handle made afterwards
+    changes nothing."""
+    runs = []
+    analyse = liveness.Analysis.run
+    monkeypatch.setattr(liveness.Analysis, "run", lambda self: runs.append(1) or analyse(self))
+    dev, g = one_tile(tiles=2)
+    a, t, out = (g.add_variable(ipu.FLOAT, [4], n) for n in ("a", "t", "out"))
+    for v in (a, t, out):
+        g.set_tile_mapping(v, 0)
+    g.create_host_write("a", a)
+    g.create_host_read("out", out)
+    mem = ipu.compile_graph(g, [ipu.Sequence(vertex(g, Scale, {"x": a, "y": t}),
+                                             ipu.Copy(t, out))]).memory
+    assert runs == []
+    g.set_tile_mapping(t, 1)
+    g.set_tile_mapping(g.add_variable(ipu.FLOAT, [100], "late"), 0)
+    g.create_host_read("t", t)
+    assert mem.categories["variables"].tolist() == [32, 0]  # a and out
+    assert mem.categories["not-always-live variables"].tolist() == [16, 0]  # t, on tile 0
+    assert mem.liveness.always == {"a": "host write handle", "out": "host read handle"}
+    assert mem.liveness.ranges("t") == [(0, 1)]
+    assert runs == [1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_compile_finds_an_overflow_exactly_where_a_tile_holds_more_than_it_has(data):
+    """The bound that lets compile defer the analysis never hides an overflow: with tile
+    memory set anywhere around a random graph's, compile warns exactly when a tile's memory
+    (read afterwards) is more than it has, and the memory is the same whether the analysis
+    ran at compile (the bound does not fit) or at the read."""
+    sizes = data.draw(st.lists(st.integers(1, 40), min_size=2, max_size=5), "sizes")
+    tiles = data.draw(st.lists(st.integers(0, 1), min_size=len(sizes), max_size=len(sizes)))
+    ops = data.draw(st.lists(st.tuples(st.sampled_from(["copy", "scale"]),
+                                       st.integers(0, len(sizes) - 1),
+                                       st.integers(0, len(sizes) - 1), st.integers(0, 1)),
+                             min_size=1, max_size=6), "ops")
+    handles = data.draw(st.sets(st.integers(0, len(sizes) - 1)), "handles")
+
+    def memory(target):
+        g = ipu.Graph(target)
+        vs = [g.add_variable(ipu.FLOAT, [n], f"v{i}") for i, n in enumerate(sizes)]
+        for v, tile in zip(vs, tiles):
+            g.set_tile_mapping(v, tile)
+        for i in handles:
+            g.create_host_write(f"v{i}", vs[i])
+        prog = ipu.Sequence()
+        for kind, i, j, tile in ((k, i, j, tile) for k, i, j, tile in ops if i != j):
+            m = min(sizes[i], sizes[j])
+            prog.add(ipu.Copy(vs[i][:m], vs[j][:m]) if kind == "copy" else
+                     vertex(g, Scale, {"x": vs[i][:m], "y": vs[j][:m]}, tile=tile))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            mem = ipu.compile_graph(g, [prog]).memory
+        warned = any(isinstance(w.message, ipu.OutOfMemoryWarning) for w in caught)
+        return warned, {k: v.tolist() for k, v in mem.categories.items()}, mem.total
+
+    target = ipu.IPUModel("ipu2", tiles_per_ipu=2).create_device().target
+    _, expected, total = memory(target)
+    most = int(total.max())  # (80 B a tile: every variable fits the two tiles)
+    limit = data.draw(st.integers(max(most // 2, 80), most + 400), "limit")
+    warned, categories, total = memory(dataclasses.replace(target, bytes_per_tile=limit))
+    assert warned == bool((total > limit).any())
+    assert categories == expected
+
+
+def test_a_tile_over_full_by_one_byte_of_exchange_buffers_is_found_at_compile():
+    """Every variable always live (host handles): a tile's memory is the bound compile
+    checks, exchange buffers included; one byte less tile memory and compile finds it."""
+    def compile_with(bytes_per_tile):
+        t = ipu.IPUModel("ipu2", tiles_per_ipu=2).create_device().target
+        g = ipu.Graph(dataclasses.replace(t, bytes_per_tile=bytes_per_tile))
+        x, s = g.add_variable(ipu.FLOAT, [100], "x"), g.add_variable(ipu.FLOAT, [1], "s")
+        g.set_tile_mapping(x, 0)
+        g.set_tile_mapping(s, 1)
+        g.create_host_write("x", x)
+        g.create_host_read("s", s)
+        return ipu.compile_graph(g, [vertex(g, Total, {"x": x, "out": s[0]}, tile=1)],
+                                 {"debug.allowOutOfMemory": "false"}).memory
+
+    mem = compile_with(10_000)
+    need = 4 + 400 + TOTAL_STATE + 256  # s, x received (exchange buffers), vertex state, code
+    assert mem.total.tolist() == [400, need]
+    assert int(mem.categories["exchange buffers"][1]) == 400
+    assert compile_with(need).total.tolist() == [400, need]
+    with pytest.raises(ipu.OutOfMemoryError, match=f"{need:,}"):
+        compile_with(need - 1)
