@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import pickle
 import sys
+import types
 
 import numpy as np
 
@@ -52,6 +53,8 @@ def _value(x):
                                         if n != "graph"))
     if isinstance(x, (int, float, str, bool, type(None))):
         return x
+    if isinstance(x, types.FunctionType):  # (by name: its repr holds an address)
+        return ("function", x.__module__, x.__qualname__)
     return ("other", type(x).__qualname__, repr(x))
 
 

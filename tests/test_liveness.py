@@ -245,6 +245,7 @@ def test_compile_finds_an_overflow_exactly_where_a_tile_holds_more_than_it_has(d
     ran at compile (the bound does not fit) or at the read."""
     sizes = data.draw(st.lists(st.integers(1, 40), min_size=2, max_size=5), "sizes")
     tiles = data.draw(st.lists(st.integers(0, 1), min_size=len(sizes), max_size=len(sizes)))
+    cuts = [data.draw(st.integers(0, n // 2)) for n in sizes]
     ops = data.draw(st.lists(st.tuples(st.sampled_from(["copy", "scale"]),
                                        st.integers(0, len(sizes) - 1),
                                        st.integers(0, len(sizes) - 1), st.integers(0, 1)),
@@ -254,8 +255,10 @@ def test_compile_finds_an_overflow_exactly_where_a_tile_holds_more_than_it_has(d
     def memory(target):
         g = ipu.Graph(target)
         vs = [g.add_variable(ipu.FLOAT, [n], f"v{i}") for i, n in enumerate(sizes)]
-        for v, tile in zip(vs, tiles):
+        for v, tile, cut in zip(vs, tiles, cuts):  # (a first part of some on the other tile)
             g.set_tile_mapping(v, tile)
+            g.set_tile_mapping(v[:cut], 1 - tile)
+        g.add_variable(ipu.FLOAT, [0], "empty")
         for i in handles:
             g.create_host_write(f"v{i}", vs[i])
         prog = ipu.Sequence()
