@@ -201,3 +201,21 @@ def test_the_external_sync_is_of_the_ipus_a_copy_joins():
     # 15 ns per hop, there and back, at 1.33 GHz: 1 hop for 2 IPUs, 3 hops for 8
     assert a.sync_cycles == cost.global_sync_cycles(t, 2) == math.ceil(15e-9 * 1.33e9 * 2)
     assert b.sync_cycles == t.global_sync_cycles == math.ceil(15e-9 * 1.33e9 * 3 * 2)
+
+
+def test_a_tile_memory_given_a_function_calls_it_once_when_first_read():
+    """compile's deferred liveness analysis: the categories and the liveness come from one
+    call, made at the first read of either, never at construction."""
+    calls = []
+
+    def analyse():
+        calls.append(1)
+        return {"variables": np.array([3, 4]), "vertex code": np.array([0, 8])}, "live"
+
+    mem = ipu.TileMemory(analyse, 10, remote={"b": 5})
+    assert calls == [] and mem.streaming_memory == 5
+    assert mem.total.tolist() == [3, 12] and mem.over_full() == [(1, 12)]
+    assert mem.liveness == "live" and mem.worst(1, "variables") == [(1, 4)]
+    assert calls == [1]
+    given = ipu.TileMemory({"variables": np.array([7])}, 10)  # categories given: no call
+    assert given.total.tolist() == [7] and given.liveness is None
