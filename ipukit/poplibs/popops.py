@@ -64,6 +64,7 @@ from ..tensor import (
     firsts,
     reshape_strides,
     single_run,
+    unique,
 )
 from ..vertex import InOut, Input, MultiVertex, Output, Vector, Vertex
 from . import poputil
@@ -948,7 +949,7 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None
     partials = graph.add_variable(acc, [len(starts)], name + "/partials")
     poputil._map_elements(graph, partials, pair_tile)
     cs1 = graph.add_compute_set(name + "/partials")
-    widths = np.unique(counts).tolist()
+    widths = unique(counts).tolist()
     stage1 = reduce_vertex(op, t.dtype, acc, False, multi=len(widths) == 1)
     src_flat = src.flatten()
     for c in widths:
@@ -963,7 +964,7 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None
     cs2 = graph.add_compute_set(name)
     row_counts = np.bincount(pair_row, minlength=m)
     row_first = np.concatenate([[0], np.cumsum(row_counts)[:-1]])
-    widths = np.unique(row_counts).tolist()
+    widths = unique(row_counts).tolist()
     cls = reduce_vertex(COMBINE_OP.get(op, op), acc, out.dtype, update,
                         multi=len(widths) == 1)
     for c in widths:

@@ -22,7 +22,7 @@ import weakref
 import numpy as np
 
 from ..errors import IpuError, TileMappingError
-from ..tensor import Tensor, address_span, firsts, runs, single_run, steps_past
+from ..tensor import Tensor, address_span, firsts, runs, single_run, steps_past, unique
 
 #: Bits the IPU's load/store path moves per cycle (sets the vector width).
 DATA_PATH_BITS = 64
@@ -284,7 +284,7 @@ def check_parallel_writeable(t: Tensor, op: str, role: str) -> None:
     if t._idx is None and steps_past(t.shape, t.strides):
         return
     flat = t.idx.reshape(-1)
-    if np.unique(flat).size != flat.size:
+    if unique(flat).size != flat.size:
         raise IpuError(f"{op}: {role} '{t.name}' {t.shape} is not parallel writeable: "
                        "some of its elements are one element (a broadcast or repeated "
                        "view); write into a tensor whose elements are distinct")
