@@ -538,3 +538,14 @@ def test_compute_sets_alike_take_an_earlier_ones_step_moved(monkeypatch, case):
     again = 1 if case.get("twist") or case.get("overlap") else 2  # IPUs 1 and 2, or IPU 1
     assert per_ipu == 2 and sum(r is not None for r in reused) == per_ipu * again
     assert {s.ipus for s in moved.steps if s.name.startswith("map")} == {(0,), (1,), (2,)}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 70), st.integers(-150, 150))
+def test_a_moved_steps_per_tile_arrays_are_rolled_as_np_roll_rolls(n, shift):
+    from ipukit.compile import _rolled
+
+    a = np.arange(n, dtype=np.int64) * 3
+    got = _rolled(a, shift)
+    assert got.dtype == a.dtype and np.array_equal(got, np.roll(a, shift))
+    assert got is not a

@@ -699,6 +699,48 @@ def test_a_runs_blocks_from_its_pieces_are_the_regions_of_its_addresses(tiles, s
     assert _run_blocks(5, 2, *_tile_pieces(tiles)) == [(5, (2, 4), (8, 1)), (9, (2, 4), (8, 1))]
 
 
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 4), st.sampled_from([-3, 0, 1, 2, 3, 5, 8, 16])),
+                min_size=1, max_size=4), st.data())
+def test_a_regions_rows_from_its_strides_are_the_regions_of_its_addresses(dims, data):
+    # a field that is a region but no run (a matmul's partials seen as (outputs, pieces)):
+    # each tile's rows as worked out from its strides are the regions _regions finds in
+    # their addresses; None (every address looked at, as before) where a stride is < 0
+    from ipukit.poplibs.popops import _regions, _row_blocks
+
+    _, g, _ = setup(4)
+    shape, strides = tuple(n for n, _ in dims), tuple(s for _, s in dims)
+    t = ipu.Tensor(g, ipu.FLOAT, (40, shape, strides), "t")
+    n = t.num_elements()
+    items = data.draw(st.sampled_from([d for d in range(1, n + 1) if n % d == 0]))
+    cuts = data.draw(st.lists(st.integers(1, max(items - 1, 1)), unique=True, max_size=4))
+    starts = [0] + sorted(c for c in cuts if c < items)
+    ends = starts[1:] + [items]
+    got = _row_blocks(t, items, n // items, starts, ends)
+    want = _regions(t.idx.reshape(-1), np.array(starts) * (n // items),
+                    np.array(ends) * (n // items))
+    if got is None:
+        assert min(ipu.tensor.reshape_strides(shape, strides, (items, n // items))
+                   or [-1]) < 0
+    else:
+        assert all(type(x) is tuple for x in want) and got == want
+
+
+def test_in_order_tiles_give_each_tile_one_vertex_of_its_run():
+    # tiles in order: each tile's items counted from their runs (not a bincount of every
+    # item): one MultiVertex a tile with items, holding that tile's run of the field
+    _, g, _ = setup(8)
+    v = g.add_variable(ipu.FLOAT, [40], "v")
+    tiles = np.repeat([1, 2, 5, 6], [7, 13, 10, 10])
+    poputil._map_elements(g, v, tiles)
+    cs = g.add_compute_set("cs")
+    cls = popops.map_vertex(_1 * 2, [ipu.FLOAT], ipu.FLOAT, True)
+    assert popops.add_per_tile_vertices(g, cs, cls, {"in1": v}, tiles) == 4
+    got = [(g.v_tile[i], g.v_conn[i]["in1"].offset, g.v_conn[i]["in1"].shape)
+           for i in range(len(g.v_tile))]
+    assert got == [(1, 0, (7,)), (2, 7, (13,)), (5, 20, (10,)), (6, 30, (10,))]
+
+
 def test_2d_vertices_of_a_column_block_hold_regions_and_compute_the_same():
     # a [8, 12] tensor mapped 3 columns a tile: each tile holds 8 regions of 3, its 2D
     # vertices' shares (split_regions, grain 2) start and end inside a row: each field is a

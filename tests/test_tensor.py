@@ -105,3 +105,14 @@ def test_index_runs_are_the_runs_of_consecutive_addresses_within_rows(pieces, ro
     b, n, f = index_runs(np.array(addrs, dtype), row)
     assert (b.tolist(), n.tolist(), f.tolist()) == (begins, lengths, firsts_)
     assert b.dtype == np.int64
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-50, 50), max_size=60),
+       st.sampled_from([np.int32, np.int64, np.intp]))
+def test_unique_is_numpys_unique_by_a_sort(values, dtype):
+    from ipukit.tensor import unique
+
+    x = np.array(values, dtype)
+    got, want = unique(x), np.unique(x)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
