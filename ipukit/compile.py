@@ -550,7 +550,7 @@ class _Compiler:
         for name, f in cls.fields.items():
             if f.kind == "state":
                 vals = [g.v_state[v].get(name, np.zeros((), f.dtype)) for v in vids]
-                state[name] = np.stack(vals).astype(f.dtype)
+                state[name] = np.array(vals, dtype=f.dtype)  # (np.stack: ~8x slower)
                 sizes[name] = int(state[name][0].size)
                 continue
             access = _field_access(f.dtype, [g.v_conn[v][name] for v in vids], f.vector,

@@ -359,8 +359,12 @@ def index_runs(flat: np.ndarray, row: int, once: bool = False):
 
 def unique(x: np.ndarray) -> np.ndarray:
     """``np.unique(x)`` of a 1-D array, by a sort: NumPy 2's ``np.unique`` hashes, which
-    takes ~40x as long on the address and position arrays compile works on."""
-    x = np.sort(x, kind="stable")  # (runs already in order: merged, not sorted again)
+    takes 10-45x as long on the address and position arrays compile works on.
+
+    >>> unique(np.array([7, 3, 7, 5, 3]))
+    array([3, 5, 7])
+    """
+    x = np.sort(x, kind="stable")  # (sorted runs, e.g. two joined: merged, not re-sorted)
     return x[firsts(x)]
 
 
