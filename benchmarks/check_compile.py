@@ -11,16 +11,13 @@ compare::
     cd MINE && PYTHONPATH=$PWD:$PWD/benchmarks COMPILE_DUMP=/tmp/mine.pkl python -m pytest ...
     python benchmarks/check_compile.py /tmp/base.pkl /tmp/mine.pkl [--costs-only]
 
-Each compile is recorded under the test's id and its number within the test. Objects
-compared by their repr (a function kept in an Access) are compared without the address
-in it, which differs in every process.
+Each compile is recorded under the test's id and its number within the test.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
-import re
 import sys
 import types
 
@@ -97,9 +94,6 @@ def pytest_unconfigure(config):
         pickle.dump(_records, f)
 
 
-_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
-
-
 def _first_difference(a, b, path="") -> str | None:
     if type(a) is not type(b):
         return f"{path}: {a!r:.200} != {b!r:.200}"
@@ -113,8 +107,6 @@ def _first_difference(a, b, path="") -> str | None:
             return f"{path}: length {len(a)} != {len(b)}"
         return next((d for i, (x, y) in enumerate(zip(a, b))
                      if (d := _first_difference(x, y, f"{path}[{i}]"))), None)
-    if isinstance(a, str) and a != b and _ADDRESS.sub("", a) == _ADDRESS.sub("", b):
-        return None  # (a function's repr: its address differs in every process)
     return None if a == b else f"{path}: {a!r:.200} != {b!r:.200}"
 
 
