@@ -322,12 +322,10 @@ class _Compiler:
             raise ProgramError.copy_mismatch(src, dst)
         n_tiles, size = self.t.num_tiles, src.dtype.itemsize
         # the same elements again (an unrolled loop), else each side's shape and its tile
-        # mapping from its first address (an index array: the array itself, its own addresses;
-        # id() is safe as the program tree holds every Tensor, and so its array, while
-        # compiling)
-        same = (src.dtype, *((t.offset, t.shape, t.strides, id(t._idx)) for t in (src, dst)))
+        # mapping from its first address (an index array: the array itself, its own addresses)
+        same = (src.dtype, *((t.offset, t.shape, t.strides, _elements(t)) for t in (src, dst)))
         key = same if same in self.copies else (src.dtype, *((
-            t.shape, t.strides, id(t._idx), t._idx is None
+            t.shape, t.strides, _elements(t), t._idx is None
             and self.g.pools[t.dtype].window(*address_span(t))) for t in (src, dst)))
         if key in self.copies:  # sides alike and mapped alike, at shifted addresses (a FIFO's
             # slots): the earlier plan, renamed
@@ -367,7 +365,7 @@ class _Compiler:
         if tensor.num_elements() != stream.n or tensor.dtype != stream.dtype:
             raise StreamError.stream_copy_size(stream, tensor)
         name = f"StreamCopy {stream.name} {'->' if stream.to_device else '<-'} {tensor.name}"
-        key = (id(stream), tensor.offset, tensor.shape, tensor.strides, id(tensor._idx))
+        key = (id(stream), tensor.offset, tensor.shape, tensor.strides, _elements(tensor))
         if key in self.copies:  # the same elements again (an unrolled loop): renamed
             return StreamNode(self._again(self.copies[key], name), stream, access)
         run, start, end, tile = self.g.pools[tensor.dtype].pieces(*runs(tensor))
@@ -396,7 +394,8 @@ class _Compiler:
         elif offset is not None:
             offset = int(offset)
         name = f"RemoteCopy {tensor.name} {'->' if to_remote else '<-'} {buf.name}"
-        key = (id(buf), to_remote, tensor.offset, tensor.shape, tensor.strides, id(tensor._idx))
+        key = (id(buf), to_remote, tensor.offset, tensor.shape, tensor.strides,
+               _elements(tensor))
         if key in self.copies:  # the same elements again: renamed
             return RemoteNode(self._again(self.copies[key], name), buf, access, offset,
                               to_remote)
@@ -861,6 +860,15 @@ class _Compiler:
                 raise OutOfMemoryError(text)
             warnings.warn(OutOfMemoryWarning(text), stacklevel=4)
         return mem
+
+
+def _elements(t: Tensor):
+    """What tells apart the elements of tensors of one shape in a copy plan's key: an index
+    array by its id (the program tree holds every Tensor, and so its array, while compiling),
+    a RegionList by its regions (its index array is made anew at each read)."""
+    if isinstance(t, RegionList):
+        return t.regions
+    return id(t._idx)
 
 
 def _field_access(dtype, tensors: list[Tensor], vector: bool, small: bool) -> Access:

@@ -9,6 +9,7 @@ import ipukit as ipu
 from ipukit.compile import CODELET_CODE_BYTES, Access
 from ipukit.poplibs import poplin, popops
 from ipukit.poplibs.expr import _1, _2
+from ipukit.tensor import RegionList
 
 from .helpers import SumVertex, small
 
@@ -549,3 +550,25 @@ def test_a_moved_steps_per_tile_arrays_are_rolled_as_np_roll_rolls(n, shift):
     got = _rolled(a, shift)
     assert got.dtype == a.dtype and np.array_equal(got, np.roll(a, shift))
     assert got is not a
+
+
+def test_copies_from_region_lists_each_get_their_own_exchange_plan():
+    """A Copy's plan is reused for the same elements (an unrolled loop); a RegionList makes
+    its index array anew at each read, so its regions, not that array's id, name its
+    elements (by id, freed arrays' reused ids gave 12 of these 64 copies another copy's
+    source tile)."""
+    n = 16
+    g = ipu.Graph(ipu.IPUModel(tiles_per_ipu=n + 1).create_device().target)
+    a = g.add_variable(ipu.FLOAT, [4 * n], "a")
+    for k in range(n):
+        g.set_tile_mapping(a[4 * k:4 * k + 4], k)
+    progs = []
+    for rep in range(4):
+        for k in range(n):
+            b = g.add_variable(ipu.FLOAT, [4], f"b{rep}_{k}")
+            g.set_tile_mapping(b, n)
+            r = RegionList(g, ipu.FLOAT, [(4 * k, (2,), (1,)), (4 * k + 2, (2,), (1,))], "r")
+            progs.append(ipu.Copy(r, b))
+    steps = [s for s in ipu.compile_graph(g, [ipu.Sequence(*progs)]).steps if s.kind == "copy"]
+    assert [s.transfers.tolist() for s in steps] == [[[k, n, 16]] for _ in range(4)
+                                                     for k in range(n)]

@@ -76,7 +76,10 @@ CORE = ("target", "tensor", "vertex", "graph", "program", "compile", "liveness",
 #: 2,449: ``tensor.unique``, ``np.unique`` by a sort (NumPy 2's hashes: 10-45x slower on the
 #: position and pair arrays compile unions), and ``compile._rolled`` (``np.roll`` costs ~8x
 #: two slices joined; a moved compute set rolls six per-tile arrays): lesson 08's first call.
-LIMIT = 2_449
+#: 2,454: ``compile._elements``: a copy plan's key names a RegionList's elements by its
+#: regions, not by the id of an index array it makes anew at each read (freed arrays' ids
+#: are reused: copies were given another copy's exchange plan).
+LIMIT = 2_454
 
 
 def code_lines(source: str) -> int:
