@@ -80,12 +80,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 if __name__ == "__main__":
-    # (kit convention: the command checks no "iri" format) jsonschema, which nbformat
-    # imports, imports rfc3987_syntax to check the "iri" formats where it is installed
-    # (jupyter-events asks for jsonschema[format-nongpl]); it builds some 35 Earley parsers
-    # as it is imported, 1.2 CPU s of every grade's start (python-jsonschema/jsonschema
-    # issue 1428). No notebook schema has those formats and nbformat asks for no format
-    # checks: the command does without them (an import of this module changes nothing).
+    # jsonschema, which nbformat imports, imports rfc3987_syntax where it is installed
+    # (jupyter-events asks for jsonschema[format-nongpl]) to check "iri" formats, and that
+    # builds 39 Earley parsers as it is imported: 1.2 CPU s of every grade's start
+    # (python-jsonschema/jsonschema issue 1428). nbformat checks no formats, so the command
+    # does without it (kit convention); an import of this module changes nothing.
     sys.modules.setdefault("rfc3987_syntax", None)
 
 from .errors import IpuError
