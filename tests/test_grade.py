@@ -1,5 +1,5 @@
 """``python -m ipukit.grade``: bounded in time, sandboxed, scores only from the judge
-(issues 11 and 26). Each test grades a small notebook in a fresh kernel; the attacks of
+(issues 11 and 26). Most tests grade a small notebook in a fresh kernel; the attacks of
 issue 26 start from an untouched copy of ``exercises/01`` (honest score 0 of 9) and must
 still score 0."""
 
