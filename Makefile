@@ -24,9 +24,13 @@ lab: $(STAMP)
 # workers, 314 s with 3; BENCHMARKS.md, issue 29).
 WORKERS ?= $(shell $(PYTHON) -c "import os; print((os.cpu_count() or 1) + 1)")
 
+# The kit's modules are compiled once first, and every worker, kernel and grader reads
+# them: where PYTHONDONTWRITEBYTECODE is set (as on the CI machine), each would compile
+# what it imports again, ~0.14 CPU s a kernel (BENCHMARKS.md, issue 29).
 test: $(STAMP)
 	bash tools/ensure_chromium.sh
 	$(VENV)/bin/ruff check .
+	$(PY) -m compileall -q ipukit
 	$(PY) -m pytest -n $(WORKERS)
 
 # bench_budgets.py (first) prints issue 29's budgets against what it measures, and which hold.

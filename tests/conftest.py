@@ -1,6 +1,9 @@
 """Fixtures shared by tests/."""
 
+import fcntl
 import functools
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -73,3 +76,26 @@ def _wasm32_ints(request):
         yield
     for where in dict.fromkeys(seen or []):
         print("wasm32 would refuse:", where, file=sys.stderr)
+
+
+@pytest.fixture(scope="session")
+def kit_wheel(tmp_path_factory) -> Path:
+    """The kit's wheel, built from this checkout once per test run (tools/site/assets.py's
+    ``pip wheel``, ~3 CPU s): under pytest-xdist the workers share the run's folder, and
+    the first to ask builds it there under a lock (test_pyodide's and test_site's)."""
+    sys.path.insert(0, str(Path(_TESTS).parent / "tools" / "site"))
+    import assets
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # this run's folder (each worker's is popen-gwN in it)
+    folder = base / "kit-wheel"
+    with open(base / "kit-wheel.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not folder.exists():  # (built aside, so that no one finds half a folder)
+            partial = base / "kit-wheel.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            assets.kit_wheel(partial)
+            partial.rename(folder)
+        [wheel] = folder.glob("ipukit-*.whl")
+        return wheel

@@ -1,5 +1,5 @@
 """``python -m ipukit.grade``: bounded in time, sandboxed, scores only from the judge
-(issues 11 and 26). Each test grades a small notebook in a fresh kernel; the attacks of
+(issues 11 and 26). Most tests grade a small notebook in a fresh kernel; the attacks of
 issue 26 start from an untouched copy of ``exercises/01`` (honest score 0 of 9) and must
 still score 0."""
 
@@ -714,10 +714,11 @@ if os.fork() == 0:
         assert proc.returncode == 0, proc.stderr
         assert alive(marker) == []  # nothing the notebook started outlives the grader
         time.sleep(1.5)
-        reports = [json.loads(p.read_text()) for p in (out, redirected)]  # one document each
+        texts = [p.read_text(encoding="utf-8") for p in (out, redirected)]
     finally:
         end(alive(marker))
-    assert reports[0] == reports[1] and reports[0]["score"] == 0
+    assert texts[0] == texts[1]  # --output writes what --json prints, byte for byte
+    assert json.loads(texts[0])["score"] == 0  # one document
     assert "score" not in proc.stderr
     assert not list(tmp_path.glob(".report.json.*"))  # no temporary file left
 
@@ -915,34 +916,50 @@ FORGED_SCOREBOARD = "\\x1b[2J\\x1b[H01.1 passed 2/2\\n01.4 passed 3/3\\nscore 9 
 
 def test_an_error_cannot_draw_on_the_graders_terminal(tmp_path):
     """A cell's error with terminal escape sequences (clear the screen, draw a scoreboard,
-    hide the rest) and lone surrogates: printed as escapes, and --json stays readable."""
+    hide the rest) and lone surrogates: printed as escapes, and the JSON document stays
+    readable (one grade, its board printed and its document written by ``--output``:
+    ``--json`` prints the same bytes, the next test)."""
     path = untouched(tmp_path / "01_\x1b[2Jme.ipynb",
                      f"raise RuntimeError('{FORGED_SCOREBOARD}')",
                      "raise RuntimeError('\\ud800')")
-    text = cli(path, timeout=180)  # --json
-    assert text.returncode == 0, text.stderr
-    report = json.loads(text.stdout)
+    out = tmp_path / "report.json"
+    board = subprocess.run([sys.executable, "-m", "ipukit.grade", str(path), "--output",
+                            str(out)], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert board.returncode == 0, board.stderr
+    text = out.read_text(encoding="utf-8")
+    report = json.loads(text)
     assert report["errors"][0]["error"] == (
         "RuntimeError: " + FORGED_SCOREBOARD.replace("\\x1b", "\x1b").replace("\\x9b", "\x9b")
         .replace("\\n", "\n"))
-    assert not any(c in text.stdout for c in "\x1b\x9b")
-    board = subprocess.run([sys.executable, "-m", "ipukit.grade", str(path)], cwd=ROOT,
-                           capture_output=True, text=True, timeout=180)
-    assert board.returncode == 0, board.stderr
+    assert not any(c in text for c in "\x1b\x9b")
     assert not any(c in board.stdout + board.stderr for c in "\x1b\x9b")
     assert "01_\\x1b[2Jme.ipynb" in board.stdout
     assert "raised RuntimeError: \\x1b[2J" in board.stdout
 
 
-def test_an_output_file_that_is_a_symlink_is_replaced_not_followed(tmp_path):
+def test_json_prints_the_document_output_writes_escapes_and_all(tmp_path, monkeypatch, capsys):
+    """``--json`` prints, and ``--output`` writes, the same document, with what a terminal
+    could take for a command written as escapes (no kernel: the report is given)."""
+    report = {"lesson": "01", "errors": [{"error": f"RuntimeError: {FORGED_SCOREBOARD}"
+                                                   "\x1b\x9b\ud800\u2028"}]}
+    monkeypatch.setattr(grade_module, "grade", lambda *args, **kw: report)
+    out = tmp_path / "report.json"
+    assert main([str(notebook(tmp_path / "01_me.ipynb", ["pass"])), "--json", "--output",
+                 str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed == out.read_text(encoding="utf-8") and json.loads(printed) == report
+    assert not any(c in printed for c in "\x1b\x9b\ud800\u2028")
+
+
+def test_an_output_file_that_is_a_symlink_is_replaced_not_followed(tmp_path, monkeypatch):
     victim = tmp_path / "victim.txt"
     victim.write_text("the real file")
     out = tmp_path / "report.json"
     out.symlink_to(victim)
     path = notebook(tmp_path / "01_me.ipynb", ["pass"])
-    proc = subprocess.run([sys.executable, "-m", "ipukit.grade", str(path), "--output",
-                           str(out)], capture_output=True, text=True, timeout=180, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
+    monkeypatch.setattr(grade_module, "grade", lambda *args, **kw: {"lesson": "01"})
+    with contextlib.redirect_stdout(io.StringIO()):  # (the report's writing, no kernel)
+        assert main([str(path), "--json", "--output", str(out)]) == 0
     assert victim.read_text() == "the real file" and not out.is_symlink()
     assert json.loads(out.read_text())["lesson"] == "01"
 

@@ -24,7 +24,7 @@ import assets  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def pyodide(tmp_path_factory):
+def pyodide(request):
     node = shutil.which("node")
     if node is None:
         pytest.skip("Node.js is not installed: the kit cannot be run in Pyodide here")
@@ -32,7 +32,7 @@ def pyodide(tmp_path_factory):
         where = assets.pyodide_dir()
     except (assets.AssetsUnavailable, OSError) as exc:
         pytest.skip(f"the Pyodide assets could not be had: {exc}")
-    return node, where, assets.kit_wheel(tmp_path_factory.mktemp("kit"))
+    return node, where, request.getfixturevalue("kit_wheel")  # (conftest.py: one a run)
 
 
 def run(pyodide, files) -> dict:

@@ -51,12 +51,12 @@ def solution_cell(lesson: str, name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
+def site(tmp_path_factory, kit_wheel):
     """The reduced site; without the lite app (``site.lite`` says why) only when the
     Pyodide assets cannot be had (the build's exit code 3)."""
     out = tmp_path_factory.mktemp("site") / "_site"
     args = [sys.executable, str(BUILD), "--out", str(out),
-            "--lessons", ",".join(n[:2] for n in LESSONS)]
+            "--lessons", ",".join(n[:2] for n in LESSONS), "--kit-wheel", str(kit_wheel)]
     r = subprocess.run(args, capture_output=True, text=True, timeout=600)
     missing = None
     if r.returncode == 3:

@@ -288,6 +288,8 @@ def main(argv=None) -> int:
 
 def _main(args) -> int:
     t0 = time.perf_counter()
+    # the settings refused in PopTorch's words before any call is emulated or costed
+    build(1, args.device_iterations, args.gradient_accumulation, rts=False)
     sweep = SWEEPS["full" if args.full else "small"]
     if not args.cost_model:
         sweep = {**sweep, "replicas": [r for r in sweep["replicas"]

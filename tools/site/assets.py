@@ -266,9 +266,10 @@ def imports_of(wheel: Path) -> list[str]:
     return sorted(t.removesuffix(".py") for t in top if not t.endswith((".dist-info", ".data")))
 
 
-def stage_pyodide(dest: Path, scratch: Path) -> dict:
-    """Pyodide's verified folder copied to ``dest`` with the extra wheels and the kit's, and
-    a lock file that lists them. Returns what was added, name -> file name."""
+def stage_pyodide(dest: Path, scratch: Path, kit: Path | None = None) -> dict:
+    """Pyodide's verified folder copied to ``dest`` with the extra wheels and the kit's
+    (``kit``, or one built in ``scratch``), and a lock file that lists them. Returns what
+    was added, name -> file name."""
     src = pyodide_dir()
     verified = json.loads((src / ".verified.json").read_text())
     dest.mkdir(parents=True, exist_ok=True)
@@ -282,7 +283,7 @@ def stage_pyodide(dest: Path, scratch: Path) -> dict:
         shutil.copy2(w, dest / w.name)
         lock["packages"][name] = entry(name, w, depends, imports_of(w))
         added[name] = w.name
-    kit = kit_wheel(scratch)
+    kit = kit or kit_wheel(scratch)
     shutil.copy2(kit, dest / kit.name)
     lock["packages"]["ipukit"] = entry("ipukit", kit, KIT_DEPENDS, ["ipukit"])
     added["ipukit"] = kit.name

@@ -154,7 +154,7 @@ def build_browser_page(out: Path) -> None:
                                            + mistune.html(text)))
 
 
-def build_lite(out: Path, chosen: list[Path], scratch: Path) -> dict:
+def build_lite(out: Path, chosen: list[Path], scratch: Path, kit: Path | None = None) -> dict:
     lite_dir, contents = scratch / "lite", scratch / "contents"
     import nbformat
 
@@ -167,7 +167,7 @@ def build_lite(out: Path, chosen: list[Path], scratch: Path) -> dict:
                 # reader joins the lines); JupyterLite shows a list of lines joined by ","
                 nb = nbformat.read(ROOT / folder / name, as_version=4)
                 (contents / folder / name).write_text(json.dumps(nb, ensure_ascii=False))
-    added = assets.stage_pyodide(lite_dir / "static" / "pyodide", scratch / "kit")
+    added = assets.stage_pyodide(lite_dir / "static" / "pyodide", scratch / "kit", kit)
     settings = {"@jupyterlite/pyodide-kernel-extension:kernel": {
         "disablePyPIFallback": True, "loadPyodideOptions": {"packages": assets.PRELOAD}}}
     # exposeAppInBrowser: window.jupyterapp, which the browser test and the benchmark drive
@@ -206,7 +206,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "_site")
     ap.add_argument("--lessons", help="comma-separated lesson numbers, e.g. 01,02 (all)")
     ap.add_argument("--no-lite", action="store_true", help="only the static pages")
+    ap.add_argument("--kit-wheel", type=Path, metavar="WHEEL",
+                    help="the kit's wheel, already built from this checkout (default: "
+                         "build one; the tests build one per run for all)")
     args = ap.parse_args(argv)
+    if args.kit_wheel and not (args.kit_wheel.is_file() and args.kit_wheel.suffix == ".whl"):
+        ap.error(f"--kit-wheel {args.kit_wheel}: no wheel there (pip wheel --no-deps .)")
     chosen = lessons(args.lessons.split(",") if args.lessons else None)
     out = args.out.resolve()
     t0 = time.perf_counter()
@@ -217,7 +222,7 @@ def main(argv=None) -> int:
     if not args.no_lite:
         with tempfile.TemporaryDirectory(prefix="ipukit-site-") as tmp:
             try:
-                added = build_lite(out, chosen, Path(tmp))
+                added = build_lite(out, chosen, Path(tmp), args.kit_wheel)
             except assets.AssetsUnavailable as e:
                 print(f"error: the Pyodide assets could not be had: {e}", file=sys.stderr)
                 return 3
