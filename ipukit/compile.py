@@ -114,7 +114,8 @@ class Access:
         dims = sorted(range(len(self.rshape)), key=lambda d: (d > 0, -self.rstrides[d] * merged))
         layout = (self.offset, *([x[d] for d in dims] for x in (self.rshape, self.rstrides)))
         k = max(prod(self.shape[1:]), 1)  # elements per vertex
-        if (x := self.idx) is not None:  # each vertex's addresses sorted (unless they are)
+        x = self.idx
+        if x is not None:  # each vertex's addresses sorted (unless they are)
             x = np.sort(x, -1) if merged and x.ndim > 1 and (x[..., 1:] < x[..., :-1]).any() else x
             begins, lengths, first = index_runs(x.reshape(-1), k, once)
             return begins, lengths, first // k
@@ -306,7 +307,8 @@ class _Compiler:
             pairs = np.stack([pair // n, pair % n, sums[sums > 0].astype(np.int64)], axis=1)
             b_in += np.bincount(dst, weights=nbytes, minlength=n).astype(np.int64)
             src, dst, nbytes = pairs[:, 0], pairs[:, 1], pairs[:, 2]  # (the rest: per pair)
-            if (cross := src // per != dst // per).any():  # bytes between IPUs
+            cross = src // per != dst // per
+            if cross.any():  # bytes between IPUs
                 inter = int(nbytes[cross].sum())
                 pair = (src[cross] // per * t.num_ipus + dst[cross] // per).astype(np.intp)
                 link = cost.link_cycles(int(np.bincount(pair, weights=nbytes[cross]).max()), t)
@@ -411,7 +413,8 @@ class _Compiler:
     def _moved_step(self, index: int, shift: int, name: str) -> int:
         """Step ``index`` again, renamed, ``shift`` tiles (whole IPUs) on."""
         old, per = self.steps[index], self.t.tiles_per_ipu
-        self.steps.append(step := object.__new__(Step))
+        step = object.__new__(Step)
+        self.steps.append(step)
         step.__dict__.update(old.__dict__, index=len(self.steps) - 1, name=name,
                              ipus=tuple(i + shift // per for i in old.ipus),
                              **{k: getattr(old, k) + np.array([shift, shift, 0])
@@ -424,7 +427,8 @@ class _Compiler:
 
     def _again(self, index: int, name: str) -> int:
         """Step ``index`` again, renamed (``dataclasses.replace`` without its checks: µs)."""
-        self.steps.append(step := object.__new__(Step))
+        step = object.__new__(Step)
+        self.steps.append(step)
         step.__dict__.update(self.steps[index].__dict__, index=len(self.steps) - 1, name=name)
         return step.index
 
@@ -443,9 +447,10 @@ class _Compiler:
                     raise GraphConnectionError.state_unset(name, g.describe_vertex(v))
                 if f.kind == "state":
                     shape.append(state[name].size if f.vector else 0)
-                elif (t := conn.get(name)) is None:
+                elif conn.get(name) is None:
                     raise GraphConnectionError.unconnected(name, f, g.describe_vertex(v))
                 else:
+                    t = conn[name]
                     shape += [t.shape if t.strides is not None else t.num_elements(), t.strides]
             buckets.setdefault(tuple(shape), []).append(v)
         groups = tuple(self._group(key[0], run) for key, vs in buckets.items()
@@ -454,7 +459,8 @@ class _Compiler:
         if like is not None:  # its races, exchange and costs are an earlier one's, moved
             return ExecNode(self._compute_step(cs, groups, None, None, like), groups)
         fields = [(gr, fp, self._merged_runs(fp)) for gr in groups for fp in gr.fields]
-        self._check_races(cs, fields, cat := _runs(fields))
+        cat = _runs(fields)
+        self._check_races(cs, fields, cat)
         return ExecNode(self._compute_step(cs, groups, fields, cat, kept=kept), groups)
 
     def _alike(self, groups):
@@ -518,9 +524,11 @@ class _Compiler:
         """``fp.access.runs(merged=True)``; a region's are its layout's at offset 0, moved
         (kept: the same layout recurs in many compute sets). A gather only read (an input)
         reads each address once (a broadcast operand: far fewer runs, the same bytes)."""
-        if (a := fp.access).idx is not None:
+        a = fp.access
+        if a.idx is not None:
             return a.runs(merged=True, once=fp.kind == "input")
-        begins, lengths, rows = self.layout_runs.get(key := (a.shape, a.rshape, a.rstrides)) \
+        key = (a.shape, a.rshape, a.rstrides)
+        begins, lengths, rows = self.layout_runs.get(key) \
             or self.layout_runs.setdefault(key, Access(a.dtype, *key[:1], 0, *key[1:]).runs(True))
         return begins + a.offset, lengths, rows
 
@@ -637,7 +645,9 @@ class _Compiler:
         else:
             r = np.concatenate([np.zeros(0, np.intp)] + [np.full(gr.tiles.size, W if issubclass(
                 gr.cls, MultiVertex) else 1) for gr in groups])
-            st = np.repeat(tiles[order := np.lexsort((vids, tiles))], r := r[order])
+            order = np.lexsort((vids, tiles))
+            r = r[order]
+            st = np.repeat(tiles[order], r)
             worker = (np.arange(st.size) - np.searchsorted(st, st)) % W
             load = np.bincount(st * W + worker, np.repeat(est[order] * W // r, r), n_tiles * W)
             compute = load.reshape(n_tiles, W).max(axis=1).astype(np.int64)
@@ -647,9 +657,12 @@ class _Compiler:
         sent, transfers, results = np.zeros(n_tiles), None, None
         code, size, kind, runs = self._field_runs(fields, cat)
         moves = self._moves(code, kind, *runs) if runs[0].size else None
+        pieces = None
+        if moves is None and runs[0].size:
+            pieces = self._remote_pieces(code, kind, runs)
         if moves is not None:  # (runs cut into many pieces: summed per set of readers)
             transfers, results, sent = moves
-        elif runs[0].size and (pieces := self._remote_pieces(code, kind, runs)):
+        elif pieces:
             (f, vt, start, end, et), runs = pieces  # (not all local)
             # a vertex's tile sends what it writes elsewhere (pieces of no length are on their
             # vertex's tile, see _remote_pieces)

@@ -132,7 +132,8 @@ class Engine:
     def write_tensor(self, name: str, array) -> None:
         """``Engine::writeTensor``: copy host data into a tensor with a host write handle."""
         t = self._handle(name, "write")
-        if why := out_of_range(array, t.dtype):
+        why = out_of_range(array, t.dtype)
+        if why:
             raise StreamError.write_out_of_range(name, t, why)
         try:
             data = np.asarray(array, dtype=t.dtype).reshape(-1)
@@ -254,7 +255,8 @@ class Engine:
         if isinstance(program, bool) or not (isinstance(program, numbers.Integral)
                                              and 0 <= program < len(programs)):
             raise ProgramError.bad_program_index(program, len(programs))
-        if (need := self._need(programs[program])) > self.max_steps:  # up front: nothing runs
+        need = self._need(programs[program])
+        if need > self.max_steps:  # up front: nothing runs
             raise ProgramError.too_many_steps(f"program {program}", need, self.max_steps)
         self.trace.num_runs += 1
         self.trace.record(0)  # the host synchronisation of this call
@@ -433,7 +435,8 @@ class Engine:
                 if dry:
                     arr = self._read(a).copy()
                 elif arr is None:  # a copy: scattered back after compute
-                    scatter.append((a, arr := self._read(a)))
+                    arr = self._read(a)
+                    scatter.append((a, arr))
                 outputs.append((name, arr))
             fields[name] = arr
         for name, values in state.items():
@@ -452,7 +455,8 @@ class Engine:
         for name, arr in outputs:
             if fields[name] is not arr:
                 raise IpuError.rebound_field(gr.cls, name)
-        if written := [name for name, arr, orig in inputs if not xp.array_equal(arr, orig)]:
+        written = [name for name, arr, orig in inputs if not xp.array_equal(arr, orig)]
+        if written:
             raise IpuError.wrote_input(gr.cls, written, vertex())
         for a, arr in scatter:
             self._write(a, arr)

@@ -101,7 +101,8 @@ class Pool:
                               cat((tiles[i:j + 1], t)))
                 k, k_hi = b.searchsorted((lo, hi - 1), "right")  # the cuts in (lo, hi)
                 b, t = cat(([lo], b[k:k_hi])), t[k:k_hi + 1]
-            change = firsts(mid := cat((tiles[i0:i0 + 1], t, tiles[j2:j2 + 1])))[1:] - 1
+            mid = cat((tiles[i0:i0 + 1], t, tiles[j2:j2 + 1]))
+            change = firsts(mid)[1:] - 1
             self._cuts = _splice(cuts, i0, cat((b, [hi]))[change], cuts[j2:])
             self._cut_tiles = _splice(tiles, i0 + 1, mid[change + 1], tiles[j2 + 1:])
 
@@ -352,7 +353,8 @@ class Graph:
             raise GraphConnectionError.not_a_compute_set(cs)
         if not (isinstance(vertex_class, type) and issubclass(vertex_class, Vertex)):
             raise GraphConnectionError.not_a_codelet(vertex_class)
-        ref = VertexRef(self, vid := self._add_vertices(cs, vertex_class, [{}], [-1]))
+        vid = self._add_vertices(cs, vertex_class, [{}], [-1])
+        ref = VertexRef(self, vid)
         for field, tensor in (connections or {}).items():
             self._connect(vid, field, tensor)
         if tile is not None:
@@ -527,7 +529,8 @@ def out_of_range(values, dtype) -> str | None:
 
 def _values(values, dtype, shape, what: str) -> np.ndarray:
     """``values`` as an array of ``dtype`` (broadcast to ``shape``), or IpuError."""
-    if why := out_of_range(values, dtype):
+    why = out_of_range(values, dtype)
+    if why:
         raise IpuError.values_out_of_range(what, why)
     try:
         a = np.asarray(values, dtype=dtype)

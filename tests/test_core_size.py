@@ -79,7 +79,9 @@ CORE = ("target", "tensor", "vertex", "graph", "program", "compile", "liveness",
 #: 2,454: ``compile._elements``: a copy plan's key names a RegionList's elements by its
 #: regions, not by the id of an index array it makes anew at each read (freed arrays' ids
 #: are reused: copies were given another copy's exchange plan).
-LIMIT = 2_454
+#: 2,474: no walrus left in the core (18 of them, each now an assignment and then its use,
+#: one statement a line, as the style asks), the same behaviour.
+LIMIT = 2_474
 
 
 def code_lines(source: str) -> int:
