@@ -234,6 +234,29 @@ def test_the_steps_of_a_run_are_counted_before_it_is_built(kind, training):
     assert emu.steps == emu.counts[0] + sum(emu.counts[1:1 + len(emu.entries)])  # what ran
 
 
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "gpipe"])
+def test_later_micro_batches_reuse_the_programs_of_their_slots(kind):
+    """An op of a later micro-batch that uses the same FIFO and inbox slots adds the same
+    programs again, so the compiled plan (its steps) does not grow with the gradient
+    accumulation count; the steps run still do, and the results equal the runner's. (Not
+    GPipe: its stash holds every micro-batch, so its slots grow with the count.)"""
+    sizes, ran = [], []
+    for ga in (6, 12):
+        x, y = data(ga * 2, seed=ga)
+
+        def make(emulate, ga=ga):
+            return pipeline(stages(), None, gradient_accumulation_count=ga,
+                            pipeline_schedule=kind, optimizer=optim.SGD(0.1),
+                            loss=nn.SoftmaxCrossEntropy(), target=TARGET, emulate=emulate)
+
+        pair = both(make, x, y)
+        assert_same(pair)
+        emu = next(iter(pair[1][1]._emulations.values()))
+        sizes.append(len(emu.engine.executable.steps))
+        ran.append(len(pair[1][0].trace))
+    assert sizes[0] == sizes[1] and ran[1] > 1.8 * ran[0]
+
+
 def test_a_run_too_long_to_emulate_is_refused_before_it_is_built(monkeypatch):
     """Issue 26: gradient_accumulation_count=199998 with emulate=True sat in compile for
     minutes before the engine's step guard; the count comes first now."""

@@ -25,7 +25,7 @@ from ...poplibs import popops, poputil
 from ...poplibs.expr import _1
 from ...program import Copy, Repeat, Sequence
 from ...target import Device, Target
-from ...tensor import FLOAT, UNSIGNED_INT, concat
+from ...tensor import FLOAT, UNSIGNED_INT, Tensor, concat
 from .. import optim, replication
 from ..runner import MemoryRecord, Pipeline, PipelineOptions
 from . import collectives
@@ -100,6 +100,7 @@ class Emulation:
                 "step). Use a gradient_accumulation_count of at most "
                 f"{int((MAX_EMULATED_STEPS - leaves(zero)) // per):,} with emulate=True, or "
                 "emulate=False (the NumPy runner)")
+        self.reused = {}  # the programs and slots the ops share (_slot, _copy, _joined_copy)
         programs = self._unroll(firsts)
         if not self.training:  # program 0 runs every op
             self.counts = [0] + [leaves(q) for q in programs]
@@ -230,7 +231,7 @@ class Emulation:
                                        for rep in reps)))
             self.entries.append(op)
             if (i + 1 == len(self.ops) or self.ops[i + 1].step != op.step) and sends[0]:
-                programs.append(Sequence(*(_joined_copy(pairs) for pairs in sends)))
+                programs.append(Sequence(*(self._joined_copy(pairs) for pairs in sends)))
                 self.entries.append(None)  # the cycle's inter-IPU copies
                 sends = [[] for _ in reps]
         return programs
@@ -278,42 +279,68 @@ class Emulation:
         prog = Sequence()
         if "pop" in slots:
             for t, f in zip(s.stash, s.fifo):
-                prog.add(Copy(f[slots["pop"]], t))
+                prog.add(self._copy(self._slot(f, slots["pop"]), t))
         if op.phase == "F":
-            prog.add(Copy(x_stream, s.input) if s.k == 0
-                     else Copy(s.inbox[slots["in"]], s.input))
+            prog.add(self._copy(x_stream, s.input) if s.k == 0
+                     else self._copy(self._slot(s.inbox, slots["in"]), s.input))
             if s.last and self.scored:
-                prog.add(Copy(y_stream, s.labels))
+                prog.add(self._copy(y_stream, s.labels))
         if op.phase in ("F", "R"):
             prog.add(s.forward)
             if s.last and op.phase == "F" and self.scored:
-                prog.add(Copy(s.loss, loss_stream))
+                prog.add(self._copy(s.loss, loss_stream))
             if s.last and out_stream is not None:
-                prog.add(Copy(s.result, out_stream))
+                prog.add(self._copy(s.result, out_stream))
         if "push" in slots:
             for t, f in zip(s.stash, s.fifo):
-                prog.add(Copy(t, f[slots["push"]]))
+                prog.add(self._copy(t, self._slot(f, slots["push"])))
         out = []  # (source, destination) to the next or previous stage
         if op.phase == "F" and "send" in slots:
-            out += [(c.src, c.dst) for c in s.sends(stages[s.k + 1].inbox[slots["send"]])]
+            inbox = self._slot(stages[s.k + 1].inbox, slots["send"])
+            out += [(c.src, c.dst) for c in s.sends(inbox)]
         if op.phase == "B":
             if "dy" in slots:
-                prog.add(Copy(s.gradbox[slots["dy"]], s.dy))
+                prog.add(self._copy(self._slot(s.gradbox, slots["dy"]), s.dy))
             prog.add(s.first_backward if slots["first"] else s.backward)
             for t, f in zip(s.wsaved, s.wfifo):  # what the W needs, kept till it runs
-                prog.add(Copy(t, f[slots["wpush"]]))
+                prog.add(self._copy(t, self._slot(f, slots["wpush"])))
             if "send" in slots:
-                out.append((s.dx, stages[s.k - 1].gradbox[slots["send"]]))
+                out.append((s.dx, self._slot(stages[s.k - 1].gradbox, slots["send"])))
         if sends is None:
             for src, dst in out:
-                prog.add(Copy(src, dst))
+                prog.add(self._copy(src, dst))
         else:
             sends += out
         if op.phase == "W":
             for t, f in zip(s.wsaved, s.wfifo):
-                prog.add(Copy(f[slots["wpop"]], t))
+                prog.add(self._copy(self._slot(f, slots["wpop"]), t))
             prog.add(s.first_weight if slots["first"] else s.weight)
         return prog
+
+    # A later micro-batch's op that uses the same slots adds the same programs again (each
+    # compiles once, as the stage's compute sets do): one view per slot, one Copy per pair.
+    def _slot(self, buf: Tensor, i: int) -> Tensor:
+        """``buf[i]``, slot ``i`` of a FIFO or an inbox."""
+        key = ("slot", id(buf), i)
+        if key not in self.reused:
+            self.reused[key] = buf[i]
+        return self.reused[key]
+
+    def _copy(self, src, dst) -> Copy:
+        """``Copy(src, dst)``."""
+        key = ("copy", id(src), id(dst))
+        if key not in self.reused:
+            self.reused[key] = Copy(src, dst)
+        return self.reused[key]
+
+    def _joined_copy(self, pairs: list) -> Sequence:
+        """One ``Copy`` of every (source, destination) in ``pairs``, each side flattened and
+        joined (``poplar::concat``), one per type: one exchange of all of them."""
+        key = ("joined",) + tuple((id(a), id(b)) for a, b in pairs)
+        if key not in self.reused:
+            self.reused[key] = Sequence(*(Copy(flat(a for a, _ in rows), flat(b for _, b in rows))
+                                          for rows in by_type(pairs).values()))
+        return self.reused[key]
 
     def _late(self, op) -> bool:
         """Whether ``op`` runs after its stage's other ops of its step: a forward that
@@ -433,15 +460,6 @@ def _cycle_order(sched, late) -> tuple:
     at = {(o.step, o.stage): i for i, o in enumerate(ops)}  # a stage's last op in a step
     keys = [(at[o.step, o.stage] + 0.5 if late(o) else i, i) for i, o in enumerate(ops)]
     return tuple(ops[i] for i in sorted(range(len(ops)), key=keys.__getitem__))
-
-
-def _joined_copy(pairs) -> Sequence:
-    """One ``Copy`` of every (source, destination) in ``pairs``, each side flattened and
-    joined (``poplar::concat``), one per type: one exchange of all of them."""
-    prog = Sequence()
-    for rows in by_type(pairs).values():
-        prog.add(Copy(flat(a for a, _ in rows), flat(b for _, b in rows)))
-    return prog
 
 
 def compile(p, x, labels) -> Emulation:  # noqa: A001 - PopTorch's name
