@@ -43,7 +43,8 @@ from .trace import Step, TileMemory
 from .vertex import MultiVertex
 
 #: Bytes of vertex state per field: a pointer (scalar) or pointer and size (Vector).
-SCALAR_FIELD_BYTES, VECTOR_FIELD_BYTES = 4, 8
+SCALAR_FIELD_BYTES = 4
+VECTOR_FIELD_BYTES = 8
 #: Bytes of code per codelet class on each tile that runs it, however many compute sets
 #: use it there (kit convention: an approximation).
 CODELET_CODE_BYTES = 256
@@ -178,10 +179,14 @@ def compile_graph(graph: Graph, programs, options: dict | None = None) -> Execut
 
 class _Compiler:
     def __init__(self, graph: Graph, allow_out_of_memory: bool = True):
-        self.g, self.t, self.allow_out_of_memory = graph, graph.target, allow_out_of_memory
+        self.g = graph
+        self.t = graph.target
+        self.allow_out_of_memory = allow_out_of_memory
         self.steps: list[Step] = []
         # id(program) or compute set -> compiled node; a Copy's layouts -> step, accesses
-        self.done, self.copies, self.layout_runs = {}, {}, {}  # layout_runs: _merged_runs
+        self.done = {}
+        self.copies = {}
+        self.layout_runs = {}  # _merged_runs
         self.alike = {}  # compute sets planned, by what _alike compares
         v_cs = np.array(graph.v_cs, np.intp)  # each compute set's vertices, in order added
         self.by_cs = np.split(np.argsort(v_cs, kind="stable"), np.cumsum(
@@ -258,7 +263,9 @@ class _Compiler:
         involves (and syncs) their IPUs only; every IPU when there are none (IPU-level task
         parallelism). ``host_bytes`` (a stream copy) and ``remote_bytes`` (a remote-buffer
         copy) cross the host link or the Streaming Memory link while the tiles exchange."""
-        t, n, per = self.t, self.t.num_tiles, self.t.tiles_per_ipu
+        t = self.t
+        n = t.num_tiles
+        per = t.tiles_per_ipu
         compute = np.zeros(n, np.int64) if compute is None else compute
         pairs, b_in, b_out, exch, inter = self._exchange(transfers, tile_in, tile_out)
         out = (np.zeros((0, 3), np.int64), None, None, 0, 0)
@@ -290,9 +297,13 @@ class _Compiler:
         each tile receives (theirs plus ``tile_in``) and sends (``tile_out``), the phase's
         cycles (the busiest tile's bytes, :func:`cost.exchange_cycles`, plus the busiest
         pair of IPUs' over an IPU-Link) and the bytes that cross IPUs."""
-        t, n, per = self.t, self.t.num_tiles, self.t.tiles_per_ipu
+        t = self.t
+        n = t.num_tiles
+        per = t.tiles_per_ipu
         b_in, b_out = ((np.zeros(n) + x).astype(np.int64) for x in (tile_in, tile_out))
-        pairs, inter, link = np.zeros((0, 3), np.int64), 0, 0
+        pairs = np.zeros((0, 3), np.int64)
+        inter = 0
+        link = 0
         if transfers is not None and transfers[0].size:  # (np.unique, and its inverse: slow)
             src, dst, nbytes = transfers
             key = np.asarray(src, np.int64) * n + dst
@@ -306,7 +317,7 @@ class _Compiler:
                 pair = pair[sums > 0]  # (moves of no bytes: none)
             pairs = np.stack([pair // n, pair % n, sums[sums > 0].astype(np.int64)], axis=1)
             b_in += np.bincount(dst, weights=nbytes, minlength=n).astype(np.int64)
-            src, dst, nbytes = pairs[:, 0], pairs[:, 1], pairs[:, 2]  # (the rest: per pair)
+            src, dst, nbytes = pairs.T  # (the rest: per pair)
             cross = src // per != dst // per
             if cross.any():  # bytes between IPUs
                 inter = int(nbytes[cross].sum())
@@ -319,10 +330,12 @@ class _Compiler:
     def _copy(self, src, dst):
         if isinstance(src, DataStream) or isinstance(dst, DataStream):
             return self._stream_copy(src, dst)
-        a_src, a_dst = self._access(src, "Copy", flat=True), self._access(dst, "Copy", flat=True)
+        a_src = self._access(src, "Copy", flat=True)
+        a_dst = self._access(dst, "Copy", flat=True)
         if src.num_elements() != dst.num_elements() or src.dtype != dst.dtype:
             raise ProgramError.copy_mismatch(src, dst)
-        n_tiles, size = self.t.num_tiles, src.dtype.itemsize
+        n_tiles = self.t.num_tiles
+        size = src.dtype.itemsize
         # the same elements again (an unrolled loop), else each side's shape and its tile
         # mapping from its first address (an index array: the array itself, its own addresses)
         same = (src.dtype, *((t.offset, t.shape, t.strides, _elements(t)) for t in (src, dst)))
@@ -333,7 +346,8 @@ class _Compiler:
             # slots): the earlier plan, renamed
             return CopyNode(self._again(self.copies.setdefault(same, self.copies[key]),
                                         f"Copy {src.name} -> {dst.name}"), a_src, a_dst)
-        (sb, sn), (db, dn) = runs(src), runs(dst)
+        sb, sn = runs(src)
+        db, dn = runs(dst)
         if int(_union_lengths(np.zeros(db.size, np.int64), db, db + dn)[1].sum()) != dn.sum():
             raise ProgramError.copy_aliased(dst)
         # Cut each side where its tile changes, then pair the pieces by flat position:
@@ -344,8 +358,11 @@ class _Compiler:
             sides.append(((np.cumsum(k) - k)[run] + start - b[run], start, tile))
         (sp, ss, s_tile), (dp, _, d_tile) = sides
         pos = unique(np.concatenate((sp, dp)))
-        i, j = np.searchsorted(sp, pos, "right") - 1, np.searchsorted(dp, pos, "right") - 1
-        s_start, s_tile, d_tile = ss[i] + pos - sp[i], s_tile[i], d_tile[j]
+        i = np.searchsorted(sp, pos, "right") - 1
+        j = np.searchsorted(dp, pos, "right") - 1
+        s_start = ss[i] + pos - sp[i]
+        s_tile = s_tile[i]
+        d_tile = d_tile[j]
         length = np.diff(pos, append=src.num_elements())
         remote = s_tile != d_tile
         transfers = (s_tile[remote], d_tile[remote], length[remote] * size)
@@ -412,7 +429,8 @@ class _Compiler:
 
     def _moved_step(self, index: int, shift: int, name: str) -> int:
         """Step ``index`` again, renamed, ``shift`` tiles (whole IPUs) on."""
-        old, per = self.steps[index], self.t.tiles_per_ipu
+        old = self.steps[index]
+        per = self.t.tiles_per_ipu
         step = object.__new__(Step)
         self.steps.append(step)
         step.__dict__.update(old.__dict__, index=len(self.steps) - 1, name=name,
@@ -438,7 +456,9 @@ class _Compiler:
         vids = self.by_cs[cs.id].tolist()
         buckets: dict[tuple, list[int]] = {}
         for v in vids:
-            cls, conn, state = g.v_cls[v], g.v_conn[v], g.v_state[v]
+            cls = g.v_cls[v]
+            conn = g.v_conn[v]
+            state = g.v_state[v]
             if g.v_tile[v] < 0:
                 raise TileMappingError.unmapped_vertex(g.describe_vertex(v))
             shape = [cls]  # vertices whose fields have the same region shape share one plan
@@ -486,7 +506,8 @@ class _Compiler:
             spans = {}  # (type, address shift) -> each field's lowest and highest address
             for fa, fb in ((fa, fb) for gr, e in zip(groups, earlier)
                            for fa, fb in zip(e.fields, gr.fields)):
-                (lo, hi), lo_b = _span(fa.access), _span(fb.access)[0]
+                lo, hi = _span(fa.access)
+                lo_b = _span(fb.access)[0]
                 if fa.access.idx is not None and not np.array_equal(
                         fb.access.idx, fa.access.idx + (lo_b - lo)):
                     break
@@ -553,7 +574,9 @@ class _Compiler:
 
     def _group(self, cls, vids: list[int]) -> VertexGroup:
         g = self.g
-        fields, state, sizes = [], {}, {}
+        fields = []
+        state = {}
+        sizes = {}
         for name, f in cls.fields.items():
             if f.kind == "state":
                 vals = [g.v_state[v].get(name, np.zeros((), f.dtype)) for v in vids]
@@ -579,7 +602,8 @@ class _Compiler:
         # every field's runs of addresses (types apart: each type's storage starts at a
         # multiple of span), "who" = vertex id and field slot (a vertex's own InOut is no
         # race), and whether it writes and reads
-        dtypes, span = list(self.g.pools), max(p.size for p in self.g.pools.values()) + 1
+        dtypes = list(self.g.pools)
+        span = max(p.size for p in self.g.pools.values()) + 1
         f, vid, _, b, n = cat
         at = np.array([dtypes.index(fp.access.dtype) * span for _, fp, _ in fields], np.int64)
         b = b + at[f] if at.any() else b  # (one type: as they are)
@@ -587,25 +611,33 @@ class _Compiler:
         w = np.array([fp.kind != "input" for _, fp, _ in fields])[f]
         r = np.array([fp.kind != "output" for _, fp, _ in fields])[f]
         o = np.argsort(b, kind="stable")  # (runs mostly in order already: timsort)
-        bs, es, ws = b[o], e[o], w[o]  # by begin: does a run begin before
+        bs = b[o]  # by begin: does a run begin before
+        es = e[o]
+        ws = w[o]
         if not (ws[1:] & (bs[1:] < np.maximum.accumulate(es)[:-1])  # an earlier one ends?
                 | (bs[1:] < np.maximum.accumulate(np.where(ws, es, 0))[:-1])).any():
             return  # no run written meets another run
         who = vid * len(fields) + f
         order = np.flatnonzero(w)[np.argsort(b[w], kind="stable")]
-        wb, we, wo = b[order], e[order], who[order]
+        wb = b[order]
+        we = e[order]
+        wo = who[order]
         reach = np.maximum.accumulate(we)
         holder = np.maximum.accumulate(np.where(we == reach, np.arange(we.size), 0))
         clash = np.flatnonzero((wb[1:] < reach[:-1]) & (wo[1:] != wo[holder[:-1]]))
         if clash.size:  # two writers of one element
-            i, j = order[clash[0] + 1], order[holder[clash[0]]]
+            i = order[clash[0] + 1]
+            j = order[holder[clash[0]]]
             first, later = (i, j) if i < j else (j, i)
             self._race(cs, fields, span, b[i], who[first], who[later], "also writes", exact)
         # writes merged into disjoint runs, one writer each; then every read or in-out run
         # may only meet writes of its own vertex and field
         first = np.flatnonzero(np.concatenate(([True], wb[1:] >= reach[:-1])))
-        wb, we, wo = wb[first], reach[np.concatenate((first[1:], [wb.size])) - 1], wo[first]
-        lo, hi = np.searchsorted(we, b, "right"), np.searchsorted(wb, e, "left")
+        we = reach[np.concatenate((first[1:], [wb.size])) - 1]
+        wb = wb[first]
+        wo = wo[first]
+        lo = np.searchsorted(we, b, "right")
+        hi = np.searchsorted(wb, e, "left")
         changes = np.concatenate(([0], np.cumsum(wo[1:] != wo[:-1])))
         lo_c = np.minimum(lo, wo.size - 1)
         bad = r & (hi > lo) & ((wo[lo_c] != who) | (changes[np.maximum(hi - 1, 0)]
@@ -630,7 +662,9 @@ class _Compiler:
                                        fields[o_slot][1].name, verb)
 
     def _compute_step(self, cs, groups, fields, cat, like=None, kept=None) -> int:
-        t, n_tiles, W = self.t, self.t.num_tiles, self.t.num_worker_contexts
+        t = self.t
+        n_tiles = t.num_tiles
+        W = t.num_worker_contexts
         if like is not None:  # (an earlier compute set's step, moved: see _alike)
             index, shift = like
             self._vertex_memory(groups)
@@ -654,7 +688,9 @@ class _Compiler:
         # Exchange in: a vertex's data on another tile is fetched before compute (once per
         # tile; the exchange broadcasts: a tile sends an element once, however many tiles
         # receive it). Exchange out: what it writes to another tile is sent after compute.
-        sent, transfers, results = np.zeros(n_tiles), None, None
+        sent = np.zeros(n_tiles)
+        transfers = None
+        results = None
         code, size, kind, runs = self._field_runs(fields, cat)
         moves = self._moves(code, kind, *runs) if runs[0].size else None
         pieces = None
@@ -699,7 +735,9 @@ class _Compiler:
     def _vertex_memory(self, groups) -> dict:
         """Vertex state and code on every tile that has vertices; the vertex types (class
         name -> instances, cycles)."""
-        kinds, mem, n_tiles = {}, self.memory, self.t.num_tiles
+        kinds = {}
+        mem = self.memory
+        n_tiles = self.t.num_tiles
         for gr in groups:
             on = np.bincount(gr.tiles, minlength=n_tiles)
             per_vertex = 4 + sum(VECTOR_FIELD_BYTES if gr.cls.fields[fp.name].vector
@@ -779,8 +817,9 @@ class _Compiler:
         tile, begin, length) a compute set's vertices read and write."""
         f, _, vt, b, n = cat
         codes = [list(self.g.pools).index(fp.access.dtype) for _, fp, _ in fields]
-        code, size, kind = np.array(codes), *(np.array(x) for x in zip(*(
-            (fp.access.dtype.itemsize, fp.kind) for _, fp, _ in fields)))
+        code = np.array(codes)
+        size = np.array([fp.access.dtype.itemsize for _, fp, _ in fields])
+        kind = np.array([fp.kind for _, fp, _ in fields])
         # A tile fetches once what its vertices read through one Input: a run equal to the
         # previous vertex's (a region: k runs a vertex) is left out before cutting (tut6:
         # each tile's ~100 rows read one slice of the vector; the same bytes, far fewer pieces)
@@ -888,7 +927,8 @@ def _field_access(dtype, tensors: list[Tensor], vector: bool, small: bool) -> Ac
     """One field of n vertices, shape (n, k) or (n,): a region when the vertices' regions
     step evenly through storage, otherwise a gather (an int32 index array; ``small``: every
     address of the type fits in one)."""
-    n, t0 = len(tensors), tensors[0]
+    n = len(tensors)
+    t0 = tensors[0]
     shape = (n, t0.num_elements()) if vector else (n,)
     if isinstance(t0, RegionList) and all(isinstance(t, RegionList) for t in tensors):
         return Access.gather(dtype, _region_lists(tensors, np.int32 if small else np.int64)
@@ -976,7 +1016,8 @@ def _union_lengths(key: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> tup
     span = int(ends.max(initial=0)) + 1
     b = key * span + begins  # by key, then begin (often already: no argsort, no gathers)
     order = np.argsort(b, kind="stable") if (b[1:] < b[:-1]).any() else slice(None)
-    b, e = b[order], (key * span + ends)[order]
+    e = (key * span + ends)[order]
+    b = b[order]
     covered = np.maximum.accumulate(np.concatenate(([-2**63], e[:-1])))  # the furthest end before
     return order, np.maximum(e - np.maximum(b, covered), 0)
 

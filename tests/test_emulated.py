@@ -257,6 +257,29 @@ def test_later_micro_batches_reuse_the_programs_of_their_slots(kind):
     assert sizes[0] == sizes[1] and ran[1] > 1.8 * ran[0]
 
 
+def test_a_reused_program_is_found_by_its_own_tensors_only():
+    """The ops' shared programs are found by their tensors' ids: a view made for one call
+    and dropped must not lend its id to another view, and with it its program (CPython
+    gives a freed object's memory to the next one of its size)."""
+    x, y = data(6 * 2)
+    p = pipeline(stages(), None, gradient_accumulation_count=6, pipeline_schedule="grouped",
+                 optimizer=optim.SGD(0.1), loss=nn.SoftmaxCrossEntropy(), target=TARGET,
+                 emulate=True)
+    p.run(x, y)
+    emu = next(iter(p._emulations.values()))
+    (s0, s1), (in1, in2) = (s.output for s in emu.stages[:2]), (s.inbox for s in emu.stages[1:])
+
+    def halves(cols):  # two sends, views made for this call only (joined: concatenated)
+        return emu._joined_copy([(s0[:, cols], in1[0][:, cols]), (s1[:, cols], in2[0][:, cols])])
+
+    first = halves(slice(0, 4))
+    second = halves(slice(4, 8))
+    assert second is not first
+    assert [c.dst.name for c in second.programs] == [
+        "concat(stage1/inbox[0][:, 4:8].flatten(), stage2/inbox[0][:, 4:8].flatten())"]
+    assert halves(slice(0, 4)) is not first  # (new views, new ids: built again)
+
+
 def test_a_run_too_long_to_emulate_is_refused_before_it_is_built(monkeypatch):
     """Issue 26: gradient_accumulation_count=199998 with emulate=True sat in compile for
     minutes before the engine's step guard; the count comes first now."""

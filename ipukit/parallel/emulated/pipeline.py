@@ -100,7 +100,7 @@ class Emulation:
                 "step). Use a gradient_accumulation_count of at most "
                 f"{int((MAX_EMULATED_STEPS - leaves(zero)) // per):,} with emulate=True, or "
                 "emulate=False (the NumPy runner)")
-        self.reused = {}  # the programs and slots the ops share (_slot, _copy, _joined_copy)
+        self.reused = {}  # the views and programs the ops share (_reused)
         programs = self._unroll(firsts)
         if not self.training:  # program 0 runs every op
             self.counts = [0] + [leaves(q) for q in programs]
@@ -319,28 +319,28 @@ class Emulation:
 
     # A later micro-batch's op that uses the same slots adds the same programs again (each
     # compiles once, as the stage's compute sets do): one view per slot, one Copy per pair.
+    def _reused(self, key: tuple, make):
+        """What ``make()`` gives, made once per ``key`` (a kind, then tensors and slots; a
+        tensor is equal only to itself, and the dict keeps it: no id of a freed one)."""
+        if key not in self.reused:
+            self.reused[key] = make()
+        return self.reused[key]
+
     def _slot(self, buf: Tensor, i: int) -> Tensor:
         """``buf[i]``, slot ``i`` of a FIFO or an inbox."""
-        key = ("slot", id(buf), i)
-        if key not in self.reused:
-            self.reused[key] = buf[i]
-        return self.reused[key]
+        return self._reused(("slot", buf, i), lambda: buf[i])
 
     def _copy(self, src, dst) -> Copy:
         """``Copy(src, dst)``."""
-        key = ("copy", id(src), id(dst))
-        if key not in self.reused:
-            self.reused[key] = Copy(src, dst)
-        return self.reused[key]
+        return self._reused(("copy", src, dst), lambda: Copy(src, dst))
 
     def _joined_copy(self, pairs: list) -> Sequence:
         """One ``Copy`` of every (source, destination) in ``pairs``, each side flattened and
         joined (``poplar::concat``), one per type: one exchange of all of them."""
-        key = ("joined",) + tuple((id(a), id(b)) for a, b in pairs)
-        if key not in self.reused:
-            self.reused[key] = Sequence(*(Copy(flat(a for a, _ in rows), flat(b for _, b in rows))
-                                          for rows in by_type(pairs).values()))
-        return self.reused[key]
+        return self._reused(("joined",) + tuple(t for pair in pairs for t in pair),
+                            lambda: Sequence(*(Copy(flat(a for a, _ in rows),
+                                                    flat(b for _, b in rows))
+                                               for rows in by_type(pairs).values())))
 
     def _late(self, op) -> bool:
         """Whether ``op`` runs after its stage's other ops of its step: a forward that
