@@ -75,7 +75,9 @@ class Copy(Program):
             _remote_offset(buf, offset)
         elif offset is not None:
             raise ProgramError.copy_offset_without_buffer(offset)
-        self.src, self.dst, self.offset = src, dst, offset
+        self.src = src
+        self.dst = dst
+        self.offset = offset
 
 
 def _remote_offset(buf: RemoteBuffer, offset) -> None:
@@ -97,14 +99,16 @@ class Repeat(Program):
     def __init__(self, count: int, body: Program):
         if not (isinstance(count, numbers.Integral) and count >= 0):
             raise ProgramError.repeat_count(count)
-        self.count, self.body = int(count), _program(body, "Repeat")
+        self.count = int(count)
+        self.body = _program(body, "Repeat")
 
 
 class RepeatWhileTrue(Program):
     """``RepeatWhileTrue(cond, predicate, body)``: run cond; while predicate ≠ 0, body, cond."""
 
     def __init__(self, cond: Program, predicate: Tensor, body: Program):
-        self.cond, self.body = _program(cond, "RepeatWhileTrue"), _program(body, "RepeatWhileTrue")
+        self.cond = _program(cond, "RepeatWhileTrue")
+        self.body = _program(body, "RepeatWhileTrue")
         self.predicate = _predicate(predicate, "RepeatWhileTrue")
 
 
@@ -123,12 +127,15 @@ class PrintTensor(Program):
 
     def __init__(self, title, tensor: Tensor | None = None, fmt: PrintTensorFmt | None = None):
         if tensor is None or isinstance(tensor, PrintTensorFmt):
-            title, tensor, fmt = getattr(title, "name", ""), title, tensor or fmt
+            fmt = tensor or fmt  # PrintTensor(tensor[, fmt]): titled by its name
+            tensor = title
+            title = getattr(tensor, "name", "")
         if not isinstance(tensor, Tensor):
             raise ProgramError.print_needs_tensor(tensor)
         if fmt is not None and not isinstance(fmt, PrintTensorFmt):
             raise ProgramError.print_fmt(fmt)
-        self.title, self.tensor = str(title), tensor
+        self.title = str(title)
+        self.tensor = tensor
         self.fmt = fmt or PrintTensorFmt()
 
 

@@ -110,7 +110,8 @@ class IPUModel:
         if version not in PRESETS:
             raise IpuError.unknown_version(version, PRESETS)
         default_tiles, self.bytes_per_tile, self.clock_hz = PRESETS[version]
-        self.version, self.num_ipus = version, _positive(num_ipus, "num_ipus")
+        self.version = version
+        self.num_ipus = _positive(num_ipus, "num_ipus")
         self.tiles_per_ipu = _positive(default_tiles if tiles_per_ipu is None else tiles_per_ipu,
                                        "tiles_per_ipu")
 

@@ -134,7 +134,8 @@ class VertexRef:
     __slots__ = ("graph", "id")
 
     def __init__(self, graph, id_):
-        self.graph, self.id = graph, id_
+        self.graph = graph
+        self.id = id_
 
     def __getitem__(self, field: str) -> FieldRef:
         return FieldRef(self, field)

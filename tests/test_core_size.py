@@ -81,10 +81,10 @@ CORE = ("target", "tensor", "vertex", "graph", "program", "compile", "liveness",
 #: are reused: copies were given another copy's exchange plan).
 #: 2,474: no walrus left in the core (18 of them, each now an assignment and then its use,
 #: one statement a line, as the style asks), the same behaviour.
-#: 2,515: no tuple-to-tuple assignment left in compile.py (28 of them, e.g. ``t, n, per =
-#: self.t, ...``: each name its own line, one statement a line, as the style asks), the same
-#: compile results (``benchmarks/check_compile.py``).
-LIMIT = 2_515
+#: 2,524: no tuple-to-tuple assignment left in compile, program, target and vertex (35 of
+#: them, e.g. ``t, n, per = self.t, ...``: each name its own line, one statement a line, as
+#: the style asks), the same compile results (``benchmarks/check_compile.py``).
+LIMIT = 2_524
 
 
 def code_lines(source: str) -> int:
