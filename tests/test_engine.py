@@ -412,3 +412,79 @@ def test_spacing_describes_exactly_the_addresses(dims, offset, poke):
         apart, reach = apart and (n == 1 or s > reach), reach + (n - 1) * s
     if poke < 0 and apart and idx.size > 1:
         assert found is not None and found[3]
+
+
+# -- a gather of long runs of consecutive addresses: a slice per run ------------------------
+@given(st.lists(st.tuples(st.integers(0, 12_000), st.integers(1, 3_000)), min_size=1,
+                max_size=5))
+def test_layout_describes_exactly_the_addresses(spans):
+    """``_layout`` gives a region, or runs (begin, end, position) that are disjoint, only
+    when they hold exactly the addresses in order; disjoint runs at least ``RUN_ELEMENTS``
+    long always get one of them (so they are read a slice per run, not gathered)."""
+    from ipukit.engine import RUN_ELEMENTS, _layout
+    from ipukit.tensor import addresses
+
+    idx = np.concatenate([np.arange(b, b + n) for b, n in spans]).astype(np.int32)
+    found = _layout(idx)
+    if isinstance(found, list):
+        got = np.concatenate([np.arange(b, e) for b, e, _ in found])
+        assert np.array_equal(got, idx)
+        assert [p for _, _, p in found] == np.cumsum([0] + [e - b for b, e, _ in found])[
+            :-1].tolist()
+        assert np.unique(idx).size == idx.size
+    elif found is not None:
+        start, shape, strides, distinct = found
+        assert np.array_equal(addresses(start, shape, strides).reshape(-1), idx)
+        assert not distinct or np.unique(idx).size == idx.size
+    if np.unique(idx).size == idx.size and min(n for _, n in spans) >= RUN_ELEMENTS:
+        assert found is not None
+
+
+@pytest.mark.parametrize("whole_source", [False, True])
+def test_copies_between_long_runs_match_numpy(whole_source):
+    """A Copy whose source and destination are joined slices of one variable (runs, each
+    moved a slice at a time) moves what NumPy's gather and scatter move, also where the
+    destination's runs overlap a source that is storage itself."""
+    dev, g = small(tiles=2)
+    v = g.add_variable(ipu.INT, [6 * 2048], "v")
+    g.set_tile_mapping(v, 0)
+    g.create_host_write("v", v)
+    g.create_host_read("v", v)
+    src = v[2048:6144] if whole_source else ipu.concat([v[8192:10240], v[0:2048]])
+    dst = ipu.concat([v[3072:5120], v[9216:10240], v[11264:12288]])  # not alike: runs
+    eng = ipu.Engine(g, ipu.Copy(src, dst))
+    eng.load(dev)
+    values = np.arange(v.num_elements(), dtype=np.int32) * 7 + 3
+    eng.write_tensor("v", values)
+    eng.run()
+    want = values.copy()
+    s_idx = np.r_[2048:6144] if whole_source else np.r_[8192:10240, 0:2048]
+    want[np.r_[3072:5120, 9216:10240, 11264:12288]] = values[s_idx]
+    assert np.array_equal(eng.read_tensor("v"), want)
+
+
+@pytest.mark.parametrize("per_vertex", [False, True])
+def test_fields_of_long_runs_match_numpy(per_vertex):
+    """A vertex whose Input and InOut are joined slices (runs: copied in, and the InOut
+    scattered back, a slice per run) computes what NumPy computes."""
+    dev, g = small(tiles=1)
+    v = g.add_variable(ipu.FLOAT, [6 * 2048], "v")
+    a = g.add_constant(ipu.FLOAT, [], 0.5, "a")
+    g.set_tile_mapping(v, 0)
+    g.set_tile_mapping(a, 0)
+    g.create_host_write("v", v)
+    g.create_host_read("v", v)
+    cs = g.add_compute_set("axpy")
+    g.add_vertex(cs, Axpy, {"a": a, "x": ipu.concat([v[6144:8192], v[0:2048]]),
+                            "y": ipu.concat([v[3072:5120], v[9216:10240], v[11264:12288]])},
+                 tile=0)
+    eng = ipu.Engine(g, ipu.Execute(cs), per_vertex=per_vertex)
+    eng.load(dev)
+    values = np.arange(v.num_elements(), dtype=np.float32) - 5000
+    eng.write_tensor("v", values)
+    eng.run()
+    want = values.copy()
+    want[np.r_[3072:5120, 9216:10240, 11264:12288]] += 0.5 * values[np.r_[6144:8192, 0:2048]]
+    assert np.array_equal(eng.read_tensor("v"), want)
+    if not per_vertex:  # x and y reached a slice per run
+        assert len({id(p) for p in eng._plans.values() if type(p[1]) is list}) == 2
