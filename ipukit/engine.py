@@ -270,8 +270,9 @@ class Engine:
         self._run_node[type(node)](node)
 
     def _seq(self, node: SeqNode):
+        run_node = self._run_node
         for child in node.children:
-            self._exec(child)
+            run_node[type(child)](child)
 
     def _need(self, node) -> int:
         """The fewest steps ``node`` emulates (a loop's body counts 0 times)."""
@@ -321,9 +322,8 @@ class Engine:
 
     def _copy(self, node: CopyNode):
         values = self._read(node.src)
-        if self._plan(node.src)[2] and (self.xp is not np or type(self._plan(node.dst)[1])
-                                        is list):  # storage itself, and a write that may
-            values = values.copy()  # overlap it: CuPy's, or one slice per run
+        if self.xp is not np and self._plan(node.src)[2]:  # CuPy copies may not allow overlap
+            values = values.copy()
         self._write(node.dst, values)
         self.trace.record(node.step)
 
@@ -520,9 +520,10 @@ class Engine:
 
     def _write(self, a: Access, values) -> None:
         view, idx, _ = self._plan(a)
-        if type(idx) is list:  # runs: a slice of ``values`` into each
+        if type(idx) is list:  # runs: a slice of ``values`` into each (``values`` copied
+            mem = self._mem[a.dtype]  # first where it is storage: a run may overwrite it)
             flat = values.reshape(-1)
-            mem = self._mem[a.dtype]
+            flat = flat.copy() if self.xp.may_share_memory(flat, mem) else flat
             for begin, end, at in idx:
                 mem[begin:end] = flat[at:at + end - begin]
         elif idx is not None:
