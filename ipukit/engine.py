@@ -541,10 +541,10 @@ def _layout(idx: np.ndarray):
     flat = idx.reshape(-1)
     if flat.size < RUN_ELEMENTS or flat[1] - flat[0] != 1:
         return _spacing(flat)
-    first = np.flatnonzero(flat[1:] - flat[:-1] != 1) + 1  # where each run but the first
-    if first.size >= flat.size // RUN_ELEMENTS:  # begins: short runs
-        return _spacing(flat)
-    first = [0, *first.tolist()]
+    breaks = np.flatnonzero(flat[1:] - flat[:-1] != 1)  # where a run (not the last) ends
+    if breaks.size >= flat.size // RUN_ELEMENTS:  # short runs
+        return _spacing(flat, breaks)
+    first = [0, *(breaks + 1).tolist()]
     begins = flat[first].tolist()
     ends = [b + e - f for b, f, e in zip(begins, first, [*first[1:], flat.size])]
     if len({e - b for b, e in zip(begins, ends)}) == 1:  # runs alike
@@ -558,14 +558,16 @@ def _layout(idx: np.ndarray):
     return list(zip(begins, ends, first))
 
 
-def _spacing(idx: np.ndarray):
+def _spacing(idx: np.ndarray, breaks=None):
     """(offset, shape, strides, distinct) of a region holding the addresses ``idx`` in order
     (evenly spaced in every dimension, strides >= 0), else None. Each level's first run of
-    one step gives that dimension; every run of the level must then be as long."""
+    one step gives that dimension; every run of the level must then be as long. ``breaks``:
+    the first level's, where known (the positions after which its step changes)."""
     shape, strides, starts = [], [], idx.reshape(-1)
     while 1 < starts.size and len(shape) < 8:
         step = int(starts[1]) - int(starts[0])
-        breaks = ((starts[1:] - starts[:-1]) != step).nonzero()[0]
+        if breaks is None or shape:  # (a level after the first)
+            breaks = ((starts[1:] - starts[:-1]) != step).nonzero()[0]
         n = int(breaks[0]) + 1 if breaks.size else starts.size
         if step < 0 or starts.size % n or breaks.size and ((breaks + 1) % n).any():
             return None

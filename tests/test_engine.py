@@ -488,3 +488,21 @@ def test_fields_of_long_runs_match_numpy(per_vertex):
     assert np.array_equal(eng.read_tensor("v"), want)
     if not per_vertex:  # x and y reached a slice per run
         assert len({id(p) for p in eng._plans.values() if type(p[1]) is list}) == 2
+
+
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(0, 5000)), min_size=0, max_size=2),
+       st.integers(600, 2100), st.integers(0, 50))
+def test_layout_finds_every_region_spacing_finds(outer, inner, offset):
+    """Regions of long runs (an inner dimension of stride 1) keep their view: where
+    ``_spacing`` finds a region, ``_layout`` (which looks at the runs first) finds one that
+    holds the same addresses."""
+    from ipukit.engine import _layout, _spacing
+    from ipukit.tensor import addresses
+
+    shape, strides = [n for n, _ in outer] + [inner], [s for _, s in outer] + [1]
+    idx = addresses(offset, shape, strides).reshape(-1)
+    found = _layout(idx)
+    if _spacing(idx) is not None:
+        assert found is not None and not isinstance(found, list)
+    if found is not None and not isinstance(found, list):
+        assert np.array_equal(addresses(*found[:3]).reshape(-1), idx)
