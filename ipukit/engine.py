@@ -13,9 +13,10 @@ fields are worked out once: storage itself where a view of it has the field's sh
 only for an Input), else a copy each run. A codelet class marked
 ``strided_fields = True`` (poplin's matmul, popops' Reduce) also gets a region that no
 (vertices, elements) view reaches as a strided view of storage, (vertices, ...), not a
-copy (kit convention). Every executed step is appended to ``engine.trace``. One
-``run`` emulates at most ``"debug.maxEmulatedSteps"`` steps (default 1,000,000), checked up
-front for ``Repeat`` (kit convention).
+copy (kit convention). A gather whose addresses are long runs of consecutive ones (a joined
+copy's sides) is read and written a slice per run. Every executed step is appended to
+``engine.trace``. One ``run`` emulates at most ``"debug.maxEmulatedSteps"`` steps (default
+1,000,000), checked up front for ``Repeat`` (kit convention).
 
 >>> import sys, numpy as np, ipukit as ipu
 >>> dev = ipu.IPUModel(tiles_per_ipu=1).create_device()
@@ -520,9 +521,10 @@ class Engine:
 
     def _write(self, a: Access, values) -> None:
         view, idx, _ = self._plan(a)
-        if type(idx) is list:  # runs: a slice of ``values`` into each (``values`` copied
-            mem = self._mem[a.dtype]  # first where it is storage: a run may overwrite it)
+        if type(idx) is list:  # runs: a slice of ``values`` into each
+            mem = self._mem[a.dtype]
             flat = values.reshape(-1)
+            # (a copy first where ``values`` is storage: a run may overwrite what a later reads)
             flat = flat.copy() if self.xp.may_share_memory(flat, mem) else flat
             for begin, end, at in idx:
                 mem[begin:end] = flat[at:at + end - begin]
@@ -536,22 +538,17 @@ def _layout(idx: np.ndarray):
     """How storage holds the addresses ``idx``, in order: a region (see ``_spacing``), else,
     where they are runs of consecutive addresses at least ``RUN_ELEMENTS`` long on average
     and none repeats, those runs as a list of (begin, end, position in ``idx``) (a slice
-    each: cheaper than a gather), else None (a gather). Runs alike and evenly spaced are a
-    region found from the runs' first addresses alone."""
+    each: cheaper than a gather), else None (a gather)."""
     flat = idx.reshape(-1)
     if flat.size < RUN_ELEMENTS or flat[1] - flat[0] != 1:
         return _spacing(flat)
     breaks = np.flatnonzero(flat[1:] - flat[:-1] != 1)  # where a run (not the last) ends
-    if breaks.size >= flat.size // RUN_ELEMENTS:  # short runs
-        return _spacing(flat, breaks)
+    region = _spacing(flat, breaks)  # (its first level: these runs)
+    if region is not None or breaks.size >= flat.size // RUN_ELEMENTS:
+        return region  # a region, or short runs (a gather)
     first = [0, *(breaks + 1).tolist()]
     begins = flat[first].tolist()
     ends = [b + e - f for b, f, e in zip(begins, first, [*first[1:], flat.size])]
-    if len({e - b for b, e in zip(begins, ends)}) == 1:  # runs alike
-        region = (begins[0], (), (), True) if len(begins) == 1 else _spacing(np.array(begins))
-        if region is not None:
-            shape, strides = (*region[1], ends[0] - begins[0]), (*region[2], 1)
-            return region[0], shape, strides, steps_past(shape, strides)
     spans = sorted(zip(begins, ends))
     if any(b < e for (_, e), (b, _) in zip(spans, spans[1:])):
         return None  # two runs share addresses: a gather writes them in order
