@@ -408,11 +408,13 @@ class Engine:
         (vertices, ...) instead of a copy, the region's first axis split if need be."""
         spec = self._specs.get((gr, row))
         if spec is None:
-            fields, strided = [], gr.cls.strided_fields
+            fields = []
+            strided = gr.cls.strided_fields
             for fp in gr.fields:
                 a = fp.access if row is None else self._access(fp.access, row)
                 view, idx, in_place = self._plan(a)
-                inp, view = fp.kind == "input", backend.rows(view, a.shape[0]) if strided else view
+                inp = fp.kind == "input"
+                view = backend.rows(view, a.shape[0]) if strided else view
                 bound = view if in_place or view is not None and (
                     inp and view.shape == a.shape or strided and idx is None
                     and view.shape[:1] == a.shape[:1]) else None
@@ -428,7 +430,10 @@ class Engine:
         in place where they can (compile refuses compute-set races)."""
         inst = object.__new__(gr.cls)
         inst.xp = xp = self.xp
-        fields, scatter, outputs, inputs = inst.__dict__, [], [], []
+        fields = inst.__dict__
+        scatter = []
+        outputs = []
+        inputs = []
         spec, state = self._fields(gr, row)
         for name, is_input, a, arr in spec:
             if is_input:
@@ -493,14 +498,16 @@ class Engine:
         if plan is None:
             idx = None if a.idx is None else a.idx if self.xp is np else self.xp.asarray(a.idx)
             region = (a.offset, a.rshape, a.rstrides, True) if idx is None else _layout(a.idx)
-            view, merged = None, None
+            view = None
+            merged = None
             if type(region) is list:  # long runs of consecutive addresses
                 idx = region
             elif region is not None:
                 offset, shape, strides, distinct = region
                 merged = reshape_strides(shape, strides, a.shape)
                 if merged is not None:
-                    shape, strides = a.shape, merged
+                    shape = a.shape
+                    strides = merged
                 view = backend.strided(self._mem[a.dtype], offset, shape, strides)
                 idx = None if distinct else idx
             plan = self._plans[key] = (view, idx, merged is not None and idx is None)
@@ -560,7 +567,9 @@ def _spacing(idx: np.ndarray, breaks=None):
     (evenly spaced in every dimension, strides >= 0), else None. Each level's first run of
     one step gives that dimension; every run of the level must then be as long. ``breaks``:
     the first level's, where known (the positions after which its step changes)."""
-    shape, strides, starts = [], [], idx.reshape(-1)
+    shape = []
+    strides = []
+    starts = idx.reshape(-1)
     while 1 < starts.size and len(shape) < 8:
         step = int(starts[1]) - int(starts[0])
         if breaks is None or shape:  # (a level after the first)
@@ -568,7 +577,9 @@ def _spacing(idx: np.ndarray, breaks=None):
         n = int(breaks[0]) + 1 if breaks.size else starts.size
         if step < 0 or starts.size % n or breaks.size and ((breaks + 1) % n).any():
             return None
-        shape, strides, starts = [n, *shape], [step, *strides], starts[::n]
+        shape = [n, *shape]
+        strides = [step, *strides]
+        starts = starts[::n]
     if idx.size < 2 or starts.size > 1:
         return None
     return int(starts[0]), tuple(shape), tuple(strides), steps_past(shape, strides)
@@ -591,7 +602,8 @@ def _ring(pos: int, n: int, size: int):
 
 def _same(a, b) -> bool:
     """Equal, or for floating point close (batching may reorder sums)."""
-    a, b = np.asarray(a), np.asarray(b)
+    a = np.asarray(a)
+    b = np.asarray(b)
     if a.shape != b.shape or a.dtype.kind != "f" or np.array_equal(a, b):
         return a.shape == b.shape and bool(np.array_equal(a, b))
     tol = 1e-2 if a.dtype == np.float16 else 1e-4

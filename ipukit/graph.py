@@ -52,12 +52,15 @@ class Pool:
     intervals of addresses (never one entry per element)."""
 
     def __init__(self, dtype: np.dtype):
-        self.dtype, self.size = dtype, 0
-        self.variables, self.starts = [], []  # Variables, and where each starts
+        self.dtype = dtype
+        self.size = 0
+        self.variables = []
+        self.starts = []  # where each variable starts
         self._new: list = []  # (begins, ends, tiles) not resolved: arrays, or lists of ints
         # The mapping as a step function: the addresses where the tile changes, in order,
         # and the tile before the first of them and after each (-1: unmapped).
-        self._cuts, self._cut_tiles = np.zeros(0, np.intp), np.full(1, -1, np.intp)
+        self._cuts = np.zeros(0, np.intp)
+        self._cut_tiles = np.full(1, -1, np.intp)
 
     def alloc(self, name, shape, values=None) -> Variable:
         var = Variable(name, self.dtype, shape, self.size, math.prod(shape), values)
@@ -88,19 +91,24 @@ class Pool:
         linear mapping) need no painting; the resolved tile changes at every old cut, so
         only the cuts from ``lo`` to ``hi`` are checked for a change."""
         if self._new:
-            (b, e, t), self._new = [np.concatenate([r[i] for r in self._new], dtype=np.intp)
-                                    for i in range(3)], []
-            cuts, tiles, lo, hi = self._cuts, self._cut_tiles, b.min(), max(e.max(), b.min() + 1)
+            b, e, t = [np.concatenate([r[i] for r in self._new], dtype=np.intp) for i in range(3)]
+            self._new = []
+            cuts = self._cuts
+            tiles = self._cut_tiles
+            lo = b.min()
+            hi = max(e.max(), lo + 1)
             (i, j2), (i0, j) = (cuts.searchsorted((lo, hi), s) for s in ("right", "left"))
             cat = np.concatenate  # (np.r_ costs tens of µs a call)
             order = None if _covers(b, e) else np.argsort(b, kind="stable")
             if order is not None and _covers(b[order], e[order]):  # such runs, out of order (a
-                b, t = b[order], t[order]  # tensor mapped by columns): sorted, not painted
+                b = b[order]  # tensor mapped by columns): sorted, not painted
+                t = t[order]
             elif order is not None:  # not runs that cover [lo, hi)
                 b, t = _paint(cat(([lo], cuts[i:j], b)), cat((cuts[i:j], [hi], e)),
                               cat((tiles[i:j + 1], t)))
                 k, k_hi = b.searchsorted((lo, hi - 1), "right")  # the cuts in (lo, hi)
-                b, t = cat(([lo], b[k:k_hi])), t[k:k_hi + 1]
+                b = cat(([lo], b[k:k_hi]))
+                t = t[k:k_hi + 1]
             mid = cat((tiles[i0:i0 + 1], t, tiles[j2:j2 + 1]))
             change = firsts(mid)[1:] - 1
             self._cuts = _splice(cuts, i0, cat((b, [hi]))[change], cuts[j2:])
@@ -110,7 +118,8 @@ class Pool:
         """Cut address runs where the tile mapping changes: (run, begin, end, tile) of
         every piece, in order; tile -1 where unmapped."""
         self._resolve()
-        cuts, keep = self._cuts, np.flatnonzero(lengths > 0)
+        cuts = self._cuts
+        keep = np.flatnonzero(lengths > 0)
         b = begins[keep].astype(np.intp)
         e = b + lengths[keep]
         lo = cuts.searchsorted(b, "right")
@@ -162,7 +171,8 @@ def _splice(a: np.ndarray, i: int, new: np.ndarray, rest: np.ndarray) -> np.ndar
     cuts is not copied at every change."""
     if rest.size:
         return np.concatenate((a[:i], new, rest))
-    buf, n = a if a.base is None else a.base, i + new.size
+    buf = a if a.base is None else a.base
+    n = i + new.size
     if buf.size < n:  # (its top not written: memory untouched until it is)
         grown = np.empty(max(n, 2 * buf.size), a.dtype)
         grown[:i] = a[:i]
@@ -182,7 +192,8 @@ def _paint(b, e, t):
     where the tile changes and the tile before the first cut and after each (-1: none)."""
     cuts = np.sort(np.concatenate((b, e)), kind="stable")  # merges runs already in order
     cuts = cuts[firsts(cuts)]  # (np.unique hashes first: slower on these sorted runs)
-    lo, hi = cuts.searchsorted(b), cuts.searchsorted(e)
+    lo = cuts.searchsorted(b)
+    hi = cuts.searchsorted(e)
     tiles = np.full(cuts.size + 1, -1, np.intp)  # tiles[k + 1]: from cuts[k] to cuts[k + 1]
     tiles[1 + _ranges(lo, hi)] = t.repeat(np.maximum(hi - lo, 0))
     change = np.flatnonzero(tiles[1:] != tiles[:-1])
@@ -203,7 +214,9 @@ class ComputeSet:
     __slots__ = ("graph", "id", "name")
 
     def __init__(self, graph, id_, name):
-        self.graph, self.id, self.name = graph, id_, name
+        self.graph = graph
+        self.id = id_
+        self.name = name
 
     def __repr__(self):
         return f"ComputeSet('{self.name}')"
@@ -276,7 +289,8 @@ class Graph:
         return self._add(dtype, shape, name, "const", values)
 
     def _add(self, dtype, shape, name, kind, values=None) -> Tensor:
-        shape, pool = _shape(shape, name), self._pool(dtype)
+        shape = _shape(shape, name)
+        pool = self._pool(dtype)
         if values is not None:
             values = _values(values, pool.dtype, None, f"constant '{name}'")
             if values.size == 1:
@@ -285,7 +299,8 @@ class Graph:
                 raise IpuError.constant_size(name, shape, values.size)
             values = values.reshape(shape)
         name = name or f"{kind}{len(pool.variables)}"
-        need, t = math.prod(shape) * pool.dtype.itemsize, self.target
+        need = math.prod(shape) * pool.dtype.itemsize
+        t = self.target
         if need > t.num_tiles * t.bytes_per_tile:  # larger than all tiles together
             raise OutOfMemoryError.tensor_too_big(name, pool.dtype, shape, need, t)
         var = pool.alloc(name, shape, values)
@@ -330,8 +345,8 @@ class Graph:
             return
         if not isinstance(target, FieldRef):
             raise GraphConnectionError.initial_value_target(target)
-        vid, field = self._vertex(target.vertex, "set_initial_value"), \
-            self._field(target, "set_initial_value")
+        vid = self._vertex(target.vertex, "set_initial_value")
+        field = self._field(target, "set_initial_value")
         if field.kind != "state":
             raise GraphConnectionError.not_state(target, self.describe_vertex(vid), field)
         value = np.asarray(value, dtype=field.dtype)
@@ -365,7 +380,8 @@ class Graph:
         """Vertices of one class, connected and on (root) tiles as given (and with estimates
         and State values, if given), without the checks of add_vertex (PopLibs adds many
         alike: the caller checked one); the first's id."""
-        vid, n = len(self.v_cs), len(tiles)
+        vid = len(self.v_cs)
+        n = len(tiles)
         for column, add in zip((self.v_cs, self.v_cls, self.v_conn, self.v_tile, self.v_perf,
                                 self.v_state), ([cs.id] * n, [cls] * n, connections, tiles,
                                 perf or [None] * n, state or [{} for _ in tiles])):

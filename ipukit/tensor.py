@@ -52,11 +52,18 @@ class Tensor:
     def __init__(self, graph, dtype: np.dtype, layout, name: str, parent=None):
         # layout: (offset, shape, strides) or an explicit address array.
         # A view's name ("v[1:3]") is built only when asked for: views are made often.
-        self.graph, self.dtype, self._parent, self._what = graph, dtype, parent, name
+        self.graph = graph
+        self.dtype = dtype
+        self._parent = parent
+        self._what = name
         if type(layout) is tuple:
-            (self.offset, self.shape, self.strides), self._idx = layout, None
+            self.offset, self.shape, self.strides = layout
+            self._idx = None
         else:
-            self.offset, self.shape, self.strides, self._idx = -1, layout.shape, None, layout
+            self.offset = -1
+            self.shape = layout.shape
+            self.strides = None
+            self._idx = layout
 
     @property
     def idx(self) -> np.ndarray:
@@ -131,7 +138,8 @@ class Tensor:
     def reshape(self, shape) -> Tensor:
         """``Tensor::reshape`` (one dimension may be -1, as in NumPy)."""
         shape = tuple(int(s) for s in np.atleast_1d(shape))
-        n, known = self.num_elements(), math.prod(s for s in shape if s != -1)
+        n = self.num_elements()
+        known = math.prod(s for s in shape if s != -1)
         if shape.count(-1) == 1 and known and n % known == 0:
             shape = tuple(n // known if s == -1 else s for s in shape)
         if any(s < 0 for s in shape) or math.prod(shape) != n:
@@ -238,7 +246,8 @@ def concat(tensors, dim: int = 0) -> Tensor:
 # -- regions: (offset, shape, strides) ----------------------------------------------------
 def contiguous_strides(shape) -> tuple:
     """Row-major strides (in elements) of ``shape``."""
-    strides, step = [], 1
+    strides = []
+    step = 1
     for s in reversed(shape):
         strides.append(step)
         step *= s
@@ -267,14 +276,17 @@ def reshape_strides(shape, strides, new_shape):
             chunks[-1] = (chunks[-1][0] * n, st)
         else:
             chunks.append((n, st))
-    out, left, step = [], 1, 0  # new dimensions fill the chunks from the innermost
+    out = []  # new dimensions fill the chunks from the innermost
+    left = 1
+    step = 0
     for n in reversed(new_shape):
         if n != 1 and left == 1:
             left, step = chunks.pop()
         if left % n:  # this dimension would span two chunks
             return None
         out.append(0 if n == 1 else step)
-        left, step = left // n, step * n
+        left = left // n
+        step = step * n
     return tuple(reversed(out))
 
 
@@ -290,11 +302,13 @@ def _describe(key) -> str:
 
 def inner_dims(shape, strides) -> int:
     """How many trailing dimensions of a region step through consecutive addresses."""
-    step, inner = 1, 0
+    step = 1
+    inner = 0
     for n, st in zip(reversed(shape), reversed(strides)):
         if n != 1 and st != step:
             break
-        step, inner = step * n, inner + 1
+        step = step * n
+        inner = inner + 1
     return inner
 
 
@@ -337,7 +351,8 @@ def runs(t: Tensor, keep: int = 0):
     The first ``keep`` dimensions are never merged into one run (one run per vertex)."""
     if t._idx is not None:
         return index_runs(t._idx.reshape(-1), math.prod(t.shape[keep:]))[:2]
-    shape, strides = t.shape, t.strides
+    shape = t.shape
+    strides = t.strides
     outer = len(shape) - inner_dims(shape[keep:], strides[keep:])  # 0: one run
     begins = addresses(t.offset, shape[:outer], strides[:outer]).reshape(-1)
     length = math.prod(shape[outer:])
@@ -350,8 +365,10 @@ def index_runs(flat: np.ndarray, row: int, once: bool = False):
     """Runs of consecutive addresses in an address array, never across a multiple of
     ``row`` positions: (begins, lengths, positions). ``once`` (each row's addresses in
     order): an address repeated stays in its run, so a run holds each address once."""
-    new, step = np.ones(flat.size + 1, bool), flat[1:] - flat[:-1]  # a run starts where
-    new[1:-1], new[::max(row, 1)] = step > 1 if once else step != 1, True  # the step is not
+    new = np.ones(flat.size + 1, bool)  # a run starts where the step is not 1 (once: 0 or
+    step = flat[1:] - flat[:-1]  # 1), or a row starts; and the end
+    new[1:-1] = step > 1 if once else step != 1
+    new[::max(row, 1)] = True
     first = np.flatnonzero(new)  # 1 (once: 0 or 1), or a row starts; and the end
     begins = flat[first[:-1]].astype(np.intp)
     return begins, flat[first[1:] - 1] - begins + 1, first[:-1]

@@ -173,8 +173,12 @@ class Trace:
     """Everything an Engine executed since ``load``: events over the compiled steps."""
 
     def __init__(self, target: Target, steps: tuple[Step, ...], memory: TileMemory):
-        self.target, self.steps, self.memory = target, steps, memory
-        self._step_ids, self._starts, self._runs = [], [], []  # per event: step, start, run
+        self.target = target
+        self.steps = steps
+        self.memory = memory
+        self._step_ids = []  # per event: its step,
+        self._starts = []  # its start
+        self._runs = []  # and its run
         self.clocks = [0] * target.num_ipus  # each IPU's own clock, in cycles
         self.total_cycles = 0
         self.num_runs = 0
@@ -182,7 +186,8 @@ class Trace:
     def record(self, step: int) -> None:
         """IPU-level task parallelism: a step starts when the IPUs it involves are free
         and advances only their clocks (one IPU: steps simply follow each other)."""
-        s, clocks = self.steps[step], self.clocks
+        s = self.steps[step]
+        clocks = self.clocks
         start = max(map(clocks.__getitem__, s.ipus))
         end = start + s.cycles
         for q in s.ipus:
@@ -206,7 +211,8 @@ class Trace:
         set has remote outputs, a second ``exchange`` span (``remote`` for a copy to or from
         Streaming Memory), labelled with the step's name;
         memory: each IPU's bytes by category (they do not change)."""
-        spans, phases = [], {}
+        spans = []
+        phases = {}
         for i, t in zip(self._step_ids, self._starts):
             s = self.steps[i]
             if i not in phases:

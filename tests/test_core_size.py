@@ -90,7 +90,9 @@ CORE = ("target", "tensor", "vertex", "graph", "program", "compile", "liveness",
 #: first-level scan, checked disjoint; a destination's runs over its own source copy it
 #: first), and finds a plan by its Access before its region's key: lesson 08's later runs
 #: ~12% faster pipelined, the losses, weights and cycles byte-identical.
-LIMIT = 2_557
+#: 2,608: no tuple-to-tuple assignment left in the core at all (graph 15, tensor 12, engine
+#: 8, trace 4 more: 74 in all, each name its own line), the same behaviour.
+LIMIT = 2_608
 
 
 def code_lines(source: str) -> int:
