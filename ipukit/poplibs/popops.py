@@ -511,30 +511,33 @@ SMALL_REGIONS = 256  #: below this many addresses, :func:`_regions` works in Pyt
 
 def _regions_alike(idx: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> list | None:
     """:func:`_regions` of pieces of one size (e.g. each tile's) whose first break (a
-    step other than their first) comes at one place in all: each piece's addresses as a
-    row, checked against its region in whole rows (no search for breaks); None when the
-    pieces are not such."""
-    n = int(hi[0] - lo[0])
-    if n < 2 or n * lo.size != idx.size or not (
-            (lo == np.arange(0, idx.size, n)).all() and (hi == lo + n).all()):
+    step other than their first) comes at one place in all: each piece's steps as a row,
+    its breaks compared with the pattern of one region (no search for breaks); None when
+    the pieces are not such."""
+    n, size = int(hi[0] - lo[0]), idx.size
+    if n < 2 or n * lo.size != size or not (
+            (lo == np.arange(0, size, n)).all() and (hi == lo + n).all()):
         return None
-    x = idx.reshape(-1, n)
-    step = x[:, 1:] - x[:, :-1]
+    step = np.empty(size, idx.dtype)  # each piece's steps, the last into the next piece
+    np.subtract(idx[1:], idx[:-1], out=step[:-1])
+    step = step.reshape(-1, n)
     s = step[:, 0]
     brk = step != s[:, None]
-    run = brk.argmax(axis=1) + 1  # L: at the first break (n where none)
-    run[~brk.any(axis=1)] = n
+    brk[:, -1] = True  # (the step out of the piece: a break in every region)
+    run = brk.argmax(axis=1) + 1  # L: to the first break (n where none)
     r = int(run[0])
-    if not (run == r).all() or n % r:
+    if n % r or not (run == r).all():
         return None
-    x = x.reshape(x.shape[0], n // r, r)  # R runs of L addresses
-    gap = x[:, 1, 0] - x[:, 0, 0] if r < n else np.zeros_like(s)  # S
-    ok = (s >= 0) & (gap >= 0)
-    ok &= (x[:, :, 1:] - x[:, :, :-1] == s[:, None, None]).all(axis=(1, 2))
-    ok &= (x[:, 1:, 0] - x[:, :-1, 0] == gap[:, None]).all(axis=1)
+    x = idx.reshape(-1, n)
+    ok = (brk == (np.arange(n) % r == r - 1)).all(axis=1) & (s >= 0)  # breaks at runs' ends
+    gap = s  # S (where no second run: unused)
+    if r < n:  # every break the same jump, the second run after the first
+        jumps = step.reshape(-1, n // r, r)[:, :-1, r - 1]
+        gap = x[:, r] - x[:, 0]
+        ok &= (jumps == jumps[:, :1]).all(axis=1) & (gap >= 0)
     shape = (n // r, r) if r < n else (n,)
     out = []
-    for v, (a, d, e, good) in enumerate(zip(x[:, 0, 0].tolist(), gap.tolist(), s.tolist(),
+    for v, (a, d, e, good) in enumerate(zip(x[:, 0].tolist(), gap.tolist(), s.tolist(),
                                             ok.tolist())):
         if not good:
             out.append(idx[v * n:(v + 1) * n])
