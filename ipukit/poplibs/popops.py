@@ -61,6 +61,7 @@ from ..tensor import (
     Tensor,
     address_span,
     as_type,
+    contiguous_strides,
     firsts,
     reshape_strides,
     single_run,
@@ -379,13 +380,14 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     on = tiles[first]  # increase (e.g. linear mapping: no sort)
     in_order = bool((on[1:] > on[:-1]).all())
     if in_order:  # each tile's items are one run: its first item and the next run's (a
-        ends = np.append(first[1:], tiles.size)  # bincount of every item: ~3 us per 1,000)
+        starts = first.tolist()  # bincount of every item: ~3 us per 1,000)
+        ends = starts[1:] + [tiles.size]
     else:  # each tile's items, in tile order (a stable sort's groups)
         counts = np.bincount(tiles)
         on = np.flatnonzero(counts)
-        ends = np.cumsum(counts[on])
-    starts = np.append(0, ends[:-1]).tolist()
-    on, ends = on.tolist(), ends.tolist()
+        ends = np.cumsum(counts[on]).tolist()
+        starts = [0] + ends[:-1]
+    on = on.tolist()
     order = None  # (the items by tile, for a field that is no run: sorted when asked for)
     runs_in = not in_order and any(single_run(t) for t in fields.values())
     tile_pieces = _tile_pieces(tiles) if runs_in else None
@@ -403,6 +405,7 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
             kind.append(k)
             run_of.append(j)
     columns = []  # per field, each vertex's rows of it (in tile order, flattened)
+    rows = None  # (each tile's and each vertex's first row and end, as arrays)
     for t in fields.values():
         run, g, dt, what = single_run(t), t.graph, t.dtype, t.name
         if run and in_order:  # one run of addresses in tile order: each vertex's is a region
@@ -424,8 +427,9 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
                     order = np.argsort(tiles, kind="stable")
                 idx = np.take(idx, order, axis=0)  # (rows by fancy indexing: 8x the time)
             idx = idx.reshape(-1)
-        layouts = _vertex_layouts(idx, np.array(starts) * w, np.array(ends) * w,
-                                  np.array(lo) * w, np.array(hi) * w, run_of, blocks)
+        if rows is None:
+            rows = [np.array(x) for x in (starts, ends, lo, hi)]
+        layouts = _vertex_layouts(idx, *(x * w for x in rows), run_of, blocks)
         columns.append([RegionList(g, dt, x, what) if type(x) is list else Tensor(g, dt, x, what)
                         for x in layouts])
     conns = [dict(zip(fields, c)) for c in zip(*columns)]
@@ -951,6 +955,19 @@ def reduce_with_output(graph, t: Tensor, out: Tensor, dims, op, prog: Sequence,
             out_tiles=out_tiles)
 
 
+def _take(t: Tensor, positions: np.ndarray, name: str) -> Tensor:
+    """``poputil.take(t, positions, name)``; where ``t`` is a flat region and the positions
+    are consecutive (a reduction's every partial or output), that region of it (the same
+    addresses, no address per element)."""
+    flat = positions.reshape(-1)
+    if t._idx is None and t.rank == 1 and flat.size and (np.diff(flat) == 1).all():
+        step = t.strides[0]
+        strides = tuple(n * step for n in contiguous_strides(positions.shape))
+        offset = t.offset + int(flat[0]) * step
+        return Tensor(t.graph, t.dtype, (offset, positions.shape, strides), name)
+    return poputil.take(t, positions, name)
+
+
 def _check_dims(t, dims, name):
     if not isinstance(t, Tensor):
         raise IpuError(f"{name}: expected a Tensor to reduce, got {t!r}")
@@ -1032,8 +1049,8 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None
         sel = np.flatnonzero(counts == c)
         positions = order[starts[sel][:, None] + np.arange(c)]
         add_per_tile_vertices(graph, cs1, stage1,
-                              {"partials": poputil.take(src_flat, positions, t.name),
-                               "out": poputil.take(partials, sel, partials.name)},
+                              {"partials": _take(src_flat, positions, t.name),
+                               "out": _take(partials, sel, partials.name)},
                               pair_tile[sel])
     prog.add(Execute(cs1))
     # Stage 2: each output's vertex combines its row's partials (exchanged to its tile).
@@ -1047,7 +1064,7 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None
         rows = np.flatnonzero(row_counts == c)
         positions = row_first[rows][:, None] + np.arange(c)
         add_per_tile_vertices(graph, cs2, cls,
-                              {"partials": poputil.take(partials, positions, partials.name),
-                               "out": poputil.take(out_flat, rows, out.name)},
+                              {"partials": _take(partials, positions, partials.name),
+                               "out": _take(out_flat, rows, out.name)},
                               out_tiles[rows])
     prog.add(Execute(cs2))
