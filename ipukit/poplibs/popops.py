@@ -356,7 +356,8 @@ def _workers(graph) -> int:
 
 def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
                           grain: int = 1, cls_2d: type | None = None,
-                          regions: np.ndarray | None = None) -> int:
+                          regions: np.ndarray | None = None,
+                          first: np.ndarray | None = None) -> int:
     """Add vertices of ``cls`` to ``cs``: the rows of every field that belong to one tile
     go to ONE vertex there when ``cls`` is a :class:`ipukit.MultiVertex` (its workers
     share them), else they are split over the tile's workers (at most 6 vertices per
@@ -371,12 +372,14 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     ``BinaryOp2D`` (``ElementWise.cpp`` ``binaryOpGeneral``), plain vertices cut as PopLibs
     cuts them (:func:`_vertices_2d`); a share that starts or ends inside one of the tile's
     rows is connected as the few regions it is (a :class:`~ipukit.tensor.RegionList`,
-    :func:`_cut_rows`), never as an address per element. Returns the number of vertices
+    :func:`_cut_rows`), never as an address per element. ``first``: ``firsts(tiles)``
+    where the caller has it (:func:`regions_and_runs`). Returns the number of vertices
     added.
     """
     if len(tiles) == 0:
         return 0
-    first = firsts(tiles)  # each run of items on one tile: in order when the runs' tiles
+    if first is None:  # each run of items on one tile: in order when the runs' tiles
+        first = firsts(tiles)
     on = tiles[first]  # increase (e.g. linear mapping: no sort)
     in_order = bool((on[1:] > on[:-1]).all())
     if in_order:  # each tile's items are one run: its first item and the next run's (a
@@ -681,14 +684,22 @@ def regions_per_tile(graph, t: Tensor, tiles: np.ndarray) -> np.ndarray:
     (runs of consecutive addresses; ``tiles``: the tile of each of t's flat elements):
     the length of Poplar's ``getSortedContiguousRegions(t, mapping[tile])`` once PopLibs'
     ``reorderToSimplify`` has put t's elements in address order."""
+    return regions_and_runs(graph, t, tiles)[0]
+
+
+def regions_and_runs(graph, t: Tensor, tiles: np.ndarray) -> tuple:
+    """:func:`regions_per_tile` and, where ``t`` is one run of addresses, where each run of
+    its elements on one tile begins (``firsts(tiles)``, else None): what
+    :func:`add_per_tile_vertices` takes as ``first``, worked out once."""
     n_tiles = graph.target.num_tiles
     if single_run(t):  # a variable or a slice of one: flat order is address order
-        return np.bincount(tiles[firsts(tiles)], minlength=n_tiles)
+        first = firsts(tiles)
+        return np.bincount(tiles[first], minlength=n_tiles), first
     addresses = t.idx.reshape(-1)
     order = np.lexsort((addresses, tiles))
     tiles, addresses = tiles[order], addresses[order]
     return np.bincount(tiles[firsts(tiles, addresses - np.arange(tiles.size))],
-                       minlength=n_tiles)
+                       minlength=n_tiles), None
 
 
 _IOTA = [np.zeros(0, np.intp)]
@@ -770,10 +781,11 @@ def map(graph, expr, tensors, prog: Sequence, debug_name: str = "",  # noqa: A00
     fields = {f"in{i + 1}": _flat_as(t, shape) for i, t in enumerate(tensors)}
     if not inplace:
         fields["out"] = out.flatten()
+    regions, first = regions_and_runs(graph, out, out_tiles)
     add_per_tile_vertices(graph, cs, map_vertex(expr, in_types, out_type, inplace), fields,
                           out_tiles, grain=poputil.vector_width(out_type),
                           cls_2d=map_vertex(expr, in_types, out_type, inplace, multi=False),
-                          regions=regions_per_tile(graph, out, out_tiles))
+                          regions=regions, first=first)
     prog.add(Execute(cs))
     return out
 
