@@ -521,12 +521,14 @@ def _regions_alike(idx: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> list | No
     step other than their first) comes at one place in all: each piece's steps as a row,
     its breaks compared with the pattern of one region (no search for breaks); None when
     the pieces are not such."""
-    n, size = int(hi[0] - lo[0]), idx.size
+    n = int(hi[0] - lo[0])
+    size = idx.size
     if n < 2 or n * lo.size != size or not (
             (lo == np.arange(0, size, n)).all() and (hi == lo + n).all()):
         return None
     step = np.empty(size, idx.dtype)  # each piece's steps, the last into the next piece
     np.subtract(idx[1:], idx[:-1], out=step[:-1])
+    step[-1] = 0
     step = step.reshape(-1, n)
     s = step[:, 0]
     brk = step != s[:, None]

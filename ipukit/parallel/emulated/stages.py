@@ -109,14 +109,15 @@ class Stage:
                 raise IpuError(
                     f"gradient_accumulation_dtype {dt} for {self.k}.{name}: the emulator "
                     "accumulates in float32 or float16; use emulate=False for others")
-        w, tiles = self.weights, None
+        w = self.weights
+        size = w.all.num_elements()
+        tiles = None  # (each weight element's tile, where the types are mixed)
         for dt in dict.fromkeys([*types.values(), FLOAT]):
             mine = {n: tuple(v.shape) for n, v in values.items() if types[n] == dt}
             if dt == FLOAT:
                 mine[None] = (1,)  # n, on the weights' last tile
             acc = joined(self.vg, dt, mine, f"{self.pre}stage{self.k}/accumulators"
                          + of_type(dt), mapped=False)
-            size = w.all.num_elements()
             if values and list(mine) == [*values, None]:  # the weights' mapping (as runs
                 poputil._map_copies(self.vg, acc.all.slice(0, size), w.all, 1)  # of tiles)
                 last = poputil.tile_of_elements(self.vg, w.all.slice(size - 1, size))
