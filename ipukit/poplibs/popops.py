@@ -971,8 +971,9 @@ def reduce_with_output(graph, t: Tensor, out: Tensor, dims, op, prog: Sequence,
 
 def _take(t: Tensor, positions: np.ndarray, name: str) -> Tensor:
     """``poputil.take(t, positions, name)``; where ``t`` is a flat region and the positions
-    are consecutive (a reduction's every partial or output), that region of it (the same
-    addresses, no address per element)."""
+    are consecutive (a second stage's partials and outputs, in tile order), that region of
+    it (the same addresses, no address per element). (A first stage's are not in tile
+    order: as address arrays, their tiles' regions cost less to find than from runs.)"""
     flat = positions.reshape(-1)
     if t._idx is None and t.rank == 1 and flat.size and (np.diff(flat) == 1).all():
         step = t.strides[0]
@@ -1063,8 +1064,8 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None
         sel = np.flatnonzero(counts == c)
         positions = order[starts[sel][:, None] + np.arange(c)]
         add_per_tile_vertices(graph, cs1, stage1,
-                              {"partials": _take(src_flat, positions, t.name),
-                               "out": _take(partials, sel, partials.name)},
+                              {"partials": poputil.take(src_flat, positions, t.name),
+                               "out": poputil.take(partials, sel, partials.name)},
                               pair_tile[sel])
     prog.add(Execute(cs1))
     # Stage 2: each output's vertex combines its row's partials (exchanged to its tile).
