@@ -650,6 +650,54 @@ def test_vertex_addresses_become_regions_only_where_they_are_one(chunks):
         (3, (2, 3), (1, 0))]  # a broadcast row
 
 
+def _region_of(part):
+    """The region (offset, shape, strides >= 0) whose addresses are ``part``, in order, its
+    runs as long as they go (by trying every run length), or None."""
+    from ipukit.tensor import addresses
+
+    n, a = part.size, int(part[0])
+    s = int(part[1] - part[0]) if n > 1 else 1
+    if s >= 0 and (np.diff(part) == s).all():
+        return (a, (n,), (s,))
+    for run in range(2, n):
+        gap = int(part[run % n] - a)
+        if n % run == 0 and s >= 0 and gap >= 0 and np.array_equal(
+                addresses(a, (n // run, run), (gap, s)).reshape(-1), part):
+            return (a, (n // run, run), (gap, s))
+    return None
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 24), st.integers(1, 64), st.integers(1, 4), st.integers(-2, 40),
+       st.integers(-1, 3), st.data())
+def test_regions_of_many_and_of_alike_pieces_are_those_of_each_piece(pieces, n, runs, gap,
+                                                                     step, data):
+    # _regions' three ways (a few addresses in Python, pieces of one size as rows, any
+    # pieces by NumPy) give each piece its one region, else its addresses
+    from ipukit.poplibs.popops import _regions
+
+    run = max(1, n // runs)
+    n = run * runs
+    parts = []
+    for _ in range(pieces):  # one pattern at shifted offsets (a tile's each), some spoilt
+        offset = data.draw(st.integers(0, 5000))
+        part = offset + np.add.outer(np.arange(runs) * gap, np.arange(run) * step).reshape(-1)
+        if data.draw(st.integers(0, 4)) == 0:
+            part[data.draw(st.integers(0, n - 1))] += data.draw(st.integers(-3, 3))
+        parts.append(part.astype(np.intp))
+    if data.draw(st.booleans()):  # pieces of sizes of their own
+        parts.append(np.arange(data.draw(st.integers(1, 40)), dtype=np.intp) * 3)
+    size = np.array([p.size for p in parts])
+    hi = np.cumsum(size)
+    for part, layout in zip(parts, _regions(np.concatenate(parts), hi - size, hi)):
+        want = _region_of(part)
+        if want is None:
+            assert isinstance(layout, np.ndarray) and np.array_equal(layout, part)
+        else:
+            assert layout == want and all(type(x) is int for x in (layout[0], *layout[1],
+                                                                   *layout[2]))
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 40), st.integers(1, 6), st.integers(1, 5), st.integers(0, 12),
        st.integers(0, 2), st.data())
@@ -765,3 +813,27 @@ def test_2d_vertices_of_a_column_block_hold_regions_and_compute_the_same():
     eng.run()
     np.testing.assert_allclose(eng.read_tensor("y"), np.exp(values) - values * values,
                                rtol=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 40), st.integers(1, 3), st.data())
+def test_a_reductions_consecutive_positions_are_a_region_of_the_same_addresses(n, step, data):
+    # popops._take: poputil.take's addresses and name; consecutive positions of a flat
+    # region as a region of it (no address array), any others as take gives them
+    from ipukit.poplibs.popops import _take
+
+    g = ipu.Graph(ipu.IPUModel(tiles_per_ipu=2).create_device().target)
+    v = g.add_variable(ipu.FLOAT, [n, step], "v")
+    t = v.slice(0, 1, dim=1).flatten() if step > 1 else v.flatten()  # a strided flat region
+    first = data.draw(st.integers(0, n - 1))
+    rows = data.draw(st.integers(1, n - first))
+    cols = data.draw(st.sampled_from([d for d in range(1, rows + 1) if rows % d == 0]))
+    positions = first + np.arange(rows).reshape(rows // cols, cols)
+    if data.draw(st.booleans()):
+        positions = positions.reshape(-1)
+    if data.draw(st.booleans()) and positions.size > 1:  # not consecutive
+        positions = positions[::-1].copy()
+    got, want = _take(t, positions, "p"), poputil.take(t, positions, "p")
+    assert np.array_equal(got.idx, want.idx) and got.shape == want.shape
+    assert got.name == want.name == "p"
+    assert (got._idx is None) == bool((np.diff(positions.reshape(-1)) == 1).all())

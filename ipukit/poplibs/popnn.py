@@ -164,10 +164,11 @@ def non_linearity_input_gradient(graph, nl_type, out: Tensor, out_gradient: Tens
     grad = graph.add_variable(FLOAT, out.shape, name)
     poputil._map_elements(graph, grad, tiles)
     cs = graph.add_compute_set(name)
+    regions, first = popops.regions_and_runs(graph, out, tiles)
     popops.add_per_tile_vertices(graph, cs, ReluGrad, {
         "out": out.flatten(), "out_grad": out_gradient.flatten(), "in_grad": grad.flatten()},
-        tiles, grain=poputil.vector_width(FLOAT), cls_2d=ReluGrad2D,
-        regions=popops.regions_per_tile(graph, out, tiles))
+        tiles, grain=poputil.vector_width(FLOAT), cls_2d=ReluGrad2D, regions=regions,
+        first=first)
     prog.add(Execute(cs))
     return grad
 

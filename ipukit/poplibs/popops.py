@@ -61,6 +61,7 @@ from ..tensor import (
     Tensor,
     address_span,
     as_type,
+    contiguous_strides,
     firsts,
     reshape_strides,
     single_run,
@@ -355,7 +356,8 @@ def _workers(graph) -> int:
 
 def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
                           grain: int = 1, cls_2d: type | None = None,
-                          regions: np.ndarray | None = None) -> int:
+                          regions: np.ndarray | None = None,
+                          first: np.ndarray | None = None) -> int:
     """Add vertices of ``cls`` to ``cs``: the rows of every field that belong to one tile
     go to ONE vertex there when ``cls`` is a :class:`ipukit.MultiVertex` (its workers
     share them), else they are split over the tile's workers (at most 6 vertices per
@@ -370,22 +372,25 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     ``BinaryOp2D`` (``ElementWise.cpp`` ``binaryOpGeneral``), plain vertices cut as PopLibs
     cuts them (:func:`_vertices_2d`); a share that starts or ends inside one of the tile's
     rows is connected as the few regions it is (a :class:`~ipukit.tensor.RegionList`,
-    :func:`_cut_rows`), never as an address per element. Returns the number of vertices
+    :func:`_cut_rows`), never as an address per element. ``first``: ``firsts(tiles)``
+    where the caller has it (:func:`regions_and_runs`). Returns the number of vertices
     added.
     """
     if len(tiles) == 0:
         return 0
-    first = firsts(tiles)  # each run of items on one tile: in order when the runs' tiles
+    if first is None:  # each run of items on one tile: in order when the runs' tiles
+        first = firsts(tiles)
     on = tiles[first]  # increase (e.g. linear mapping: no sort)
     in_order = bool((on[1:] > on[:-1]).all())
     if in_order:  # each tile's items are one run: its first item and the next run's (a
-        ends = np.append(first[1:], tiles.size)  # bincount of every item: ~3 us per 1,000)
+        starts = first.tolist()  # bincount of every item: ~3 us per 1,000)
+        ends = starts[1:] + [tiles.size]
     else:  # each tile's items, in tile order (a stable sort's groups)
         counts = np.bincount(tiles)
         on = np.flatnonzero(counts)
-        ends = np.cumsum(counts[on])
-    starts = np.append(0, ends[:-1]).tolist()
-    on, ends = on.tolist(), ends.tolist()
+        ends = np.cumsum(counts[on]).tolist()
+        starts = [0] + ends[:-1]
+    on = on.tolist()
     order = None  # (the items by tile, for a field that is no run: sorted when asked for)
     runs_in = not in_order and any(single_run(t) for t in fields.values())
     tile_pieces = _tile_pieces(tiles) if runs_in else None
@@ -403,6 +408,7 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
             kind.append(k)
             run_of.append(j)
     columns = []  # per field, each vertex's rows of it (in tile order, flattened)
+    rows = None  # (each tile's and each vertex's first row and end, as arrays)
     for t in fields.values():
         run, g, dt, what = single_run(t), t.graph, t.dtype, t.name
         if run and in_order:  # one run of addresses in tile order: each vertex's is a region
@@ -419,11 +425,14 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
         idx = None
         if blocks is None:
             idx = (_iota(*run) if run else np.ascontiguousarray(t.idx)).reshape(len(tiles), -1)
-            if not in_order and order is None:
-                order = np.argsort(tiles, kind="stable")
-            idx = (idx if in_order else idx[order]).reshape(-1)
-        layouts = _vertex_layouts(idx, np.array(starts) * w, np.array(ends) * w,
-                                  np.array(lo) * w, np.array(hi) * w, run_of, blocks)
+            if not in_order:
+                if order is None:
+                    order = np.argsort(tiles, kind="stable")
+                idx = np.take(idx, order, axis=0)  # (rows by fancy indexing: 8x the time)
+            idx = idx.reshape(-1)
+        if rows is None:
+            rows = [np.array(x) for x in (starts, ends, lo, hi)]
+        layouts = _vertex_layouts(idx, *(x * w for x in rows), run_of, blocks)
         columns.append([RegionList(g, dt, x, what) if type(x) is list else Tensor(g, dt, x, what)
                         for x in layouts])
     conns = [dict(zip(fields, c)) for c in zip(*columns)]
@@ -462,9 +471,17 @@ def _regions(idx: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> list:
     they are one (R runs of L addresses s apart, S between runs: a block of columns, a
     broadcast row), else as they are (an index view): the graph then keeps no address per
     element, and the compiler and the engine read the field through a view. Worked out for
-    all vertices at once (NumPy calls per vertex cost ~20 ms of a lesson-08 build)."""
+    all vertices at once (NumPy calls per vertex cost ~20 ms of a lesson-08 build); a few
+    addresses (``SMALL_REGIONS``) one vertex at a time in Python (:func:`_regions_small`),
+    which costs less than the NumPy calls' overhead. ``lo`` and ``hi`` cut ``idx`` into
+    consecutive pieces."""
     if not idx.size:
         return [idx[a:b] for a, b in zip(lo.tolist(), hi.tolist())]
+    if idx.size <= SMALL_REGIONS:
+        return _regions_small(idx, lo.tolist(), hi.tolist())
+    out = _regions_alike(idx, lo, hi)
+    if out is not None:
+        return out
     n, first = hi - lo, np.minimum(lo, idx.size - 1)
     step = np.diff(idx, append=idx[-1:])  # step[j]: from address j to j + 1
     s = step[first] * (n > 1)  # each vertex's first step
@@ -496,6 +513,73 @@ def _regions(idx: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> list:
     return out
 
 
+SMALL_REGIONS = 256  #: below this many addresses, :func:`_regions` works in Python
+
+
+def _regions_alike(idx: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> list | None:
+    """:func:`_regions` of pieces of one size (e.g. each tile's) whose first break (a
+    step other than their first) comes at one place in all: each piece's steps as a row,
+    its breaks compared with the pattern of one region (no search for breaks); None when
+    the pieces are not such."""
+    n = int(hi[0] - lo[0])
+    size = idx.size
+    if n < 2 or n * lo.size != size or not (
+            (lo == np.arange(0, size, n)).all() and (hi == lo + n).all()):
+        return None
+    step = np.empty(size, idx.dtype)  # each piece's steps, the last into the next piece
+    np.subtract(idx[1:], idx[:-1], out=step[:-1])
+    step[-1] = 0
+    step = step.reshape(-1, n)
+    s = step[:, 0]
+    brk = step != s[:, None]
+    brk[:, -1] = True  # (the step out of the piece: a break in every region)
+    run = brk.argmax(axis=1) + 1  # L: to the first break (n where none)
+    r = int(run[0])
+    if n % r or not (run == r).all():
+        return None
+    x = idx.reshape(-1, n)
+    ok = (brk == (np.arange(n) % r == r - 1)).all(axis=1) & (s >= 0)  # breaks at runs' ends
+    gap = s  # S (where no second run: unused)
+    if r < n:  # every break the same jump, the second run after the first
+        jumps = step.reshape(-1, n // r, r)[:, :-1, r - 1]
+        gap = x[:, r] - x[:, 0]
+        ok &= (jumps == jumps[:, :1]).all(axis=1) & (gap >= 0)
+    shape = (n // r, r) if r < n else (n,)
+    out = []
+    for v, (a, d, e, good) in enumerate(zip(x[:, 0].tolist(), gap.tolist(), s.tolist(),
+                                            ok.tolist())):
+        if not good:
+            out.append(idx[v * n:(v + 1) * n])
+        elif r < n:
+            out.append((a, shape, (d, e)))
+        else:
+            out.append((a, shape, (e,)))
+    return out
+
+
+def _regions_small(idx: np.ndarray, lo: list, hi: list) -> list:
+    """:func:`_regions` for a few addresses: each vertex's breaks (the steps that differ
+    from its first, but for its last) looked at one by one."""
+    at = idx.tolist()
+    out = []
+    for a, b in zip(lo, hi):
+        n = b - a
+        if n <= 0:
+            out.append(idx[a:b])
+            continue
+        s = at[a + 1] - at[a] if n > 1 else 0
+        breaks = [j for j in range(a, b - 1) if at[j + 1] - at[j] != s]
+        if not breaks:  # one run of addresses s apart
+            out.append((at[a], (n,), (s if n > 1 else 1,)) if s >= 0 else idx[a:b])
+            continue
+        run = breaks[0] - a + 1  # L: R runs of L addresses, S apart
+        gap = at[a + run] - at[a]
+        jump = gap - (run - 1) * s
+        good = (len(breaks) == n // run - 1 and n % run == 0 and s >= 0 and gap >= 0
+                and all((j - a + 1) % run == 0 and at[j + 1] - at[j] == jump
+                        for j in breaks))
+        out.append((at[a], (n // run, run), (gap, s)) if good else idx[a:b])
+    return out
 
 
 def _tile_pieces(tiles: np.ndarray) -> tuple:
@@ -602,14 +686,22 @@ def regions_per_tile(graph, t: Tensor, tiles: np.ndarray) -> np.ndarray:
     (runs of consecutive addresses; ``tiles``: the tile of each of t's flat elements):
     the length of Poplar's ``getSortedContiguousRegions(t, mapping[tile])`` once PopLibs'
     ``reorderToSimplify`` has put t's elements in address order."""
+    return regions_and_runs(graph, t, tiles)[0]
+
+
+def regions_and_runs(graph, t: Tensor, tiles: np.ndarray) -> tuple:
+    """:func:`regions_per_tile` and, where ``t`` is one run of addresses, where each run of
+    its elements on one tile begins (``firsts(tiles)``, else None): what
+    :func:`add_per_tile_vertices` takes as ``first``, worked out once."""
     n_tiles = graph.target.num_tiles
     if single_run(t):  # a variable or a slice of one: flat order is address order
-        return np.bincount(tiles[firsts(tiles)], minlength=n_tiles)
+        first = firsts(tiles)
+        return np.bincount(tiles[first], minlength=n_tiles), first
     addresses = t.idx.reshape(-1)
     order = np.lexsort((addresses, tiles))
     tiles, addresses = tiles[order], addresses[order]
     return np.bincount(tiles[firsts(tiles, addresses - np.arange(tiles.size))],
-                       minlength=n_tiles)
+                       minlength=n_tiles), None
 
 
 _IOTA = [np.zeros(0, np.intp)]
@@ -691,10 +783,11 @@ def map(graph, expr, tensors, prog: Sequence, debug_name: str = "",  # noqa: A00
     fields = {f"in{i + 1}": _flat_as(t, shape) for i, t in enumerate(tensors)}
     if not inplace:
         fields["out"] = out.flatten()
+    regions, first = regions_and_runs(graph, out, out_tiles)
     add_per_tile_vertices(graph, cs, map_vertex(expr, in_types, out_type, inplace), fields,
                           out_tiles, grain=poputil.vector_width(out_type),
                           cls_2d=map_vertex(expr, in_types, out_type, inplace, multi=False),
-                          regions=regions_per_tile(graph, out, out_tiles))
+                          regions=regions, first=first)
     prog.add(Execute(cs))
     return out
 
@@ -876,6 +969,20 @@ def reduce_with_output(graph, t: Tensor, out: Tensor, dims, op, prog: Sequence,
             out_tiles=out_tiles)
 
 
+def _take(t: Tensor, positions: np.ndarray, name: str) -> Tensor:
+    """``poputil.take(t, positions, name)``; where ``t`` is a flat region and the positions
+    are consecutive (a second stage's partials and outputs, in tile order), that region of
+    it (the same addresses, no address per element). (A first stage's are not in tile
+    order: as address arrays, their tiles' regions cost less to find than from runs.)"""
+    flat = positions.reshape(-1)
+    if t._idx is None and t.rank == 1 and flat.size and (np.diff(flat) == 1).all():
+        step = t.strides[0]
+        strides = tuple(n * step for n in contiguous_strides(positions.shape))
+        offset = t.offset + int(flat[0]) * step
+        return Tensor(t.graph, t.dtype, (offset, positions.shape, strides), name)
+    return poputil.take(t, positions, name)
+
+
 def _check_dims(t, dims, name):
     if not isinstance(t, Tensor):
         raise IpuError(f"{name}: expected a Tensor to reduce, got {t!r}")
@@ -972,7 +1079,7 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None
         rows = np.flatnonzero(row_counts == c)
         positions = row_first[rows][:, None] + np.arange(c)
         add_per_tile_vertices(graph, cs2, cls,
-                              {"partials": poputil.take(partials, positions, partials.name),
-                               "out": poputil.take(out_flat, rows, out.name)},
+                              {"partials": _take(partials, positions, partials.name),
+                               "out": _take(out_flat, rows, out.name)},
                               out_tiles[rows])
     prog.add(Execute(cs2))

@@ -47,27 +47,34 @@ def vector_width(dtype) -> int:
 
 def calc_linear_tile_mapping(graph, shape, min_elements_per_tile: int, grain_size: int):
     """``poputil::calcLinearTileMapping``: per tile, a list of (begin, end) flat intervals."""
+    mapping: list[list[tuple[int, int]]] = [[] for _ in range(graph.target.num_tiles)]
+    tiles, begins, ends = _linear_intervals(graph, shape, min_elements_per_tile, grain_size)
+    for tile, begin, end in zip(tiles.tolist(), begins.tolist(), ends.tolist()):
+        mapping[tile].append((begin, end))
+    return mapping
+
+
+def _linear_intervals(graph, shape, min_elements_per_tile: int, grain_size: int) -> tuple:
+    """:func:`calc_linear_tile_mapping` as arrays: the tiles with elements, in order, and
+    each one's interval ``[begin, end)`` of the flat elements."""
     n = int(math.prod(shape))
-    num_tiles = graph.target.num_tiles
-    mapping: list[list[tuple[int, int]]] = [[] for _ in range(num_tiles)]
     if n == 0:
-        return mapping
+        return np.zeros((3, 0), np.intp)
     if grain_size < 1 or min_elements_per_tile < 0:
         raise IpuError(f"grain_size must be >= 1 and min_elements_per_tile >= 0, got "
                        f"{grain_size} and {min_elements_per_tile}")
     grains = -(-n // grain_size)
-    per_tile = -(-grains // num_tiles)
+    per_tile = -(-grains // graph.target.num_tiles)
     if min_elements_per_tile:
         min_grains = -(-min_elements_per_tile // grain_size)
         most = max(1, grains // min_grains)
         per_tile = max(per_tile, -(-grains // most))
     used = -(-grains // per_tile)
-    for tile in range(used):
-        begin = tile * grains // used * grain_size
-        end = min(n, (tile + 1) * grains // used * grain_size)
-        if end > begin:
-            mapping[tile].append((begin, end))
-    return mapping
+    tiles = np.arange(used, dtype=np.intp)
+    begins = tiles * grains // used * grain_size
+    ends = np.minimum(n, (tiles + 1) * grains // used * grain_size)
+    keep = ends > begins
+    return tiles[keep], begins[keep], ends[keep]
 
 
 def map_tensor_linearly(graph, t: Tensor, min_elements_per_tile: int | None = None,
@@ -78,14 +85,13 @@ def map_tensor_linearly(graph, t: Tensor, min_elements_per_tile: int | None = No
     128 bytes.
     """
     grain_size, min_elements_per_tile = _linear_defaults(t, min_elements_per_tile, grain_size)
-    mapping = calc_linear_tile_mapping(graph, t.shape, min_elements_per_tile, grain_size)
     run = single_run(t) if isinstance(t, Tensor) and t.graph is graph.root else None
     if run is None:  # a view (or another graph's tensor: set_tile_mapping says so)
-        set_tile_mapping(graph, t, mapping)
+        set_tile_mapping(graph, t, calc_linear_tile_mapping(graph, t.shape,
+                                                            min_elements_per_tile, grain_size))
         return
-    pieces = [(b, e, tile) for tile, intervals in enumerate(mapping) for b, e in intervals]
-    if pieces:  # a variable: its intervals are runs of addresses, mapped in one call
-        b, e, tile = (np.array(v, np.intp) for v in zip(*pieces))
+    tile, b, e = _linear_intervals(graph, t.shape, min_elements_per_tile, grain_size)
+    if tile.size:  # a variable: its intervals are runs of addresses, mapped in one call
         graph.root.pools[t.dtype].map(run[0] + b, e - b, tile + graph._offset)
 
 
@@ -94,11 +100,9 @@ def linear_tiles(graph, t: Tensor, min_elements_per_tile: int | None = None,
     """The tile of every element of ``t`` (flat) that :func:`map_tensor_linearly` gives."""
     grain_size, min_elements_per_tile = _linear_defaults(t, min_elements_per_tile, grain_size)
     out = np.full(t.num_elements(), -1, np.intp)
-    for tile, intervals in enumerate(calc_linear_tile_mapping(graph, t.shape,
-                                                              min_elements_per_tile,
-                                                              grain_size)):
-        for b, e in intervals:
-            out[b:e] = tile
+    tiles, begins, ends = _linear_intervals(graph, t.shape, min_elements_per_tile, grain_size)
+    for tile, b, e in zip(tiles.tolist(), begins.tolist(), ends.tolist()):
+        out[b:e] = tile
     return out
 
 

@@ -110,15 +110,24 @@ class Stage:
                     f"gradient_accumulation_dtype {dt} for {self.k}.{name}: the emulator "
                     "accumulates in float32 or float16; use emulate=False for others")
         w = self.weights
-        tiles = poputil.tile_of_elements(self.vg, w.all) if values else np.zeros(1, np.intp)
+        size = w.all.num_elements()
+        tiles = None  # (each weight element's tile, where the types are mixed)
         for dt in dict.fromkeys([*types.values(), FLOAT]):
             mine = {n: tuple(v.shape) for n, v in values.items() if types[n] == dt}
             if dt == FLOAT:
                 mine[None] = (1,)  # n, on the weights' last tile
             acc = joined(self.vg, dt, mine, f"{self.pre}stage{self.k}/accumulators"
                          + of_type(dt), mapped=False)
-            poputil._map_elements(self.vg, acc.all, np.concatenate(
-                [tiles[w.bounds[n]] if n is not None else tiles[-1:] for n in mine]))
+            if values and list(mine) == [*values, None]:  # the weights' mapping (as runs
+                poputil._map_copies(self.vg, acc.all.slice(0, size), w.all, 1)  # of tiles)
+                last = poputil.tile_of_elements(self.vg, w.all.slice(size - 1, size))
+                poputil._map_elements(self.vg, acc.views[None].flatten(), last)
+            else:  # (types mixed: each accumulator mapped like its weight, element-wise)
+                if tiles is None:
+                    tiles = (poputil.tile_of_elements(self.vg, w.all) if values
+                             else np.zeros(1, np.intp))
+                poputil._map_elements(self.vg, acc.all, np.concatenate(
+                    [tiles[w.bounds[n]] if n is not None else tiles[-1:] for n in mine]))
             self.acc_groups[dt] = acc
             self.accs.update((n, acc.views[n]) for n in mine if n is not None)
         self.count = self.acc_groups[FLOAT].views[None]
