@@ -94,8 +94,9 @@ class Access:
     def of(t: Tensor, shape=None) -> Access:
         """The access of a tensor's elements (flat when ``shape`` is ``(n,)``)."""
         shape = t.shape if shape is None else tuple(shape)
-        if t._idx is not None:
-            return Access.gather(t.dtype, t._idx.reshape(shape))
+        idx = t._idx  # (once: a RegionList makes its array at each read)
+        if idx is not None:
+            return Access.gather(t.dtype, idx.reshape(shape))
         return Access(t.dtype, shape, t.offset, t.shape, t.strides)
 
     def row(self, i: int) -> Access:
@@ -340,7 +341,7 @@ class _Compiler:
         # mapping from its first address (an index array: the array itself, its own addresses)
         same = (src.dtype, *((t.offset, t.shape, t.strides, _elements(t)) for t in (src, dst)))
         key = same if same in self.copies else (src.dtype, *((
-            t.shape, t.strides, _elements(t), t._idx is None
+            t.shape, t.strides, _elements(t), t.strides is not None
             and self.g.pools[t.dtype].window(*address_span(t))) for t in (src, dst)))
         if key in self.copies:  # sides alike and mapped alike, at shifted addresses (a FIFO's
             # slots): the earlier plan, renamed

@@ -349,6 +349,14 @@ def address_span(t: Tensor) -> tuple[int, int]:
 def runs(t: Tensor, keep: int = 0):
     """``t``'s elements in flat order as runs of consecutive addresses: (begins, lengths).
     The first ``keep`` dimensions are never merged into one run (one run per vertex)."""
+    if isinstance(t, RegionList) and not keep:  # its regions' runs, those that meet joined
+        parts = [runs(Tensor(None, t.dtype, r, "")) for r in t.regions]
+        begins = np.concatenate([b for b, _ in parts])
+        lengths = np.concatenate([n for _, n in parts])
+        new = np.ones(begins.size, bool)
+        new[1:] = begins[1:] != (begins + lengths)[:-1]
+        first = np.flatnonzero(new)
+        return begins[first], np.add.reduceat(lengths, first)
     if t._idx is not None:
         return index_runs(t._idx.reshape(-1), math.prod(t.shape[keep:]))[:2]
     shape = t.shape

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ipukit as ipu
-from ipukit.tensor import index_runs
+from ipukit.tensor import RegionList, index_runs, runs
 
 from .helpers import small
 
@@ -87,6 +87,20 @@ def test_unsupported_type():
     _, g = small()
     with pytest.raises(ipu.IpuError, match="unsupported element type"):
         g.add_variable(np.float64, [2], "d")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 3), st.integers(1, 5),
+                          st.integers(1, 8), st.integers(0, 2)), min_size=1, max_size=6))
+def test_a_region_lists_runs_are_those_of_its_addresses(regions):
+    """``runs`` of a RegionList from its regions (no address array) equals the runs of its
+    addresses: regions that meet joined into one run, empty ones left out."""
+    _, g = small()
+    rl = RegionList(g, ipu.FLOAT, [(o, (a, b), (c, 1)) if d else (o, (a * b,), (1,))
+                                   for o, a, b, c, d in regions], "r")
+    want = index_runs(rl.idx.reshape(-1), rl.num_elements())[:2]
+    got = runs(rl)
+    assert [x.tolist() for x in got] == [x.tolist() for x in want]
 
 
 @settings(max_examples=200, deadline=None)

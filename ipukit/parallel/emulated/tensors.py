@@ -19,7 +19,7 @@ from ...errors import type_name
 from ...graph import Graph
 from ...poplibs import poputil
 from ...program import Copy, Execute, Program, Sequence
-from ...tensor import FLOAT, Tensor, concat, single_run
+from ...tensor import FLOAT, RegionList, Tensor, concat, single_run
 
 # Poplar's programs (Copy, Execute, stream copies) each compile to one step; our op
 # programs hold nothing else, so counting them tells which trace events an op made.
@@ -35,8 +35,9 @@ def leaves(prog: Program) -> int:
 def flat(ts) -> Tensor:
     """Tensors of one type as one flat view: ``poplar::concat`` of the flattened tensors
     (PopART's mergeVarUpdate joins the weights and gradients it updates at once so).
-    Views of one variable that follow each other are joined as one region of it (an
-    explicit address array otherwise)."""
+    Views of one variable that follow each other are joined as one region of it; runs of
+    consecutive addresses each, as a :class:`~ipukit.tensor.RegionList` (a pipeline cycle's
+    sends: no address array kept); an explicit address array otherwise."""
     ts = [t.flatten() for t in ts]
     if len(ts) == 1:
         return ts[0]
@@ -45,6 +46,9 @@ def flat(ts) -> Tensor:
             a[0] + a[1] == b[0] for a, b in zip(runs, runs[1:])):
         start = runs[0][0] - root.offset
         return root.flatten().slice(start, start + sum(r[1] for r in runs))
+    if all(runs):
+        return RegionList(ts[0].graph, ts[0].dtype, [(b, (n,), (1,)) for b, n in runs],
+                          f"concat({', '.join(t.name for t in ts)})")
     return concat(ts)
 
 
