@@ -93,6 +93,8 @@ class Pool:
         if self._new:
             b, e, t = [np.concatenate([r[i] for r in self._new], dtype=np.intp) for i in range(3)]
             self._new = []
+            if b.size <= _FEW and self._on_top(b.tolist(), e.tolist(), t.tolist()):
+                return
             cuts = self._cuts
             tiles = self._cut_tiles
             lo = b.min()
@@ -113,6 +115,31 @@ class Pool:
             change = firsts(mid)[1:] - 1
             self._cuts = _splice(cuts, i0, cat((b, [hi]))[change], cuts[j2:])
             self._cut_tiles = _splice(tiles, i0 + 1, mid[change + 1], tiles[j2 + 1:])
+
+    def _on_top(self, b: list, e: list, t: list) -> bool:
+        """:meth:`_resolve` of few records that are runs covering ``[b[0], e[-1])`` in order
+        at the top of the mapping (a new variable mapped), in plain Python (NumPy's cost
+        per call is most of the work at this size): the cuts where the tile changes are
+        appended. False (nothing done) for other records."""
+        cuts = self._cuts
+        n = cuts.size
+        if (n and b[0] < cuts[-1]) or b[1:] != e[:-1] or any(x >= y for x, y in zip(b, e)):
+            return False
+        i0 = n  # the resolved cut at b[0], if any, is painted over
+        if n and b[0] == cuts[-1]:
+            i0 = n - 1
+        tiles = self._cut_tiles
+        before = int(tiles[i0])
+        new_cuts = []
+        new_tiles = []
+        for cut, tile in zip(b + e[-1:], t + [int(tiles[n])]):
+            if tile != before:
+                new_cuts.append(cut)
+                new_tiles.append(tile)
+            before = tile
+        self._cuts = _splice(cuts, i0, np.array(new_cuts, np.intp), cuts[n:])
+        self._cut_tiles = _splice(tiles, i0 + 1, np.array(new_tiles, np.intp), tiles[n + 1:])
+        return True
 
     def pieces(self, begins: np.ndarray, lengths: np.ndarray):
         """Cut address runs where the tile mapping changes: (run, begin, end, tile) of
@@ -157,6 +184,9 @@ class Pool:
         """"element [5] of tensor 'v2'", for error messages."""
         var = self.variables[int(np.searchsorted(self.starts, address, "right")) - 1]
         return element_name(var, int(address) - var.start)
+
+
+_FEW = 64  # (records up to this many runs resolved in plain Python when at the top)
 
 
 def _covers(b: np.ndarray, e: np.ndarray) -> bool:

@@ -91,6 +91,34 @@ def test_tile_of_elements_of_views_matches_the_mapping(shape, maps, seed, virtua
         assert np.array_equal(poputil.tile_of_elements(vg, t), _per_element(vg, t)), t.shape
 
 
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 40), maps=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40),
+                                                     st.integers(0, 7)), max_size=6),
+       lo=st.integers(0, 39), virtual=st.sampled_from([None, 0, 4]))
+def test_tile_runs_are_the_firsts_of_the_tile_of_each_element(n, maps, lo, virtual):
+    """tile_runs reads a run of addresses' tiles as pieces: where each run of elements on
+    one tile begins and that tile, as firsts of tile_of_elements gives them; None for a
+    view that is no run, an element unmapped or on another virtual graph's tile."""
+    root = ipu.Graph(ipu.IPUModel(num_ipus=2, tiles_per_ipu=4).create_device().target)
+    g = root if virtual is None else root.create_virtual_graph(virtual, virtual + 4)
+    v = root.add_variable(ipu.FLOAT, [n], "v")
+    root.set_tile_mapping(v, 0 if virtual is None else virtual)
+    for a, b, tile in maps:
+        a, b = sorted((a % n, b % (n + 1)))
+        root.set_tile_mapping(v[a:b], tile)
+    root.add_variable(ipu.FLOAT, [3], "after")
+    reverse = poputil.take(v, np.arange(n)[::-1])  # (no run of addresses when n > 1)
+    for t in (v, v[lo % n:], reverse)[:2 + (n > 1)]:
+        got = poputil.tile_runs(g, t)
+        tiles = _per_element(root, t) - (virtual or 0)
+        if t is reverse or not ((tiles >= 0) & (tiles < g.target.num_tiles)).all():
+            assert got is None
+            continue
+        first = poputil.firsts(poputil.tile_of_elements(g, t))
+        assert got[0].tolist() == first.tolist()
+        assert got[1].tolist() == poputil.tile_of_elements(g, t)[first].tolist()
+
+
 def test_linear_tiles_are_those_map_tensor_linearly_gives():
     g = graph(6)
     for n, min_el, grain in ((100, None, None), (37, 1, 2), (5, 8, 4), (0, 1, 1)):

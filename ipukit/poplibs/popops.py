@@ -357,7 +357,7 @@ def _workers(graph) -> int:
 def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
                           grain: int = 1, cls_2d: type | None = None,
                           regions: np.ndarray | None = None,
-                          first: np.ndarray | None = None) -> int:
+                          first: np.ndarray | None = None, items: int | None = None) -> int:
     """Add vertices of ``cls`` to ``cs``: the rows of every field that belong to one tile
     go to ONE vertex there when ``cls`` is a :class:`ipukit.MultiVertex` (its workers
     share them), else they are split over the tile's workers (at most 6 vertices per
@@ -373,18 +373,22 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     cuts them (:func:`_vertices_2d`); a share that starts or ends inside one of the tile's
     rows is connected as the few regions it is (a :class:`~ipukit.tensor.RegionList`,
     :func:`_cut_rows`), never as an address per element. ``first``: ``firsts(tiles)``
-    where the caller has it (:func:`regions_and_runs`). Returns the number of vertices
-    added.
+    where the caller has it (:func:`regions_and_runs`). With ``items`` (their number),
+    ``tiles`` is the tile of each run of items from ``first`` (:func:`poputil.tile_runs`:
+    no tile per item). Returns the number of vertices added.
     """
-    if len(tiles) == 0:
+    n = len(tiles) if items is None else items
+    if n == 0:
         return 0
     if first is None:  # each run of items on one tile: in order when the runs' tiles
         first = firsts(tiles)
-    on = tiles[first]  # increase (e.g. linear mapping: no sort)
+    on = tiles[first] if items is None else tiles  # increase (linear mapping: no sort)
     in_order = bool((on[1:] > on[:-1]).all())
+    if not in_order and items is not None:  # (then a tile per item after all)
+        tiles = np.repeat(on, np.diff(first, append=n))
     if in_order:  # each tile's items are one run: its first item and the next run's (a
         starts = first.tolist()  # bincount of every item: ~3 us per 1,000)
-        ends = starts[1:] + [tiles.size]
+        ends = starts[1:] + [n]
     else:  # each tile's items, in tile order (a stable sort's groups)
         counts = np.bincount(tiles)
         on = np.flatnonzero(counts)
@@ -412,19 +416,19 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     for t in fields.values():
         run, g, dt, what = single_run(t), t.graph, t.dtype, t.name
         if run and in_order:  # one run of addresses in tile order: each vertex's is a region
-            w = run[1] // len(tiles)
+            w = run[1] // n
             columns.append([Tensor(g, dt, (run[0] + a * w, ((b - a) * w,), (1,)), what)
                             for a, b in zip(lo, hi)])
             continue
-        w = t.num_elements() // len(tiles)
+        w = t.num_elements() // n
         # a field that is one run of storage: each tile's region from its runs of items
         # (None: a tile's addresses are no such region; then every address is looked at)
         blocks = _run_blocks(run[0], w, *tile_pieces) if run else None
         if not run and in_order and t._idx is None and w:  # a region (a matmul's partials)
-            blocks = _row_blocks(t, len(tiles), w, starts, ends)
+            blocks = _row_blocks(t, n, w, starts, ends)
         idx = None
         if blocks is None:
-            idx = (_iota(*run) if run else np.ascontiguousarray(t.idx)).reshape(len(tiles), -1)
+            idx = (_iota(*run) if run else np.ascontiguousarray(t.idx)).reshape(n, -1)
             if not in_order:
                 if order is None:
                     order = np.argsort(tiles, kind="stable")
@@ -766,7 +770,9 @@ def map(graph, expr, tensors, prog: Sequence, debug_name: str = "",  # noqa: A00
         if tuple(out.shape) != tuple(shape):
             raise IpuError(f"{op}: in-place output '{out.name}' {out.shape} must have the "
                            f"broadcast shape {shape} of all operands")
-        out_tiles = poputil.tile_of_elements(graph, out)
+        pieces = poputil.tile_runs(graph, out)  # (an in-place update of a large variable:
+        if pieces is None:  # no tile per element)
+            out_tiles = poputil.tile_of_elements(graph, out)
         tensors[1:] = [copy_if_aliased(graph, t, out, prog, op) for t in tensors[1:]]
     else:
         out = graph.add_variable(out_type, shape, _name(debug_name, "map") + "/out")
@@ -783,11 +789,17 @@ def map(graph, expr, tensors, prog: Sequence, debug_name: str = "",  # noqa: A00
     fields = {f"in{i + 1}": _flat_as(t, shape) for i, t in enumerate(tensors)}
     if not inplace:
         fields["out"] = out.flatten()
-    regions, first = regions_and_runs(graph, out, out_tiles)
+    items = None
+    if inplace and pieces is not None:
+        first, out_tiles = pieces
+        regions = np.bincount(out_tiles, minlength=graph.target.num_tiles)
+        items = out.num_elements()
+    else:
+        regions, first = regions_and_runs(graph, out, out_tiles)
     add_per_tile_vertices(graph, cs, map_vertex(expr, in_types, out_type, inplace), fields,
                           out_tiles, grain=poputil.vector_width(out_type),
                           cls_2d=map_vertex(expr, in_types, out_type, inplace, multi=False),
-                          regions=regions, first=first)
+                          regions=regions, first=first, items=items)
     prog.add(Execute(cs))
     return out
 

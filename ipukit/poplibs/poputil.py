@@ -188,6 +188,21 @@ def tile_of_elements(graph, t: Tensor) -> np.ndarray:
     return answer
 
 
+def tile_runs(graph, t: Tensor) -> tuple | None:
+    """Where each run of ``t``'s elements on one tile begins and that tile (``first =
+    firsts(tiles)`` and ``tiles[first]`` of ``tiles = tile_of_elements(graph, t)``), read
+    from the mapping's pieces, no tile per element, where ``t`` is one run of addresses
+    all on ``graph``'s tiles; None otherwise."""
+    run = single_run(t)
+    if not run or not run[1] or t.graph is not graph.root:
+        return None
+    cuts, tiles = graph.root.pools[t.dtype].steps(run[0], run[0] + run[1] - 1)
+    lo = graph._offset
+    if tiles.min() < lo or tiles.max() >= lo + graph.target.num_tiles:
+        return None
+    return np.concatenate(([0], cuts - run[0])), tiles - lo
+
+
 def _tile_of_elements(graph, t: Tensor) -> np.ndarray:
     n = t.num_elements()
     if n == 0:
