@@ -837,3 +837,13 @@ def test_a_reductions_consecutive_positions_are_a_region_of_the_same_addresses(n
     assert np.array_equal(got.idx, want.idx) and got.shape == want.shape
     assert got.name == want.name == "p"
     assert (got._idx is None) == bool((np.diff(positions.reshape(-1)) == 1).all())
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 9), st.integers(1, 12), st.randoms(use_true_random=False))
+def test_tile_twice_finds_a_row_holding_one_tile_twice(m, k, spread, rng):
+    """Both of _tile_twice's ways (a column against those after it, each row sorted) answer
+    as a count of each row's distinct tiles does."""
+    tiles = np.array([[rng.randrange(spread) for _ in range(k)] for _ in range(m)])
+    want = any(len(set(row)) < k for row in tiles.tolist())
+    assert popops._tile_twice(tiles) == want

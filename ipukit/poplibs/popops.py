@@ -1012,9 +1012,10 @@ def _check_dims(t, dims, name):
 
 def _tile_twice(tiles: np.ndarray) -> bool:
     """Whether a row of ``tiles`` (outputs x inputs) holds one tile twice: each column
-    against those after it (few columns), else each row sorted."""
-    m, k = tiles.shape
-    if m * k * k > 1 << 22:
+    against those after it (up to 4 columns: NumPy sorts short rows slowly), else each row
+    sorted (a bias gradient's 32 columns: ~10x faster than 31 comparisons)."""
+    k = tiles.shape[1]
+    if k > 4:
         tiles = np.sort(tiles, axis=1)
         return bool((tiles[:, 1:] == tiles[:, :-1]).any())
     return any(bool((tiles[:, i:i + 1] == tiles[:, i + 1:]).any()) for i in range(k - 1))
