@@ -192,7 +192,16 @@ def tile_runs(graph, t: Tensor) -> tuple | None:
     """Where each run of ``t``'s elements on one tile begins and that tile (``first =
     firsts(tiles)`` and ``tiles[first]`` of ``tiles = tile_of_elements(graph, t)``), read
     from the mapping's pieces, no tile per element, where ``t`` is one run of addresses
-    all on ``graph``'s tiles; None otherwise."""
+    all on ``graph``'s tiles; None otherwise.
+
+    >>> import ipukit as ipu
+    >>> g = ipu.Graph(ipu.IPUModel(tiles_per_ipu=4).create_device().target)
+    >>> v = g.add_variable(ipu.FLOAT, [6], "v")
+    >>> g.set_tile_mapping(v[:4], 1)
+    >>> g.set_tile_mapping(v[4:], 3)
+    >>> [x.tolist() for x in tile_runs(g, v)]
+    [[0, 4], [1, 3]]
+    """
     run = single_run(t)
     if not run or not run[1] or t.graph is not graph.root:
         return None
