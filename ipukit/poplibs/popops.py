@@ -770,31 +770,28 @@ def map(graph, expr, tensors, prog: Sequence, debug_name: str = "",  # noqa: A00
         if tuple(out.shape) != tuple(shape):
             raise IpuError(f"{op}: in-place output '{out.name}' {out.shape} must have the "
                            f"broadcast shape {shape} of all operands")
-        pieces = poputil.tile_runs(graph, out)  # (an in-place update of a large variable:
-        if pieces is None:  # no tile per element)
-            out_tiles = poputil.tile_of_elements(graph, out)
         tensors[1:] = [copy_if_aliased(graph, t, out, prog, op) for t in tensors[1:]]
     else:
         out = graph.add_variable(out_type, shape, _name(debug_name, "map") + "/out")
         same = [i for i, t in enumerate(tensors) if tuple(t.shape) == tuple(shape)]
         if same:  # clone the mapping of the first operand with the output's shape
-            out_tiles = poputil.tile_of_elements(graph, tensors[same[0]])
-            poputil._map_elements(graph, out, out_tiles)
+            poputil._map_copies(graph, out, tensors[same[0]], 1)
         else:
             poputil.map_tensor_linearly(graph, out)
-            out_tiles = poputil.linear_tiles(graph, out)
     if out.num_elements() == 0:
         return out  # nothing to compute: no compute set
     cs = graph.add_compute_set(op)
     fields = {f"in{i + 1}": _flat_as(t, shape) for i, t in enumerate(tensors)}
     if not inplace:
         fields["out"] = out.flatten()
+    pieces = poputil.tile_runs(graph, out)  # (a large variable: no tile per element)
     items = None
-    if inplace and pieces is not None:
+    if pieces is not None:
         first, out_tiles = pieces
         regions = np.bincount(out_tiles, minlength=graph.target.num_tiles)
         items = out.num_elements()
     else:
+        out_tiles = poputil.tile_of_elements(graph, out)
         regions, first = regions_and_runs(graph, out, out_tiles)
     add_per_tile_vertices(graph, cs, map_vertex(expr, in_types, out_type, inplace), fields,
                           out_tiles, grain=poputil.vector_width(out_type),
