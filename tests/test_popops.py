@@ -847,3 +847,30 @@ def test_tile_twice_finds_a_row_holding_one_tile_twice(m, k, spread, rng):
     tiles = np.array([[rng.randrange(spread) for _ in range(k)] for _ in range(m)])
     want = any(len(set(row)) < k for row in tiles.tolist())
     assert popops._tile_twice(tiles) == want
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 9), st.integers(0, 5)), min_size=1, max_size=6),
+       st.booleans())
+def test_per_tile_vertices_of_tile_runs_are_those_of_a_tile_per_item(pieces, plain):
+    """add_per_tile_vertices given each run of items' tile (``items``: poputil.tile_runs)
+    adds the vertices a tile per item gives: same classes, tiles and connected addresses,
+    runs in tile order or not."""
+    tiles = np.repeat([t for _, t in pieces], [n for n, _ in pieces])
+    added = []
+    for per_run in (False, True):
+        g = ipu.Graph(ipu.IPUModel(tiles_per_ipu=6).create_device().target)
+        v = g.add_variable(ipu.FLOAT, [tiles.size], "v")
+        poputil._map_elements(g, v, tiles)
+        cls = popops.map_vertex(_1 * 2, [ipu.FLOAT], ipu.FLOAT, True, multi=not plain)
+        cs = g.add_compute_set("cs")
+        if per_run:
+            first, on = poputil.tile_runs(g, v)
+            popops.add_per_tile_vertices(g, cs, cls, {"in1": v}, on, first=first,
+                                         items=tiles.size)
+        else:
+            popops.add_per_tile_vertices(g, cs, cls, {"in1": v}, tiles)
+        added.append([(c.__name__, t, conn["in1"].idx.reshape(-1).tolist())
+                      for c, t, conn in zip(g.v_cls, g.v_tile, g.v_conn)])
+    assert added[0] == added[1]
+    assert sorted(a for _, _, x in added[0] for a in x) == list(range(tiles.size))
