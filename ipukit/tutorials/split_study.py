@@ -86,9 +86,14 @@ def profile(rows: int, cols: int, split: int):
     """tut6's compute steps for ``split``, and the widest vector read of one tile."""
     _, g, prog = tut6.build(rows, cols, split=split)
     steps = [s for s in ipu.compile_graph(g, [prog]).steps if s.kind == "compute"]
-    reads = {(tile, int(a)) for tile, cls, conn in zip(g.v_tile, g.v_cls, g.v_conn)
-             if cls is tut5.DotProductVertex for a in conn["b"].idx.reshape(-1)}
-    return steps, int(np.bincount([tile for tile, _ in reads]).max())
+    # the vertices of one column piece share one slice of the vector: each tile's slices
+    # once, then the addresses they cover
+    pieces = {(tile, conn["b"]) for tile, cls, conn in zip(g.v_tile, g.v_cls, g.v_conn)
+              if cls is tut5.DotProductVertex}
+    read = {}
+    for tile, b in pieces:
+        read.setdefault(tile, []).append(b.idx.reshape(-1))
+    return steps, max(np.unique(np.concatenate(a)).size for a in read.values())
 
 
 def study(target, rows: int, cols: int, tried=TRIED) -> Study:
