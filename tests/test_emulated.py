@@ -954,3 +954,43 @@ def test_a_lockstep_pipeline_s_cycles_keep_the_numpy_runner_s_results(kind, reco
     assert_same(pair)
     (_, pa), (b, _) = pair
     assert_cycles([o for o in b.op_steps if o.phase != "optimizer"], pa.schedule)
+
+
+def test_the_build_pauses_the_garbage_collector_and_leaves_it_as_it_was(monkeypatch):
+    """``compile`` builds with the cyclic collector paused (tens of thousands of objects
+    that live on, walked by each collection for nothing), then leaves it as it found it:
+    on again, off when the caller had turned it off, on again after a build that fails."""
+    import gc
+
+    from ipukit.parallel.emulated import pipeline as emulated_pipeline
+
+    seen = []
+    build = emulated_pipeline.Emulation.__init__
+
+    def watched(self, *args, **kwargs):
+        seen.append(gc.isenabled())
+        build(self, *args, **kwargs)
+
+    monkeypatch.setattr(emulated_pipeline.Emulation, "__init__", watched)
+    x, y = np.ones((4, 4), np.float32), np.arange(4) % 3
+
+    def make(g=4):
+        return pipeline([[nn.Dense(4, 8, rng=1), nn.ReLU()], [nn.Dense(8, 3, rng=2)]],
+                        [0, 1], gradient_accumulation_count=g, pipeline_schedule="1f1b",
+                        optimizer=optim.SGD(0.1), loss=nn.SoftmaxCrossEntropy(),
+                        target=TARGET, replication_factor=1, emulate=True)
+
+    enabled = gc.isenabled()
+    try:
+        gc.enable()
+        make().compile(x, y)
+        assert seen == [False] and gc.isenabled()
+        gc.disable()
+        make().compile(x, y)
+        assert seen == [False, False] and not gc.isenabled()
+        gc.enable()
+        with pytest.raises(PipelineConfigError):  # (more steps than the emulator runs)
+            make(199998).compile(np.ones((199998, 4), np.float32), np.arange(199998) % 3)
+        assert seen == [False] * 3 and gc.isenabled()
+    finally:
+        (gc.enable if enabled else gc.disable)()
