@@ -464,15 +464,17 @@ class _Compiler:
                 raise TileMappingError.unmapped_vertex(g.describe_vertex(v))
             shape = [cls]  # vertices whose fields have the same region shape share one plan
             for name, f in cls.fields.items():
-                if f.kind == "state" and f.vector and name not in state:
-                    raise GraphConnectionError.state_unset(name, g.describe_vertex(v))
-                if f.kind == "state":
-                    shape.append(state[name].size if f.vector else 0)
-                elif conn.get(name) is None:
-                    raise GraphConnectionError.unconnected(name, f, g.describe_vertex(v))
-                else:
-                    t = conn[name]
+                if f.kind != "state":
+                    t = conn.get(name)
+                    if t is None:
+                        raise GraphConnectionError.unconnected(name, f, g.describe_vertex(v))
                     shape += [t.shape if t.strides is not None else t.num_elements(), t.strides]
+                elif not f.vector:
+                    shape.append(0)
+                elif name not in state:
+                    raise GraphConnectionError.state_unset(name, g.describe_vertex(v))
+                else:
+                    shape.append(state[name].size)
             buckets.setdefault(tuple(shape), []).append(v)
         groups = tuple(self._group(key[0], run) for key, vs in buckets.items()
                        for run in self._regular_runs(key[0], vs))
@@ -940,7 +942,8 @@ def _field_access(dtype, tensors: list[Tensor], vector: bool, small: bool) -> Ac
                              .reshape(shape))
     offsets = [t.offset for t in tensors]
     step = int(offsets[1] - offsets[0]) if n > 1 else 0
-    if all(o == offsets[0] + i * step for i, o in enumerate(offsets)):
+    if offsets == (list(range(offsets[0], offsets[0] + n * step, step)) if step
+                   else [offsets[0]] * n):  # (the offsets step evenly)
         return Access(dtype, shape, int(offsets[0]), (n,) + t0.shape, (step,) + t0.strides)
     dt = np.int32 if small else np.int64
     inner = addresses(0, t0.shape, t0.strides, dt).reshape(1, -1)

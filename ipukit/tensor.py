@@ -350,6 +350,8 @@ def runs(t: Tensor, keep: int = 0):
     """``t``'s elements in flat order as runs of consecutive addresses: (begins, lengths).
     The first ``keep`` dimensions are never merged into one run (one run per vertex)."""
     if isinstance(t, RegionList) and not keep:  # its regions' runs, those that meet joined
+        if all(len(shape) == 1 and strides == (1,) for _, shape, strides in t.regions):
+            return _joined_runs(t.regions)  # (each region one run: plain Python)
         parts = [runs(Tensor(None, t.dtype, r, "")) for r in t.regions]
         begins = np.concatenate([b for b, _ in parts])
         lengths = np.concatenate([n for _, n in parts])
@@ -367,6 +369,20 @@ def runs(t: Tensor, keep: int = 0):
     if length == 0:
         begins = begins[:0]
     return begins, np.full(begins.size, length, np.intp)
+
+
+def _joined_runs(regions) -> tuple:
+    """:func:`runs` of a RegionList of 1-D regions of stride 1, each one run (none when
+    empty): those that meet joined."""
+    begins = []
+    lengths = []
+    for offset, (n,), _ in regions:
+        if n and begins and begins[-1] + lengths[-1] == offset:
+            lengths[-1] += n
+        elif n:
+            begins.append(offset)
+            lengths.append(n)
+    return np.array(begins, np.intp), np.array(lengths, np.intp)
 
 
 def index_runs(flat: np.ndarray, row: int, once: bool = False):

@@ -104,6 +104,21 @@ def test_a_region_lists_runs_are_those_of_its_addresses(regions):
 
 
 @settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 6)), min_size=1, max_size=8))
+def test_a_region_list_of_1d_runs_gives_the_runs_of_its_addresses(regions):
+    """A RegionList of 1-D regions of stride 1 (a pipeline cycle's joined sends), whose runs
+    ``runs`` reads in plain Python: the runs of its addresses, those that meet joined (in
+    order only: a region that meets an earlier one further back starts a run), empty ones
+    left out, as the address arrays' runs and their types."""
+    _, g = small()
+    rl = RegionList(g, ipu.FLOAT, [(o, (n,), (1,)) for o, n in regions], "r")
+    want = index_runs(rl.idx.reshape(-1), rl.num_elements())[:2]
+    got = runs(rl)
+    assert [x.tolist() for x in got] == [x.tolist() for x in want]
+    assert [x.dtype for x in got] == [np.dtype(np.intp)] * 2
+
+
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 40) | st.just(2**31 - 9), st.integers(1, 6)),
                 max_size=8), st.integers(0, 9), st.sampled_from([np.int32, np.int64]))
 def test_index_runs_are_the_runs_of_consecutive_addresses_within_rows(pieces, row, dtype):
