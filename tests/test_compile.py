@@ -41,6 +41,44 @@ def test_unconnected_field_is_named_with_the_fix():
     ipu.compile_graph(g, [ipu.Sequence()])
 
 
+class Shift(ipu.Vertex):
+    x = ipu.Input(ipu.Vector(ipu.FLOAT))
+    by = ipu.State(ipu.Vector(ipu.FLOAT))
+    y = ipu.Output(ipu.Vector(ipu.FLOAT))
+
+    def compute(self):
+        self.y[...] = self.x + self.by
+
+
+@pytest.mark.parametrize("mistakes,error,match", [
+    ({"x"}, ipu.GraphConnectionError, r"field 'x' .* of vertex 2 .*Shift.*is not connected"),
+    ({"by"}, ipu.GraphConnectionError, r"State field 'by' of vertex 2 .*Shift.*no value"),
+    ({"y"}, ipu.GraphConnectionError, r"field 'y' .* of vertex 2 .*Shift.*is not connected"),
+    ({"x", "by"}, ipu.GraphConnectionError, r"field 'x' .* of vertex 2 "),  # (field order)
+    ({"by", "y"}, ipu.GraphConnectionError, r"State field 'by' of vertex 2 "),
+    ({"tile", "x"}, ipu.TileMappingError, r"vertex 2 .*Shift"),  # (the tile first)
+])
+def test_a_vertex_of_a_compute_set_missing_a_field_is_named_field_by_field(mistakes, error,
+                                                                          match):
+    """Compile reads each vertex's fields in the class's order (a plan is made per shape of
+    fields) and names the first mistake it finds: an unmapped vertex, an unconnected field
+    or a State Vector with no value, of the vertex that has it (the third of four)."""
+    _, g = small()
+    x = g.add_variable(ipu.FLOAT, [4, 2], "x")
+    y = g.add_variable(ipu.FLOAT, [4, 2], "y")
+    g.set_tile_mapping(x, 0)
+    g.set_tile_mapping(y, 0)
+    cs = g.add_compute_set("shift")
+    for i in range(4):
+        bad = mistakes if i == 2 else set()
+        v = g.add_vertex(cs, Shift, {k: t[i] for k, t in (("x", x), ("y", y)) if k not in bad},
+                         **({} if "tile" in bad else {"tile": 0}))
+        if "by" not in bad:
+            g.set_initial_value(v["by"], np.ones(2, np.float32))
+    with pytest.raises(error, match=match):
+        ipu.compile_graph(g, [ipu.Execute(cs)])
+
+
 class Copy1(ipu.Vertex):
     a = ipu.Input(ipu.FLOAT)
     b = ipu.Output(ipu.FLOAT)
