@@ -933,13 +933,17 @@ def _field_access(dtype, tensors: list[Tensor], vector: bool, small: bool) -> Ac
     n = len(tensors)
     t0 = tensors[0]
     shape = (n, t0.num_elements()) if vector else (n,)
-    if isinstance(t0, RegionList) and all(isinstance(t, RegionList) for t in tensors):
-        return Access.gather(dtype, _region_lists(tensors, np.int32 if small else np.int64)
-                             .reshape(shape))
-    if t0.strides is None:
-        return Access.gather(dtype, np.concatenate([t.idx.reshape(-1) for t in tensors],
-                                                   dtype=np.int32 if small else None)
-                             .reshape(shape))
+    if t0.strides is None:  # a gather: RegionLists by their layouts, the rest by address
+        idx = np.empty((n, prod(shape[1:])), np.int32 if small else np.int64)
+        lists = [isinstance(t, RegionList) for t in tensors]
+        rows = [i for i in range(n) if lists[i]]
+        rest = [i for i in range(n) if not lists[i]]
+        if rows:
+            idx[rows] = _region_lists([tensors[i] for i in rows], idx.dtype)
+        if rest:
+            idx[rest] = np.concatenate([tensors[i].idx.reshape(-1) for i in rest]).reshape(
+                len(rest), idx.shape[1])
+        return Access.gather(dtype, idx.reshape(shape))
     offsets = [t.offset for t in tensors]
     step = int(offsets[1] - offsets[0]) if n > 1 else 0
     if offsets == (list(range(offsets[0], offsets[0] + n * step, step)) if step

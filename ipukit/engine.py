@@ -521,7 +521,7 @@ class Engine:
             mem = self._mem[a.dtype]
             if type(idx) is list:  # runs: one slice each, joined
                 return self.xp.concatenate([mem[b:e] for b, e, _ in idx]).reshape(a.shape)
-            return mem[idx]
+            return mem.take(idx)  # (quicker than mem[idx]: lesson 10 study's runs ~18 %)
         if view.shape != a.shape:
             return view.reshape(a.shape)  # a copy: no view has this shape
         return view if in_place else view.copy()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
@@ -283,6 +284,11 @@ class RemoteBuffer:
         return self.num_elements * self.repeats * self.dtype.itemsize
 
 
+#: The State of a vertex added in bulk without any: one shared, read-only mapping (an empty
+#: dict of its own is 64 bytes a vertex, and PopLibs adds hundreds of thousands).
+_NO_STATE = MappingProxyType({})
+
+
 class Graph:
     """``poplar::Graph(target)``: the program's data and computation, before compilation."""
 
@@ -382,7 +388,8 @@ class Graph:
         value = np.asarray(value, dtype=field.dtype)
         if (value.ndim != 1) if field.vector else (value.size != 1):
             raise GraphConnectionError.state_shape(target, self.describe_vertex(vid), field, value)
-        self.v_state[vid][target.field] = value if field.vector else value.reshape(())
+        self.v_state[vid] = {**self.v_state[vid],  # (a new dict: bulk vertices share one)
+                             target.field: value if field.vector else value.reshape(())}
 
     # -- computation ---------------------------------------------------------------------
     def add_compute_set(self, name: str = "") -> ComputeSet:
@@ -414,7 +421,7 @@ class Graph:
         n = len(tiles)
         for column, add in zip((self.v_cs, self.v_cls, self.v_conn, self.v_tile, self.v_perf,
                                 self.v_state), ([cs.id] * n, [cls] * n, connections, tiles,
-                                perf or [None] * n, state or [{} for _ in tiles])):
+                                perf or [None] * n, state or [_NO_STATE] * n)):
             column.extend(add)
         return vid
 

@@ -610,3 +610,38 @@ def test_copies_from_region_lists_each_get_their_own_exchange_plan():
     steps = [s for s in ipu.compile_graph(g, [ipu.Sequence(*progs)]).steps if s.kind == "copy"]
     assert [s.transfers.tolist() for s in steps] == [[[k, n, 16]] for _ in range(4)
                                                      for k in range(n)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 3), st.integers(0, 2)), min_size=1,
+                max_size=8))
+def test_a_field_mixing_region_lists_and_address_arrays_gathers_each_vertex_s_addresses(kinds):
+    """Vertices of one class whose field is a RegionList on some and an address array (a
+    concat) on others are one gather: each row is that vertex's addresses, whichever it is,
+    and the run reads them (compile gathers the RegionLists by their layouts)."""
+    dev, g = small(tiles=2)
+    x = g.add_variable(ipu.FLOAT, [64], "x")
+    g.set_tile_mapping(x, 0)
+    cs = g.add_compute_set("sums")
+    want = []
+    for i, (as_list, start, gap) in enumerate(kinds):
+        parts = [(8 * i + start, (2,), (1,)), (8 * i + start + 2 + gap, (2,), (1,))]
+        t = (RegionList(g, ipu.FLOAT, parts, f"r{i}") if as_list else
+             ipu.concat([x[p:p + 2] for p, _, _ in parts]))
+        out = g.add_variable(ipu.FLOAT, [], f"out{i}")
+        g.set_tile_mapping(out, 1)
+        g.create_host_read(f"out{i}", out)
+        g.add_vertex(cs, SumVertex, {"x": t, "out": out}, tile=1)
+        want.append(t.idx.reshape(-1))
+    (node,) = ipu.compile_graph(g, [ipu.Execute(cs)]).programs
+    (group,) = node.groups
+    (field,) = [fp for fp in group.fields if fp.name == "x"]
+    assert np.array_equal(field.access.idx, np.stack(want))
+    g.create_host_write("x", x)
+    eng = ipu.Engine(g, ipu.Execute(cs))
+    eng.load(dev)
+    data = np.arange(64, dtype=np.float32) ** 1.5
+    eng.write_tensor("x", data)
+    eng.run()
+    for i, idx in enumerate(want):
+        assert eng.read_tensor(f"out{i}") == pytest.approx(data[idx].sum(), rel=1e-6)

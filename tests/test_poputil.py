@@ -325,3 +325,24 @@ def test_kept_tile_answers_do_not_keep_old_mappings_alive():
         olds.append(weakref.ref(pool._cut_tiles))  # (what that answer was read from)
     gc.collect()
     assert sum(r() is not None for r in olds) <= 1  # only the one in use may live
+
+
+def test_paused_gc_pauses_the_collector_only_while_building_and_restores_it():
+    import gc
+
+    seen = []
+    build = poputil.paused_gc(lambda: seen.append(gc.isenabled()))
+    assert gc.isenabled()
+    build()
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(ZeroDivisionError):  # restored when the build raises
+        poputil.paused_gc(lambda: 1 / 0)()
+    assert gc.isenabled()
+    gc.disable()  # a caller that paused it keeps it paused
+    try:
+        build()
+        assert seen == [False, False] and not gc.isenabled()
+    finally:
+        gc.enable()
+    # PopLibs' bulk vertex builders pause it
+    assert popops.add_per_tile_vertices.__wrapped__ and poplin._add_blocks.__wrapped__

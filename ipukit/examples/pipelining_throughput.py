@@ -18,7 +18,7 @@ model (``model(x, labels)``) for each setting and reports its throughput:
   emulated per micro-batch size and replica count (accumulation ``BASE`` = 8, two device
   iterations) and every setting is read from its trace (:func:`measure_emulated`; each
   rule checked against directly emulated calls in ``tests/test_pipelining_throughput.py``):
-  the default sweep takes about 25 s of CPU;
+  the default sweep takes about 15 s of CPU;
 * the **plateau** is what no amount of accumulation or device iterations can beat: one
   micro-batch per steady-state pipeline cycle (``t_step``), times the replicas;
 * ``--cost-model`` takes the figures from the kit's cost model instead
@@ -64,7 +64,7 @@ PIPELINE_STAGES = 7
 BASE = PIPELINE_STAGES + 1
 #: The largest accumulation ``--gradient-accumulation`` takes (kit convention).
 MAX_ACCUMULATION = 10_000
-#: The most replicas the emulated study builds (kit convention: 16 IPUs, about 2.6 GB).
+#: The most replicas the emulated study builds (kit convention: 16 IPUs, about 2.2 GB).
 EMULATED_MAX_REPLICAS = 4
 
 

@@ -203,6 +203,7 @@ def _mat_mul(graph, a, b, out, prog, name, mapped: bool) -> None:
                                   name + "/Reduce")
 
 
+@poputil.paused_gc
 def _add_blocks(graph, cs, a, b, partials, p: Plan, first_tile: int,
                 mapped: bool = False) -> None:
     """The MatMulPartial vertices of one product ``a @ b`` into ``partials`` (tiles_k, M,

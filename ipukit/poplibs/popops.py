@@ -354,6 +354,7 @@ def _workers(graph) -> int:
     return graph.target.num_worker_contexts
 
 
+@poputil.paused_gc
 def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
                           grain: int = 1, cls_2d: type | None = None,
                           regions: np.ndarray | None = None,
