@@ -12,7 +12,6 @@ compiles and loads it; :class:`EmulatedPipeline` is the runner's
 
 from __future__ import annotations
 
-import gc
 import math
 from collections import Counter
 
@@ -494,23 +493,8 @@ def compile(p, x, labels) -> Emulation:  # noqa: A001 - PopTorch's name
     cache = p.__dict__.setdefault("_emulations", {})
     if key not in cache or (p.options.training
                             and cache[key].settings != _settings(p.optimizer)):
-        cache[key] = _built(p, key)
+        cache[key] = Emulation(p, *key)
     return cache[key]
-
-
-def _built(p, key: tuple) -> Emulation:
-    """``Emulation(p, *key)`` with Python's cyclic garbage collector paused: the build
-    makes tens of thousands of objects that all live on (tensors, vertices, programs,
-    steps), which each collection would only walk again (lesson 08's pipelined build and
-    compile: ~4 ms less); what dies is freed as always, and the collector runs again
-    afterwards (as it was: a caller's ``gc.disable()`` is kept)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return Emulation(p, *key)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _settings(opt) -> tuple:
