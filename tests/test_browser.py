@@ -10,8 +10,8 @@ Playwright's Python package with ``executable_path``: no browser download).
   timeline of 10,016 spans draw at 30 frames a second or more.
 
 Waits are on conditions (the widgets' ``data-ipukit-*`` attributes, the next animation frame),
-not fixed sleeps, but where a rate is measured. The attack tests hover a grid of points in one
-round trip each (the ``mousemove`` events a mouse sends the canvas) and the first point that
+not fixed sleeps, but where a rate is measured. The attack tests hover a grid of points (one
+round trip a grid: the ``mousemove`` events a mouse sends the canvas), and the first point that
 shows a tooltip with the real mouse too.
 
 Screenshots go to $IPUKIT_SCREENSHOTS (default /tmp/ipukit_png). Skips, saying why, only
