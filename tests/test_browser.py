@@ -624,14 +624,33 @@ def sweep(page, w, cols=14, rows=7) -> list[str]:
     return [text for _, _, text in shown]
 
 
+#: Scrub the slider ``scrub`` to every ``stride``-th frame in one round trip, each shown
+#: (drawn, its words written) before the next; the header's and caption's texts.
+WALK = """async (scrub, stride) => {
+    const root = scrub.closest('.ipukit-widget'), texts = [];
+    for (let k = 0; k <= Number(scrub.max); k += stride) {
+        scrub.value = String(k);
+        scrub.dispatchEvent(new Event('input'));
+        for (let n = 0; root.dataset.ipukitFrame !== String(k) || n < 1; n++) {
+            if (n > 60) throw new Error(`frame ${k} not shown`);
+            await new Promise(requestAnimationFrame);
+        }
+        for (const c of ['.ipukit-header', '.ipukit-caption'])
+            texts.push(root.querySelector(c).innerText);
+    }
+    return texts;
+}"""
+
+
 def attack(page, w) -> str:
-    """Play, scrub to three frames hovering all over each, click every category button
-    and superstep; all the text the widget showed (tooltips, headers and captions)."""
+    """Play; scrub through its frames (every one, or about 50 evenly spaced), then to three
+    hovering all over each; click every category button and superstep; play; all the text
+    the widget showed (tooltips, headers and captions)."""
     w.scroll_into_view_if_needed()
     plays(w)
     scrub = w.locator('[aria-label="Frame"]')
     last = int(scrub.get_attribute("max"))
-    shown = []
+    shown = scrub.evaluate(WALK, -(-(last + 1) // 50))
     for k in sorted({0, last // 2, last}):
         scrub.fill(str(k))
         settle(w, k)
