@@ -9,6 +9,11 @@ Playwright's Python package with ``executable_path``: no browser download).
 * Frame rate, measured in the page while playing: a BSPView of 2 x 1,472 tiles and a
   timeline of 10,016 spans draw at 30 frames a second or more.
 
+Waits are on conditions (the widgets' ``data-ipukit-*`` attributes, the next animation frame),
+not fixed sleeps, but where a rate is measured. The attack tests hover a grid of points (one
+round trip a grid: the ``mousemove`` events a mouse sends the canvas), and the first point that
+shows a tooltip with the real mouse too.
+
 Screenshots go to $IPUKIT_SCREENSHOTS (default /tmp/ipukit_png). Skips, saying why, only
 where Chromium or Playwright is not installed (``apt-get install -y chromium``,
 ``pip install playwright``; never ``playwright install``).
@@ -197,20 +202,60 @@ def rewind(widget):
     superstep, which may be its last frame)."""
     widget.locator('[aria-label="Frame"]').evaluate(
         "e => { e.value = '0'; e.dispatchEvent(new Event('input')); }")
-    time.sleep(0.3)  # (the frame shown updates on the next animation frame)
+    settle(widget, 0)  # (the frame shown updates on the next animation frame)
 
 
-def plays(widget, seconds=1.5, speed=None) -> tuple[int, int]:
-    """Press Play (at ``speed``), wait, press it again (pause); the frame shown before and
+#: True once the widget ``e`` shows a frame other than ``k`` (it moved) or is paused again.
+MOVED = "([e, k]) => Number(e.dataset.ipukitFrame) !== k || e.dataset.ipukitPlaying === 'false'"
+
+
+def plays(widget, seconds=None, speed=None, timeout=15_000) -> tuple[int, int]:
+    """Press Play (at ``speed``), wait ``seconds`` (by default: until the frame shown
+    moves, at most ``timeout`` ms), press it again (pause); the frame shown before and
     after."""
     if speed:
         widget.locator('[aria-label="Speed"]').select_option(speed)
     before = frame(widget)
     widget.locator('[aria-label="Play"]').click()
-    time.sleep(seconds)
+    if seconds is None:
+        try:
+            widget.page.wait_for_function(MOVED, arg=[widget.element_handle(), before],
+                                          timeout=timeout)
+        except sync_api.TimeoutError:
+            pass  # (the caller's assertion says what it saw)
+    else:
+        time.sleep(seconds)
     after = frame(widget)
     widget.locator('[aria-label="Play"]').click()
+    drawn_next(widget.page)  # paused: its words are those of the frame shown
     return before, after
+
+
+def drawn_next(page):
+    """Wait for the page's next two animation frames: a widget made dirty has drawn."""
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => "
+                  "requestAnimationFrame(r)))")
+
+
+#: True once the timeline ``e`` shows a time window no wider than ``width``.
+NARROWER = """([e, width]) => {
+    const [a, b] = e.dataset.ipukitWindow.split(',').map(Number);
+    return b - a <= width;
+}"""
+
+
+def zoom_in(page, w, notches):
+    """Turn the wheel ``notches`` times over the timeline at the mouse; wait until each has
+    zoomed in (by 1.25) and the widget has drawn."""
+    a, b = map(float, w.get_attribute("data-ipukit-window").split(","))
+    for _ in range(notches):
+        page.mouse.wheel(0, -100)
+    try:
+        page.wait_for_function(NARROWER, arg=[w.element_handle(),
+                                              (b - a) / 1.25 ** notches * 1.001], timeout=3000)
+    except sync_api.TimeoutError:
+        pass  # (the caller's assertion says what it saw)
+    drawn_next(page)
 
 
 #: Where to hover in each widget's canvas, (x, y) as fractions of its size or pixels.
@@ -256,8 +301,7 @@ def test_widgets_play_in_jupyterlab(chromium, lab):
             w.scroll_into_view_if_needed()
             assert w.get_attribute("data-ipukit-kind") == kind
             w.screenshot(path=str(SHOTS / f"lab_{kind}_before.png"))
-            before, after = plays(w, 1.5 if kind == "timeline" else 2.5,  # few frames
-                                  "4" if kind == "bsp" else None)
+            before, after = plays(w, speed="4" if kind == "bsp" else None)
             assert after > before, (kind, before, after)
             x, y, text = hover(page, w, kind)
             w.screenshot(path=str(SHOTS / f"lab_{kind}_hover.png"))
@@ -322,9 +366,8 @@ def test_saved_pages_play_offline(chromium, tmp_path):
     try:
         for kind, path in pages.items():
             page, w, errors = open_widget(ctx, path)
-            # few frames; a BSPView opens on a compute phase, its longest to play
-            before, after = plays(w, 1.5 if kind == "timeline" else 2.5,
-                                  "4" if kind == "bsp" else None)
+            # a BSPView opens on a compute phase, its longest to play
+            before, after = plays(w, speed="4" if kind == "bsp" else None)
             assert after > before, (kind, before, after)
             hover(page, w, kind)
             page.screenshot(path=str(SHOTS / f"saved_{kind}.png"), full_page=True)
@@ -339,10 +382,12 @@ def test_saved_pages_play_offline(chromium, tmp_path):
 
 def settle(w, k, timeout=3.0):
     """Wait until the widget shows frame ``k`` (it draws on the next animation frame)."""
-    deadline = time.time() + timeout
-    while frame(w) != k:
-        assert time.time() < deadline, f"frame {frame(w)}, expected {k}"
-        time.sleep(0.05)
+    try:
+        w.page.wait_for_function("([e, k]) => e.dataset.ipukitFrame === k",
+                                 arg=[w.element_handle(), str(k)], timeout=timeout * 1000)
+    except sync_api.TimeoutError:
+        pass
+    assert frame(w) == k, f"frame {frame(w)}, expected {k}"
 
 
 def timeline_controls(page, w):
@@ -361,14 +406,21 @@ def timeline_controls(page, w):
     assert w.get_attribute("data-ipukit-window") == "0.000,22.000"
     box = w.locator("canvas").bounding_box()
     page.mouse.move(box["x"] + 200, box["y"] + 60)
-    for _ in range(6):
-        page.mouse.wheel(0, -100)
-    time.sleep(0.3)
+    zoom_in(page, w, 6)
     a, b = map(float, w.get_attribute("data-ipukit-window").split(","))
     assert 0 <= a < b <= 22 and b - a < 22 / 3, (a, b)  # zoomed in: labels fit
     w.screenshot(path=str(SHOTS / "saved_timeline_zoomed.png"))
     w.locator("canvas").dblclick()
     assert w.get_attribute("data-ipukit-window") == "0.000,22.000"
+
+
+#: Keeps every frame rate the widget writes while it plays (``data-ipukit-fps``: the
+#: frames it drew in each second or so), in ``e.__fps``.
+FPS_SEEN = """e => {
+    e.__fps = [];
+    new MutationObserver(() => e.__fps.push(e.dataset.ipukitFps)).observe(
+        e, {attributes: true, attributeFilter: ['data-ipukit-fps']});
+}"""
 
 
 def test_frame_rate_at_scale(chromium, tmp_path):
@@ -385,9 +437,12 @@ def test_frame_rate_at_scale(chromium, tmp_path):
     try:
         for name, path in pages.items():
             page, w, errors = open_widget(ctx, path)
+            w.evaluate(FPS_SEEN)
             w.locator('[aria-label="Play"]').click()
-            time.sleep(3.5)
-            measured[name] = float(w.get_attribute("data-ipukit-fps"))
+            # the second second of play (the first has the start's work in it)
+            page.wait_for_function("e => e.__fps.length >= 2", arg=w.element_handle(),
+                                   timeout=20_000)
+            measured[name] = float(w.evaluate("e => e.__fps[1]"))
             page.screenshot(path=str(SHOTS / f"fps_{name}.png"), full_page=True)
             assert errors == []
             page.close()
@@ -534,29 +589,68 @@ def watch_dialogs(page, dialogs=None) -> list:
     return dialogs
 
 
+#: Hover a grid of ``cols`` x ``rows`` points over the canvas in one round trip: at each, the
+#: ``mousemove`` a real mouse sends the canvas (the widget's one hover handler, which fills
+#: the tooltip), the tooltip's text when it shows; a row's last point is left to the next
+#: animation frame (the hovered item drawn), and ``mouseleave`` ends it. [[i, j, text]].
+SWEEP = """async (canvas, [tip, cols, rows]) => {
+    const r = canvas.getBoundingClientRect(), shown = [];
+    for (let i = 0; i < rows; i++) {
+        for (let j = 0; j < cols; j++) {
+            canvas.dispatchEvent(new MouseEvent('mousemove', {bubbles: true, view: window,
+                clientX: r.left + (j + 0.5) * r.width / cols,
+                clientY: r.top + (i + 0.5) * r.height / rows}));
+            if (tip.checkVisibility()) shown.push([i, j, tip.innerText]);
+        }
+        await new Promise(requestAnimationFrame);
+    }
+    canvas.dispatchEvent(new MouseEvent('mouseleave', {view: window}));
+    return shown;
+}"""
+
+
 def sweep(page, w, cols=14, rows=7) -> list[str]:
-    """Hover a grid of points over the widget's canvas; the tooltips' texts."""
-    box = w.locator("canvas").bounding_box()
-    tip = w.locator('[role="tooltip"]')
-    texts = []
-    for i in range(rows):
-        for j in range(cols):
-            page.mouse.move(box["x"] + (j + 0.5) * box["width"] / cols,
-                            box["y"] + (i + 0.5) * box["height"] / rows)
-            if tip.is_visible():
-                texts.append(tip.inner_text())
-    page.mouse.move(0, 0)
-    return texts
+    """Hover a grid of points over the widget's canvas; the tooltips' texts. The first
+    point that shows one is hovered again with the real mouse: the same text."""
+    canvas, tip = w.locator("canvas"), w.locator('[role="tooltip"]')
+    shown = canvas.evaluate(SWEEP, [tip.element_handle(), cols, rows])
+    if shown:
+        i, j, text = shown[0]
+        box = canvas.bounding_box()
+        canvas.hover(position={"x": (j + 0.5) * box["width"] / cols,
+                               "y": (i + 0.5) * box["height"] / rows})
+        assert tip.is_visible() and tip.inner_text() == text, (tip.inner_text(), text)
+        page.mouse.move(0, 0)
+    return [text for _, _, text in shown]
+
+
+#: Scrub the slider ``scrub`` to every ``stride``-th frame in one round trip, each shown
+#: (drawn, its words written) before the next; the header's and caption's texts.
+WALK = """async (scrub, stride) => {
+    const root = scrub.closest('.ipukit-widget'), texts = [];
+    for (let k = 0; k <= Number(scrub.max); k += stride) {
+        scrub.value = String(k);
+        scrub.dispatchEvent(new Event('input'));
+        for (let n = 0; root.dataset.ipukitFrame !== String(k) || n < 1; n++) {
+            if (n > 60) throw new Error(`frame ${k} not shown`);
+            await new Promise(requestAnimationFrame);
+        }
+        for (const c of ['.ipukit-header', '.ipukit-caption'])
+            texts.push(root.querySelector(c).innerText);
+    }
+    return texts;
+}"""
 
 
 def attack(page, w) -> str:
-    """Play, scrub to three frames hovering all over each, click every category button
-    and superstep; all the text the widget showed (tooltips, headers and captions)."""
+    """Play; scrub through its frames (every one, or about 50 evenly spaced), then to three
+    hovering all over each; click every category button and superstep; play; all the text
+    the widget showed (tooltips, headers and captions)."""
     w.scroll_into_view_if_needed()
-    plays(w, 1.2)
+    plays(w)
     scrub = w.locator('[aria-label="Frame"]')
     last = int(scrub.get_attribute("max"))
-    shown = []
+    shown = scrub.evaluate(WALK, -(-(last + 1) // 50))
     for k in sorted({0, last // 2, last}):
         scrub.fill(str(k))
         settle(w, k)
@@ -569,7 +663,7 @@ def attack(page, w) -> str:
     box = w.locator("canvas").bounding_box()  # clicks: a tile, an op, the superstep strip
     for fy in (0.3, 0.9):
         page.mouse.click(box["x"] + 0.5 * box["width"], box["y"] + fy * box["height"])
-    plays(w, 1.0)
+    plays(w)
     return "\n".join(shown)
 
 
@@ -592,7 +686,7 @@ def test_the_reported_label_does_not_run(chromium, tmp_path):
     ctx = open_chromium(chromium, offline=True)
     try:
         page, w, errors = open_widget(ctx, path, dialogs := [])
-        before, after = plays(w, 1.0)
+        before, after = plays(w)
         assert after > before
         assert_nothing_ran(page, dialogs)
         assert label in w.locator(".ipukit-caption").inner_text()
@@ -687,7 +781,7 @@ def frames_while_playing(page, w, speed="4", limit=20.0) -> list[int]:
     while w.get_attribute("data-ipukit-playing") != "false" and time.time() < deadline:
         seen.append(frame(w))
         time.sleep(0.02)
-    time.sleep(0.1)  # the last frame is drawn on the next animation frame
+    drawn_next(page)  # the last frame is drawn on the next animation frame
     return seen + [frame(w)]
 
 
@@ -717,7 +811,8 @@ def test_what_a_learner_sees(chromium, tmp_path):
     ctx.add_init_script(RECORD_TEXT)
     try:
         page, w, errors = open_widget(ctx, pages["timeline"])
-        time.sleep(0.5)
+        page.wait_for_function("window.__drawn.length > 0")  # its first drawing
+        drawn_next(page)
         drawn = page.evaluate("window.__drawn")
         forward = [t for t in drawn if re.fullmatch(r"F\d( s\d| · stage \d)?", t)]
         assert len(forward) >= 2 * 4 * 8, drawn  # every F box of both panels
@@ -732,8 +827,7 @@ def test_what_a_learner_sees(chromium, tmp_path):
         assert share < 0.2, (share, seen)  # host syncs flash by
 
         page, w, errors = open_widget(ctx, pages["bsp_out"])
-        time.sleep(0.3)
-        assert frame(w) == out.frame
+        settle(w, out.frame)
         text = w.inner_text()
         assert "EXCHANGE OUT phase · 1 cycles" in text, text
         assert "go there after the compute phase" in text, text
@@ -800,7 +894,7 @@ def test_new_schedules_play_with_w_ops_and_chunks(chromium, tmp_path):
     try:
         for kind, view in views.items():
             page, w, errors = open_widget(ctx, pages[kind])
-            before, after = plays(w, 1.0)
+            before, after = plays(w)
             assert after > before, (kind, before, after)
             keys = w.locator(".ipukit-key")
             assert w.locator('.ipukit-key[data-op="W"]').inner_text() == \
@@ -831,9 +925,8 @@ def test_new_schedules_play_with_w_ops_and_chunks(chromium, tmp_path):
                 tl = view.timelines[0]
                 unit = tl.units[0]
                 page.mouse.move(*op_point(box, view, tl.boxes[unit[1]]))
-                time.sleep(0.3)
                 names = " → ".join(tl.name(j) for j in unit)
-                assert f"one unit: {names}" in tip.inner_text(), tip.inner_text()
+                sync_api.expect(tip).to_contain_text(f"one unit: {names}", timeout=3000)
                 assert "backward for the input gradient" in tip.inner_text()
                 assert keys.all_inner_texts()[-1] == "bracket: ops run as one unit"
                 w.screenshot(path=str(SHOTS / "after_graphcore_dualpipev_unit.png"))
@@ -841,9 +934,7 @@ def test_new_schedules_play_with_w_ops_and_chunks(chromium, tmp_path):
                 assert "band: chunk 0…1" in keys.all_inner_texts()[-1]
                 page.evaluate("window.__drawn = []")
                 page.mouse.move(box["x"] + 200, box["y"] + 60)
-                for _ in range(4):
-                    page.mouse.wheel(0, -100)
-                time.sleep(0.4)
+                zoom_in(page, w, 4)
                 drawn = page.evaluate("window.__drawn")
                 chunked = [t for t in drawn if re.fullmatch(r"[FBW]\dc[01]( s\d)?", t)]
                 assert {t[3] for t in chunked} == {"0", "1"}, drawn

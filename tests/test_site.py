@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_browser import CHROMIUM, FLAGS, SHOTS, frame, rewind, sync_api
+from tests.test_browser import CHROMIUM, FLAGS, SHOTS, plays, rewind, sync_api
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "tools" / "site" / "build.py"
@@ -72,20 +72,30 @@ def server(site):
         yield base
 
 
-@pytest.fixture
-def browser(server, tmp_path):
-    """A Chromium context that can reach the local server and nothing else."""
+@pytest.fixture(scope="module")
+def chromium():
+    """One Chromium for the module, which resolves no host but 127.0.0.1; each test has its
+    own context in it (browser), with nothing shared: storage and cache are the context's."""
     with sync_api.sync_playwright() as p:
-        ctx = p.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True,
-            args=FLAGS + site_serve.OFFLINE_FLAGS, viewport={"width": 1300, "height": 900})
-        ctx.refused, ctx.errors = site_serve.refuse_other_hosts(ctx, server), []
-        ctx.on("response", lambda r: ctx.errors.append(f"{r.status} {r.url}")
-               if r.status >= 400 else None)
+        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                     args=FLAGS + site_serve.OFFLINE_FLAGS)
         try:
-            yield ctx
+            yield chromium
         finally:
-            ctx.close()
+            chromium.close()
+
+
+@pytest.fixture
+def browser(server, chromium):
+    """A Chromium context that can reach the local server and nothing else."""
+    ctx = chromium.new_context(viewport={"width": 1300, "height": 900})
+    ctx.refused, ctx.errors = site_serve.refuse_other_hosts(ctx, server), []
+    ctx.on("response", lambda r: ctx.errors.append(f"{r.status} {r.url}")
+           if r.status >= 400 else None)
+    try:
+        yield ctx
+    finally:
+        ctx.close()
     assert ctx.refused == [], f"requests to other hosts: {ctx.refused[:5]}"
     assert ctx.errors == [], ctx.errors[:5]
 
@@ -107,10 +117,8 @@ def test_lesson_pages_show_figures_and_a_widget_plays(server, browser, site):
     w.scroll_into_view_if_needed()
     w.locator('[aria-label="Speed"]').select_option("4")
     rewind(w)
-    before = frame(w)
-    w.locator('[aria-label="Play"]').click()
-    time.sleep(2.0)
-    assert frame(w) > before
+    before, after = plays(w)
+    assert after > before, (before, after)
     w.screenshot(path=str(SHOTS / "site_lesson01_widget.png"))
     page.screenshot(path=str(SHOTS / "site_lesson01.png"))
     # the lesson's links: the next lesson's page, its exercise in JupyterLite
@@ -147,8 +155,11 @@ STORED_OUTPUT = """async (text) => {
     const nb = window.jupyterapp.shell.currentWidget.content;
     const i = nb.widgets.findIndex(c => c.model.sharedModel.getSource().includes(text));
     await nb.scrollToItem(i);
-    await new Promise(r => setTimeout(r, 500));
-    return nb.widgets[i].outputArea.node.innerText;
+    const node = nb.widgets[i].outputArea.node, deadline = Date.now() + 10000;
+    while (!(node.isConnected && node.getClientRects().length && node.innerText.trim())
+           && Date.now() < deadline)  // shown once the windowed notebook renders the cell
+        await new Promise(r => setTimeout(r, 50));
+    return node.innerText;
 }"""
 CELL_INDEX = """(text) => window.jupyterapp.shell.currentWidget.content.widgets.findIndex(
     c => c.model.sharedModel.getSource().includes(text))"""
