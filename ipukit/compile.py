@@ -935,9 +935,8 @@ def _field_access(dtype, tensors: list[Tensor], vector: bool, small: bool) -> Ac
     shape = (n, t0.num_elements()) if vector else (n,)
     if t0.strides is None:  # a gather: RegionLists by their layouts, the rest by address
         idx = np.empty((n, prod(shape[1:])), np.int32 if small else np.int64)
-        lists = [isinstance(t, RegionList) for t in tensors]
-        rows = [i for i in range(n) if lists[i]]
-        rest = [i for i in range(n) if not lists[i]]
+        rows = [i for i, t in enumerate(tensors) if isinstance(t, RegionList)]
+        rest = [i for i, t in enumerate(tensors) if not isinstance(t, RegionList)]
         if rows:
             idx[rows] = _region_lists([tensors[i] for i in rows], idx.dtype)
         if rest:
