@@ -187,6 +187,7 @@ class _Compiler:
         # id(program) or compute set -> compiled node; a Copy's layouts -> step, accesses
         self.done = {}
         self.copies = {}
+        self.copy_pairs = {}  # a run's copy to a run: moves (_paired_moves)
         self.layout_runs = {}  # _merged_runs
         self.alike = {}  # compute sets planned, by what _alike compares
         v_cs = np.array(graph.v_cs, np.intp)  # each compute set's vertices, in order added
@@ -335,8 +336,6 @@ class _Compiler:
         a_dst = self._access(dst, "Copy", flat=True)
         if src.num_elements() != dst.num_elements() or src.dtype != dst.dtype:
             raise ProgramError.copy_mismatch(src, dst)
-        n_tiles = self.t.num_tiles
-        size = src.dtype.itemsize
         # the same elements again (an unrolled loop), else each side's shape and its tile
         # mapping from its first address (an index array: the array itself, its own addresses)
         same = (src.dtype, *((t.offset, t.shape, t.strides, _elements(t)) for t in (src, dst)))
@@ -347,6 +346,20 @@ class _Compiler:
             # slots): the earlier plan, renamed
             return CopyNode(self._again(self.copies.setdefault(same, self.copies[key]),
                                         f"Copy {src.name} -> {dst.name}"), a_src, a_dst)
+        moves = self._paired_moves(src, dst) or self._copy_moves(src, dst)
+        transfers, sent, local, tiles = moves
+        compute = cost.copy_cycles(local.astype(np.int64)).astype(np.int64)
+        step = self._step(f"Copy {src.name} -> {dst.name}", "copy", cost.sync_cycles(self.t),
+                          compute, transfers, tile_out=sent, tiles=tiles)
+        self.copies[same] = self.copies[key] = step
+        return CopyNode(step, a_src, a_dst)
+
+    def _copy_moves(self, src, dst) -> tuple:
+        """A copy's moves between tiles (source tiles, destination tiles, bytes), the bytes
+        each tile sends (an element once, however many tiles receive it) and copies on its
+        own tile, and the tiles taking part."""
+        n_tiles = self.t.num_tiles
+        size = src.dtype.itemsize
         sb, sn = runs(src)
         db, dn = runs(dst)
         if int(_union_lengths(np.zeros(db.size, np.int64), db, db + dn)[1].sum()) != dn.sum():
@@ -371,11 +384,32 @@ class _Compiler:
                                      s_start[remote] + length[remote])  # each element once
         sent = np.bincount(s_tile[remote][order], weights=once, minlength=n_tiles) * size
         local = np.bincount(d_tile[~remote], weights=length[~remote], minlength=n_tiles) * size
-        compute = cost.copy_cycles(local.astype(np.int64)).astype(np.int64)
-        step = self._step(f"Copy {src.name} -> {dst.name}", "copy", cost.sync_cycles(self.t),
-                          compute, transfers, tile_out=sent, tiles=np.append(s_tile, d_tile))
-        self.copies[same] = self.copies[key] = step
-        return CopyNode(step, a_src, a_dst)
+        return transfers, sent, local, np.append(s_tile, d_tile)
+
+    def _paired_moves(self, src, dst):
+        """:meth:`_copy_moves` of a copy between RegionLists of runs that pair up, sources
+        apart and destinations apart (a pipeline cycle's joined sends: each stage's output
+        to the next stage's inbox): each pair's moves, planned once, summed; else None."""
+        if not (isinstance(src, RegionList) and isinstance(dst, RegionList)):
+            return None
+        pairs = list(zip(src.regions, dst.regions))
+        if len(src.regions) != len(dst.regions) or any(
+                a[1:] != b[1:] or len(a[1]) != 1 or a[2] != (1,) for a, b in pairs):
+            return None  # (not runs of one length each)
+        for side in (src.regions, dst.regions):
+            spans = sorted((b, b + n) for b, (n,), _ in side)
+            if any(b < e for (_, e), (b, _) in zip(spans, spans[1:])):
+                return None  # (they meet: planned whole)
+        parts = []
+        for pair in pairs:
+            key = (src.dtype, *pair)
+            if key not in self.copy_pairs:
+                self.copy_pairs[key] = self._copy_moves(
+                    *(Tensor(None, src.dtype, r, "") for r in pair))
+            parts.append(self.copy_pairs[key])
+        transfers = tuple(np.concatenate([p[0][i] for p in parts]) for i in range(3))
+        return (transfers, sum(p[1] for p in parts), sum(p[2] for p in parts),
+                np.concatenate([p[3] for p in parts]))
 
     def _stream_copy(self, src, dst):
         stream, tensor = (src, dst) if isinstance(src, DataStream) else (dst, src)
@@ -567,6 +601,12 @@ class _Compiler:
         step = np.diff(offsets, axis=0)
         change = np.flatnonzero((step[1:] != step[:-1]).any(axis=1)) + 1
         elements = len(vids) * sum(conns[0][n].num_elements() for n in names)
+        for p in range(2, min(change.size, len(vids) // 2) + 1):  # fewer groups interleaved?
+            apart = offsets[p:] - offsets[:-p]  # (vertex i to i + p: one step for each i)
+            if (apart[p:] == apart[:-p]).all():
+                if elements < GATHER_ELEMENTS * p:
+                    break
+                return [vids[r::p] for r in range(p)]  # (a k-split matmul's: p = 2)
         if elements < GATHER_ELEMENTS * (change.size + 1):
             return [vids]  # small runs: one gather beats many array operations
         cuts = [0]

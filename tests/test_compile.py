@@ -11,7 +11,7 @@ from ipukit.poplibs import poplin, popops
 from ipukit.poplibs.expr import _1, _2
 from ipukit.tensor import RegionList
 
-from .helpers import SumVertex, small
+from .helpers import SumVertex, run, small
 
 
 def test_unmapped_tensor_and_vertex_are_named():
@@ -645,3 +645,95 @@ def test_a_field_mixing_region_lists_and_address_arrays_gathers_each_vertex_s_ad
     eng.run()
     for i, idx in enumerate(want):
         assert eng.read_tensor(f"out{i}") == pytest.approx(data[idx].sum(), rel=1e-6)
+
+
+def _same_steps(a, b):
+    """Two compiles' steps, every field equal (arrays by value)."""
+    import dataclasses  # noqa: PLC0415
+
+    assert len(a.steps) == len(b.steps)
+    for x, y in zip(a.steps, b.steps):
+        for f in dataclasses.fields(x):
+            u, v = getattr(x, f.name), getattr(y, f.name)
+            same = np.array_equal(u, v) if isinstance(u, np.ndarray) else u == v
+            assert same, (x.name, f.name, u, v)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_a_joined_copy_is_planned_pair_by_pair_as_it_is_planned_whole(data):
+    """A copy between two RegionLists of runs (a pipeline cycle's joined sends) is planned
+    pair by pair, each pair once (``_paired_moves``): every Step field is what planning it
+    whole gives, also where sources overlap (a broadcast: each element sent once) or a
+    destination is aliased (the error), and the run moves what NumPy moves."""
+    dev, g = small(tiles=4, num_ipus=2)
+    a = g.add_variable(ipu.INT, [48], "a")
+    b = g.add_variable(ipu.INT, [48], "b")
+    for v in (a, b):  # random tile mappings, in pieces
+        cuts = sorted(data.draw(st.sets(st.integers(1, 47), max_size=6)))
+        for lo, hi in zip([0, *cuts], [*cuts, 48]):
+            g.set_tile_mapping(v[lo:hi], data.draw(st.integers(0, 7)))
+    lengths = data.draw(st.lists(st.integers(0, 6), min_size=1, max_size=5))
+    starts = [data.draw(st.integers(0, 48 - n)) for n in lengths]
+    overlap = data.draw(st.booleans())  # destinations that meet: an aliased copy
+    at, d_starts = 0, []
+    for n in lengths:
+        d_starts.append(at)
+        at += n + data.draw(st.integers(0, 3)) - (n if overlap else 0)
+    src = RegionList(g, ipu.INT, [(a.offset + s, (n,), (1,)) for s, n in zip(starts, lengths)],
+                     "sends")  # (as the pipeline's ``tensors.flat`` joins them)
+    dst = RegionList(g, ipu.INT, [(b.offset + d, (n,), (1,)) for d, n in zip(d_starts, lengths)],
+                     "inboxes")
+    programs = [ipu.Copy(a[:8], b[40:]), ipu.Copy(src, dst)]  # (and a plain copy first)
+    whole = pytest.MonkeyPatch()
+    try:
+        whole.setattr("ipukit.compile._Compiler._paired_moves", lambda self, s, d: None)
+        want = ipu.compile_graph(g, programs)
+    except ipu.IpuError as exc:
+        want = exc
+    finally:
+        whole.undo()
+    if isinstance(want, Exception):
+        with pytest.raises(type(want), match="aliased"):
+            ipu.compile_graph(g, programs)
+        return
+    _same_steps(ipu.compile_graph(g, programs), want)
+    g.create_host_write("a", a)
+    g.create_host_read("b", b)
+    eng = run(g, ipu.Sequence(*programs), dev)
+    values = np.arange(48, dtype=np.int32) * 5 + 1
+    eng.write_tensor("a", values)
+    eng.run()
+    want = np.zeros(48, np.int32)  # (new variables are zeros)
+    want[40:] = values[:8]
+    for s, d, n in zip(starts, d_starts, lengths):
+        want[d:d + n] = values[s:s + n]
+    assert np.array_equal(eng.read_tensor("b"), want)
+
+
+@pytest.mark.parametrize("period", [2, 3])
+def test_interleaved_vertices_run_as_one_region_per_residue(period):
+    """Vertices whose fields step evenly only every ``period``-th vertex (a k-split matmul's
+    partials alternate between the two halves of k) run as ``period`` groups of regions,
+    not as many short runs, and compute what NumPy computes."""
+    dev, g = small(tiles=4)
+    n = 8  # vertices per residue
+    x = g.add_variable(ipu.FLOAT, [period, n, 512], "x")
+    y = g.add_variable(ipu.FLOAT, [period * n, 512], "y")
+    g.set_tile_mapping(x, 0)
+    g.set_tile_mapping(y, 1)
+    cs = g.add_compute_set("interleaved")
+    for j in range(period * n):
+        g.add_vertex(cs, CopyVec, {"x": x[j % period, j // period], "y": y[j]}, tile=j % 4)
+    (node,) = ipu.compile_graph(g, [ipu.Execute(cs)]).programs
+    assert [gr.vertex_ids.tolist() for gr in node.groups] == [
+        list(range(r, period * n, period)) for r in range(period)]
+    assert all(fp.access.idx is None for gr in node.groups for fp in gr.fields)
+    g.create_host_write("x", x)
+    g.create_host_read("y", y)
+    eng = run(g, ipu.Execute(cs), dev)
+    values = np.arange(x.num_elements(), dtype=np.float32).reshape(period, n, 512)
+    eng.write_tensor("x", values)
+    eng.run()
+    want = np.stack([values[j % period, j // period] for j in range(period * n)])
+    assert np.array_equal(eng.read_tensor("y"), want)
