@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .tensor import steps_past
+from .tensor import steps_past, unique
 
 
 @dataclass(frozen=True, eq=False)
@@ -130,17 +130,30 @@ class Analysis:
         return on + sum(self.vertex.values()) + most
 
     def _bytes_on_tiles(self, graph) -> np.ndarray:
-        """Rows (variable, tile, bytes), by variable then tile, for every variable (read
-        from its type's step function: no piece of a variable is copied)."""
+        """Rows (variable, tile, bytes), by variable then tile, for every variable: each
+        type's step function cut where a variable starts and ends, its pieces summed per
+        variable and tile (no piece of a variable is copied)."""
         rows = [np.zeros((0, 3), np.intp)]
-        for v, var in enumerate(self.vars):
-            if var.size:
-                pool = graph.pools[var.dtype]
-                cuts, tiles = pool.steps(var.start, var.start + var.size - 1)
-                lengths = np.diff(cuts, prepend=var.start, append=var.start + var.size)
-                on = np.bincount(tiles, lengths, self.n).astype(np.intp) * var.dtype.itemsize
-                held = np.flatnonzero(on)
-                rows.append(np.stack([np.full(held.size, v), held, on[held]], axis=1))
+        for k, pool in enumerate(self.pools):
+            if not pool.size:
+                continue
+            starts = self.starts[pool.dtype][1]
+            ends = starts + np.array([v.size for v in pool.variables], np.intp)
+            cuts, tiles = pool.steps(0, pool.size - 1)
+            edges = unique(np.concatenate((cuts, starts, ends)))
+            var = np.searchsorted(starts, edges[:-1], "right") - 1  # (each piece's)
+            inside = (var >= 0) & (edges[:-1] < ends[var])  # (not a gap between variables)
+            tile = tiles[np.searchsorted(cuts, edges[:-1], "right")]
+            key = (self.first[k] + var[inside]) * self.n + tile[inside]
+            nbytes = np.diff(edges)[inside] * pool.dtype.itemsize
+            if len(self.vars) * self.n <= 4 * key.size:  # many pieces: summed, no sort
+                sums = np.bincount(key, nbytes, len(self.vars) * self.n)
+                pair = np.flatnonzero(sums)
+                held = sums[pair]
+            else:
+                pair = unique(key)
+                held = np.bincount(np.searchsorted(pair, key), nbytes)
+            rows.append(np.stack([pair // self.n, pair % self.n, held], axis=1))
         return np.concatenate(rows).astype(np.intp)
 
     # -- what a node reads and writes ------------------------------------------------------
@@ -180,7 +193,7 @@ class Analysis:
         var = (self.first[k] + np.searchsorted(starts, cuts[:-1], "right") - 1).astype(np.intp)
         if written is not None:
             written += np.bincount(var, cover * np.diff(cuts), written.size).astype(np.int64)
-        return np.unique(var[cover > 0])
+        return unique(var[cover > 0])
 
     def _effects(self, node) -> tuple:
         """(reads, writes, kills) of a compiled node, arrays of variables: it kills those it

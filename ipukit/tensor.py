@@ -256,6 +256,8 @@ def contiguous_strides(shape) -> tuple:
 
 def addresses(offset: int, shape, strides, dtype=np.intp) -> np.ndarray:
     """The address of every element of a region, shape ``shape``."""
+    if len(shape) == 1 and strides[0]:  # (one dimension: one arange, a third of the time)
+        return np.arange(offset, offset + shape[0] * strides[0], strides[0], dtype)
     idx = np.full((), offset, dtype)
     for n, st in zip(shape, strides):
         idx = idx[..., None] + np.arange(n, dtype=dtype) * st

@@ -15,6 +15,7 @@ import numpy as np
 
 import ipukit as ipu
 from ipukit.poplibs import multislice, poplin, popnn, poputil
+from ipukit.tensor import unique
 from ipukit.tutorials import tut5, tut6
 
 TRIED = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32)
@@ -93,7 +94,7 @@ def profile(rows: int, cols: int, split: int):
     read = {}
     for tile, b in pieces:
         read.setdefault(tile, []).append(b.idx.reshape(-1))
-    return steps, max(np.unique(np.concatenate(a)).size for a in read.values())
+    return steps, max(unique(np.concatenate(a)).size for a in read.values())
 
 
 def study(target, rows: int, cols: int, tried=TRIED) -> Study:
