@@ -131,21 +131,19 @@ class Analysis:
 
     def _bytes_on_tiles(self, graph) -> np.ndarray:
         """Rows (variable, tile, bytes), by variable then tile, for every variable: each
-        type's step function cut where a variable starts and ends, its pieces summed per
-        variable and tile (no piece of a variable is copied)."""
+        type's step function cut where a variable starts, its pieces summed per variable
+        and tile (no piece of a variable is copied)."""
         rows = [np.zeros((0, 3), np.intp)]
         for k, pool in enumerate(self.pools):
             if not pool.size:
                 continue
             starts = self.starts[pool.dtype][1]
-            ends = starts + np.array([v.size for v in pool.variables], np.intp)
             cuts, tiles = pool.steps(0, pool.size - 1)
-            edges = unique(np.concatenate((cuts, starts, ends)))
-            var = np.searchsorted(starts, edges[:-1], "right") - 1  # (each piece's)
-            inside = (var >= 0) & (edges[:-1] < ends[var])  # (not a gap between variables)
+            edges = unique(np.concatenate((cuts, starts, [pool.size])))  # (variables follow
+            var = np.searchsorted(starts, edges[:-1], "right") - 1  # each other: a piece's)
             tile = tiles[np.searchsorted(cuts, edges[:-1], "right")]
-            key = (self.first[k] + var[inside]) * self.n + tile[inside]
-            nbytes = np.diff(edges)[inside] * pool.dtype.itemsize
+            key = (self.first[k] + var) * self.n + tile
+            nbytes = np.diff(edges) * pool.dtype.itemsize
             if len(self.vars) * self.n <= 4 * key.size:  # many pieces: summed, no sort
                 sums = np.bincount(key, nbytes, len(self.vars) * self.n)
                 pair = np.flatnonzero(sums)

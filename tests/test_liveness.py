@@ -302,3 +302,27 @@ def test_a_tile_over_full_by_one_byte_of_exchange_buffers_is_found_at_compile():
     assert compile_with(need).total.tolist() == [400, need]
     with pytest.raises(ipu.OutOfMemoryError, match=f"{need:,}"):
         compile_with(need - 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_each_variables_bytes_per_tile_are_its_elements_on_each_tile(data):
+    """``Analysis.on`` (read in one pass over each type's step function, cut where a
+    variable starts or ends) is, variable by variable, the bytes of its elements on each
+    tile, counted element by element with NumPy; empty variables hold nothing."""
+    dev, g = one_tile(tiles=4)
+    variables = []
+    for i in range(data.draw(st.integers(1, 6))):
+        dtype = data.draw(st.sampled_from([ipu.FLOAT, ipu.INT, ipu.HALF]))
+        v = g.add_variable(dtype, [data.draw(st.integers(0, 20))], f"v{i}")
+        tiles = data.draw(st.lists(st.integers(0, 3), min_size=v.num_elements(),
+                                   max_size=v.num_elements()))
+        for j, tile in enumerate(tiles):
+            g.set_tile_mapping(v[j:j + 1], tile)
+        variables.append((v, np.array(tiles, np.intp)))
+    analysis = liveness.Analysis(g, (), (), ipu.compile.Access.of, {})
+    want = [(k, tile, int(np.sum(tiles == tile)) * v.dtype.itemsize)
+            for k, (v, tiles) in enumerate(sorted(variables, key=lambda x: (
+                list(g.pools).index(x[0].dtype), x[0].offset)))
+            for tile in range(4) if np.any(tiles == tile)]
+    assert analysis.on.tolist() == [list(row) for row in want]
