@@ -135,7 +135,7 @@ VertexGroup = _record("VertexGroup", "cls vertex_ids tiles estimates fields stat
 
 # -- the compiled program tree: the Engine runs each kind of node ------------------------
 ExecNode = _record("ExecNode", "step groups")  # a compute set: its step, vertex groups
-CopyNode = _record("CopyNode", "step src dst")
+CopyNode = _record("CopyNode", "step src dst")  # Accesses, or tuples of them (runs paired)
 StreamNode = _record("StreamNode", "step stream access")
 #: a copy to (``to_remote``) or from a remote buffer; offset: an int or the offset's Access
 RemoteNode = _record("RemoteNode", "step buffer access offset to_remote")
@@ -332,8 +332,15 @@ class _Compiler:
     def _copy(self, src, dst):
         if isinstance(src, DataStream) or isinstance(dst, DataStream):
             return self._stream_copy(src, dst)
-        a_src = self._access(src, "Copy", flat=True)
-        a_dst = self._access(dst, "Copy", flat=True)
+        pairs = _paired_runs(src, dst)
+        if pairs is None:
+            a_src = self._access(src, "Copy", flat=True)
+            a_dst = self._access(dst, "Copy", flat=True)
+        else:  # run by run (no address arrays): regions
+            a_src = tuple(self._access(Tensor(src.graph, src.dtype, s, src.name), "Copy")
+                          for s, _ in pairs)
+            a_dst = tuple(self._access(Tensor(dst.graph, dst.dtype, d, dst.name), "Copy")
+                          for _, d in pairs)
         if src.num_elements() != dst.num_elements() or src.dtype != dst.dtype:
             raise ProgramError.copy_mismatch(src, dst)
         # the same elements again (an unrolled loop), else each side's shape and its tile
@@ -346,7 +353,10 @@ class _Compiler:
             # slots): the earlier plan, renamed
             return CopyNode(self._again(self.copies.setdefault(same, self.copies[key]),
                                         f"Copy {src.name} -> {dst.name}"), a_src, a_dst)
-        moves = self._paired_moves(src, dst) or self._copy_moves(src, dst)
+        if pairs is None:
+            moves = self._copy_moves(src, dst)
+        else:
+            moves = self._paired_moves(src.dtype, pairs)
         transfers, sent, local, tiles = moves
         compute = cost.copy_cycles(local.astype(np.int64)).astype(np.int64)
         step = self._step(f"Copy {src.name} -> {dst.name}", "copy", cost.sync_cycles(self.t),
@@ -386,26 +396,15 @@ class _Compiler:
         local = np.bincount(d_tile[~remote], weights=length[~remote], minlength=n_tiles) * size
         return transfers, sent, local, np.append(s_tile, d_tile)
 
-    def _paired_moves(self, src, dst):
-        """:meth:`_copy_moves` of a copy between RegionLists of runs that pair up, sources
-        apart and destinations apart (a pipeline cycle's joined sends: each stage's output
-        to the next stage's inbox): each pair's moves, planned once, summed; else None."""
-        if not (isinstance(src, RegionList) and isinstance(dst, RegionList)):
-            return None
-        pairs = list(zip(src.regions, dst.regions))
-        if len(src.regions) != len(dst.regions) or any(
-                a[1:] != b[1:] or len(a[1]) != 1 or a[2] != (1,) for a, b in pairs):
-            return None  # (not runs of one length each)
-        for side in (src.regions, dst.regions):
-            spans = sorted((b, b + n) for b, (n,), _ in side)
-            if any(b < e for (_, e), (b, _) in zip(spans, spans[1:])):
-                return None  # (they meet: planned whole)
+    def _paired_moves(self, dtype, pairs) -> tuple:
+        """:meth:`_copy_moves` of runs paired (:func:`_paired_runs`): each pair's moves,
+        planned once, summed."""
         parts = []
         for pair in pairs:
-            key = (src.dtype, *pair)
+            key = (dtype, *pair)
             if key not in self.copy_pairs:
-                self.copy_pairs[key] = self._copy_moves(
-                    *(Tensor(None, src.dtype, r, "") for r in pair))
+                sides = [Tensor(None, dtype, region, "") for region in pair]
+                self.copy_pairs[key] = self._copy_moves(*sides)
             parts.append(self.copy_pairs[key])
         transfers = tuple(np.concatenate([p[0][i] for p in parts]) for i in range(3))
         return (transfers, sum(p[1] for p in parts), sum(p[2] for p in parts),
@@ -955,6 +954,22 @@ class _Compiler:
                 raise OutOfMemoryError(text)
             warnings.warn(OutOfMemoryWarning(text), stacklevel=4)
         return mem
+
+
+def _paired_runs(src, dst) -> list | None:
+    """The pairs of regions of a copy between RegionLists of runs (1-D, stride 1) that pair
+    up, none meeting another (a pipeline cycle's joined sends: each stage's output to the
+    next stage's inbox): planned pair by pair and copied run by run; else None."""
+    if not (isinstance(src, RegionList) and isinstance(dst, RegionList)) or len(
+            src.regions) != len(dst.regions):
+        return None
+    pairs = list(zip(src.regions, dst.regions))
+    if any(a[1:] != b[1:] or len(a[1]) != 1 or a[2] != (1,) for a, b in pairs):
+        return None  # (not runs of one length each)
+    spans = sorted((b, b + n) for b, (n,), _ in src.regions + dst.regions)
+    if any(b < e for (_, e), (b, _) in zip(spans, spans[1:])):
+        return None  # (runs that meet: planned and copied whole)
+    return pairs
 
 
 def _elements(t: Tensor):
