@@ -600,14 +600,12 @@ class _Compiler:
         step = np.diff(offsets, axis=0)
         change = np.flatnonzero((step[1:] != step[:-1]).any(axis=1)) + 1
         elements = len(vids) * sum(conns[0][n].num_elements() for n in names)
-        for p in range(2, min(change.size, len(vids) // 2) + 1):  # fewer groups interleaved?
-            apart = offsets[p:] - offsets[:-p]  # (vertex i to i + p: one step for each i)
-            if (apart[p:] == apart[:-p]).all():
-                if elements < GATHER_ELEMENTS * p:
-                    break
-                return [vids[r::p] for r in range(p)]  # (a k-split matmul's: p = 2)
         if elements < GATHER_ELEMENTS * (change.size + 1):
             return [vids]  # small runs: one gather beats many array operations
+        for p in range(2, (change.size + 1) // 2 + 1):  # or at most half as many interleaved
+            apart = offsets[p:] - offsets[:-p]  # (vertex i to i + p: one step for each i)
+            if (apart[p:] == apart[:-p]).all():
+                return [vids[r::p] for r in range(p)]  # (a k-split matmul's: p = 2)
         cuts = [0]
         for c in change.tolist():  # vertices cuts[-1]..c step evenly
             if c > cuts[-1]:

@@ -130,29 +130,20 @@ class Analysis:
         return on + sum(self.vertex.values()) + most
 
     def _bytes_on_tiles(self, graph) -> np.ndarray:
-        """Rows (variable, tile, bytes), by variable then tile, for every variable: each
-        type's step function cut where a variable starts, its pieces summed per variable
-        and tile (no piece of a variable is copied)."""
-        rows = [np.zeros((0, 3), np.intp)]
-        for k, pool in enumerate(self.pools):
-            if not pool.size:
-                continue
-            starts = self.starts[pool.dtype][1]
-            cuts, tiles = pool.steps(0, pool.size - 1)
-            edges = unique(np.concatenate((cuts, starts, [pool.size])))  # (variables follow
-            var = np.searchsorted(starts, edges[:-1], "right") - 1  # each other: a piece's)
-            tile = tiles[np.searchsorted(cuts, edges[:-1], "right")]
-            key = (self.first[k] + var) * self.n + tile
-            nbytes = np.diff(edges) * pool.dtype.itemsize
-            if len(self.vars) * self.n <= 4 * key.size:  # many pieces: summed, no sort
-                sums = np.bincount(key, nbytes, len(self.vars) * self.n)
-                pair = np.flatnonzero(sums)
-                held = sums[pair]
-            else:
-                pair = unique(key)
-                held = np.bincount(np.searchsorted(pair, key), nbytes)
-            rows.append(np.stack([pair // self.n, pair % self.n, held], axis=1))
-        return np.concatenate(rows).astype(np.intp)
+        """Rows (variable, tile, bytes), by variable then tile, for every variable (read
+        from its type's step function: no piece of a variable is copied)."""
+        columns = ([], [], [])  # variable, tile, bytes
+        for v, var in enumerate(self.vars):
+            if var.size:
+                cuts, tiles = graph.pools[var.dtype].steps(var.start, var.start + var.size - 1)
+                edges = np.concatenate(([var.start], cuts, [var.start + var.size]))
+                on = np.bincount(tiles, edges[1:] - edges[:-1], self.n)
+                held = np.flatnonzero(on)
+                columns[0].append(np.full(held.size, v))
+                columns[1].append(held)
+                columns[2].append(on[held] * var.dtype.itemsize)
+        return np.stack([np.concatenate(c + [np.zeros(0, np.intp)]) for c in columns],
+                        axis=1).astype(np.intp)
 
     # -- what a node reads and writes ------------------------------------------------------
     def _touch(self, access, written: np.ndarray | None = None) -> np.ndarray:

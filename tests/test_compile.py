@@ -620,7 +620,7 @@ def test_a_field_mixing_region_lists_and_address_arrays_gathers_each_vertex_s_ad
     concat) on others are one gather: each row is that vertex's addresses, whichever it is,
     and the run reads them (compile gathers the RegionLists by their layouts)."""
     dev, g = small(tiles=2)
-    x = g.add_variable(ipu.FLOAT, [64], "x")
+    x = g.add_variable(ipu.FLOAT, [72], "x")  # (vertex 7 reads up to x[66])
     g.set_tile_mapping(x, 0)
     cs = g.add_compute_set("sums")
     want = []
@@ -640,7 +640,7 @@ def test_a_field_mixing_region_lists_and_address_arrays_gathers_each_vertex_s_ad
     g.create_host_write("x", x)
     eng = ipu.Engine(g, ipu.Execute(cs))
     eng.load(dev)
-    data = np.arange(64, dtype=np.float32) ** 1.5
+    data = np.arange(72, dtype=np.float32) ** 1.5
     eng.write_tensor("x", data)
     eng.run()
     for i, idx in enumerate(want):
@@ -724,12 +724,13 @@ def test_a_joined_copy_is_planned_and_run_pair_by_pair_as_it_is_whole(data):
 @pytest.mark.parametrize("period", [2, 3])
 def test_interleaved_vertices_run_as_one_region_per_residue(period):
     """Vertices whose fields step evenly only every ``period``-th vertex (a k-split matmul's
-    partials alternate between the two halves of k) run as ``period`` groups of regions,
-    not as many short runs, and compute what NumPy computes."""
+    partials alternate between the two halves of k), too large for one gather, run as
+    ``period`` groups of regions, not as many short runs, and compute what NumPy
+    computes."""
     dev, g = small(tiles=4)
     n = 8  # vertices per residue
-    x = g.add_variable(ipu.FLOAT, [period, n, 512], "x")
-    y = g.add_variable(ipu.FLOAT, [period * n, 512], "y")
+    x = g.add_variable(ipu.FLOAT, [period, n, 4096], "x")
+    y = g.add_variable(ipu.FLOAT, [period * n, 4096], "y")
     g.set_tile_mapping(x, 0)
     g.set_tile_mapping(y, 1)
     cs = g.add_compute_set("interleaved")
@@ -742,7 +743,7 @@ def test_interleaved_vertices_run_as_one_region_per_residue(period):
     g.create_host_write("x", x)
     g.create_host_read("y", y)
     eng = run(g, ipu.Execute(cs), dev)
-    values = np.arange(x.num_elements(), dtype=np.float32).reshape(period, n, 512)
+    values = np.arange(x.num_elements(), dtype=np.float32).reshape(period, n, 4096)
     eng.write_tensor("x", values)
     eng.run()
     want = np.stack([values[j % period, j // period] for j in range(period * n)])
