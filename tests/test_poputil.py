@@ -362,3 +362,12 @@ def test_on_graph_in_python_is_numpys_answer(tiles, virtual):
     assert poputil._on_graph(g, arr) is want
     wide = np.tile(arr, poputil.FEW_TILES // arr.size + 1)  # the same tiles, NumPy's path
     assert wide.size > poputil.FEW_TILES and poputil._on_graph(g, wide) is want
+
+
+@given(begins=st.lists(st.integers(0, 50), min_size=1, max_size=20), extra=st.integers(0, 9))
+def test_run_lengths_are_numpys_diff_with_the_end_appended(begins, extra):
+    begins = np.array(sorted(begins), np.intp)
+    end = int(begins[-1]) + extra
+    got = poputil.run_lengths(begins, end)
+    want = np.diff(begins, append=end)
+    assert got.dtype == want.dtype and got.tolist() == want.tolist()

@@ -386,7 +386,7 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     on = tiles[first] if items is None else tiles  # increase (linear mapping: no sort)
     in_order = bool((on[1:] > on[:-1]).all())
     if not in_order and items is not None:  # (then a tile per item after all)
-        tiles = np.repeat(on, np.diff(first, append=n))
+        tiles = np.repeat(on, poputil.run_lengths(first, n))
     if in_order:  # each tile's items are one run: its first item and the next run's (a
         starts = first.tolist()  # bincount of every item: ~3 us per 1,000)
         ends = starts[1:] + [n]
@@ -603,7 +603,7 @@ def _tile_pieces(tiles: np.ndarray) -> tuple:
     first item and length, and each tile's number of pieces (tiles with items, in order)."""
     first = firsts(tiles)
     by_tile = np.argsort(tiles[first], kind="stable")
-    length = np.diff(first, append=tiles.size)[by_tile]
+    length = poputil.run_lengths(first, tiles.size)[by_tile]
     count = np.bincount(tiles[first])
     return first[by_tile], length, count[count > 0]
 

@@ -164,7 +164,7 @@ def _map_elements(graph, t: Tensor, tiles: np.ndarray) -> None:
     if bad.size or t.graph is not graph.root:  # set_tile_mapping says what is wrong
         graph.set_tile_mapping(t, int(bad[0]) if bad.size else 0)
     graph.root.pools[t.dtype].map(run[0] + first if run else flat[first],
-                                  np.diff(first, append=tiles.size), at + graph._offset)
+                                  run_lengths(first, tiles.size), at + graph._offset)
 
 
 def _map_copies(graph, t: Tensor, like: Tensor, copies: int) -> None:
@@ -177,12 +177,22 @@ def _map_copies(graph, t: Tensor, like: Tensor, copies: int) -> None:
         cuts, tiles = graph.root.pools[like.dtype].steps(src[0], src[0] + n - 1)
         if _on_graph(graph, tiles):
             begins = np.concatenate(([0], cuts - src[0]))  # each piece of like, from its start
-            lengths = np.diff(begins, append=n)
+            lengths = run_lengths(begins, n)
             starts = dst[0] + n * np.arange(copies)[:, None] + begins
             graph.root.pools[t.dtype].map(starts.reshape(-1), np.tile(lengths, copies),
                                           np.tile(tiles, copies))
             return
     _map_elements(graph, t, np.tile(tile_of_elements(graph, like), copies))  # (its errors)
+
+
+def run_lengths(begins: np.ndarray, end: int) -> np.ndarray:
+    """``np.diff(begins, append=end)``: each run's length, from its begin to the next one's
+    (the last one's to ``end``), at a fifth of np.diff's cost on a few runs.
+
+    >>> run_lengths(np.array([0, 3, 4]), 9).tolist()
+    [3, 1, 5]
+    """
+    return np.concatenate((begins[1:], [end])) - begins
 
 
 def tile_of_elements(graph, t: Tensor) -> np.ndarray:
