@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ipukit as ipu
 from ipukit.poplibs import popnn, poputil
@@ -209,3 +211,51 @@ def test_relu_gradient_is_one_multivertex_on_a_tile_of_one_region():
     eng.load(dev)
     eng.run()
     np.testing.assert_array_equal(eng.read_tensor("grad"), x * 10 * (x > 0))
+
+
+@settings(max_examples=25, deadline=None)
+@given(batch=st.integers(1, 7), classes=st.integers(1, 5), tiles=st.integers(1, 5),
+       virtual=st.booleans(), signed=st.booleans())
+def test_calc_loss_adds_the_vertices_that_checked_add_vertex_calls_add(
+        batch, classes, tiles, virtual, signed):
+    """calc_loss adds its first per-sample vertex checked and the rest in one go, and maps
+    the correct flags in one call: the same vertices (class, fields, tile, state) and
+    mapping as add_vertex and set_tile_mapping per sample give."""
+    def build(bulk: bool):
+        root = ipu.Graph(ipu.IPUModel(num_ipus=2, tiles_per_ipu=tiles).create_device().target)
+        g = root.create_virtual_graph(tiles, 2 * tiles) if virtual else root
+        label_type = ipu.INT if signed else ipu.UNSIGNED_INT
+        probs = make(g, np.full((batch, classes), 0.5), "p")
+        expected = make(g, np.zeros(batch), "y", label_type)
+        n = make(g, [0], "n", ipu.UNSIGNED_INT)
+        loss, delta = make(g, np.zeros(batch), "loss"), make(g, np.zeros((batch, classes)), "d")
+        if bulk:
+            popnn.calc_loss(g, probs, expected, loss, delta, n)
+            return root
+        cls = popnn.CalcLossInt if signed else popnn.CalcLoss  # (the general path)
+        tile = poputil.tile_of_elements(g, delta).reshape(batch, classes)[:, 0]
+        correct = g.add_variable(ipu.UNSIGNED_INT, [batch], "calcLoss/correct")
+        for b in range(batch):
+            g.set_tile_mapping(correct[b], int(tile[b]))
+        cs = g.add_compute_set("calcLoss/LossLayer")
+        for b in range(batch):
+            g.add_vertex(cs, cls, {"probs": probs[b], "label": expected.flatten()[b],
+                                   "loss": loss.flatten()[b], "delta": delta[b],
+                                   "correct": correct[b]}, tile=int(tile[b]))
+        return root
+
+    got, want = build(True), build(False)  # (the sample vertices are the first ones)
+    ids = range(batch)
+    for column in ("v_cs", "v_cls", "v_tile", "v_perf"):
+        assert [getattr(got, column)[i] for i in ids] == [getattr(want, column)[i] for i in ids]
+    assert [dict(got.v_state[i]) for i in ids] == [dict(want.v_state[i]) for i in ids]
+    for a, b in zip(got.v_conn[:batch], want.v_conn[:batch]):
+        assert list(a) == list(b)
+        for f in a:
+            assert (a[f].shape, a[f].idx.tolist(), a[f].name) == \
+                (b[f].shape, b[f].idx.tolist(), b[f].name)
+    pools = [g.pools[ipu.UNSIGNED_INT] for g in (got, want)]  # the correct flags' mapping
+    for pool in pools:
+        pool._resolve()
+    assert pools[0]._cuts.tolist() == pools[1]._cuts.tolist()
+    assert pools[0]._cut_tiles.tolist() == pools[1]._cut_tiles.tolist()

@@ -346,3 +346,28 @@ def test_paused_gc_pauses_the_collector_only_while_building_and_restores_it():
         gc.enable()
     # PopLibs' bulk vertex builders pause it
     assert popops.add_per_tile_vertices.__wrapped__ and poplin._add_blocks.__wrapped__
+
+
+@settings(max_examples=80, deadline=None)
+@given(tiles=st.lists(st.integers(-1, 9), min_size=1, max_size=2 * poputil.FEW_TILES + 2),
+       virtual=st.sampled_from([None, 0, 4]))
+def test_on_graph_in_python_is_numpys_answer(tiles, virtual):
+    """_on_graph looks at a few tiles in plain Python, at many with NumPy: both say whether
+    every tile (-1: unmapped) is one of the graph's."""
+    root = ipu.Graph(ipu.IPUModel(num_ipus=2, tiles_per_ipu=4).create_device().target)
+    g = root if virtual is None else root.create_virtual_graph(virtual, virtual + 4)
+    lo, hi = g._offset, g._offset + g.target.num_tiles
+    arr = np.array(tiles, np.intp)
+    want = bool(((arr >= lo) & (arr < hi)).all())
+    assert poputil._on_graph(g, arr) is want
+    wide = np.tile(arr, poputil.FEW_TILES // arr.size + 1)  # the same tiles, NumPy's path
+    assert wide.size > poputil.FEW_TILES and poputil._on_graph(g, wide) is want
+
+
+@given(begins=st.lists(st.integers(0, 50), min_size=1, max_size=20), extra=st.integers(0, 9))
+def test_run_lengths_are_numpys_diff_with_the_end_appended(begins, extra):
+    begins = np.array(sorted(begins), np.intp)
+    end = int(begins[-1]) + extra
+    got = poputil.run_lengths(begins, end)
+    want = np.diff(begins, append=end)
+    assert got.dtype == want.dtype and got.tolist() == want.tolist()

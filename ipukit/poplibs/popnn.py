@@ -276,14 +276,17 @@ def calc_loss(graph, model_outputs: Tensor, expected: Tensor, loss: Tensor, delt
         (lt == CROSS_ENTROPY_LOSS, signed)]
     delta_tiles = poputil.tile_of_elements(graph, delta).reshape(outs.shape)[:, 0]
     correct = graph.add_variable(UNSIGNED_INT, [batch], name + "/correct")
-    for b in range(batch):
-        graph.set_tile_mapping(correct[b], int(delta_tiles[b]))
+    poputil._map_elements(graph, correct, delta_tiles)  # each sample's where its deltas are
     cs = graph.add_compute_set(name + "/LossLayer")
     labels, losses = expected.flatten(), loss.flatten()
-    for b in range(batch):  # one vertex per sample (its scalar fields hold one element)
-        graph.add_vertex(cs, cls, {"probs": outs[b], "label": labels[b], "loss": losses[b],
-                                   "delta": delta[b], "correct": correct[b]},
-                         tile=int(delta_tiles[b]))
+    # one vertex per sample (its scalar fields hold one element): the first added (and
+    # checked) as any, the rest (rows of the same tensors, on mapped tiles) in one go
+    conns = [{"probs": outs[b], "label": labels[b], "loss": losses[b], "delta": delta[b],
+              "correct": correct[b]} for b in range(batch)]
+    tiles = delta_tiles.tolist()
+    if batch:
+        graph.add_vertex(cs, cls, conns[0], tile=tiles[0])
+        graph.root._add_vertices(cs, cls, conns[1:], [t + graph._offset for t in tiles[1:]])
     count = graph.add_compute_set(name + "/NumCorrect")
     tile = int(poputil.tile_of_elements(graph, num_correct)[0])
     graph.add_vertex(count, AddCount, {"correct": correct, "total": num_correct.reshape(())},

@@ -386,7 +386,7 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     on = tiles[first] if items is None else tiles  # increase (linear mapping: no sort)
     in_order = bool((on[1:] > on[:-1]).all())
     if not in_order and items is not None:  # (then a tile per item after all)
-        tiles = np.repeat(on, np.diff(first, append=n))
+        tiles = np.repeat(on, poputil.run_lengths(first, n))
     if in_order:  # each tile's items are one run: its first item and the next run's (a
         starts = first.tolist()  # bincount of every item: ~3 us per 1,000)
         ends = starts[1:] + [n]
@@ -402,10 +402,11 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
     kinds = [cls] * len(on) if cls_2d is None else [
         cls if r == 1 else cls_2d for r in regions[on].tolist()]
     lo, hi, at, kind, run_of = [], [], [], [], []  # each vertex's rows [lo, hi), tile,
+    cut = {}  # (rows, class) -> the tile's pieces (tiles of as many rows are cut alike)
     for j, (s, e, tile, k) in enumerate(zip(starts, ends, on, kinds)):  # class, tile's run
-        parts = _workers(graph) if cls_2d is None else _vertices_2d(e - s, grain, graph)
-        pieces = ([(0, e - s)] if issubclass(k, MultiVertex)  # all of its tile's rows
-                  else poputil.split_regions(e - s, grain, parts))
+        pieces = cut.get((e - s, k))
+        if pieces is None:
+            pieces = cut[e - s, k] = _pieces(e - s, k, grain, cls_2d is None, graph)
         for b, f in pieces:
             lo.append(s + b)
             hi.append(s + f)
@@ -445,6 +446,16 @@ def add_per_tile_vertices(graph, cs, cls, fields: dict, tiles: np.ndarray,
         mine = [i for i, c in enumerate(kind) if c is k]
         _add_alike(graph, cs, k, [conns[i] for i in mine], [at[i] for i in mine], fields)
     return len(conns)
+
+
+def _pieces(n: int, cls, grain: int, plain: bool, graph) -> list:
+    """The rows ``[begin, end)`` of each vertex on a tile of ``n`` rows: all of them for
+    a MultiVertex, else split over the tile's workers (``plain``) or as PopLibs cuts 2D
+    vertices (:func:`_vertices_2d`)."""
+    if issubclass(cls, MultiVertex):
+        return [(0, n)]
+    parts = _workers(graph) if plain else _vertices_2d(n, grain, graph)
+    return poputil.split_regions(n, grain, parts)
 
 
 def _vertices_2d(n: int, grain: int, graph) -> int:
@@ -592,7 +603,7 @@ def _tile_pieces(tiles: np.ndarray) -> tuple:
     first item and length, and each tile's number of pieces (tiles with items, in order)."""
     first = firsts(tiles)
     by_tile = np.argsort(tiles[first], kind="stable")
-    length = np.diff(first, append=tiles.size)[by_tile]
+    length = poputil.run_lengths(first, tiles.size)[by_tile]
     count = np.bincount(tiles[first])
     return first[by_tile], length, count[count > 0]
 
