@@ -343,26 +343,50 @@ class _Compiler:
                           for _, d in pairs)
         if src.num_elements() != dst.num_elements() or src.dtype != dst.dtype:
             raise ProgramError.copy_mismatch(src, dst)
-        # the same elements again (an unrolled loop), else each side's shape and its tile
-        # mapping from its first address (an index array: the array itself, its own addresses)
+        name = f"Copy {src.name} -> {dst.name}"
         same = (src.dtype, *((t.offset, t.shape, t.strides, _elements(t)) for t in (src, dst)))
-        key = same if same in self.copies else (src.dtype, *((
-            t.shape, t.strides, _elements(t), t.strides is not None
-            and self.g.pools[t.dtype].window(*address_span(t))) for t in (src, dst)))
-        if key in self.copies:  # sides alike and mapped alike, at shifted addresses (a FIFO's
-            # slots): the earlier plan, renamed
-            return CopyNode(self._again(self.copies.setdefault(same, self.copies[key]),
-                                        f"Copy {src.name} -> {dst.name}"), a_src, a_dst)
+        if same in self.copies:  # the same elements again (an unrolled loop): renamed
+            return CopyNode(self._again(self.copies[same], name), a_src, a_dst)
+        key, first = self._copy_key(src, dst)
+        plans = self.copies.setdefault(key, {})  # first tile -> step
+        if plans:  # sides alike and mapped alike, at shifted addresses (a FIFO's slots): the
+            # earlier plan, renamed; or also whole IPUs on (the next stage's): moved
+            if first in plans:
+                step = self._again(plans[first], name)
+            else:
+                was, index = next(iter(plans.items()))
+                step = self._moved_step(index, first - was, name)
+            self.copies[same] = plans[first] = step
+            return CopyNode(step, a_src, a_dst)
         if pairs is None:
             moves = self._copy_moves(src, dst)
         else:
             moves = self._paired_moves(src.dtype, pairs)
         transfers, sent, local, tiles = moves
         compute = cost.copy_cycles(local.astype(np.int64)).astype(np.int64)
-        step = self._step(f"Copy {src.name} -> {dst.name}", "copy", cost.sync_cycles(self.t),
-                          compute, transfers, tile_out=sent, tiles=tiles)
-        self.copies[same] = self.copies[key] = step
+        step = self._step(name, "copy", cost.sync_cycles(self.t), compute, transfers,
+                          tile_out=sent, tiles=tiles)
+        self.copies[same] = plans[first] = step
         return CopyNode(step, a_src, a_dst)
+
+    def _copy_key(self, src, dst) -> tuple:
+        """What a copy's plan depends on: each side's shape and elements (an index array:
+        the array itself, its own addresses) and, for a region, its tile mapping from its
+        first address, tiles counted from the first tile of the IPU of the source's first
+        address; and that tile (0 where a side is an index array: not moved)."""
+        moved = src.strides is not None and dst.strides is not None and src.num_elements() > 0
+        first = 0
+        key = [src.dtype]
+        for t in (src, dst):
+            mapping = False
+            if t.strides is not None:
+                lo, hi = address_span(t)
+                cuts, tiles = self.g.pools[t.dtype].steps(lo, hi)
+                if moved and t is src:
+                    first = int(tiles[0]) // self.t.tiles_per_ipu * self.t.tiles_per_ipu
+                mapping = ((cuts - lo).tobytes(), (tiles - first).tobytes())
+            key.append((t.shape, t.strides, _elements(t), mapping))
+        return tuple(key), first
 
     def _copy_moves(self, src, dst) -> tuple:
         """A copy's moves between tiles (source tiles, destination tiles, bytes), the bytes

@@ -659,6 +659,52 @@ def _same_steps(a, b):
             assert same, (x.name, f.name, u, v)
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_a_copy_alike_whole_ipus_on_takes_the_earlier_plan_moved(data):
+    """A copy whose sides are an earlier copy's shapes mapped alike whole IPUs on (a pipeline
+    stage's copies, the next stage's) takes the earlier plan, moved (``_moved_step``): every
+    Step field is what planning it gives, also where one IPU's mapping differs, the sides
+    lie on two IPUs (the last one's reaching round to IPU 0) or a side is an index array."""
+    import ipukit.compile as c
+
+    dev, g = small(tiles=4, num_ipus=3)
+    cuts = sorted(data.draw(st.sets(st.integers(1, 23), max_size=5)))
+    pieces = list(zip([0, *cuts], [*cuts, 24]))
+    tiles = [data.draw(st.integers(0, 3)) for _ in pieces]  # one mapping on every IPU
+    twist = data.draw(st.booleans())  # IPU 2's first piece on another tile
+    a, b = {}, {}
+    for s in range(3):
+        for name, made in (("a", a), ("b", b)):
+            made[s] = g.add_variable(ipu.INT, [24], f"{name}{s}")
+            for (lo, hi), tile in zip(pieces, tiles):
+                turn = twist and s == 2 and lo == 0
+                g.set_tile_mapping(made[s][lo:hi], 4 * s + (tile + turn) % 4)
+    n = data.draw(st.integers(1, 12))
+    at, to = data.draw(st.integers(0, 24 - n)), data.draw(st.integers(0, 24 - n))
+    across = data.draw(st.integers(0, 1))  # the destination on the next IPU
+    gather = data.draw(st.booleans())  # IPU 1's source a concat (an index array)
+    programs = []
+    for s in range(3):
+        src = a[s][at:at + n]
+        if gather and s == 1:
+            src = ipu.concat([a[s][at:at + 1], a[s][at + 1:at + n]])
+        programs.append(ipu.Copy(src, b[(s + across) % 3][to:to + n]))
+    moved = []
+    with pytest.MonkeyPatch.context() as mp:
+        step = c._Compiler._moved_step
+        mp.setattr(c._Compiler, "_moved_step",
+                   lambda self, *x: moved.append(x) or step(self, *x))
+        got = ipu.compile_graph(g, programs)
+    with pytest.MonkeyPatch.context() as mp:  # (tiles as they are: the same tiles only)
+        key = c._Compiler._copy_key
+        mp.setattr(c._Compiler, "_copy_key", lambda self, s, d: (key(self, s, d), 0))
+        want = ipu.compile_graph(g, programs)
+    _same_steps(got, want)
+    ipu1 = not gather and not (twist and across)  # (its destination on IPU 2)
+    assert len(moved) >= ipu1 + (not twist and not across)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_a_joined_copy_is_planned_and_run_pair_by_pair_as_it_is_whole(data):
