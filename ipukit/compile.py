@@ -302,7 +302,8 @@ class _Compiler:
         t = self.t
         n = t.num_tiles
         per = t.tiles_per_ipu
-        b_in, b_out = ((np.zeros(n) + x).astype(np.int64) for x in (tile_in, tile_out))
+        b_in = np.full(n, tile_in, np.int64)  # (a float array's values cut, as astype cuts)
+        b_out = np.full(n, tile_out, np.int64)
         pairs = np.zeros((0, 3), np.int64)
         inter = 0
         link = 0
@@ -317,7 +318,10 @@ class _Compiler:
                 pair = pair[np.concatenate(([True], pair[1:] != pair[:-1]))]  # each pair once
                 sums = np.bincount(np.searchsorted(pair, key), weights=nbytes, minlength=pair.size)
                 pair = pair[sums > 0]  # (moves of no bytes: none)
-            pairs = np.stack([pair // n, pair % n, sums[sums > 0].astype(np.int64)], axis=1)
+            pairs = np.empty((pair.size, 3), np.int64)  # (np.stack: ~1.5x the time)
+            pairs[:, 0] = pair // n
+            pairs[:, 1] = pair % n
+            pairs[:, 2] = sums[sums > 0]
             b_in += np.bincount(dst, weights=nbytes, minlength=n).astype(np.int64)
             src, dst, nbytes = pairs.T  # (the rest: per pair)
             cross = src // per != dst // per
