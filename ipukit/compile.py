@@ -595,7 +595,7 @@ class _Compiler:
                 cb, tb = pool.steps(lo + d, hi + d)
                 if not (np.array_equal(cb - d, ca) and np.array_equal(tb, ta + shift)):
                     return False
-                joined.append((str(dtype), d, lo, hi))
+                joined.append((dtype.str, d, lo, hi))  # (str(dtype): ~2 µs)
         for now in (0, 1):
             reach = {}  # type -> the highest address of the spans before (which never meet
             for t, lo, hi in sorted((t, lo + d * now, hi + d * now)  # spans of their shift)
@@ -625,8 +625,8 @@ class _Compiler:
         if len(vids) <= 2 or any(conns[0][n].strides is None for n in names):
             return [vids]
         offsets = np.array([[c[n].offset for n in names] for c in conns], np.int64)
-        step = np.diff(offsets, axis=0)
-        change = np.flatnonzero((step[1:] != step[:-1]).any(axis=1)) + 1
+        step = offsets[1:] - offsets[:-1]  # (np.diff and np.flatnonzero: ~4x the time)
+        change = (step[1:] != step[:-1]).any(axis=1).nonzero()[0] + 1
         elements = len(vids) * sum(conns[0][n].num_elements() for n in names)
         if elements < GATHER_ELEMENTS * (change.size + 1):
             return [vids]  # small runs: one gather beats many array operations
