@@ -874,3 +874,42 @@ def test_per_tile_vertices_of_tile_runs_are_those_of_a_tile_per_item(pieces, pla
                       for c, t, conn in zip(g.v_cls, g.v_tile, g.v_conn)])
     assert added[0] == added[1]
     assert sorted(a for _, _, x in added[0] for a in x) == list(range(tiles.size))
+
+
+def _layout(t):
+    """A vertex field's addresses as the graph keeps them: regions, or an address array."""
+    if isinstance(t, ipu.tensor.RegionList):
+        return ("regions", t.regions)
+    idx = None if t._idx is None else t._idx.tolist()
+    return (t.offset, t.shape, t.strides, idx)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=40), st.integers(1, 3),
+       st.booleans(), st.randoms(use_true_random=False))
+def test_per_tile_vertices_of_items_in_tile_order_are_those_of_items_in_any_order(
+        tiles, width, plain, rnd):
+    """A two-stage reduction's first stage passes its pairs in tile order (a stable sort by
+    tile): add_per_tile_vertices then adds the vertices, with the same fields (addresses
+    from poputil.take, as the stage's), that it adds given the pairs in any order."""
+    tiles = np.array(tiles)
+    src = list(range(tiles.size * width))
+    rnd.shuffle(src)
+    positions = np.array(src).reshape(tiles.size, width)
+    added = []
+    for in_tile_order in (False, True):
+        g = ipu.Graph(ipu.IPUModel(tiles_per_ipu=6).create_device().target)
+        v = g.add_variable(ipu.FLOAT, [positions.size], "v")
+        out = g.add_variable(ipu.FLOAT, [tiles.size], "out")
+        for t in (v, out):
+            poputil.map_tensor_linearly(g, t)
+        cls = popops.reduce_vertex("ADD", ipu.FLOAT, ipu.FLOAT, False, multi=not plain)
+        sel = np.arange(tiles.size)
+        if in_tile_order:
+            sel = np.argsort(tiles, kind="stable")
+        fields = {"partials": poputil.take(v, positions[sel], "v"),
+                  "out": poputil.take(out, sel, "out")}
+        popops.add_per_tile_vertices(g, g.add_compute_set("cs"), cls, fields, tiles[sel])
+        added.append([(c.__name__, t, {k: _layout(x) for k, x in conn.items()})
+                      for c, t, conn in zip(g.v_cls, g.v_tile, g.v_conn)])
+    assert added[0] == added[1]

@@ -1082,8 +1082,10 @@ def _reduce(graph, t, out, dims, op, prog, name, update, map_out, out_tiles=None
     widths = unique(counts).tolist()
     stage1 = reduce_vertex(op, t.dtype, acc, False, multi=len(widths) == 1)
     src_flat = src.flatten()
+    by_tile = np.argsort(pair_tile, kind="stable")  # each width's pairs in tile order: the
+    width = counts[by_tile]  # vertices' fields as add_per_tile_vertices would sort them
     for c in widths:
-        sel = np.flatnonzero(counts == c)
+        sel = by_tile[width == c]
         positions = order[starts[sel][:, None] + np.arange(c)]
         add_per_tile_vertices(graph, cs1, stage1,
                               {"partials": poputil.take(src_flat, positions, t.name),
