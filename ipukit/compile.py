@@ -1088,8 +1088,14 @@ def _span(a: Access) -> tuple[int, int]:
         return (int(a.idx.min()), int(a.idx.max())) if a.idx.size else (0, -1)
     if 0 in a.rshape:
         return 0, -1
-    ends = [(n - 1) * s for n, s in zip(a.rshape, a.rstrides)]
-    return a.offset + sum(min(e, 0) for e in ends), a.offset + sum(max(e, 0) for e in ends)
+    lo = a.offset
+    hi = a.offset
+    for n, step in zip(a.rshape, a.rstrides):  # (a loop, not sums of min and max: ~4x)
+        if step < 0:
+            lo += (n - 1) * step
+        else:
+            hi += (n - 1) * step
+    return lo, hi
 
 
 def _apart(fps) -> bool:

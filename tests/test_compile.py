@@ -10,7 +10,7 @@ from ipukit import compile as compile_module
 from ipukit.compile import CODELET_CODE_BYTES, Access, FieldPlan
 from ipukit.poplibs import poplin, popops
 from ipukit.poplibs.expr import _1, _2
-from ipukit.tensor import RegionList
+from ipukit.tensor import RegionList, addresses
 
 from .helpers import SumVertex, run, small
 
@@ -543,6 +543,17 @@ def test_fields_apart_race_and_cost_as_the_runs_check_alone(data):
         assert outcome() == found
     finally:
         compile_module._apart = apart
+
+
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(-5, 5)), min_size=1, max_size=4),
+       st.integers(0, 99))
+def test_a_regions_span_is_its_lowest_and_highest_address(dims, offset):
+    shape = tuple(n for n, _ in dims)
+    strides = tuple(s for _, s in dims)
+    x = addresses(offset, shape, strides)
+    expected = (int(x.min()), int(x.max())) if x.size else (0, -1)
+    assert compile_module._span(Access(np.dtype(np.float32), shape, offset, shape, strides)) \
+        == expected
 
 
 def test_fields_apart_need_no_race_check_on_runs():
