@@ -6,10 +6,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ipukit as ipu
-from ipukit.compile import CODELET_CODE_BYTES, Access
+from ipukit import compile as compile_module
+from ipukit.compile import CODELET_CODE_BYTES, Access, FieldPlan
 from ipukit.poplibs import poplin, popops
 from ipukit.poplibs.expr import _1, _2
-from ipukit.tensor import RegionList
+from ipukit.tensor import RegionList, addresses
 
 from .helpers import SumVertex, run, small
 
@@ -475,12 +476,9 @@ def test_a_race_names_the_first_element_in_the_fields_order():
         ipu.compile_graph(g, [ipu.Execute(cs)])
 
 
-@settings(max_examples=80, deadline=None)
-@given(st.data())
-def test_merged_runs_cost_and_race_as_the_runs_in_order(data):
-    """Compile costs a compute set's exchange and finds its races on each vertex's
-    addresses merged by stride (a transposed slice is a few runs, not one per element):
-    the same steps, memory and race messages as the runs in flat order."""
+def _random_copies(data):
+    """Compiling 1-4 CopyVectors of random slices of one tensor (regions, transposed,
+    gathers, flat) in one compute set: the outcome (its race message, or its costs)."""
     _, g = small(tiles=4)
     v = g.add_variable(ipu.FLOAT, [6, 8], "v")
     for r in range(6):  # rows, or half rows, on random tiles
@@ -513,6 +511,16 @@ def test_merged_runs_cost_and_race_as_the_runs_in_order(data):
         return (s.cycles, s.tile_bytes_in.tolist(), s.tile_bytes_out.tolist(),
                 s.transfers.tolist(), {k: m.tolist() for k, m in exe.memory.categories.items()})
 
+    return outcome
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_merged_runs_cost_and_race_as_the_runs_in_order(data):
+    """Compile costs a compute set's exchange and finds its races on each vertex's
+    addresses merged by stride (a transposed slice is a few runs, not one per element):
+    the same steps, memory and race messages as the runs in flat order."""
+    outcome = _random_copies(data)
     merged = outcome()
     runs = Access.runs
     try:  # the reference: every field's runs in flat order
@@ -520,6 +528,49 @@ def test_merged_runs_cost_and_race_as_the_runs_in_order(data):
         assert outcome() == merged
     finally:
         Access.runs = runs
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_fields_apart_race_and_cost_as_the_runs_check_alone(data):
+    """Fields found apart in plain Python (_apart) skip the check of their runs for races:
+    the same race messages and costs as that check alone."""
+    outcome = _random_copies(data)
+    found = outcome()
+    apart = compile_module._apart
+    try:
+        compile_module._apart = lambda fps: False
+        assert outcome() == found
+    finally:
+        compile_module._apart = apart
+
+
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(-5, 5)), min_size=1, max_size=4),
+       st.integers(0, 99))
+def test_a_regions_span_is_its_lowest_and_highest_address(dims, offset):
+    shape = tuple(n for n, _ in dims)
+    strides = tuple(s for _, s in dims)
+    x = addresses(offset, shape, strides)
+    expected = (int(x.min()), int(x.max())) if x.size else (0, -1)
+    assert compile_module._span(Access(np.dtype(np.float32), shape, offset, shape, strides)) \
+        == expected
+
+
+def test_fields_apart_need_no_race_check_on_runs():
+    """_apart: fields whose spans do not meet, each written one a region stepping past
+    itself, cannot race (the runs' check is skipped); anything else is left to it."""
+    _, g = small()
+    v = g.add_variable(ipu.FLOAT, [4, 4], "v")
+    g.set_tile_mapping(v, 0)
+
+    def fields(*pairs):
+        return [FieldPlan(k, kind, Access.of(t)) for k, (kind, t) in enumerate(pairs)]
+
+    assert compile_module._apart(fields(("input", v[0]), ("output", v[1]), ("input", v[0])))
+    assert compile_module._apart(fields(("inout", v[:2].transpose()), ("input", v[2:])))
+    assert not compile_module._apart(fields(("input", v[0]), ("output", v[0, 3:])))
+    assert not compile_module._apart(fields(("inout", v[0, :2].broadcast([3, 2]))))  # twice
+    assert not compile_module._apart(fields(("output", ipu.concat([v[1], v[3]]))))  # gather
 
 
 def _steps(exe) -> list:
