@@ -145,7 +145,7 @@ VertexGroup = _record("VertexGroup", "cls vertex_ids tiles estimates fields stat
 
 # -- the compiled program tree: the Engine runs each kind of node ------------------------
 ExecNode = _record("ExecNode", "step groups")  # a compute set: its step, vertex groups
-CopyNode = _record("CopyNode", "step src dst")  # Accesses, or tuples of them (runs paired)
+CopyNode = _record("CopyNode", "step src dst")  # tuples of Accesses (runs paired: one a run)
 StreamNode = _record("StreamNode", "step stream access")
 #: a copy to (``to_remote``) or from a remote buffer; offset: an int or the offset's Access
 RemoteNode = _record("RemoteNode", "step buffer access offset to_remote")
@@ -349,8 +349,8 @@ class _Compiler:
             return self._stream_copy(src, dst)
         pairs = _paired_runs(src, dst)
         if pairs is None:
-            a_src = self._access(src, "Copy", flat=True)
-            a_dst = self._access(dst, "Copy", flat=True)
+            a_src = (self._access(src, "Copy", flat=True),)
+            a_dst = (self._access(dst, "Copy", flat=True),)
         else:  # run by run (no address arrays): regions
             a_src = tuple(self._access(Tensor(src.graph, src.dtype, s, src.name), "Copy")
                           for s, _ in pairs)

@@ -322,15 +322,11 @@ class Engine:
         print(text, file=self._print_stream or sys.stderr)
 
     def _copy(self, node: CopyNode):
-        if type(node.src) is tuple:  # runs paired, none meeting another: run by run
-            for src, dst in zip(node.src, node.dst):
-                self._write(dst, self._read(src))
-            self.trace.record(node.step)
-            return
-        values = self._read(node.src)
-        if self.xp is not np and self._plan(node.src)[2]:  # CuPy copies may not allow overlap
-            values = values.copy()
-        self._write(node.dst, values)
+        for src, dst in zip(node.src, node.dst):  # (runs paired, none meeting another: each)
+            values = self._read(src)
+            if self.xp is not np and self._plan(src)[2]:  # CuPy copies may not allow overlap
+                values = values.copy()
+            self._write(dst, values)
         self.trace.record(node.step)
 
     def _stream(self, node: StreamNode):

@@ -362,9 +362,7 @@ def _accesses(node) -> list:
     if kind == "ExecNode":
         return [(fp.kind, fp.access) for gr in node.groups for fp in gr.fields]
     if kind == "CopyNode":  # (runs paired: each run)
-        src = node.src if type(node.src) is tuple else (node.src,)
-        dst = node.dst if type(node.dst) is tuple else (node.dst,)
-        return [("input", a) for a in src] + [("output", a) for a in dst]
+        return [("input", a) for a in node.src] + [("output", a) for a in node.dst]
     if kind == "StreamNode":
         return [("output" if node.stream.to_device else "input", node.access)]
     if kind == "RemoteNode":  # (an int offset reads nothing)

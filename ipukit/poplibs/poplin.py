@@ -238,8 +238,8 @@ def _add_blocks(graph, cs, a, b, partials, p: Plan, first_tile: int,
         _map_blocks(graph, partials, p, first_tile)
     _add_block(graph, cs, cls, conns[0], tiles[0], ks[0], perf[0], mapped=True)
     dtype = cls.fields["k"].dtype
-    graph.root._add_vertices(cs, cls, conns[1:], [t + graph._offset for t in tiles[1:]],
-                             perf[1:], [{"k": np.asarray(kk, dtype)} for kk in ks[1:]])
+    poputil.add_vertices_alike(graph, cs, cls, conns[1:], tiles[1:], perf[1:],
+                               [{"k": np.asarray(kk, dtype)} for kk in ks[1:]])
 
 
 def _add_block(graph, cs, cls, conn, tile, k, cycles, mapped: bool = False) -> None:

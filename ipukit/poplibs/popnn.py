@@ -286,7 +286,7 @@ def calc_loss(graph, model_outputs: Tensor, expected: Tensor, loss: Tensor, delt
     tiles = delta_tiles.tolist()
     if batch:
         graph.add_vertex(cs, cls, conns[0], tile=tiles[0])
-        graph.root._add_vertices(cs, cls, conns[1:], [t + graph._offset for t in tiles[1:]])
+        poputil.add_vertices_alike(graph, cs, cls, conns[1:], tiles[1:])
     count = graph.add_compute_set(name + "/NumCorrect")
     tile = int(poputil.tile_of_elements(graph, num_correct)[0])
     graph.add_vertex(count, AddCount, {"correct": correct, "total": num_correct.reshape(())},

@@ -478,8 +478,7 @@ def _add_alike(graph, cs, cls, conns: list, on: list, fields) -> None:
         for conn, tile in zip(conns[1:], on[1:]):  # each one checked
             graph.add_vertex(cs, cls, conn, tile=tile)
     else:
-        offset = graph._offset
-        graph.root._add_vertices(cs, cls, conns[1:], [tile + offset for tile in on[1:]])
+        poputil.add_vertices_alike(graph, cs, cls, conns[1:], on[1:])
 
 
 def _regions(idx: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> list:

@@ -52,6 +52,8 @@ def paused_gc(build):
     return paused
 
 
+#: Up to this many tiles, :func:`_on_graph` works in plain Python.
+FEW_TILES = 64
 #: Bits the IPU's load/store path moves per cycle (sets the vector width).
 DATA_PATH_BITS = 64
 #: Poplar's default minimum bytes per tile in mapTensorLinearly.
@@ -193,6 +195,13 @@ def run_lengths(begins: np.ndarray, end: int) -> np.ndarray:
     [3, 1, 5]
     """
     return np.concatenate((begins[1:], [end])) - begins
+
+
+def add_vertices_alike(graph, cs, cls, conns: list, tiles: list, perf=None, state=None):
+    """Vertices of ``cls`` alike one just added (and checked) by ``graph.add_vertex``, on
+    tiles of ``graph`` (a virtual graph's counted from its first): added in one go, with
+    no check of their own (PopLibs adds many alike)."""
+    graph.root._add_vertices(cs, cls, conns, [t + graph._offset for t in tiles], perf, state)
 
 
 def tile_of_elements(graph, t: Tensor) -> np.ndarray:
@@ -372,9 +381,6 @@ def _on_graph(graph, tiles: np.ndarray) -> bool:
         return bool(tiles.min() >= lo and tiles.max() < hi)
     few = tiles.tolist()
     return min(few) >= lo and max(few) < hi
-
-
-FEW_TILES = 64  #: up to this many tiles, :func:`_on_graph` works in plain Python
 
 
 def vertex_separable(compute):
