@@ -15,8 +15,13 @@ never changes them.
 ``make test`` runs pytest-xdist with ``--dist loadscope`` (a module's tests, or a notebook's
 cells, on one worker) and ``--no-loadscope-reorder``: the modules are handed out in the
 order :func:`pytest_collection_modifyitems` leaves them, the longest first.
+
+A notebook's kernel that does not answer ``kernel_info`` in time is started again, with a
+warning that keeps its log (:func:`patient_kernel_start`).
 """
 
+import tempfile
+import warnings
 from pathlib import Path
 
 import pytest
@@ -35,6 +40,43 @@ SKIP_COMPARE = ("stderr", "text/html", "application/javascript")
 LONG_POLES = ("tests/test_browser.py", "tests/test_grade.py", "tests/test_pyodide.py",
               "tests/test_wasm32.py", "tests/test_site.py", "tests/test_pipelining_throughput.py",
               "tests/test_grading.py", "tests/test_mutants.py", "tests/test_widgets.py")
+
+
+#: How many kernels nbval may start for one notebook before its cells fail to set up.
+KERNEL_TRIES = 3
+
+
+def patient_kernel_start(start, tries: int = KERNEL_TRIES):
+    """nbval's ``start_new_kernel``, tried up to ``tries`` times.
+
+    Once in CI, on a busy machine, a fresh kernel never answered ``kernel_info`` (nbval:
+    "Kernel didn't respond in 60 seconds") and every cell of that notebook failed to set up;
+    the same lesson runs in a second in every other run. A kernel that does not answer in
+    ``--nbval-kernel-startup-timeout`` seconds is shut down (by nbval) and a fresh one is
+    started, with a pytest warning that gives the error and the end of the lost kernel's
+    stderr (which nbval sends to ``os.devnull``), so that a run that needed it says so."""
+    def start_new_kernel(startup_timeout=60, **kwargs):
+        for attempt in range(1, tries + 1):
+            with tempfile.TemporaryFile() as log:
+                kwargs["stderr"] = log
+                try:
+                    return start(startup_timeout=startup_timeout, **kwargs)
+                except RuntimeError as exc:
+                    if attempt == tries:
+                        raise
+                    log.seek(0)
+                    tail = log.read()[-2000:].decode(errors="replace")
+                    warnings.warn(f"the kernel for {kwargs.get('cwd')} did not start (try "
+                                  f"{attempt} of {tries}: {exc}); starting a fresh one. Its "
+                                  f"stderr ended: {tail or '(nothing)'}", stacklevel=2)
+    start_new_kernel.__wrapped__ = start
+    return start_new_kernel
+
+
+def pytest_configure(config):
+    import nbval.kernel
+
+    nbval.kernel.start_new_kernel = patient_kernel_start(nbval.kernel.start_new_kernel)
 
 
 def pytest_collection_modifyitems(items):
