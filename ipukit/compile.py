@@ -364,23 +364,20 @@ class _Compiler:
             return CopyNode(self._again(self.copies[same], name), a_src, a_dst)
         key, first = self._copy_key(src, dst)
         plans = self.copies.setdefault(key, {})  # first tile -> step
-        if plans:  # sides alike and mapped alike, at shifted addresses (a FIFO's slots): the
-            # earlier plan, renamed; or also whole IPUs on (the next stage's): moved
-            if first in plans:
-                step = self._again(plans[first], name)
-            else:
-                was, index = next(iter(plans.items()))
-                step = self._moved_step(index, first - was, name)
-            self.copies[same] = plans[first] = step
-            return CopyNode(step, a_src, a_dst)
-        if pairs is None:
-            moves = self._copy_moves(src, dst)
+        if first in plans:  # sides alike and mapped alike, at shifted addresses (a FIFO's
+            step = self._again(plans[first], name)  # slots): the earlier plan, renamed
+        elif plans:  # also whole IPUs on (the next stage's): the earlier plan, moved
+            was, index = next(iter(plans.items()))
+            step = self._moved_step(index, first - was, name)
         else:
-            moves = self._paired_moves(src.dtype, pairs)
-        transfers, sent, local, tiles = moves
-        compute = cost.copy_cycles(local.astype(np.int64)).astype(np.int64)
-        step = self._step(name, "copy", cost.sync_cycles(self.t), compute, transfers,
-                          tile_out=sent, tiles=tiles)
+            if pairs is None:
+                moves = self._copy_moves(src, dst)
+            else:
+                moves = self._paired_moves(src.dtype, pairs)
+            transfers, sent, local, tiles = moves
+            compute = cost.copy_cycles(local.astype(np.int64)).astype(np.int64)
+            step = self._step(name, "copy", cost.sync_cycles(self.t), compute, transfers,
+                              tile_out=sent, tiles=tiles)
         self.copies[same] = plans[first] = step
         return CopyNode(step, a_src, a_dst)
 
